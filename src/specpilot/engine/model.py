@@ -1,0 +1,230 @@
+"""A compact Llama-family transformer with a fixed KV cache indexed by position.
+
+The cache is preallocated per *slot* (one slot per running request): ``(slots, n_kv, L + 1, hd)``.
+A forward pass takes, for each row of the batch, the slot it owns and the absolute position of
+every new token. Keys/values are written at those positions, and each query attends to the
+cache entries at positions ``<= its own position`` of its own slot. Rejecting speculative
+tokens therefore needs no deletion: the request's length moves back and the stale entries are
+overwritten by the next write before any query can see them (a query at position p only sees
+positions <= p, all of which were written by real tokens in this or an earlier pass).
+
+Padding scheme for batches of unequal length: rows are right-padded to the longest row with
+pad tokens whose position is ``L`` (a scratch column past the context limit). Real queries
+never attend column ``L`` (their positions are < L), and pad outputs are discarded.
+
+    >>> cfg = LlamaConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64)
+    >>> m = Transformer(cfg, max_seq_len=32, max_slots=2)
+    >>> logits = m(torch.tensor([[1, 2, 3]]), torch.tensor([[0, 1, 2]]), torch.tensor([0]))
+    >>> tuple(logits.shape)
+    (1, 3, 64)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    context_length: int = 2048
+    tie_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * self.weight.float()).to(x.dtype)
+
+
+def rope_tables(head_dim: int, length: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables (length, head_dim) in the Hugging Face "rotate_half" layout."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    ang = torch.outer(torch.arange(length, dtype=torch.float64), inv)  # (length, hd/2)
+    emb = torch.cat([ang, ang], dim=-1)
+    return emb.cos().float(), emb.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: (B, nh, T, hd); cos/sin: (B, 1, T, hd)
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rot * sin
+
+
+class KVCache(nn.Module):
+    """Preallocated keys/values for every slot; one extra scratch column for padding."""
+
+    def __init__(self, slots: int, n_kv: int, length: int, hd: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        shape = (slots, n_kv, length + 1, hd)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype), persistent=False)
+
+    def update(
+        self, slots: torch.Tensor, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        # slots: (B,), pos: (B, T), k/v: (B, n_kv, T, hd)
+        b_idx = slots[:, None].expand_as(pos)
+        self.k[b_idx, :, pos] = k.transpose(1, 2)  # indexed view is (B, T, n_kv, hd)
+        self.v[b_idx, :, pos] = v.transpose(1, 2)
+
+    def view(self, slots: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys/values of ``slots`` for positions [0, length): a view when slots are contiguous."""
+        first = int(slots[0])
+        n = slots.numel()
+        if n == 1 or bool((slots == torch.arange(first, first + n)).all()):
+            return self.k[first : first + n, :, :length], self.v[first : first + n, :, :length]
+        return self.k[slots, :, :length], self.v[slots, :, :length]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        hd = cfg.head_dim
+        self.n_heads, self.n_kv, self.hd = cfg.n_heads, cfg.n_kv_heads, hd
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * hd, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
+        self.cache: KVCache | None = None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        slots: torch.Tensor,
+        pos: torch.Tensor,
+        mask: torch.Tensor,
+        attn_len: int,
+    ) -> torch.Tensor:
+        bsz, t, _ = x.shape  # (B, T, dim)
+        q = self.wq(x).view(bsz, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
+        k = self.wk(x).view(bsz, t, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
+        v = self.wv(x).view(bsz, t, self.n_kv, self.hd).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        assert self.cache is not None, "call Transformer.setup_cache() first"
+        self.cache.update(slots, pos, k, v)
+        keys, values = self.cache.view(slots, attn_len)  # (B, nkv, S, hd)
+        if self.n_kv != self.n_heads:
+            rep = self.n_heads // self.n_kv
+            keys = keys.repeat_interleave(rep, dim=1)
+            values = values.repeat_interleave(rep, dim=1)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, nh, T, hd)
+        return self.wo(y.transpose(1, 2).reshape(bsz, t, self.n_heads * self.hd))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.w_gate = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.w_up = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.w_down = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x: torch.Tensor, *args: object) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), *args)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: LlamaConfig, max_seq_len: int | None = None, max_slots: int = 1):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.max_seq_len = 0
+        self.max_slots = 0
+        if max_seq_len is not None:
+            self.setup_cache(max_seq_len, max_slots)
+
+    def setup_cache(self, max_seq_len: int, max_slots: int) -> None:
+        """(Re)allocate the KV cache: ``max_slots`` requests of up to ``max_seq_len`` tokens."""
+        dtype = self.embed.weight.dtype
+        for layer in self.layers:
+            layer.attn.cache = KVCache(
+                max_slots, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, dtype
+            )
+        cos, sin = rope_tables(self.cfg.head_dim, max_seq_len + 1, self.cfg.rope_theta)
+        self.register_buffer("rope_cos", cos.to(dtype), persistent=False)
+        self.register_buffer("rope_sin", sin.to(dtype), persistent=False)
+        self.max_seq_len, self.max_slots = max_seq_len, max_slots
+
+    def kv_bytes_per_token(self) -> int:
+        elem = self.embed.weight.element_size()
+        return 2 * self.cfg.n_layers * self.cfg.n_kv_heads * self.cfg.head_dim * elem
+
+    def kv_bytes_allocated(self) -> int:
+        total = 0
+        for layer in self.layers:
+            c = layer.attn.cache
+            if c is not None:
+                total += c.k.numel() * c.k.element_size() + c.v.numel() * c.v.element_size()
+        return total
+
+    def weight_bytes(self, exclude: nn.Module | None = None) -> int:
+        """Bytes of parameters, each counted once; ``exclude``'s (shared) tensors not at all."""
+        seen: set[int] = {id(p) for p in exclude.parameters()} if exclude is not None else set()
+        total = 0
+        for p in self.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                total += p.numel() * p.element_size()
+        return total
+
+    @torch.inference_mode()
+    def forward(
+        self, tokens: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor
+    ) -> torch.Tensor:
+        """tokens, pos: (B, T) int64; slots: (B,). Pads have pos == max_seq_len. -> logits (B, T, V)."""
+        if self.max_seq_len == 0:
+            raise RuntimeError("call setup_cache() before forward()")
+        real = pos < self.max_seq_len
+        attn_len = int(pos[real].max()) + 1 if bool(real.any()) else 1
+        cols = torch.arange(attn_len)
+        # (B, 1, T, S): a query at position p sees columns 0..p of its own slot.
+        mask = (cols[None, None, :] <= pos[:, :, None])[:, None]
+        cos = self.rope_cos[pos][:, None]  # (B, 1, T, hd)
+        sin = self.rope_sin[pos][:, None]
+        x = self.embed(tokens)  # (B, T, dim)
+        for layer in self.layers:
+            x = layer(x, cos, sin, slots, pos, mask, attn_len)
+        logits: torch.Tensor = self.lm_head(self.norm(x))
+        return logits.float()

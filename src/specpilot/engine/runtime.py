@@ -1,0 +1,99 @@
+"""Build an Engine from user-facing options (paths, draft spec, dtype, threads).
+
+Draft specs: ``None``/``"none"`` (plain decoding only), ``"truncate:0,1,28,29"`` (a copy of
+some of the target's layers, sharing its embedding and head), or a path (GGUF file or
+checkpoint directory with the target's tokenizer).
+
+    >>> engine = build_engine(None, "truncate:0,1,28,29", dtype="bfloat16")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specpilot.engine.generate import Engine
+from specpilot.engine.loader import (
+    LoadedModel,
+    ModelLoadError,
+    check_tokenizers_match,
+    default_target_path,
+    layer_truncated_copy,
+    load_model,
+)
+from specpilot.engine.model import Transformer
+
+# Until a distilled draft ships, the default draft is the target's first two and last two layers.
+DEFAULT_DRAFT = "truncate:0,1,28,29"
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class EngineSpec:
+    """What was loaded, for manifests and reports."""
+
+    target_path: str
+    draft: str | None
+    dtype: str
+    max_slots: int
+    max_seq_len: int
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}") from None
+
+
+def load_draft(spec: str | None, target: LoadedModel, dtype: torch.dtype) -> Transformer | None:
+    if spec is None or spec == "none":
+        return None
+    if spec.startswith("truncate:"):
+        try:
+            layers = [int(x) for x in spec.removeprefix("truncate:").split(",") if x]
+        except ValueError:
+            raise ValueError(f"draft {spec!r}: use truncate:I,J,... with layer indices") from None
+        return layer_truncated_copy(target.model, layers)
+    loaded = load_model(Path(spec), dtype=dtype)
+    if target.tokenizer is not None and loaded.tokenizer is not None:
+        check_tokenizers_match(target.tokenizer, loaded.tokenizer)
+    return loaded.model
+
+
+def build_engine(
+    target: str | Path | None = None,
+    draft: str | None = DEFAULT_DRAFT,
+    *,
+    dtype: str = "bfloat16",
+    max_slots: int = 1,
+    max_seq_len: int | None = 2048,
+    threads: int | None = None,
+) -> tuple[Engine, EngineSpec]:
+    """Load target (default: SmolLM2-135M-Instruct) and draft into an Engine."""
+    if threads:
+        torch.set_num_threads(threads)
+    tdtype = parse_dtype(dtype)
+    tpath = Path(target) if target else default_target_path()
+    if not tpath.exists():
+        raise ModelLoadError(f"--target {tpath} does not exist")
+    tgt = load_model(tpath, dtype=tdtype)
+    d = load_draft(draft, tgt, tdtype)
+    engine = Engine(
+        tgt.model, d, tokenizer=tgt.tokenizer, max_slots=max_slots, max_seq_len=max_seq_len
+    )
+    spec = EngineSpec(str(tpath), draft if d is not None else None, dtype, max_slots, engine.max_seq_len)
+    return engine, spec
+
+
+def chat_prompt_ids(tokenizer: object, text: str, system: str | None = None) -> list[int]:
+    """Token ids of a one-turn chat with the tokenizer's own template."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": text}
+    ]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)  # type: ignore[attr-defined]
+    if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]

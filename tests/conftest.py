@@ -1,0 +1,96 @@
+"""Shared fixtures: the real default target (fp32, for exactness) and tiny random models.
+
+Tiny models are built from configs here (seeded random weights, SmolLM2's vocabulary size), so
+every engine path runs fast; the real model is loaded once per session.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(2)
+
+VOCAB = 49152
+
+# 24 prompts of mixed kinds: Chinese business text, code, structured JSON, English prose, chat.
+PROMPTS = [
+    "请写一份关于公司年会安排的通知。",
+    "总结以下内容：本季度销售额同比增长百分之十二，主要来自华东地区。",
+    "帮我起草一封回复客户投诉的邮件，语气要礼貌。",
+    "把这句话翻译成英文：我们将在下周一召开项目评审会议。",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "def is_prime(n: int) -> bool:\n    \"\"\"Return True if n is prime.\"\"\"\n",
+    "Write a Python class Stack with push, pop and peek methods.",
+    "Explain what this code does: `print(sum(x * x for x in range(10)))`",
+    "Fix the bug: def mean(xs): return sum(xs) / len(xs) + 1",
+    'Extract the name and age as JSON: "Alice is 31 years old and lives in Paris."',
+    'Return a JSON object with keys "city" and "country" for Tokyo.',
+    "Produce a JSON list of three fruits with their colours.",
+    '{"task": "classify", "text": "The delivery was late again."} Answer in JSON.',
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Describe the water cycle in three paragraphs.",
+    "What are the benefits of regular exercise?",
+    "Write a poem about autumn leaves.",
+    "Tell me about the history of the printing press.",
+    "Hi! How are you today?",
+    "List five tips for a job interview.",
+    "What is the capital of France? Answer in one word.",
+    "写一段关于春天的散文。",
+    "Count from one to twenty in words.",
+    "Repeat after me: the quick brown fox jumps over the lazy dog.",
+]
+
+
+def tiny_config(n_layers: int = 2, dim: int = 64, context: int = 512):
+    from specpilot.engine.model import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=VOCAB,
+        dim=dim,
+        n_layers=n_layers,
+        n_heads=4,
+        n_kv_heads=2,
+        ffn_dim=dim * 2,
+        rope_theta=10000.0,
+        context_length=context,
+    )
+
+
+def tiny_model(seed: int, n_layers: int = 2, dim: int = 64, scale: float = 1.0):
+    """A random-weight Llama; ``scale`` sharpens its next-token distributions."""
+    from specpilot.engine.model import Transformer
+
+    torch.manual_seed(seed)  # test-only: weights built once, not sampled from during decoding
+    m = Transformer(tiny_config(n_layers, dim))
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.5 * scale / p.shape[-1] ** 0.5)
+        m.embed.weight.normal_(0.0, scale)
+    return m.eval()
+
+
+@pytest.fixture(scope="session")
+def default_target():
+    """The real SmolLM2-135M-Instruct target, fp32 (greedy identity is exact in fp32)."""
+    from specpilot.engine.loader import default_target_path, load_model
+
+    return load_model(default_target_path(), dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(default_target):
+    return default_target.tokenizer
+
+
+@pytest.fixture(scope="session")
+def chat_ids(tokenizer):
+    from specpilot.engine.runtime import chat_prompt_ids
+
+    return [chat_prompt_ids(tokenizer, p) for p in PROMPTS]
