@@ -80,3 +80,93 @@ class GenerationResult:
     @property
     def output_tokens(self) -> int:
         return len(self.output_ids)
+
+
+@dataclass
+class ScheduledRequest:
+    """One line of a deterministic schedule: what to send, when (seconds from phase start)."""
+
+    index: int
+    send_t: float
+    phase: str
+    group: str
+    prompt_id: str
+    messages: list[dict[str, Any]]  # OpenAI chat messages
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    deadline_s: float | None = None  # E2E deadline from the group's SLO
+    ttft_slo_s: float | None = None
+    client_stages: dict[str, float] = field(default_factory=dict)  # e.g. {"retrieval": 0.12}
+    warmup: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ChunkTiming:
+    """One streamed chunk: monotonic timestamp and how many tokens it carried."""
+
+    request_id: str
+    t: float
+    tokens_in_chunk: int
+    run_id: str = ""
+
+
+@dataclass
+class RequestRecord:
+    """Every scheduled request ends as exactly one of these (status is never empty).
+
+    status: ok | timeout | rejected (429/503) | error | cancelled | not_sent.
+    Times are seconds on one monotonic clock (time.perf_counter) shared by the run.
+    """
+
+    run_id: str
+    arm: str
+    phase: str
+    group: str
+    request_id: str
+    scheduled_t: float
+    status: str
+    sent_t: float | None = None
+    first_content_t: float | None = None
+    done_t: float | None = None
+    http_status: int | None = None
+    error: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    chunks: int = 0
+    finish_reason: str | None = None
+    deadline_s: float | None = None
+    ttft_slo_s: float | None = None
+    output_sha256: str | None = None
+    queue_s: float | None = None
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    client_stages: dict[str, float] = field(default_factory=dict)
+    warmup: bool = False
+    cold_start: bool = False
+    spec: dict[str, Any] | None = None  # per-request speculative stats when the server returns them
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class MetricSnapshot:
+    """Counters and memory scraped from an engine at one moment (before/after a phase)."""
+
+    run_id: str
+    arm: str
+    phase: str
+    label: str  # "before" | "after" | free text
+    t: float
+    engine: str
+    metrics: dict[str, float] = field(default_factory=dict)  # normalised names -> values
+    raw: str = ""  # the exposition text or JSON as scraped
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
