@@ -1,0 +1,39 @@
+"""Open-loop load generator: replays a schedule against an OpenAI-compatible endpoint.
+
+It knows endpoints, not engines. Each scheduled request is sent at its time whether or not
+earlier ones finished, streamed, timestamped per chunk on one monotonic clock, and ends as
+exactly one ``RequestRecord`` (ok | timeout | rejected | error | cancelled | not_sent).
+
+    >>> from specpilot.loadgen import LoadConfig, run_schedule
+    >>> from specpilot.loadgen.testserver import TestServer
+    >>> from specpilot.records import ScheduledRequest
+    >>> sched = [ScheduledRequest(i, i * 0.01, "peak", "chat", f"p{i}",
+    ...          [{"role": "user", "content": "hi"}], max_tokens=4) for i in range(5)]
+    >>> with TestServer() as srv:
+    ...     result = run_schedule(sched, LoadConfig(url=srv.url, progress=False))
+    >>> result.summary.status_counts["ok"], len(result.records)
+    (5, 5)
+"""
+
+from specpilot.loadgen.client import LoadConfig, request_body
+from specpilot.loadgen.runner import (
+    LoadResult,
+    LoadRunner,
+    LoadSummary,
+    Sink,
+    quantile,
+    request_id,
+    run_schedule,
+)
+
+__all__ = [
+    "LoadConfig",
+    "LoadResult",
+    "LoadRunner",
+    "LoadSummary",
+    "Sink",
+    "quantile",
+    "request_body",
+    "request_id",
+    "run_schedule",
+]
