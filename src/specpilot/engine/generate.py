@@ -52,6 +52,15 @@ _ids = itertools.count()
 
 
 @dataclass
+class TokenLogprob:
+    """One output token's raw target log-probability (before temperature/top-k/top-p)."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)  # (token id, logprob), best first
+
+
+@dataclass
 class RequestState:
     """A running request: its tokens, cache lengths, RNG and records."""
 
@@ -69,6 +78,8 @@ class RequestState:
     text: str = ""
     rounds: list[RoundRecord] = field(default_factory=list)
     prefill: PrefillRecord | None = None
+    logprobs: int | None = None  # record log-probs with this many alternatives (None = off)
+    token_logprobs: list[TokenLogprob] = field(default_factory=list)
     _round_index: int = 0
 
     @property
@@ -220,7 +231,8 @@ class Engine:
                 batch_size=len(reqs),
                 t_start=t0,
             )
-            self._commit(r, [self._pick(last, r)])
+            n, _ = self._commit(r, [self._pick(last, r)])
+            self._note_logprobs(r, last[None], n)
 
     def _pick(self, logits: torch.Tensor, r: RequestState) -> int:
         if r.params.greedy:
@@ -282,6 +294,7 @@ class Engine:
             if k > 0:
                 r.draft_len = n + 1 + min(accepted, k - 1)
             committed, truncated = self._commit(r, [*d[:accepted], nxt])
+            self._note_logprobs(r, lg, committed)
             records.append(
                 RoundRecord(
                     request_id=r.request_id,
@@ -303,6 +316,20 @@ class Engine:
             rec.overhead_s = overhead
             r.rounds.append(rec)
         return records
+
+    def _note_logprobs(self, r: RequestState, logits: torch.Tensor, n: int) -> None:
+        """Log-probs of the n tokens just committed; logits[i] is the target's row for token i."""
+        if r.logprobs is None or n == 0:
+            return
+        lp = torch.log_softmax(logits[:n].float(), dim=-1)  # (n, V)
+        top = torch.topk(lp, min(r.logprobs, lp.shape[-1]), dim=-1) if r.logprobs > 0 else None
+        for i, t in enumerate(r.output_ids[-n:]):
+            alts = (
+                list(zip(top.indices[i].tolist(), top.values[i].tolist(), strict=True))
+                if top is not None
+                else []
+            )
+            r.token_logprobs.append(TokenLogprob(t, float(lp[i, t]), alts))
 
     # ------------------------------------------------------------------ stopping
     def _commit(self, r: RequestState, new: list[int]) -> tuple[int, str | None]:
