@@ -1,0 +1,163 @@
+"""``specpilot serve``: the OpenAI-compatible server over the reference engine.
+
+    specpilot serve --target model.gguf --draft truncate:0,1,28,29 -k 4 --port 8000
+    specpilot serve --no-draft            # plain decoding only; the draft is never loaded
+
+The port opens at once; ``/health`` answers 503 until the model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specpilot.engine.generate import Engine
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve the engine over an OpenAI-compatible HTTP API with vLLM-style metrics",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--target",
+        help="target model (GGUF file or checkpoint dir); default: SmolLM2-135M-Instruct",
+    )
+    d = p.add_mutually_exclusive_group()
+    d.add_argument(
+        "--draft", help="draft: 'truncate:I,J,...' or a path (default: the truncated target)"
+    )
+    d.add_argument(
+        "--no-draft", action="store_true", help="load no draft at all (plain decoding only)"
+    )
+    p.add_argument(
+        "-k",
+        "--num-speculative-tokens",
+        dest="k",
+        type=int,
+        default=None,
+        help="default draft tokens per round (default 4 with a draft, 0 without)",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--dtype", default="bfloat16", help="bfloat16 | float32")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--max-slots", type=int, default=4, help="KV cache slots = max running requests")
+    p.add_argument("--max-seq-len", type=int, default=2048, help="context length per slot")
+    p.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=None,
+        help="rows per decode round (default: all running)",
+    )
+    p.add_argument(
+        "--max-queued", type=int, default=64, help="requests waiting for a slot before 429"
+    )
+    p.add_argument(
+        "--queue-timeout", type=float, default=60.0, help="seconds a request may wait for a slot"
+    )
+    p.add_argument(
+        "--request-timeout", type=float, default=None, help="server-side limit per request (s)"
+    )
+    p.add_argument(
+        "--served-model-name", default=None, help="model id in the API (default: target file stem)"
+    )
+    p.add_argument(
+        "--model-alias", action="append", default=[], help="extra model id (a strategy scope)"
+    )
+    p.add_argument(
+        "--strategy-file", type=Path, default=None, help="YAML/JSON strategy per scope (reloadable)"
+    )
+    p.add_argument(
+        "--admin-token",
+        default=None,
+        help="bearer token for /admin (default: $SPECPILOT_ADMIN_TOKEN, else generated and printed)",
+    )
+    p.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=["off", "summary", "detailed"],
+        default="off",
+        help="include per-request speculative stats in every response (requests may opt in anyway)",
+    )
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from specpilot.engine.runtime import DEFAULT_DRAFT, build_engine
+        from specpilot.engine.scheduler import SchedulerConfig
+        from specpilot.serve.app import ServerConfig, create_app
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        print(
+            f"specpilot serve needs the server extra: pip install 'specpilot[server]' ({exc})",
+            file=sys.stderr,
+        )
+        return 2
+    from specpilot.engine.loader import default_target_path
+
+    target = Path(args.target) if args.target else default_target_path()
+    if not target.exists():
+        raise FileNotFoundError(f"--target {target} does not exist")
+    draft = None if args.no_draft else (args.draft or DEFAULT_DRAFT)
+    k = args.k if args.k is not None else (4 if draft else 0)
+    if k < 0:
+        raise ValueError(f"-k must be >= 0, got {k}")
+    if k > 0 and draft is None:
+        raise ValueError("-k > 0 needs a draft; drop --no-draft or set -k 0")
+    token = args.admin_token or os.environ.get("SPECPILOT_ADMIN_TOKEN") or secrets.token_urlsafe(16)
+    sched = SchedulerConfig(
+        max_running=args.max_slots,
+        max_queued=args.max_queued,
+        queue_timeout_s=args.queue_timeout,
+        request_timeout_s=args.request_timeout,
+        max_batch_size=args.max_batch_size,
+    )
+    sched.validate(args.max_slots)
+    cfg = ServerConfig(
+        model_name=args.served_model_name or target.stem,
+        aliases=tuple(args.model_alias),
+        draft_name=draft,
+        default_k=k,
+        scheduler=sched,
+        admin_token=token,
+        strategy_file=args.strategy_file,
+        spec_metrics=args.per_request_spec_decode_metrics,
+    )
+
+    def load() -> Engine:
+        engine, _ = build_engine(
+            target,
+            draft,
+            dtype=args.dtype,
+            max_slots=args.max_slots,
+            max_seq_len=args.max_seq_len,
+            threads=args.threads,
+        )
+        print(
+            f"specpilot serve: model loaded ({cfg.model_name}, draft={draft}, k={k})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return engine
+
+    app = create_app(cfg, loader=load)
+    print(
+        f"specpilot serve: http://{args.host}:{args.port} (model {cfg.model_name!r}; "
+        f"admin token {'from option/env' if args.admin_token or os.environ.get('SPECPILOT_ADMIN_TOKEN') else token})",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(
+        app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=30
+    )
+    return 0
