@@ -101,6 +101,11 @@ class ScheduledRequest:
     ttft_slo_s: float | None = None
     client_stages: dict[str, float] = field(default_factory=dict)  # e.g. {"retrieval": 0.12}
     warmup: bool = False
+    # Trace replay: ask the server to ignore EOS so the output length is the trace's (vLLM,
+    # SGLang and llama.cpp accept ``ignore_eos``); and the input length the prompt was padded
+    # towards (approximate, in tokens), for comparison with the measured prompt_tokens.
+    ignore_eos: bool = False
+    input_tokens_target: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

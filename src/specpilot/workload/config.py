@@ -1,0 +1,286 @@
+"""The workload YAML (pydantic, the edge): groups, client stages, warm-up and a phase plan.
+
+Validation errors become one :class:`WorkloadError` (a ``ValueError``) whose lines name the
+field and the fix, e.g. ``phases[1].arrival.rate: field required -> add 'rate: <requests/s>'``.
+Unknown keys are errors (a typo must not silently fall back to a default). Relative paths
+resolve against the YAML file's directory.
+
+A complete example: ``examples/workload.yaml``. The smallest useful one::
+
+    seed: 1
+    groups: {code: {}, structured: {weight: 2}}
+    phases:
+      - {name: peak, duration_s: 30, arrival: {kind: poisson, rate: 1.0}}
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specpilot.workload.groups import BUILTIN_GROUPS
+
+
+class WorkloadError(ValueError):
+    """A workload file that does not validate; the message lists field -> fix."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LengthModel(_Model):
+    mean: int = Field(ge=1, description="median/typical max_tokens")
+    dist: Literal["fixed", "uniform", "lognormal"] = "fixed"
+    min: int = Field(1, ge=1)
+    max: int | None = Field(None, ge=1)
+    sigma: float = Field(0.5, gt=0)
+
+
+class SamplingModel(_Model):
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    stop: list[str] = Field(default_factory=list)
+
+
+class SLOModel(_Model):
+    ttft_s: float = Field(gt=0)
+    deadline_s: float = Field(gt=0)
+
+
+class SourceModel(_Model):
+    format: Literal["openai_jsonl", "sharegpt", "specbench", "specpilot_jsonl"]
+    path: str
+    categories: list[str] | None = None
+    limit: int | None = Field(None, ge=1)
+
+
+class GroupModel(_Model):
+    weight: float = Field(1.0, ge=0.0)
+    split: Literal["eval", "dev", "train", "train+dev", "all"] = "eval"
+    source: SourceModel | None = None
+    description: str | None = None
+    output: LengthModel | None = None
+    sampling: SamplingModel | None = None
+    slo: SLOModel | None = None
+
+
+class SimulatedStageModel(_Model):
+    kind: Literal["simulated"]
+    dist: Literal["fixed", "uniform", "lognormal"] = "lognormal"
+    median_s: float | None = Field(None, ge=0)
+    sigma: float = Field(0.5, gt=0)
+    min_s: float | None = Field(None, ge=0)
+    max_s: float | None = Field(None, ge=0)
+    groups: list[str] | None = None  # None: every group
+    probability: float = Field(1.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _params(self) -> SimulatedStageModel:
+        if self.dist == "uniform" and (self.min_s is None or self.max_s is None):
+            raise ValueError("a uniform stage needs min_s and max_s")
+        if self.dist != "uniform" and self.median_s is None:
+            raise ValueError(f"a {self.dist} stage needs median_s (seconds)")
+        return self
+
+
+class BM25StageModel(_Model):
+    kind: Literal["bm25"]
+    docs: str = "builtin"
+    top_k: int = Field(3, ge=1)
+    groups: list[str] | None = None
+    probability: float = Field(1.0, ge=0.0, le=1.0)
+
+
+StageModel = Annotated[SimulatedStageModel | BM25StageModel, Field(discriminator="kind")]
+
+
+class ConstantArrival(_Model):
+    kind: Literal["constant"]
+    rate: float = Field(gt=0)
+
+
+class PoissonArrival(_Model):
+    kind: Literal["poisson"]
+    rate: float = Field(gt=0)
+
+
+class GammaArrival(_Model):
+    kind: Literal["gamma"]
+    rate: float = Field(gt=0)
+    cv: float = Field(2.0, gt=0, description="burstiness: coefficient of variation of the gaps")
+
+
+class StepModel(_Model):
+    duration_s: float = Field(gt=0)
+    rate: float = Field(ge=0)
+
+
+class StepsArrival(_Model):
+    kind: Literal["steps"]
+    steps: list[StepModel] = Field(min_length=1)
+    step_kind: Literal["constant", "poisson", "gamma"] = "poisson"
+    cv: float = Field(2.0, gt=0)
+
+
+class TraceArrival(_Model):
+    kind: Literal["trace"]
+    path: str
+    window: Literal["off_peak", "peak", "burst", "all"] | tuple[float, float] = "peak"
+    window_s: float = Field(
+        300.0, gt=0, description="length of off_peak/peak windows (trace seconds)"
+    )
+    burst_s: float = Field(10.0, gt=0)
+    context_s: float = Field(120.0, gt=0)
+    time_scale: float = Field(1.0, gt=0)
+    target_rate: float | None = Field(None, gt=0)
+    length_scale: float = Field(1.0, gt=0)
+    max_input_tokens: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(None, ge=1)
+    use_lengths: Literal["none", "output", "both"] = "output"
+    ignore_eos: bool = False
+
+
+ArrivalModel = Annotated[
+    ConstantArrival | PoissonArrival | GammaArrival | StepsArrival | TraceArrival,
+    Field(discriminator="kind"),
+]
+
+
+class PhaseModel(_Model):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    duration_s: float | None = Field(None, gt=0)
+    arrival: ArrivalModel
+    groups: dict[str, float] | None = None  # weights for this phase (default: the groups')
+
+    @model_validator(mode="after")
+    def _duration(self) -> PhaseModel:
+        if self.duration_s is None and self.arrival.kind not in ("steps", "trace"):
+            raise ValueError(f"phase {self.name!r} needs duration_s (seconds)")
+        return self
+
+
+class WarmupModel(_Model):
+    requests: int = Field(0, ge=0)
+    rate: float = Field(1.0, gt=0)
+
+
+class WorkloadConfig(_Model):
+    name: str = "workload"
+    seed: int = 0
+    groups: dict[str, GroupModel] = Field(min_length=1)
+    stages: dict[str, StageModel] = Field(default_factory=dict)
+    warmup: WarmupModel = Field(default_factory=lambda: WarmupModel(requests=0, rate=1.0))
+    phases: list[PhaseModel] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _references(self) -> WorkloadConfig:
+        for name, grp in self.groups.items():
+            if grp.source is None and name not in BUILTIN_GROUPS:
+                raise ValueError(
+                    f"group {name!r} is not built in ({', '.join(BUILTIN_GROUPS)}): give it a source"
+                )
+            if grp.source is not None and (grp.output is None or grp.slo is None):
+                raise ValueError(f"group {name!r} is imported: set its output and slo")
+        names = [p.name for p in self.phases]
+        if len(set(names)) != len(names):
+            raise ValueError("phase names must be unique")
+        if "warmup" in names and self.warmup.requests:
+            raise ValueError("'warmup' is reserved for warm-up requests: rename the phase")
+        for p in self.phases:
+            for gname in p.groups or {}:
+                if gname not in self.groups:
+                    raise ValueError(
+                        f"phase {p.name!r} uses group {gname!r}, which is not under groups"
+                    )
+            if sum((p.groups or {n: m.weight for n, m in self.groups.items()}).values()) <= 0:
+                raise ValueError(f"phase {p.name!r}: the group weights sum to 0")
+        for s, st in self.stages.items():
+            for gname in st.groups or []:
+                if gname not in self.groups:
+                    raise ValueError(
+                        f"stage {s!r} names group {gname!r}, which is not under groups"
+                    )
+        return self
+
+    def sha256(self) -> str:
+        """Hash of the validated config (independent of YAML formatting and key order)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+_FIXES = {
+    "missing": "add it",
+    "extra_forbidden": "remove it or fix its spelling",
+    "literal_error": "use one of the listed values",
+    "union_tag_invalid": "set kind to one of the listed values",
+    "union_tag_not_found": "add 'kind:'",
+    "greater_than": "use a larger value",
+    "greater_than_equal": "use a larger value",
+    "less_than_equal": "use a smaller value",
+    "too_short": "add at least one entry",
+    "string_pattern_mismatch": "use letters, digits, '_', '-' or '.'",
+    "float_parsing": "write a number",
+    "int_parsing": "write a whole number",
+}
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("constant", "poisson", "gamma", "steps", "trace", "simulated", "bm25"):
+            continue  # the discriminator's branch name: not part of the user's path
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _field_names() -> set[str]:
+    names: set[str] = set()
+    for obj in globals().values():
+        if isinstance(obj, type) and issubclass(obj, _Model) and obj is not _Model:
+            names.update(obj.model_fields)
+    return names
+
+
+def format_errors(exc: ValidationError, where: str = "workload") -> str:
+    lines = [f"{where}: {exc.error_count()} problem(s)"]
+    for e in exc.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        fix = _FIXES.get(e["type"])
+        if e["type"] == "extra_forbidden" and e["loc"]:
+            close = difflib.get_close_matches(str(e["loc"][-1]), sorted(_field_names()), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else fix
+        lines.append(f"  {_loc(e['loc'])}: {msg}" + (f" -> {fix}" if fix else ""))
+    return "\n".join(lines)
+
+
+def parse_workload(data: Any, where: str = "workload") -> WorkloadConfig:
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{where}: expected a mapping at the top level (groups:, phases:, ...)")
+    try:
+        return WorkloadConfig.model_validate(data)
+    except ValidationError as exc:
+        raise WorkloadError(format_errors(exc, where)) from None
+
+
+def load_workload(path: str | Path) -> WorkloadConfig:
+    """Read and validate a workload YAML (the file may also be a pilot YAML with ``workload:``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"workload file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text("utf-8"))
+    except yaml.YAMLError as exc:
+        raise WorkloadError(f"{p}: not valid YAML ({exc})") from None
+    if isinstance(data, dict) and "workload" in data and "phases" not in data:
+        data = data["workload"]
+    return parse_workload(data, str(p))

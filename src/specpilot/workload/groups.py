@@ -1,0 +1,386 @@
+"""Task groups: prompt sets with their length targets, sampling settings, SLOs and splits.
+
+Four groups ship with specpilot, written for this project (``data/*.jsonl``):
+
+=============  ==================================================  =========  ========  =====
+group          what                                                sampling   max_tok   SLO
+=============  ==================================================  =========  ========  =====
+zh_business    Chinese notices, summaries, reply drafts (figures)  T=0.7      ~192      1.5 s / 20 s
+code           Python function stub + docstring + asserts          greedy     256       1 s / 25 s
+structured     extract/produce JSON matching a JSON Schema         greedy     160       1 s / 12 s
+longform       long English or Chinese prose                       T=0.8      512       2 s / 60 s
+=============  ==================================================  =========  ========  =====
+
+Every prompt carries a fixed split: ``eval`` (held out: the pilot measures on these, and no
+draft may be trained on them), ``dev`` and ``train`` (a draft may be distilled on these). The
+split is written in the data file, so it never depends on a seed.
+
+    >>> from specpilot.workload.groups import load_group, group_prompts, training_prompts
+    >>> g = load_group("code")
+    >>> len(g.prompts) >= 40, g.sampling.temperature, g.slo.deadline_s
+    (True, 0.0, 25.0)
+    >>> ev = {p.id for p in group_prompts("code", "eval")}
+    >>> ev.isdisjoint(p.id for p in training_prompts("code"))
+    True
+
+Users add their own groups from three formats (see :func:`import_prompts`):
+
+- ``openai_jsonl``: one ``{"messages": [{"role": ..., "content": ...}, ...]}`` per line (the
+  OpenAI chat fine-tuning format); a trailing assistant message is kept as the reference.
+- ``sharegpt``: a JSON array (or JSONL) of ``{"id", "conversations": [{"from": "human"|"gpt"|
+  "system", "value": ...}]}``; the prompt is the first human turn (with a leading system turn).
+- ``specbench``: Spec-Bench's ``question.jsonl``, ``{"question_id", "category", "turns": [...]}``
+  per line; the prompt is the first turn, the category is kept (filterable).
+- ``specpilot_jsonl``: our own data-file format (``id``, ``split``, ``messages``, ``meta``).
+
+Imported prompts without an explicit split get one from a hash of their text (1 in 3 ``eval``),
+so a prompt keeps its split when the file is reordered or grows.
+
+Quality checks are placeholders here (``checks`` per prompt, ``quality_checks`` per group); the
+``meta`` of each prompt holds what a check needs: ``figures`` (zh_business amounts and dates),
+``entry_point``/``tests``/``reference`` (code), ``schema``/``expected`` (structured),
+``target_length`` (longform).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SPLITS = ("train", "dev", "eval")
+SPLIT_SELECTORS = ("train", "dev", "eval", "train+dev", "all")
+IMPORT_FORMATS = ("openai_jsonl", "sharegpt", "specbench", "specpilot_jsonl")
+BUILTIN_GROUPS = ("zh_business", "code", "structured", "longform")
+
+
+@dataclass(frozen=True)
+class LengthSpec:
+    """A distribution of ``max_tokens`` per request (the output-length target).
+
+    dist: ``fixed`` (always ``mean``), ``uniform`` (integers in [min, max]) or ``lognormal``
+    (median ``mean``, shape ``sigma``), always clipped to [min, max].
+    """
+
+    mean: int
+    dist: str = "fixed"
+    min: int = 1
+    max: int | None = None
+    sigma: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.dist not in ("fixed", "uniform", "lognormal"):
+            raise ValueError(f"length dist {self.dist!r}: use fixed, uniform or lognormal")
+        if self.mean < 1 or self.min < 1 or (self.max is not None and self.max < self.min):
+            raise ValueError(f"bad length spec {self}: need 1 <= min <= max and mean >= 1")
+
+    @property
+    def upper(self) -> int:
+        return self.max if self.max is not None else max(self.mean * 4, self.min)
+
+    def sample(self, rng: np.random.Generator) -> int:
+        if self.dist == "fixed":
+            v = float(self.mean)
+        elif self.dist == "uniform":
+            v = float(rng.integers(self.min, self.upper + 1))
+        else:
+            v = float(self.mean * math.exp(self.sigma * rng.standard_normal()))
+        return int(min(max(round(v), self.min), self.upper))
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling settings sent with every request of a group (``temperature == 0``: greedy)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class SLO:
+    """The group's service objectives: time to first content, and the end-to-end deadline."""
+
+    ttft_s: float
+    deadline_s: float
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    group: str
+    split: str  # train | dev | eval
+    messages: tuple[dict[str, Any], ...]
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    checks: tuple[Any, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The last user message (what retrieval queries and length estimates use)."""
+        for m in reversed(self.messages):
+            if m.get("role") == "user":
+                return str(m.get("content", ""))
+        return ""
+
+
+@dataclass(frozen=True)
+class TaskGroup:
+    name: str
+    description: str
+    prompts: tuple[Prompt, ...]
+    output: LengthSpec
+    sampling: Sampling
+    slo: SLO
+    input_tokens: tuple[int, int] = (0, 0)  # approximate range of the prompts (SmolLM2 tokens)
+    quality_checks: tuple[str, ...] = ()  # placeholder names, filled in by the quality issue
+
+    def split(self, selector: str = "eval") -> list[Prompt]:
+        return select_split(self.prompts, selector)
+
+    def with_prompts(self, prompts: Iterable[Prompt]) -> TaskGroup:
+        return replace(self, prompts=tuple(prompts))
+
+
+def select_split(prompts: Iterable[Prompt], selector: str) -> list[Prompt]:
+    """Prompts of one split: ``train``, ``dev``, ``eval``, ``train+dev`` or ``all``."""
+    if selector not in SPLIT_SELECTORS:
+        raise ValueError(f"split {selector!r}: use one of {', '.join(SPLIT_SELECTORS)}")
+    wanted = {"train+dev": {"train", "dev"}, "all": set(SPLITS)}.get(selector, {selector})
+    return [p for p in prompts if p.split in wanted]
+
+
+# Defaults per built-in group. Input ranges measured with the SmolLM2 tokenizer (chat template
+# not included); the SLOs are starting points for a 2-core CPU pilot, overridden in the YAML.
+_BUILTIN: dict[str, dict[str, Any]] = {
+    "zh_business": dict(
+        description="Chinese business instructions: notices, summaries, reply drafts",
+        output=LengthSpec(192, "lognormal", min=96, max=320, sigma=0.25),
+        sampling=Sampling(temperature=0.7, top_p=0.9),
+        slo=SLO(ttft_s=1.5, deadline_s=20.0),
+        input_tokens=(40, 170),
+        quality_checks=("figures_preserved", "non_empty"),
+    ),
+    "code": dict(
+        description="Python functions: a stub with a docstring and tests to satisfy",
+        output=LengthSpec(256),
+        sampling=Sampling(temperature=0.0),
+        slo=SLO(ttft_s=1.0, deadline_s=25.0),
+        input_tokens=(110, 290),
+        quality_checks=("code_block", "tests_pass"),
+    ),
+    "structured": dict(
+        description="Extract or produce JSON that matches a given JSON Schema",
+        output=LengthSpec(160),
+        sampling=Sampling(temperature=0.0),
+        slo=SLO(ttft_s=1.0, deadline_s=12.0),
+        input_tokens=(90, 260),
+        quality_checks=("json_parses", "schema_valid", "expected_fields"),
+    ),
+    "longform": dict(
+        description="Long English or Chinese prose: stories, essays, reports",
+        output=LengthSpec(512, "uniform", min=384, max=640),
+        sampling=Sampling(temperature=0.8, top_p=0.95),
+        slo=SLO(ttft_s=2.0, deadline_s=60.0),
+        input_tokens=(15, 60),
+        quality_checks=("non_empty", "length_reached"),
+    ),
+}
+
+
+def builtin_group_names() -> list[str]:
+    return list(BUILTIN_GROUPS)
+
+
+@cache
+def load_group(name: str) -> TaskGroup:
+    """A built-in group with all its prompts (every split)."""
+    if name not in _BUILTIN:
+        raise ValueError(f"unknown group {name!r}: built-in groups are {', '.join(BUILTIN_GROUPS)}")
+    text = (
+        resources.files("specpilot.workload")
+        .joinpath("data")
+        .joinpath(f"{name}.jsonl")
+        .read_text("utf-8")
+    )
+    prompts = tuple(_parse_specpilot_lines(text.splitlines(), name, "data/" + name + ".jsonl"))
+    return TaskGroup(name=name, prompts=prompts, **_BUILTIN[name])
+
+
+def group_prompts(name: str, split: str = "eval") -> list[Prompt]:
+    """The prompts of a built-in group in one split (``eval`` is the held-out split)."""
+    return load_group(name).split(split)
+
+
+def training_prompts(name: str) -> list[Prompt]:
+    """Prompts a draft model may be trained on (``train`` + ``dev``); never the ``eval`` ones."""
+    return group_prompts(name, "train+dev")
+
+
+def hash_split(text: str) -> str:
+    """Stable split for an imported prompt without one: 1 in 3 eval, 1 in 6 dev, rest train."""
+    h = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
+    return "eval" if h % 3 == 0 else ("dev" if h % 6 == 1 else "train")
+
+
+# -- importers --------------------------------------------------------------------------
+
+
+def import_prompts(
+    path: str | Path,
+    fmt: str,
+    group: str,
+    *,
+    categories: Sequence[str] | None = None,
+    limit: int | None = None,
+) -> list[Prompt]:
+    """Read a user prompt file in one of :data:`IMPORT_FORMATS` as prompts of ``group``."""
+    p = Path(path)
+    if fmt not in IMPORT_FORMATS:
+        raise ValueError(f"format {fmt!r}: use one of {', '.join(IMPORT_FORMATS)}")
+    if not p.is_file():
+        raise FileNotFoundError(f"prompt file not found: {p}")
+    text = p.read_text("utf-8")
+    if fmt == "openai_jsonl":
+        out = _parse_openai_jsonl(text, group, p.name)
+    elif fmt == "sharegpt":
+        out = _parse_sharegpt(text, group, p.name)
+    elif fmt == "specbench":
+        out = _parse_specbench(text, group, p.name)
+    else:
+        out = list(_parse_specpilot_lines(text.splitlines(), group, p.name))
+    if categories:
+        keep = set(categories)
+        out = [q for q in out if q.meta.get("category") in keep]
+    if limit is not None:
+        out = out[:limit]
+    if not out:
+        raise ValueError(f"{p}: no usable prompts in {fmt} format (check the file's format)")
+    return out
+
+
+def _json_lines(text: str, where: str) -> Iterable[tuple[int, Any]]:
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}:{n}: not valid JSON ({exc.msg})") from None
+
+
+def _parse_specpilot_lines(lines: Iterable[str], group: str, where: str) -> Iterable[Prompt]:
+    for n, obj in _json_lines("\n".join(lines), where):
+        split = obj.get("split") or hash_split(json.dumps(obj["messages"], ensure_ascii=False))
+        if split not in SPLITS:
+            raise ValueError(f"{where}:{n}: split {split!r}: use train, dev or eval")
+        yield Prompt(
+            id=str(obj.get("id", f"{group}-{n:04d}")),
+            group=group,
+            split=split,
+            messages=tuple(obj["messages"]),
+            meta=dict(obj.get("meta") or {}),
+            checks=tuple(obj.get("checks") or ()),
+        )
+
+
+def _make(
+    group: str, pid: str, messages: list[dict[str, Any]], meta: dict[str, Any], split: str | None
+) -> Prompt:
+    key = json.dumps(messages, ensure_ascii=False, sort_keys=True)
+    return Prompt(
+        id=pid,
+        group=group,
+        split=split if split in SPLITS else hash_split(key),
+        messages=tuple(messages),
+        meta=meta,
+    )
+
+
+def _parse_openai_jsonl(text: str, group: str, where: str) -> list[Prompt]:
+    out = []
+    for n, obj in _json_lines(text, where):
+        msgs = obj.get("messages") if isinstance(obj, dict) else None
+        if not isinstance(msgs, list) or not msgs:
+            raise ValueError(f"{where}:{n}: expected an object with a non-empty 'messages' list")
+        msgs = [{"role": m["role"], "content": m.get("content") or ""} for m in msgs]
+        meta: dict[str, Any] = {}
+        if msgs[-1]["role"] == "assistant":  # the dataset's answer: a reference, not prompt
+            meta["reference"] = msgs.pop()["content"]
+        if not msgs or msgs[-1]["role"] != "user":
+            raise ValueError(f"{where}:{n}: the prompt must end with a user message")
+        pid = str(obj.get("id", f"{group}-{n:04d}"))
+        out.append(_make(group, pid, msgs, meta, obj.get("split")))
+    return out
+
+
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+}
+
+
+def _parse_sharegpt(text: str, group: str, where: str) -> list[Prompt]:
+    stripped = text.lstrip()
+    items = (
+        json.loads(stripped)
+        if stripped.startswith("[")
+        else [o for _, o in _json_lines(text, where)]
+    )
+    out = []
+    for n, item in enumerate(items, 1):
+        conv = item.get("conversations") or item.get("conversation") or []
+        msgs: list[dict[str, Any]] = []
+        reference = None
+        for turn in conv:
+            role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
+            if role is None:
+                continue
+            if msgs and msgs[-1]["role"] == "user":  # the first human turn is the prompt
+                if role == "assistant":
+                    reference = turn.get("value", "")  # its answer: the reference
+                break
+            if role != "assistant":  # an answer before any question is skipped
+                msgs.append({"role": role, "content": turn.get("value", "")})
+        if not msgs or msgs[-1]["role"] != "user":
+            continue  # no human turn: nothing to send (ShareGPT has such entries)
+        meta: dict[str, Any] = {"source_id": item.get("id")}
+        if reference is not None:
+            meta["reference"] = reference
+        out.append(
+            _make(group, str(item.get("id", f"{group}-{n:04d}")), msgs, meta, item.get("split"))
+        )
+    return out
+
+
+def _parse_specbench(text: str, group: str, where: str) -> list[Prompt]:
+    out = []
+    for n, obj in _json_lines(text, where):
+        turns = obj.get("turns")
+        if not isinstance(turns, list) or not turns:
+            raise ValueError(f"{where}:{n}: expected a Spec-Bench question with a 'turns' list")
+        meta = {
+            "category": obj.get("category"),
+            "question_id": obj.get("question_id"),
+            "turns": turns,
+        }
+        if "reference" in obj:
+            meta["reference"] = obj["reference"]
+        pid = f"{group}-{obj.get('question_id', n)}"
+        out.append(
+            _make(group, pid, [{"role": "user", "content": str(turns[0])}], meta, obj.get("split"))
+        )
+    return out
