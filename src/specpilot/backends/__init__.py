@@ -1,0 +1,63 @@
+"""Engine backends behind one Protocol: start, stop, endpoint, describe, scrape.
+
+One small module per engine: ``builtin`` (``specpilot serve`` as a subprocess), ``llamacpp``
+(xllamacpp, real, runs here), ``vllm`` and ``sglang`` (launch commands and parsers; need a
+GPU), ``openai`` (any endpoint; delivery metrics only). Counters are normalised to DESIGN.md's
+definitions (see ``backends.base``); ``response_extras`` turns an engine's per-response stats
+into ``RequestRecord`` fields and is what the load generator gets (it never imports an engine).
+
+    >>> from specpilot.backends import response_extras_for
+    >>> response_extras_for("llamacpp")({"timings": {"draft_n": 8, "draft_n_accepted": 6}})["spec"]["accepted"]
+    6
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from specpilot.backends.base import (
+    SPEC_ACCEPTED,
+    SPEC_COMMITTED,
+    SPEC_POS,
+    SPEC_PROPOSED,
+    SPEC_ROUNDS,
+    Backend,
+    BackendError,
+    Manifest,
+    ModelFile,
+    hardware_info,
+)
+
+ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")
+
+
+def response_extras_for(engine: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The per-response parser for an engine name (what ``LoadConfig.response_extras`` takes)."""
+    if engine in ("vllm", "builtin"):
+        from specpilot.backends.vllm import response_extras
+    elif engine == "llamacpp":
+        from specpilot.backends.llamacpp import response_extras
+    elif engine == "sglang":
+        from specpilot.backends.sglang import response_extras
+    elif engine == "openai":
+        return lambda obj: {}
+    else:
+        raise ValueError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
+    return response_extras
+
+
+__all__ = [
+    "ENGINES",
+    "SPEC_ACCEPTED",
+    "SPEC_COMMITTED",
+    "SPEC_POS",
+    "SPEC_PROPOSED",
+    "SPEC_ROUNDS",
+    "Backend",
+    "BackendError",
+    "Manifest",
+    "ModelFile",
+    "hardware_info",
+    "response_extras_for",
+]

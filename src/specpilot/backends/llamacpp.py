@@ -1,0 +1,327 @@
+"""llama.cpp's HTTP server through the ``xllamacpp`` wheel: plain, with a draft model
+(``draft-simple``) or with n-gram speculation, in a subprocess (default) or in-process.
+
+    >>> be = LlamaCppBackend(LlamaCppConfig(model=default_target_path(), spec_type="ngram-mod"))  # doctest: +SKIP
+    >>> be.start(); be.endpoint                                               # doctest: +SKIP
+    'http://127.0.0.1:41234'
+    >>> be.scrape(label="before").metrics["spec_rounds"]                      # doctest: +SKIP
+
+Counting (checked against this build's ``/metrics`` and responses): ``num_drafts_total`` is
+verification steps, ``num_draft_tokens_total`` proposed draft tokens,
+``num_accepted_tokens_total`` accepted *draft* tokens: the target's own bonus/correction token
+is not in it, and llama.cpp's own "acceptance" excludes it. We normalise to committed =
+accepted + rounds (DESIGN.md). ``accepted_tokens_per_pos{position}`` is 0-based. Each
+response's ``timings`` carries ``draft_n`` / ``draft_n_accepted`` (no round count).
+Note that llama.cpp's verification keeps a draft token while the target's own sample equals it;
+it is not the Leviathan p/q ratio test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specpilot.backends import prom
+from specpilot.backends.base import (
+    SPEC_ACCEPTED,
+    SPEC_COMMITTED,
+    SPEC_POS,
+    SPEC_PROPOSED,
+    SPEC_ROUNDS,
+    BackendError,
+    Manifest,
+    ServerProcess,
+    free_port,
+    get_text,
+    hardware_info,
+    model_file,
+    process_memory,
+    snapshot,
+    spec_summary,
+    tokenizer_sha256,
+)
+from specpilot.records import MetricSnapshot
+
+SPEC_TYPES = {
+    "draft-simple": "COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE",
+    "ngram-simple": "COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE",
+    "ngram-mod": "COMMON_SPECULATIVE_TYPE_NGRAM_MOD",
+    "ngram-map-k": "COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K",
+    "ngram-cache": "COMMON_SPECULATIVE_TYPE_NGRAM_CACHE",
+}
+INSTALL_HINT = "llama.cpp backend needs xllamacpp: pip install 'specpilot[llamacpp]'"
+
+
+@dataclass
+class LlamaCppConfig:
+    model: str | Path
+    draft: str | Path | None = None
+    spec_type: str | None = None  # None: "draft-simple" when a draft is given, else plain
+    draft_n_max: int = 3  # llama.cpp's default --spec-draft-n-max
+    draft_n_min: int = 0
+    draft_p_min: float | None = None
+    n_ctx: int = 2048  # total, split over n_parallel slots
+    n_parallel: int = 1
+    threads: int | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    alias: str | None = None
+    ngram: dict[str, int] = field(default_factory=dict)  # e.g. {"size_n": 3} for ngram-simple
+    extra: dict[str, Any] = field(default_factory=dict)  # CommonParams attribute -> value
+
+    def effective_spec_type(self) -> str | None:
+        if self.spec_type is not None:
+            if self.spec_type not in SPEC_TYPES:
+                raise ValueError(f"spec_type {self.spec_type!r}: one of {', '.join(SPEC_TYPES)}")
+            if self.spec_type == "draft-simple" and self.draft is None:
+                raise ValueError("spec_type draft-simple needs a draft model")
+            return self.spec_type
+        return "draft-simple" if self.draft is not None else None
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["model"] = str(self.model)
+        d["draft"] = str(self.draft) if self.draft is not None else None
+        return json.dumps(d)
+
+    def flags(self) -> list[str]:
+        """The equivalent ``llama-server`` command line (recorded in the manifest)."""
+        f = ["llama-server", "-m", str(self.model), "--host", self.host, "--port", str(self.port)]
+        f += ["-c", str(self.n_ctx), "-np", str(self.n_parallel), "--metrics"]
+        if self.threads:
+            f += ["-t", str(self.threads)]
+        st = self.effective_spec_type()
+        if st is not None:
+            f += ["--spec-type", st]
+            if self.draft is not None:
+                f += ["-md", str(self.draft)]
+            f += [
+                "--spec-draft-n-max",
+                str(self.draft_n_max),
+                "--spec-draft-n-min",
+                str(self.draft_n_min),
+            ]
+            if self.draft_p_min is not None:
+                f += ["--spec-draft-p-min", str(self.draft_p_min)]
+            for k, v in sorted(self.ngram.items()):
+                f += [f"--x-{st}-{k}", str(v)]  # CommonParams.speculative.<type> fields
+        for k, v in sorted(self.extra.items()):
+            f += [f"--x-{k}", str(v)]  # CommonParams fields without a flag name here
+        return f
+
+    def common_params(self) -> Any:
+        """The xllamacpp ``CommonParams`` for this config."""
+        try:
+            import xllamacpp as xl
+        except ImportError as exc:
+            raise BackendError(INSTALL_HINT) from exc
+        p = xl.CommonParams()
+        p.model.path = str(self.model)
+        p.hostnames = [self.host]
+        p.port = self.port
+        p.endpoint_metrics = True
+        p.n_ctx = self.n_ctx
+        p.n_parallel = self.n_parallel
+        if self.threads:
+            p.cpuparams.n_threads = self.threads
+            p.cpuparams_batch.n_threads = self.threads
+        if self.alias:
+            p.model_alias = self.alias
+        st = self.effective_spec_type()
+        if st is not None:
+            p.speculative.types = [getattr(xl.common_speculative_type, SPEC_TYPES[st])]
+            if self.draft is not None:
+                p.speculative.draft.mparams.path = str(self.draft)
+            p.speculative.draft.n_max = self.draft_n_max
+            p.speculative.draft.n_min = self.draft_n_min
+            if self.draft_p_min is not None:
+                p.speculative.draft.p_min = self.draft_p_min
+            if self.ngram:
+                if not st.startswith("ngram-") or st == "ngram-cache":
+                    raise ValueError(f"ngram parameters do not apply to spec_type {st!r}")
+                sub = getattr(p.speculative, st.replace("-", "_"))
+                for k, v in self.ngram.items():
+                    setattr(sub, k, v)
+        for k, v in self.extra.items():
+            setattr(p, k, v)
+        return p
+
+
+def normalise_metrics(text: str) -> dict[str, float]:
+    """llama.cpp ``/metrics`` -> our normalised names (both old and new counter spellings)."""
+    s = prom.parse(text)
+    p = "llamacpp:"
+    out: dict[str, float] = {}
+    rounds = prom.total(s, p + "spec_decode_num_drafts_total", p + "spec_decode_drafts_total")
+    proposed = prom.total(s, p + "spec_decode_num_draft_tokens_total")
+    accepted = prom.total(
+        s, p + "spec_decode_num_accepted_tokens_total", p + "spec_decode_accepted_tokens_total"
+    )
+    if rounds is not None:
+        out[SPEC_ROUNDS] = rounds
+    if proposed is not None:
+        out[SPEC_PROPOSED] = proposed
+    if accepted is not None:
+        out[SPEC_ACCEPTED] = accepted
+        if rounds is not None:
+            out[SPEC_COMMITTED] = accepted + rounds  # bonus token: one per verification step
+    pos = prom.by_label(
+        s,
+        "position",
+        p + "spec_decode_num_accepted_tokens_per_pos_total",
+        p + "spec_decode_accepted_tokens_per_pos_total",
+    )
+    for k, n in pos.items():
+        out[f"{SPEC_POS}{int(k) + 1}"] = n
+    for ours, theirs in (
+        ("generation_tokens", "tokens_predicted_total"),
+        ("prompt_tokens", "prompt_tokens_total"),
+        ("prompt_tokens_cached", "prompt_tokens_cached_total"),
+        ("generation_seconds", "tokens_predicted_seconds_total"),
+        ("prompt_seconds", "prompt_seconds_total"),
+        ("decode_calls", "n_decode_total"),
+        ("requests_running", "requests_processing"),
+        ("requests_waiting", "requests_deferred"),
+        ("kv_cache_usage", "kv_cache_usage_ratio"),
+    ):
+        v = prom.total(s, p + theirs)
+        if v is not None:
+            out[ours] = v
+    return out
+
+
+def response_extras(obj: dict[str, Any]) -> dict[str, Any]:
+    """A response's ``timings`` -> prefill/decode seconds and ``RequestRecord.spec``."""
+    t = obj.get("timings")
+    if not isinstance(t, dict):
+        return {}
+    out: dict[str, Any] = {}
+    if t.get("prompt_ms") is not None:
+        out["prefill_s"] = float(t["prompt_ms"]) / 1e3
+    if t.get("predicted_ms") is not None:
+        out["decode_s"] = float(t["predicted_ms"]) / 1e3
+    if "draft_n" in t:
+        out["spec"] = spec_summary(
+            "llamacpp",
+            "timings",
+            proposed=t.get("draft_n"),
+            accepted=t.get("draft_n_accepted"),
+            rounds=None,
+            raw=t,
+        )
+    return out
+
+
+class LlamaCppBackend:
+    """llama.cpp's server. ``mode="subprocess"`` (default) can be killed like a real server;
+    ``mode="inprocess"`` serves from this process (quick, but shares its GIL-free threads)."""
+
+    name = "llamacpp"
+
+    def __init__(self, cfg: LlamaCppConfig, mode: str = "subprocess") -> None:
+        if mode not in ("subprocess", "inprocess"):
+            raise ValueError("mode: subprocess | inprocess")
+        cfg.effective_spec_type()  # validate early
+        self.cfg = cfg
+        self.cfg.port = cfg.port or free_port(cfg.host)
+        self.mode = mode
+        self._server: ServerProcess | None = None
+        self._inproc: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.cfg.host}:{self.cfg.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return (
+            self._server.pid
+            if self._server is not None
+            else (os.getpid() if self._inproc else None)
+        )
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        if self.mode == "subprocess":
+            argv = [sys.executable, "-m", "specpilot.backends.llamacpp_child", self.cfg.to_json()]
+            self._server = ServerProcess(argv, self.endpoint)
+            self._server.start(timeout_s)
+        else:
+            import xllamacpp as xl
+
+            self._inproc = xl.Server(self.cfg.common_params())
+            probe = ServerProcess([], self.endpoint)
+            probe.wait_healthy(timeout_s)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        if self._inproc is not None:
+            self._inproc = None  # the destructor stops the server's loop and joins it
+
+    def kill(self) -> None:
+        """SIGKILL the server process (subprocess mode), as a crash would."""
+        if self._server is None:
+            raise BackendError("kill() needs mode='subprocess'")
+        self._server.kill()
+
+    def version(self) -> str:
+        try:
+            import xllamacpp as xl
+
+            build = xl.BUILD_INFO
+            return f"xllamacpp {xl.__version__} (llama.cpp build {build.get('build_number')}, commit {build.get('commit')})"
+        except ImportError:
+            return "xllamacpp not installed"
+
+    def describe(self) -> Manifest:
+        c = self.cfg
+        spec: dict[str, Any] = {"type": c.effective_spec_type()}
+        if spec["type"] is not None:
+            spec.update(n_max=c.draft_n_max, n_min=c.draft_n_min, p_min=c.draft_p_min)
+            spec["method_class"] = "draft_model" if spec["type"] == "draft-simple" else "ngram"
+        models = tuple(
+            m for m in (model_file("target", c.model), model_file("draft", c.draft)) if m
+        )
+        notes = [
+            "llama.cpp accepts a draft token while the target's own sample equals it (not p/q ratio)"
+        ]
+        tok_t = tokenizer_sha256(c.model)
+        if c.draft is not None and tokenizer_sha256(c.draft) != tok_t:
+            notes.append("draft tokenizer differs from the target's")
+        return Manifest(
+            engine="llamacpp",
+            engine_version=self.version(),
+            endpoint=self.endpoint,
+            models=models,
+            tokenizer_sha256=tok_t,
+            launch=tuple(c.flags()),
+            speculative=spec,
+            hardware=hardware_info(),
+            notes=tuple(notes),
+        )
+
+    def scrape(
+        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
+    ) -> MetricSnapshot:
+        try:
+            text = get_text(self.endpoint + "/metrics")
+        except Exception as exc:
+            raise BackendError(f"llama.cpp /metrics unreachable at {self.endpoint}: {exc}") from exc
+        metrics = normalise_metrics(text)
+        metrics.update(process_memory(self.pid))
+        return snapshot("llamacpp", metrics, text, run_id, arm, phase, label)
+
+    def response_extras(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return response_extras(obj)
+
+    def __enter__(self) -> LlamaCppBackend:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,189 @@
+"""SGLang: launch command, ``/get_server_info`` and ``/metrics``, per-request ``meta_info``.
+
+Formats copied from SGLang's sources (the tests replay them):
+- Launch: ``python -m sglang.launch_server --model-path T --speculative-algorithm STANDALONE
+  --speculative-draft-model-path D --speculative-num-steps k --speculative-eagle-topk 1
+  --speculative-num-draft-tokens k+1`` (a STANDALONE draft is an independent draft model).
+- ``python/sglang/srt/managers/tokenizer_manager.py`` (``_calculate_spec_decoding_metrics``):
+  ``meta_info`` of a native ``/generate`` response has ``spec_verify_ct`` (verification
+  steps), ``spec_accept_token_num`` (accepted draft tokens), ``spec_draft_token_num``
+  (= steps x (num_draft_tokens - 1)), ``spec_accept_length`` = completion_tokens /
+  spec_verify_ct (bonus token *included*). Newer releases name them
+  ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts``.
+- ``/get_server_info`` -> ``internal_states[0].avg_spec_accept_length`` (a running average since
+  start, bonus included) and the gauge ``sglang:spec_accept_length``. Neither is a counter: a
+  phase's acceptance comes from per-request ``meta_info``, not from differencing these.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from specpilot.backends import prom
+from specpilot.backends.base import (
+    BackendError,
+    Manifest,
+    ServerProcess,
+    free_port,
+    get_text,
+    hardware_info,
+    model_file,
+    process_memory,
+    snapshot,
+    spec_summary,
+    tokenizer_sha256,
+)
+from specpilot.records import MetricSnapshot
+
+
+def normalise_server_info(info: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    states = info.get("internal_states") or []
+    if states and isinstance(states[0], dict):
+        s0 = states[0]
+        if s0.get("avg_spec_accept_length") is not None:
+            out["spec_mean_accept_length_since_start"] = float(s0["avg_spec_accept_length"])
+        if s0.get("last_gen_throughput") is not None:
+            out["generation_throughput_tok_s"] = float(s0["last_gen_throughput"])
+    return out
+
+
+def normalise_metrics(text: str) -> dict[str, float]:
+    s = prom.parse(text)
+    out: dict[str, float] = {}
+    for ours, theirs in (
+        ("spec_mean_accept_length_gauge", "sglang:spec_accept_length"),
+        ("spec_accept_rate_gauge", "sglang:spec_accept_rate"),
+        ("requests_running", "sglang:num_running_reqs"),
+        ("requests_waiting", "sglang:num_queue_reqs"),
+        ("kv_cache_usage", "sglang:token_usage"),
+    ):
+        v = prom.total(s, theirs)
+        if v is not None:
+            out[ours] = v
+    for ours, theirs in (
+        ("generation_tokens", "sglang:generation_tokens"),
+        ("prompt_tokens", "sglang:prompt_tokens"),
+    ):
+        v = prom.total(s, theirs + "_total", theirs)
+        if v is not None:
+            out[ours] = v
+    return out
+
+
+def response_extras(obj: dict[str, Any]) -> dict[str, Any]:
+    """``meta_info`` of a native ``/generate`` response -> ``RequestRecord.spec``."""
+    mi = obj.get("meta_info")
+    if not isinstance(mi, dict) or "spec_verify_ct" not in mi:
+        return {}
+    rounds = mi.get("spec_verify_ct")
+    accepted = mi.get(
+        "spec_accept_token_num", mi.get("spec_num_correct_drafts", mi.get("spec_accepted_drafts"))
+    )
+    proposed = mi.get(
+        "spec_draft_token_num", mi.get("spec_num_proposed_drafts", mi.get("spec_proposed_drafts"))
+    )
+    if accepted is None and rounds and mi.get("completion_tokens") is not None:
+        accepted = (
+            mi["completion_tokens"] - rounds
+        )  # accept_length = completion / steps, bonus included
+    return {
+        "spec": spec_summary(
+            "sglang", "meta_info", proposed=proposed, accepted=accepted, rounds=rounds, raw=mi
+        )
+    }
+
+
+@dataclass
+class SglangBackend:
+    model: str
+    draft: str | None = None
+    k: int = 3
+    algorithm: str = "STANDALONE"
+    host: str = "127.0.0.1"
+    port: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    name: str = "sglang"
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port(self.host)
+        self._server: ServerProcess | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", self.model]
+        argv += ["--host", self.host, "--port", str(self.port), "--enable-metrics"]
+        if self.draft is not None:
+            argv += [
+                "--speculative-algorithm", self.algorithm,
+                "--speculative-draft-model-path", self.draft,
+                "--speculative-num-steps", str(self.k),
+                "--speculative-eagle-topk", "1",
+                "--speculative-num-draft-tokens", str(self.k + 1),
+            ]  # fmt: skip
+        return argv + list(self.extra_args)
+
+    def start(self, timeout_s: float = 900.0) -> None:
+        self._server = ServerProcess(self.command(), self.endpoint)
+        self._server.start(timeout_s)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+
+    def describe(self) -> Manifest:
+        try:
+            from importlib.metadata import version
+
+            ver = version("sglang")
+        except Exception:
+            ver = "unknown"
+        spec = {
+            "algorithm": self.algorithm,
+            "num_steps": self.k,
+            "eagle_topk": 1,
+            "num_draft_tokens": self.k + 1,
+        }
+        return Manifest(
+            engine="sglang",
+            engine_version=ver,
+            endpoint=self.endpoint,
+            models=tuple(
+                m for m in (model_file("target", self.model), model_file("draft", self.draft)) if m
+            ),
+            tokenizer_sha256=tokenizer_sha256(self.model),
+            launch=tuple(self.command()),
+            speculative=spec if self.draft else {},
+            hardware=hardware_info(),
+        )
+
+    def scrape(
+        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
+    ) -> MetricSnapshot:
+        metrics: dict[str, float] = {}
+        raw: dict[str, Any] = {}
+        try:
+            info = json.loads(get_text(self.endpoint + "/get_server_info"))
+            raw["server_info"] = info
+            metrics.update(normalise_server_info(info))
+        except Exception as exc:
+            raise BackendError(
+                f"sglang /get_server_info unreachable at {self.endpoint}: {exc}"
+            ) from exc
+        try:
+            text = get_text(self.endpoint + "/metrics")
+            raw["metrics"] = text
+            metrics.update(normalise_metrics(text))
+        except Exception:
+            pass  # /metrics only with --enable-metrics
+        metrics.update(process_memory(self._server.pid if self._server else None))
+        return snapshot("sglang", metrics, json.dumps(raw, default=str), run_id, arm, phase, label)
+
+    def response_extras(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return response_extras(obj)
