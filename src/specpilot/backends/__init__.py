@@ -47,6 +47,34 @@ def response_extras_for(engine: str) -> Callable[[dict[str, Any]], dict[str, Any
     return response_extras
 
 
+def normaliser_for(engine: str) -> Callable[[str], dict[str, float]] | None:
+    """The ``/metrics`` text normaliser of an engine (None: the engine has no counters we read)."""
+    import importlib
+
+    module = {"vllm": "vllm", "builtin": "builtin", "llamacpp": "llamacpp", "sglang": "sglang"}.get(
+        engine
+    )
+    if module is None:
+        return None
+    fn: Callable[[str], dict[str, float]] = importlib.import_module(
+        f"specpilot.backends.{module}"
+    ).normalise_metrics
+    return fn
+
+
+def scrape_endpoint(
+    engine: str, url: str, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
+) -> Any:
+    """Scrape ``url``/metrics of an engine someone else started (``specpilot load URL``)."""
+    from specpilot.backends.base import get_text, snapshot
+
+    norm = normaliser_for(engine)
+    if norm is None:
+        return snapshot(engine, {}, "", run_id, arm, phase, label)
+    text = get_text(url.rstrip("/") + "/metrics")
+    return snapshot(engine, norm(text), text, run_id, arm, phase, label)
+
+
 __all__ = [
     "ENGINES",
     "SPEC_ACCEPTED",
@@ -59,5 +87,7 @@ __all__ = [
     "Manifest",
     "ModelFile",
     "hardware_info",
+    "normaliser_for",
     "response_extras_for",
+    "scrape_endpoint",
 ]
