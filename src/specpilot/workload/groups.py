@@ -161,15 +161,16 @@ def select_split(prompts: Iterable[Prompt], selector: str) -> list[Prompt]:
     return [p for p in prompts if p.split in wanted]
 
 
-# Defaults per built-in group. Input ranges measured with the SmolLM2 tokenizer (chat template
-# not included); the SLOs are starting points for a 2-core CPU pilot, overridden in the YAML.
+# Defaults per built-in group. Input ranges: min and max over the prompts, measured with the
+# SmolLM2 tokenizer on the user message (chat template not included). The SLOs are starting
+# points for a 2-core CPU pilot; a workload YAML overrides them.
 _BUILTIN: dict[str, dict[str, Any]] = {
     "zh_business": dict(
         description="Chinese business instructions: notices, summaries, reply drafts",
         output=LengthSpec(192, "lognormal", min=96, max=320, sigma=0.25),
         sampling=Sampling(temperature=0.7, top_p=0.9),
         slo=SLO(ttft_s=1.5, deadline_s=20.0),
-        input_tokens=(40, 170),
+        input_tokens=(95, 195),
         quality_checks=("figures_preserved", "non_empty"),
     ),
     "code": dict(
@@ -177,7 +178,7 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         output=LengthSpec(256),
         sampling=Sampling(temperature=0.0),
         slo=SLO(ttft_s=1.0, deadline_s=25.0),
-        input_tokens=(110, 290),
+        input_tokens=(121, 214),
         quality_checks=("code_block", "tests_pass"),
     ),
     "structured": dict(
@@ -185,7 +186,7 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         output=LengthSpec(160),
         sampling=Sampling(temperature=0.0),
         slo=SLO(ttft_s=1.0, deadline_s=12.0),
-        input_tokens=(90, 260),
+        input_tokens=(118, 317),
         quality_checks=("json_parses", "schema_valid", "expected_fields"),
     ),
     "longform": dict(
@@ -193,7 +194,7 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         output=LengthSpec(512, "uniform", min=384, max=640),
         sampling=Sampling(temperature=0.8, top_p=0.95),
         slo=SLO(ttft_s=2.0, deadline_s=60.0),
-        input_tokens=(15, 60),
+        input_tokens=(21, 104),
         quality_checks=("non_empty", "length_reached"),
     ),
 }

@@ -29,8 +29,10 @@ multiplies token counts, clipped to [``min_tokens``, ``max_*_tokens``].
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -187,15 +189,7 @@ def load_trace(path: str | Path) -> Trace:
     try:
         t = np.array([float(x) for x in raw], dtype=np.float64) * (1e-3 if ms else 1.0)
     except (TypeError, ValueError):
-        # Wall-clock strings: numpy parses ISO with up to 9 fractional digits (Azure has 7).
-        try:
-            stamps = np.array(
-                [str(x).strip().replace(" ", "T") for x in raw], dtype="datetime64[ns]"
-            )
-        except ValueError as exc:
-            raise ValueError(
-                f"{p}: cannot parse timestamps ({exc}); use seconds or ISO 8601"
-            ) from None
+        stamps = _parse_datetimes([str(x) for x in raw], p)
         t = (stamps - stamps.min()).astype(np.int64) / 1e9
         start_time = str(stamps.min()).replace("T", " ")  # full precision: offsets add to it
     try:
@@ -204,6 +198,40 @@ def load_trace(path: str | Path) -> Trace:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{p}: token counts must be numbers ({exc})") from None
     return Trace.from_arrays(t, ins, outs, source=p.name, start_time=start_time)
+
+
+def _parse_datetimes(raw: list[str], where: Path) -> np.ndarray:
+    """ISO 8601 wall-clock strings -> datetime64[ns] (UTC when an offset or 'Z' is given).
+
+    numpy parses naive ISO times with up to 9 fractional digits (Azure has 7); strings with
+    a UTC offset go through ``datetime.fromisoformat`` and are converted to UTC.
+    """
+    vals = [x.strip().replace(" ", "T") for x in raw]
+    if any(_TZ.search(v) for v in vals):
+        out = []
+        for v in vals:
+            v = re.sub(
+                r"(\.\d{6})\d+", r"\1", v.removesuffix("Z") + ("+00:00" if v.endswith("Z") else "")
+            )
+            try:
+                d = dt.datetime.fromisoformat(v)
+            except ValueError:
+                raise ValueError(
+                    f"{where}: cannot parse timestamp {v!r}; use seconds or ISO 8601"
+                ) from None
+            if d.tzinfo is not None:
+                d = d.astimezone(dt.UTC).replace(tzinfo=None)
+            out.append(np.datetime64(d, "ns"))
+        return np.array(out, dtype="datetime64[ns]")
+    try:
+        return np.array(vals, dtype="datetime64[ns]")
+    except ValueError as exc:
+        raise ValueError(
+            f"{where}: cannot parse timestamps ({exc}); use seconds or ISO 8601"
+        ) from None
+
+
+_TZ = re.compile(r"(Z|[+-]\d\d:?\d\d)$")
 
 
 # -- windows --------------------------------------------------------------------------
