@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import threading
 import uuid
@@ -132,13 +133,20 @@ def _dumps(v: Any) -> str | None:
     )
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _as_dict(rec: Any) -> dict[str, Any]:
     if isinstance(rec, dict):
         return dict(rec)
+    if dataclasses.is_dataclass(rec) and not isinstance(rec, type):
+        # Shallow (dataclasses.asdict deep-copies: 10x slower on 100k chunks); nested values
+        # are serialised to JSON on insert anyway.
+        return {n: getattr(rec, n) for n in _field_names(type(rec))}
     if hasattr(rec, "to_dict"):
         return dict(rec.to_dict())
-    if dataclasses.is_dataclass(rec) and not isinstance(rec, type):
-        return dataclasses.asdict(rec)
     raise TypeError(f"cannot store a {type(rec).__name__}: pass a record dataclass or a dict")
 
 
