@@ -47,11 +47,11 @@ PROMPTS = [
 ]
 
 
-def tiny_config(n_layers: int = 2, dim: int = 64, context: int = 512):
+def tiny_config(n_layers: int = 2, dim: int = 64, context: int = 512, vocab: int = VOCAB):
     from specpilot.engine.model import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         dim=dim,
         n_layers=n_layers,
         n_heads=4,
@@ -59,15 +59,16 @@ def tiny_config(n_layers: int = 2, dim: int = 64, context: int = 512):
         ffn_dim=dim * 2,
         rope_theta=10000.0,
         context_length=context,
+        tie_embeddings=False,  # a tied random model just repeats its last token
     )
 
 
-def tiny_model(seed: int, n_layers: int = 2, dim: int = 64, scale: float = 1.0):
+def tiny_model(seed: int, n_layers: int = 2, dim: int = 64, scale: float = 1.0, vocab: int = VOCAB):
     """A random-weight Llama; ``scale`` sharpens its next-token distributions."""
     from specpilot.engine.model import Transformer
 
     torch.manual_seed(seed)  # test-only: weights built once, not sampled from during decoding
-    m = Transformer(tiny_config(n_layers, dim))
+    m = Transformer(tiny_config(n_layers, dim, vocab=vocab))
     with torch.no_grad():
         for p in m.parameters():
             if p.dim() > 1:

@@ -197,8 +197,13 @@ class Engine:
             req.finish_reason = "cancelled"
 
     # ------------------------------------------------------------------ forwards
-    def _forward(self, model: Transformer, rows: list[tuple[int, list[int], int]]) -> torch.Tensor:
-        """rows: (slot, new tokens, start position) -> logits (B, T, V), right-padded."""
+    def _forward(
+        self, model: Transformer, rows: list[tuple[int, list[int], int]], last_only: bool = False
+    ) -> torch.Tensor:
+        """rows: (slot, new tokens, start position) -> logits (B, T, V), right-padded.
+
+        ``last_only``: logits of each row's last real token only, (B, 1, V).
+        """
         width = max(len(toks) for _, toks, _ in rows)
         tokens = torch.zeros(len(rows), width, dtype=torch.long)
         pos = torch.full((len(rows), width), self.max_seq_len, dtype=torch.long)
@@ -206,21 +211,22 @@ class Engine:
             tokens[i, : len(toks)] = torch.tensor(toks)
             pos[i, : len(toks)] = torch.arange(start, start + len(toks))
         slots = torch.tensor([s for s, _, _ in rows], dtype=torch.long)
-        return model(tokens, pos, slots)
+        last = torch.tensor([len(t) - 1 for _, t, _ in rows]) if last_only else None
+        return model(tokens, pos, slots, last)
 
     def prefill(self, reqs: Sequence[RequestState]) -> None:
         """Run the prompts through target (and draft, for speculative rows); sample token 1."""
         t0 = time.perf_counter()
         rows = [(r.slot, r.tokens, 0) for r in reqs]
-        logits = self._forward(self.target, rows)
+        logits = self._forward(self.target, rows, last_only=True)
         t1 = time.perf_counter()
         spec = [r for r in reqs if r.k > 0]
         if spec:
             assert self.draft is not None
-            self._forward(self.draft, [(r.slot, r.tokens, 0) for r in spec])
+            self._forward(self.draft, [(r.slot, r.tokens, 0) for r in spec], last_only=True)
         t2 = time.perf_counter()
         for i, r in enumerate(reqs):
-            last = logits[i, r.prompt_len - 1]
+            last = logits[i, 0]
             r.target_len = r.prompt_len
             r.draft_len = r.prompt_len if r.k > 0 else 0
             r.prefill = PrefillRecord(
@@ -260,9 +266,9 @@ class Engine:
                 else:
                     rows.append((r.slot, [proposals[r.request_id][-1]], r.target_len + i))
             assert self.draft is not None
-            logits = self._forward(self.draft, rows)
+            logits = self._forward(self.draft, rows, last_only=True)
             for j, r in enumerate(active):
-                last = logits[j, len(rows[j][1]) - 1]
+                last = logits[j, 0]
                 if r.params.greedy:
                     tok = int(last.argmax())
                 else:

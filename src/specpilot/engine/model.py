@@ -94,7 +94,7 @@ class KVCache(nn.Module):
         """Keys/values of ``slots`` for positions [0, length): a view when slots are contiguous."""
         first = int(slots[0])
         n = slots.numel()
-        if n == 1 or bool((slots == torch.arange(first, first + n)).all()):
+        if n == 1 or bool((slots == torch.arange(first, first + n, device=slots.device)).all()):
             return self.k[first : first + n, :, :length], self.v[first : first + n, :, :length]
         return self.k[slots, :, :length], self.v[slots, :, :length]
 
@@ -133,6 +133,20 @@ class Attention(nn.Module):
             keys = keys.repeat_interleave(rep, dim=1)
             values = values.repeat_interleave(rep, dim=1)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, nh, T, hd)
+        return self.wo(y.transpose(1, 2).reshape(bsz, t, self.n_heads * self.hd))
+
+    def forward_train(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Cache-free causal self-attention over the whole sequence (for training)."""
+        bsz, t, _ = x.shape  # (B, T, dim); cos/sin: (1, 1, T, hd)
+        q = self.wq(x).view(bsz, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
+        k = self.wk(x).view(bsz, t, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
+        v = self.wv(x).view(bsz, t, self.n_kv, self.hd).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.n_kv != self.n_heads:
+            rep = self.n_heads // self.n_kv
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hd)
         return self.wo(y.transpose(1, 2).reshape(bsz, t, self.n_heads * self.hd))
 
 
@@ -177,14 +191,14 @@ class Transformer(nn.Module):
 
     def setup_cache(self, max_seq_len: int, max_slots: int) -> None:
         """(Re)allocate the KV cache: ``max_slots`` requests of up to ``max_seq_len`` tokens."""
-        dtype = self.embed.weight.dtype
+        dtype, device = self.embed.weight.dtype, self.embed.weight.device
         for layer in self.layers:
             layer.attn.cache = KVCache(
                 max_slots, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, dtype
-            )
+            ).to(device)
         cos, sin = rope_tables(self.cfg.head_dim, max_seq_len + 1, self.cfg.rope_theta)
-        self.register_buffer("rope_cos", cos.to(dtype), persistent=False)
-        self.register_buffer("rope_sin", sin.to(dtype), persistent=False)
+        self.register_buffer("rope_cos", cos.to(device, dtype), persistent=False)
+        self.register_buffer("rope_sin", sin.to(device, dtype), persistent=False)
         self.max_seq_len, self.max_slots = max_seq_len, max_slots
 
     def kv_bytes_per_token(self) -> int:
@@ -211,14 +225,22 @@ class Transformer(nn.Module):
 
     @torch.inference_mode()
     def forward(
-        self, tokens: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor
+        self,
+        tokens: torch.Tensor,
+        pos: torch.Tensor,
+        slots: torch.Tensor,
+        last: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """tokens, pos: (B, T) int64; slots: (B,). Pads have pos == max_seq_len. -> logits (B, T, V)."""
+        """tokens, pos: (B, T) int64; slots: (B,). Pads have pos == max_seq_len.
+
+        Returns logits (B, T, V), or (B, 1, V) at index ``last[b]`` of each row when ``last``
+        is given (a prefill needs only its last position: the head is a third of the FLOPs).
+        """
         if self.max_seq_len == 0:
             raise RuntimeError("call setup_cache() before forward()")
         real = pos < self.max_seq_len
         attn_len = int(pos[real].max()) + 1 if bool(real.any()) else 1
-        cols = torch.arange(attn_len)
+        cols = torch.arange(attn_len, device=pos.device)
         # (B, 1, T, S): a query at position p sees columns 0..p of its own slot.
         mask = (cols[None, None, :] <= pos[:, :, None])[:, None]
         cos = self.rope_cos[pos][:, None]  # (B, 1, T, hd)
@@ -226,5 +248,29 @@ class Transformer(nn.Module):
         x = self.embed(tokens)  # (B, T, dim)
         for layer in self.layers:
             x = layer(x, cos, sin, slots, pos, mask, attn_len)
+        if last is not None:
+            x = x[torch.arange(x.shape[0]), last][:, None]  # (B, 1, dim)
         logits: torch.Tensor = self.lm_head(self.norm(x))
         return logits.float()
+
+    def hidden_train(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Training path: no KV cache, no inference_mode, causal attention from position 0.
+
+        tokens: (B, T) -> final-norm hidden states (B, T, dim), autograd-enabled. The cached
+        ``forward`` is untouched; both compute the same function (tested).
+        """
+        t = tokens.shape[1]
+        cos, sin = rope_tables(self.cfg.head_dim, t, self.cfg.rope_theta)
+        dtype, device = self.embed.weight.dtype, self.embed.weight.device
+        cos, sin = cos.to(device, dtype)[None, None], sin.to(device, dtype)[None, None]  # (1,1,T,hd)
+        x = self.embed(tokens)  # (B, T, dim)
+        for layer in self.layers:
+            x = x + layer.attn.forward_train(layer.attn_norm(x), cos, sin)
+            x = x + layer.ffn(layer.ffn_norm(x))
+        out: torch.Tensor = self.norm(x)
+        return out
+
+    def forward_train(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T) -> logits (B, T, V) without the cache (see ``hidden_train``)."""
+        logits: torch.Tensor = self.lm_head(self.hidden_train(tokens))
+        return logits
