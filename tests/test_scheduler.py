@@ -7,8 +7,8 @@ import time
 
 import pytest
 import torch
-from conftest import tiny_model
 
+from conftest import tiny_model
 from specpilot.engine.generate import Engine
 from specpilot.engine.sampling import SamplingParams
 from specpilot.engine.scheduler import (
@@ -43,7 +43,9 @@ def test_continuous_batching_matches_solo_runs_mixed_k(sched: Scheduler) -> None
     ref_engine = make_engine()  # same seeds, same weights
     prompts = [[5, 6, 7 + i] for i in range(4)]
     ks = [0, 2, 1, 0]
-    refs = [ref_engine.generate(p, greedy(10), k).output_ids for p, k in zip(prompts, ks, strict=True)]
+    refs = [
+        ref_engine.generate(p, greedy(10), k).output_ids for p, k in zip(prompts, ks, strict=True)
+    ]
     tickets = []
     for p, k in zip(prompts, ks, strict=True):  # staggered arrivals join a running batch
         tickets.append(sched.submit(p, greedy(10), k))

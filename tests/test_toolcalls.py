@@ -23,7 +23,9 @@ def test_plain_text_has_no_calls() -> None:
 
 
 def test_single_object_call_content_none() -> None:
-    r = parse_tool_calls('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>')
+    r = parse_tool_calls(
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    )
     assert r.content is None
     assert r.calls == [ToolCall("get_weather", '{"city": "Paris"}')]
 
@@ -73,7 +75,7 @@ def test_unclosed_block_at_end_counts_when_it_parses() -> None:
 def test_stream_holds_back_partial_tag_then_emits_call() -> None:
     p = ToolCallStream()
     assert p.feed("Sure <tool") == [("content", "Sure ")]
-    assert p.feed("_call>{\"name\": \"f\", ") == []
+    assert p.feed('_call>{"name": "f", ') == []
     ev = p.feed('"arguments": {}}</tool_call> done')
     assert ev == [("call", ToolCall("f", "{}")), ("content", " done")]
     assert p.finish() == []
@@ -91,7 +93,7 @@ OUTPUTS = [
     '<tool_call>[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"k": [1, {"x": null}]}}]</tool_call>\n',
     "<tool_call>{broken</tool_call> tail <tool_call>",
     '<tool_call>{"name": "f", "arguments": {"s": "</tool"}}</tool_call>',
-    "<<tool_call>{\"name\": \"g\"}</tool_call>>",
+    '<<tool_call>{"name": "g"}</tool_call>>',
 ]
 
 
