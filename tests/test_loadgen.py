@@ -273,14 +273,14 @@ def test_server_killed_mid_run():
             "--port",
             str(port),
             "--itl",
-            "0.02",
+            "0.05",
         ],
         stdout=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_health(url, proc)
-        items = sched(60, gap=0.05, max_tokens=10)  # 3 s of arrivals; each request ~0.2 s
+        items = sched(60, gap=0.05, max_tokens=10)  # 3 s of arrivals; each request ~0.5 s
         threading.Timer(1.0, proc.kill).start()
         res = run_schedule(items, cfg(url, abort_after_connect_errors=5))
     finally:
