@@ -1,0 +1,85 @@
+"""Greedy identity on the real default target (SmolLM2-135M, fp32) with test drafts.
+
+24 prompts of mixed kinds (Chinese business text, code, JSON, prose, chat), k in {1, 3, 5},
+batch 1 and batch 4. Two test drafts cover the edges: a 4-layer truncated copy of the target
+(untrained: the first draft token is rejected in most rounds) and an exact copy (every draft
+accepted, so the draft's cache must receive the last draft token before the next round).
+fp32 is used because greedy identity is exact there; bf16 drifts at near-ties (R1).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import PROMPTS
+
+from specpilot.engine.generate import Engine
+from specpilot.engine.loader import layer_truncated_copy
+from specpilot.engine.sampling import SamplingParams
+
+pytestmark = pytest.mark.slow
+MAX_TOKENS = 24
+GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def plain(default_target, chat_ids):
+    e = Engine(default_target.model, None, tokenizer=default_target.tokenizer, max_seq_len=512)
+    return [e.generate(ids, GREEDY, 0) for ids in chat_ids]
+
+
+@pytest.fixture(scope="module")
+def truncated_engine(default_target):
+    draft = layer_truncated_copy(default_target.model, [0, 1, 28, 29])
+    return Engine(
+        default_target.model, draft, tokenizer=default_target.tokenizer, max_slots=4, max_seq_len=512
+    )
+
+
+def test_prompts_are_mixed_and_outputs_nontrivial(plain, chat_ids) -> None:
+    assert len(PROMPTS) >= 20
+    assert sum(any("\u4e00" <= c <= "\u9fff" for c in p) for p in PROMPTS) >= 4
+    assert all(len(r.output_ids) > 0 for r in plain)
+    assert sum(r.finish_reason == "stop" for r in plain) >= 1  # some end on EOS within 24
+    assert len({tuple(r.output_ids) for r in plain}) == len(plain)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_batch4_greedy_speculative_equals_plain(truncated_engine, plain, chat_ids, k) -> None:
+    rounds = []
+    for i in range(0, len(chat_ids), 4):
+        batch = chat_ids[i : i + 4]
+        results = truncated_engine.generate_batch(batch, [GREEDY] * len(batch), [k] * len(batch))
+        for j, r in enumerate(results):
+            assert r.output_ids == plain[i + j].output_ids, f"prompt {i + j}: {PROMPTS[i + j]!r}"
+            assert r.text == plain[i + j].text and r.finish_reason == plain[i + j].finish_reason
+            rounds += r.rounds
+    # First draft token rejected in most rounds: the correction path carries the output.
+    assert sum(x.accepted == 0 for x in rounds) > 0.5 * len(rounds)
+    assert any(x.truncated == "eos" for x in rounds)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_batch1_greedy_speculative_equals_plain(truncated_engine, plain, chat_ids, k) -> None:
+    for i in range(k - 1, len(chat_ids), 6):  # a different quarter of the prompts for each k
+        r = truncated_engine.generate(chat_ids[i], GREEDY, k)
+        assert r.output_ids == plain[i].output_ids, f"prompt {i}: {PROMPTS[i]!r}"
+
+
+def test_identical_draft_all_accepted(default_target, plain, chat_ids) -> None:
+    e = Engine(
+        default_target.model,
+        copy.deepcopy(default_target.model),
+        tokenizer=default_target.tokenizer,
+        max_slots=4,
+        max_seq_len=512,
+    )
+    for i in (0, 4, 9, 13):
+        r = e.generate(chat_ids[i], GREEDY, 3)
+        assert r.output_ids == plain[i].output_ids
+        full = [x for x in r.rounds if x.truncated is None]
+        assert all(x.accepted == 3 and x.committed == 4 for x in full)
+    results = e.generate_batch([chat_ids[i] for i in (1, 5, 10, 14)], [GREEDY] * 4, [5] * 4)
+    for i, r in zip((1, 5, 10, 14), results, strict=True):
+        assert r.output_ids == plain[i].output_ids
