@@ -119,8 +119,10 @@ def server(tok: Any) -> Iterator[LiveServer]:
 
 
 @pytest.fixture(scope="module")
-def client(server: LiveServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
+def client(server: LiveServer) -> Iterator[openai.OpenAI]:
+    c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=60)
+    yield c
+    c.close()
 
 
 def scrape(url: str) -> dict[str, float]:

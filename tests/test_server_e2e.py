@@ -7,6 +7,7 @@ in fp32 speculative greedy output equals the target's plain greedy output exactl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -126,12 +127,18 @@ def servers() -> Iterator[dict[str, str]]:
         plain_log.close()
 
 
+@pytest.fixture
+def stack() -> Iterator[contextlib.ExitStack]:
+    with contextlib.ExitStack() as s:
+        yield s
+
+
 def _client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=300)
 
 
 def test_greedy_through_server_equals_engine_plain_greedy(
-    servers: dict[str, str], default_target: Any
+    servers: dict[str, str], default_target: Any, stack: contextlib.ExitStack
 ) -> None:
     tok = default_target.tokenizer
     torch.set_num_threads(1)  # the servers run one thread each; a busy 2-core machine hates 2x2
@@ -141,7 +148,7 @@ def test_greedy_through_server_equals_engine_plain_greedy(
         want = ref.generate(ids, SamplingParams(max_tokens=20), k=0)
     finally:
         torch.set_num_threads(2)
-    c = _client(servers["spec"])
+    c = stack.enter_context(_client(servers["spec"]))
     msgs = [
         {
             "role": "user",
@@ -165,8 +172,10 @@ def test_greedy_through_server_equals_engine_plain_greedy(
     assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == want.text
 
 
-def test_tool_call_end_to_end_stream_and_not(servers: dict[str, str]) -> None:
-    c = _client(servers["spec"])
+def test_tool_call_end_to_end_stream_and_not(
+    servers: dict[str, str], stack: contextlib.ExitStack
+) -> None:
+    c = stack.enter_context(_client(servers["spec"]))
     kw: dict[str, Any] = dict(
         model=MODEL,
         messages=FEW_SHOT,
@@ -210,7 +219,8 @@ def test_no_draft_server_loads_no_draft(servers: dict[str, str]) -> None:
         headers={"Authorization": f"Bearer {TOKEN}"},
     )
     assert r.status_code == 400
-    out = _client(url).completions.create(model=MODEL, prompt="Hello", max_tokens=4, temperature=0)
+    with _client(url) as c:
+        out = c.completions.create(model=MODEL, prompt="Hello", max_tokens=4, temperature=0)
     assert out.usage.completion_tokens >= 1
     spec_metrics = httpx.get(servers["spec"] + "/metrics").text
     assert 'part="draft_weights"} 0.0' not in spec_metrics
