@@ -53,9 +53,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * self.weight.float()).to(x.dtype)
+        # fused kernel; for bf16 input it accumulates in fp32 (opmath) like the HF reference
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
 def rope_tables(head_dim: int, length: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,6 +108,26 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
         self.wo = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
         self.cache: KVCache | None = None
+        self.wqkv: torch.Tensor | None = None  # set by fuse(): one matmul instead of three
+
+    def fuse(self) -> None:
+        """Store q/k/v weights in one tensor; wq/wk/wv become views of it (no extra memory)."""
+        if self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr():
+            return
+        fused = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight]).detach().contiguous()
+        nq, nk = self.wq.weight.shape[0], self.wk.weight.shape[0]
+        rg = self.wq.weight.requires_grad
+        self.wq.weight = nn.Parameter(fused[:nq], requires_grad=rg)
+        self.wk.weight = nn.Parameter(fused[nq : nq + nk], requires_grad=rg)
+        self.wv.weight = nn.Parameter(fused[nq + nk :], requires_grad=rg)
+        self.wqkv = fused
+
+    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr():
+            nq, nk = self.n_heads * self.hd, self.n_kv * self.hd
+            qkv = F.linear(x, self.wqkv)
+            return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
+        return self.wq(x), self.wk(x), self.wv(x)
 
     def forward(
         self,
@@ -121,18 +140,18 @@ class Attention(nn.Module):
         attn_len: int,
     ) -> torch.Tensor:
         bsz, t, _ = x.shape  # (B, T, dim)
-        q = self.wq(x).view(bsz, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
-        k = self.wk(x).view(bsz, t, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
-        v = self.wv(x).view(bsz, t, self.n_kv, self.hd).transpose(1, 2)
+        xq, xk, xv = self._qkv(x)
+        q = xq.reshape(bsz, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
+        k = xk.reshape(bsz, t, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
+        v = xv.reshape(bsz, t, self.n_kv, self.hd).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         assert self.cache is not None, "call Transformer.setup_cache() first"
         self.cache.update(slots, pos, k, v)
         keys, values = self.cache.view(slots, attn_len)  # (B, nkv, S, hd)
-        if self.n_kv != self.n_heads:
-            rep = self.n_heads // self.n_kv
-            keys = keys.repeat_interleave(rep, dim=1)
-            values = values.repeat_interleave(rep, dim=1)
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, nh, T, hd)
+        # grouped-query attention without materialising repeated keys/values
+        y = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads
+        )  # (B, nh, T, hd)
         return self.wo(y.transpose(1, 2).reshape(bsz, t, self.n_heads * self.hd))
 
     def forward_train(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -156,8 +175,23 @@ class FeedForward(nn.Module):
         self.w_gate = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
         self.w_up = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
         self.w_down = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+        self.w_gate_up: torch.Tensor | None = None
+
+    def fuse(self) -> None:
+        """gate and up projections in one tensor (views keep the module layout)."""
+        if self.w_gate_up is not None and self.w_gate.weight.data_ptr() == self.w_gate_up.data_ptr():
+            return
+        fused = torch.cat([self.w_gate.weight, self.w_up.weight]).detach().contiguous()
+        n, rg = self.w_gate.weight.shape[0], self.w_gate.weight.requires_grad
+        self.w_gate.weight = nn.Parameter(fused[:n], requires_grad=rg)
+        self.w_up.weight = nn.Parameter(fused[n:], requires_grad=rg)
+        self.w_gate_up = fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fused = self.w_gate_up
+        if fused is not None and self.w_gate.weight.data_ptr() == fused.data_ptr():
+            gate, up = F.linear(x, fused).chunk(2, dim=-1)
+            return self.w_down(F.silu(gate) * up)
         return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
 
 
@@ -190,7 +224,14 @@ class Transformer(nn.Module):
             self.setup_cache(max_seq_len, max_slots)
 
     def setup_cache(self, max_seq_len: int, max_slots: int) -> None:
-        """(Re)allocate the KV cache: ``max_slots`` requests of up to ``max_seq_len`` tokens."""
+        """(Re)allocate the KV cache: ``max_slots`` requests of up to ``max_seq_len`` tokens.
+
+        Also fuses q/k/v and gate/up weights for inference (views: no extra memory).
+        """
+        with torch.no_grad():
+            for layer in self.layers:
+                layer.attn.fuse()
+                layer.ffn.fuse()
         dtype, device = self.embed.weight.dtype, self.embed.weight.device
         for layer in self.layers:
             layer.attn.cache = KVCache(
