@@ -5,6 +5,7 @@ Every test checks the contract "one scheduled request -> exactly one record with
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import socket
@@ -16,7 +17,15 @@ import time
 
 import pytest
 
-from specpilot.loadgen import LoadConfig, LoadRunner, quantile, request_id, run_schedule
+from specpilot.loadgen import (
+    LoadConfig,
+    LoadRunner,
+    phase_starts_for,
+    quantile,
+    request_body,
+    request_id,
+    run_schedule,
+)
 from specpilot.loadgen.client import _Stream
 from specpilot.loadgen.testserver import ServerConfig, TestServer
 from specpilot.records import RequestRecord, ScheduledRequest
@@ -207,7 +216,10 @@ def test_phases_warmup_cold_start_and_concurrency_cap():
     warm = sched(2, phase="warmup", warmup=True)
     main = sched(12, gap=0.0, phase="peak", content="[[sleep:0.05]]")
     with TestServer() as srv:
-        res = run_schedule(warm + main, cfg(srv.url, max_concurrency=3, cold_start_requests=4))
+        res = run_schedule(
+            warm + main,
+            cfg(srv.url, max_concurrency=3, cold_start_requests=4, phase_timing="back_to_back"),
+        )
     recs = res.records
     assert [r.warmup for r in recs] == [True, True] + [False] * 12
     assert [r.cold_start for r in recs] == [False, False] + [True] * 4 + [False] * 8
@@ -334,3 +346,139 @@ def test_progress_quiet_without_tty(capfd):
     with TestServer() as srv:
         run_schedule(sched(3), LoadConfig(url=srv.url))
     assert capfd.readouterr().err == ""
+
+
+# -- client-side stages, ignore_eos, phase timing ----------------------------------------------
+STAGES = {
+    "retrieval": {"kind": "bm25", "docs": "builtin", "top_k": 3},
+    "tool": {"kind": "simulated", "dist": "fixed", "median_s": 0.3},
+}
+
+
+def test_client_stages_run_in_each_request_before_its_send():
+    """Stages run inside each request's task: measured, before the send, and the dispatcher
+    does not wait for them (0.3 s stages every 20 ms would otherwise pile up as lag)."""
+    items = sched(
+        8, gap=0.02, content="差旅住宿标准是什么？", client_stages={"retrieval": 0.0, "tool": 0.3}
+    )
+    items += sched(2, gap=0.02, phase="bare")  # no stages: sent at once
+    with TestServer(ServerConfig(record=True)) as srv:
+        runner = LoadRunner(items, cfg(srv.url, stages=STAGES, phase_timing="back_to_back"))
+        res = runner.run()
+        arrivals = sorted(t for t, _ in srv.stats.received)
+    recs = res.records
+    assert [r.status for r in recs] == ["ok"] * 10
+    for r in recs[:8]:
+        assert set(r.client_stages) == {"retrieval", "tool"}
+        assert 0.3 <= r.client_stages["tool"] < 0.38, r.client_stages
+        assert 0 < r.client_stages["retrieval"] < 0.05  # a real BM25 search, measured (planned 0)
+        # the HTTP call goes out after the stages; scheduled_t stays the dispatch time
+        assert r.sent_t - r.scheduled_t >= sum(r.client_stages.values())
+    # requests still 20 ms apart at the server, 0.3 s after their scheduled times
+    gaps = [b - a for a, b in itertools.pairwise(arrivals[:8])]
+    assert all(0.005 < g < 0.04 for g in gaps), gaps
+    assert arrivals[0] - recs[0].scheduled_t >= 0.3
+    assert recs[8].client_stages == {} and recs[8].sent_t - recs[8].scheduled_t < 0.02
+    s = res.summary
+    assert s.client_stages == "run" and s.dispatch_lag_p99_s < 0.01 and s.trustworthy
+    assert s.send_lag_p99_s < 0.01  # the stages are not counted as send lag
+
+
+def test_stages_not_run_keep_planned_seconds_and_a_stop_during_stages_is_not_sent():
+    items = sched(2, client_stages={"tool": 0.3})
+    with TestServer() as srv:
+        res = run_schedule(items, cfg(srv.url, run_stages=False))
+        assert res.summary.client_stages == "planned"
+        assert [r.client_stages for r in res.records] == [{"tool": 0.3}] * 2
+        assert all(r.sent_t - r.scheduled_t < 0.02 for r in res.records)
+        # stopped while its stage runs: never sent, nothing measured
+        runner = LoadRunner(sched(1, client_stages={"tool": 5.0}), cfg(srv.url))
+        threading.Timer(0.3, runner.stop, args=("test stop",)).start()
+        rec = runner.run().records[0]
+    assert rec.status == "not_sent" and rec.sent_t is None and rec.client_stages == {}
+    runner = LoadRunner(sched(1, client_stages={"x": 0.1}), cfg("http://x"))
+    assert "x have no spec" in runner._notes[0]
+
+
+def test_ignore_eos_is_sent_only_when_scheduled():
+    plain, trace = sched(1)[0], sched(1, ignore_eos=True)[0]
+    c = LoadConfig(url="x")
+    assert "ignore_eos" not in json.loads(request_body(c, plain))
+    assert json.loads(request_body(c, trace))["ignore_eos"] is True
+    with TestServer(ServerConfig(record=True)) as srv:
+        run_schedule(
+            [plain, *sched(1, phase="q", ignore_eos=True)],
+            cfg(srv.url, phase_timing="back_to_back"),
+        )
+        bodies = [b for _, b in sorted(srv.stats.received, key=lambda x: x[0])]
+    assert [b.get("ignore_eos") for b in bodies] == [None, True]
+
+
+def _phases():
+    return (
+        sched(2, gap=0.05, phase="warmup", warmup=True)
+        + sched(2, gap=0.1, phase="a", content="[[sleep:0.6]]")  # still streaming when b starts
+        + sched(2, gap=0.05, phase="b")
+    )
+
+
+def _reindex(items):
+    for i, r in enumerate(items):
+        r.index = i
+    return items
+
+
+def test_phases_follow_the_schedule_start_times_open_loop():
+    items = _reindex(_phases())
+    starts = {"warmup": 0.0, "a": 0.2, "b": 0.5}
+    with TestServer() as srv:
+        res = run_schedule(items, cfg(srv.url, phase_starts=starts))
+    recs = res.records
+    assert all(r.status == "ok" for r in recs)
+    t0 = recs[0].scheduled_t
+    want = [starts[q.phase] + q.send_t for q in items]
+    assert [round(r.scheduled_t - t0, 6) for r in recs] == pytest.approx(want, abs=1e-6)
+    assert all(abs((r.sent_t - t0) - w) < 0.02 for r, w in zip(recs, want, strict=True))
+    # phase b began while phase a was still in flight: no drain between phases
+    assert min(r.sent_t for r in recs[4:]) < min(r.done_t for r in recs[2:4])
+    s = res.summary
+    assert s.phase_timing == "schedule" and s.phase_starts_s == starts and s.trustworthy
+
+
+def test_back_to_back_phases_wait_for_the_previous_phase_to_drain():
+    items = _reindex(_phases())
+    with TestServer() as srv:
+        recs = run_schedule(items, cfg(srv.url, phase_timing="back_to_back")).records
+    assert all(r.status == "ok" for r in recs)
+    assert min(r.sent_t for r in recs[4:]) >= max(r.done_t for r in recs[2:4])
+    assert min(r.sent_t for r in recs[2:4]) >= max(r.done_t for r in recs[:2])
+
+
+def test_several_phases_need_start_times():
+    with pytest.raises(ValueError, match="no start time"):
+        LoadRunner(_reindex(_phases()), cfg("http://x"))
+    with pytest.raises(ValueError, match="phase_timing"):
+        cfg("http://x", phase_timing="drain")
+
+
+def test_for_schedule_takes_starts_and_stages_from_the_workload():
+    from specpilot.workload import build_schedule
+
+    wl = {
+        "seed": 1,
+        "groups": {"zh_business": {}},
+        "stages": {"tool": {"kind": "simulated", "dist": "fixed", "median_s": 0.01}},
+        "warmup": {"requests": 2, "rate": 10.0},
+        "phases": [
+            {"name": "off", "duration_s": 30, "arrival": {"kind": "constant", "rate": 1}},
+            {"name": "peak", "duration_s": 5, "arrival": {"kind": "constant", "rate": 2}},
+        ],
+    }
+    sch = build_schedule(wl)
+    assert phase_starts_for(sch.phases) == {p.name: p.start_s for p in sch.phases}
+    full = LoadRunner.for_schedule(sch, cfg("http://x"))
+    assert full.cfg.phase_starts == {"warmup": 0.0, "off": 0.2, "peak": 30.2}
+    assert full.cfg.stages == sch.stages and full.cfg.stages_base_dir == sch.base_dir
+    peak = LoadRunner.for_schedule(sch, cfg("http://x"), phases=["peak"])
+    assert peak.cfg.phase_starts == {"warmup": 0.0, "peak": 0.2}  # off-peak skipped, not waited
+    assert {r.phase for r in peak.schedule} == {"warmup", "peak"}

@@ -13,7 +13,7 @@ into ``RequestRecord`` fields and is what the load generator gets (it never impo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from specpilot.backends.base import (
@@ -45,6 +45,60 @@ def response_extras_for(engine: str) -> Callable[[dict[str, Any]], dict[str, Any
     else:
         raise ValueError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
     return response_extras
+
+
+def make_backend(engine: str, options: Mapping[str, Any] | None = None) -> Backend:
+    """A backend for ``engine`` from keyword options (its dataclass fields), not yet started.
+
+    This is how ``specpilot load --start --engine-opt KEY=VALUE`` starts the engine itself,
+    so that the run records the full ``describe()`` manifest. ``llamacpp`` takes
+    ``LlamaCppConfig`` fields plus ``mode`` (subprocess | inprocess), its model defaulting to
+    the default target; ``builtin`` takes ``BuiltinBackend`` fields (``extra_args``: more
+    ``specpilot serve`` flags).
+
+        >>> make_backend("builtin", {"no_draft": True, "extra_args": ["--threads", 1]}).command()[-2:]
+        ['--threads', '1']
+    """
+    opts = dict(options or {})
+    if "extra_args" in opts:
+        opts["extra_args"] = [str(a) for a in opts["extra_args"]]
+    if engine == "builtin":
+        from specpilot.backends.builtin import BuiltinBackend as cls
+    elif engine == "vllm":
+        from specpilot.backends.vllm import VllmBackend as cls  # type: ignore[assignment]
+    elif engine == "sglang":
+        from specpilot.backends.sglang import SglangBackend as cls  # type: ignore[assignment]
+    elif engine == "llamacpp":
+        from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
+
+        mode = str(opts.pop("mode", "subprocess"))
+        _check_fields("llamacpp", LlamaCppConfig, opts, extra=("mode",))
+        if "model" not in opts:
+            from specpilot.engine.loader import default_target_path
+
+            opts["model"] = str(default_target_path())
+        return LlamaCppBackend(LlamaCppConfig(**opts), mode=mode)
+    else:
+        raise ValueError(
+            f"engine {engine!r} cannot be started by specpilot: builtin, llamacpp, vllm, sglang"
+        )
+    _check_fields(engine, cls, opts)
+    backend: Backend = cls(**opts)
+    return backend
+
+
+def _check_fields(
+    engine: str, cls: Any, opts: Mapping[str, Any], extra: tuple[str, ...] = ()
+) -> None:
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(cls) if f.init and f.name != "name"]
+    unknown = sorted(set(opts) - set(names))
+    if unknown:
+        raise ValueError(
+            f"{engine} engine options {', '.join(unknown)} unknown; "
+            f"known: {', '.join(sorted([*names, *extra]))}"
+        )
 
 
 def normaliser_for(engine: str) -> Callable[[str], dict[str, float]] | None:
@@ -87,6 +141,7 @@ __all__ = [
     "Manifest",
     "ModelFile",
     "hardware_info",
+    "make_backend",
     "normaliser_for",
     "response_extras_for",
     "scrape_endpoint",

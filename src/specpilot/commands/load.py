@@ -1,11 +1,30 @@
-"""``specpilot load URL --workload FILE.yaml --out RUN.duckdb [--phase NAME] [--seed S]``.
+"""``specpilot load [URL] --workload FILE.yaml --out RUN.duckdb [--phase NAME] [--seed S]``.
 
 Replays a workload's deterministic schedule open-loop against an OpenAI-compatible endpoint
 and writes every request (one record each, whatever happened) and its chunk timings to the
-run's DuckDB file as they finish. ``--engine`` names what is behind the URL so its counters are
-scraped before/after and its per-response speculative stats parsed; the default ``openai``
-records delivery metrics only. The workload may also be a schedule JSON
+run's DuckDB file as they finish. The workload may also be a schedule JSON
 (``specpilot schedule FILE.yaml --json``).
+
+Two ways to name the engine:
+
+- ``specpilot load URL --engine E``: someone else started it. ``--engine`` picks the /metrics
+  and per-response parsers (default ``openai``: delivery metrics only); the run's manifest can
+  only say what the URL is, not which model files, flags or speculative config serve it.
+- ``specpilot load --start --engine E [--engine-opt KEY=VALUE ...]``: specpilot starts the
+  engine through its backend (``builtin``, ``llamacpp``, ``vllm``, ``sglang``), records the
+  backend's full ``describe()`` manifest (model files with sha256, tokenizer hash, engine
+  version, launch flags, speculative config, hardware), scrapes its counters and process
+  memory before and after, and stops it at the end. Options are the backend's fields, values
+  in YAML syntax::
+
+      specpilot load --start --engine builtin --engine-opt no_draft=true \\
+          --engine-opt 'extra_args=[--threads, 1]' --workload w.yaml --out run.duckdb
+      specpilot load --start --engine llamacpp --engine-opt spec_type=ngram-mod \\
+          --engine-opt threads=2 --workload w.yaml --out run.duckdb
+
+Phases follow the schedule's start times on one open-loop timeline (``--back-to-back``: each
+phase starts when the previous one has drained); client-side stages (retrieval, tool calls) run
+before each request's model call and are measured (``--no-stages``: keep the planned seconds).
 """
 
 from __future__ import annotations
@@ -15,13 +34,21 @@ import sys
 import uuid
 from typing import Any
 
+ENGINES = ["openai", "builtin", "llamacpp", "vllm", "sglang"]
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "load", help="replay a workload open-loop against an endpoint, record every request"
+        "load",
+        help="replay a workload open-loop against an endpoint, record every request",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000"
+        "url",
+        nargs="?",
+        default=None,
+        help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000 (not with --start)",
     )
     p.add_argument("--workload", required=True, help="workload YAML, or a schedule JSON")
     p.add_argument("--out", required=True, help="DuckDB file of the run (created or appended to)")
@@ -35,10 +62,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--engine",
         default="openai",
-        choices=["openai", "builtin", "llamacpp", "vllm", "sglang"],
-        help="what serves URL: picks the /metrics and per-response parsers (openai: none)",
+        choices=ENGINES,
+        help="what serves the endpoint: picks the /metrics and per-response parsers (openai: none)",
     )
-    p.add_argument("--model", default="default", help="model name sent in each request")
+    p.add_argument(
+        "--start",
+        action="store_true",
+        help="start the engine through its backend (full manifest), stop it at the end",
+    )
+    p.add_argument(
+        "--engine-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a backend option for --start (repeatable; VALUE in YAML syntax)",
+    )
+    p.add_argument(
+        "--start-timeout", type=float, default=300.0, help="seconds to wait for --start's engine"
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="model name sent in each request (default: the first of /v1/models, else 'default')",
+    )
     p.add_argument("--api", default="chat", choices=["chat", "completions"])
     p.add_argument("--timeout", type=float, default=120.0, help="client timeout per request (s)")
     p.add_argument(
@@ -57,6 +103,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--cold-start", type=int, default=0, help="mark the first N requests as cold start"
     )
     p.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="start each phase when the previous one has drained (default: the schedule's times)",
+    )
+    p.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="do not run client-side stages (records keep their planned seconds)",
+    )
+    p.add_argument(
         "--no-usage", action="store_true", help="do not ask for stream_options.include_usage"
     )
     p.add_argument("--quiet", action="store_true", help="no progress display")
@@ -73,76 +129,142 @@ def _schedule(args: argparse.Namespace) -> Any:
     return sched
 
 
+def engine_options(items: list[str]) -> dict[str, Any]:
+    """``["threads=1", "no_draft=true"]`` -> ``{"threads": 1, "no_draft": True}`` (YAML values)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--engine-opt {item!r}: expected KEY=VALUE")
+        out[key.strip().replace("-", "_")] = yaml.safe_load(value) if value else ""
+    return out
+
+
+def served_model(url: str) -> str:
+    """The first model id the endpoint lists (servers that check the name need it)."""
+    import httpx
+
+    try:
+        data = httpx.get(url + "/v1/models", timeout=5.0).json().get("data") or []
+        return str(data[0]["id"]) if data else "default"
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+        return "default"
+
+
 def run(args: argparse.Namespace) -> int:
-    from specpilot.backends import response_extras_for, scrape_endpoint
+    from specpilot.backends import (
+        BackendError,
+        make_backend,
+        response_extras_for,
+        scrape_endpoint,
+    )
     from specpilot.backends.base import hardware_info
     from specpilot.loadgen import LoadConfig, LoadRunner
     from specpilot.store import Store
 
+    if args.start == (args.url is not None):
+        raise ValueError("give either an endpoint URL or --start (specpilot starts the engine)")
+    if args.engine_opt and not args.start:
+        raise ValueError("--engine-opt needs --start")
     sched = _schedule(args)
     requests = sched.select(args.phase, warmup=not args.no_warmup)
     if not requests:
         raise ValueError("the selection has no requests")
-    url = args.url.rstrip("/").removesuffix("/v1")
     run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
-    cfg = LoadConfig(
-        url=url,
-        api=args.api,
-        model=args.model,
-        run_id=run_id,
-        arm=args.arm,
-        timeout_s=args.timeout,
-        enforce_deadlines=args.enforce_deadlines,
-        cancel_fraction=args.cancel_fraction,
-        max_concurrency=args.max_concurrency,
-        lag_threshold_s=args.lag_threshold_ms / 1e3,
-        include_usage=not args.no_usage,
-        response_extras=response_extras_for(args.engine),
-        seed=sched.seed,
-        cold_start_requests=args.cold_start,
-        progress=False if args.quiet else None,
-    )
-    manifest = {
-        "engine": args.engine,
-        "endpoint": url,
-        "started_by_specpilot": False,
-        "note": "endpoint given by URL: model files and flags are not known to the load command",
-        "client_hardware": hardware_info(),
-    }
-    loadgen_cfg = {
-        k: v
-        for k, v in vars(args).items()
-        if k not in ("func",) and isinstance(v, (str, int, float, bool, list, type(None)))
-    }
-    with Store(args.out) as store:
-        store.start_run(
-            run_id,
-            name=sched.name,
-            config={"load": loadgen_cfg, "workload_config_sha256": sched.config_sha256},
-            schedule=sched.to_dict(),
-            manifests={args.arm: manifest},
-        )
-        phases = sorted({r.phase for r in requests})
-        label_phase = ",".join(phases)
+    backend = None
+    if args.start:
+        if args.engine == "openai":
+            raise ValueError("--start needs --engine builtin, llamacpp, vllm or sglang")
+        backend = make_backend(args.engine, engine_options(args.engine_opt))
+        print(f"starting {args.engine} at {backend.endpoint} ...", file=sys.stderr, flush=True)
         try:
-            store.add_snapshot(
-                scrape_endpoint(args.engine, url, run_id, args.arm, label_phase, "before")
-            )
-        except Exception as exc:  # a missing /metrics is recorded, not fatal
-            print(f"warning: could not scrape {url}/metrics before the run: {exc}", file=sys.stderr)
-        runner = LoadRunner(requests, cfg, store.sink)
-        result = runner.run()
-        try:
-            store.add_snapshot(
-                scrape_endpoint(args.engine, url, run_id, args.arm, label_phase, "after")
-            )
-        except Exception as exc:
-            print(f"warning: could not scrape {url}/metrics after the run: {exc}", file=sys.stderr)
-        s = result.summary
-        status = (
-            "interrupted" if s.interrupted else ("complete" if s.stop_reason is None else "stopped")
+            backend.start(args.start_timeout)
+        except BackendError as exc:
+            print(f"specpilot load: the {args.engine} engine did not start: {exc}", file=sys.stderr)
+            return 1
+    try:
+        url = backend.endpoint if backend is not None else args.url.rstrip("/").removesuffix("/v1")
+        if backend is not None:
+            manifest = {**backend.describe().to_dict(), "started_by_specpilot": True}
+        else:
+            manifest = {
+                "engine": args.engine,
+                "endpoint": url,
+                "started_by_specpilot": False,
+                "note": "endpoint given by URL: model files and flags are not known to the load "
+                "command (use --start for the full manifest)",
+                "client_hardware": hardware_info(),
+            }
+        cfg = LoadConfig(
+            url=url,
+            api=args.api,
+            model=args.model or served_model(url),
+            run_id=run_id,
+            arm=args.arm,
+            timeout_s=args.timeout,
+            enforce_deadlines=args.enforce_deadlines,
+            cancel_fraction=args.cancel_fraction,
+            max_concurrency=args.max_concurrency,
+            lag_threshold_s=args.lag_threshold_ms / 1e3,
+            include_usage=not args.no_usage,
+            response_extras=(
+                backend.response_extras if backend is not None else response_extras_for(args.engine)
+            ),
+            seed=sched.seed,
+            cold_start_requests=args.cold_start,
+            phase_timing="back_to_back" if args.back_to_back else "schedule",
+            run_stages=not args.no_stages,
+            progress=False if args.quiet else None,
         )
-        store.finish_run(run_id, status=status, meta={"load_summary": s.to_dict()})
+        runner = LoadRunner.for_schedule(sched, cfg, None, args.phase, warmup=not args.no_warmup)
+        loadgen_cfg: dict[str, Any] = {
+            k: v
+            for k, v in vars(args).items()
+            if k not in ("func",) and isinstance(v, (str, int, float, bool, list, type(None)))
+        }
+        loadgen_cfg["model"] = cfg.model
+        loadgen_cfg["phase_starts"] = runner.cfg.phase_starts
+        with Store(args.out) as store:
+            store.start_run(
+                run_id,
+                name=sched.name,
+                config={"load": loadgen_cfg, "workload_config_sha256": sched.config_sha256},
+                schedule=sched.to_dict(),
+                manifests={args.arm: manifest},
+            )
+            label_phase = ",".join(sorted({r.phase for r in requests}))
+
+            def scrape(label: str) -> None:
+                try:
+                    if backend is not None:
+                        snap = backend.scrape(run_id, args.arm, label_phase, label)
+                    else:
+                        snap = scrape_endpoint(
+                            args.engine, url, run_id, args.arm, label_phase, label
+                        )
+                    store.add_snapshot(snap)
+                except Exception as exc:  # a missing /metrics is recorded, not fatal
+                    print(
+                        f"warning: could not scrape {url}/metrics {label} the run: {exc}",
+                        file=sys.stderr,
+                    )
+
+            scrape("before")
+            runner.sink = store.sink
+            result = runner.run()
+            scrape("after")
+            s = result.summary
+            status = (
+                "interrupted"
+                if s.interrupted
+                else ("complete" if s.stop_reason is None else "stopped")
+            )
+            store.finish_run(run_id, status=status, meta={"load_summary": s.to_dict()})
+    finally:
+        if backend is not None:
+            backend.stop()
     counts = "  ".join(f"{k} {v}" for k, v in s.status_counts.items() if v)
     lag = s.dispatch_lag_p99_s
     print(f"run {run_id} -> {args.out}: {s.scheduled} requests  {counts}")
@@ -150,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
         f"dispatch lag p50 {1e3 * (s.dispatch_lag_p50_s or 0):.2f} ms  p99 {1e3 * (lag or 0):.2f} ms  "
         f"max {1e3 * (s.dispatch_lag_max_s or 0):.2f} ms  max in flight {s.max_in_flight}"
     )
+    for note in s.notes:
+        print(f"note: {note}", file=sys.stderr)
     if not s.trustworthy:
         for reason in s.reasons:
             print(f"NOT TRUSTWORTHY: {reason}", file=sys.stderr)

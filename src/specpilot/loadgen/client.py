@@ -20,6 +20,7 @@ import httpx
 from specpilot.records import ChunkTiming, RequestRecord, ScheduledRequest
 
 REJECT_STATUSES = (429, 503)
+PHASE_TIMINGS = ("schedule", "back_to_back")
 EventHook = Callable[[str, float, dict[str, Any]], None]  # (request_id, t, parsed event)
 Extras = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -53,10 +54,28 @@ class LoadConfig:
     seed: int = 0  # picks the cancelled requests
     cold_start_requests: int = 0  # the first N non-warm-up requests are marked cold_start
     abort_after_connect_errors: int | None = 20  # consecutive; then the rest is not_sent
-    drain_between_phases: bool = True
+    # Phase timing. "schedule": one open-loop timeline across phases, phase P starting at
+    # ``phase_starts[P]`` seconds after the run's start (what the schedule's PhaseInfo.start_s
+    # says; ``phase_starts_for`` computes them for a selection of phases). "back_to_back": each
+    # phase starts (at its own t = 0) when the previous phase's requests have all finished.
+    phase_timing: str = "schedule"
+    phase_starts: dict[str, float] | None = None
+    # Client-side stages (retrieval, tool calls) run before each request's HTTP call, inside
+    # that request's task: ``stages`` is ``Schedule.stages`` (name -> spec), relative document
+    # paths resolve against ``stages_base_dir``. False: not run; records keep the planned
+    # seconds.
+    run_stages: bool = True
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stages_base_dir: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
     progress: bool | None = None  # None: on when stderr is a TTY and $CI is unset
+
+    def __post_init__(self) -> None:
+        if self.phase_timing not in PHASE_TIMINGS:
+            raise ValueError(
+                f"phase_timing {self.phase_timing!r}: one of {', '.join(PHASE_TIMINGS)}"
+            )
 
     @property
     def path(self) -> str:
@@ -77,6 +96,8 @@ def request_body(cfg: LoadConfig, req: ScheduledRequest) -> bytes:
         body["seed"] = req.seed
     if req.stop:
         body["stop"] = req.stop
+    if req.ignore_eos:  # trace replay: the output length is the trace's (vLLM, SGLang, llama.cpp)
+        body["ignore_eos"] = True
     so: dict[str, Any] = {}
     if cfg.include_usage:
         so["include_usage"] = True

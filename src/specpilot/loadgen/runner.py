@@ -3,6 +3,17 @@
 Every scheduled request ends as exactly one RequestRecord. Records go to ``sink`` as they
 finish, from a writer thread (a slow store must not delay the next send); the same records
 come back in the result. One clock: ``time.perf_counter()``.
+
+Timeline of one request: the dispatcher starts its task at ``scheduled_t`` (the dispatch lag,
+task start - scheduled_t, is the generator's own timing error and decides trustworthiness);
+the task runs the request's client-side stages (retrieval, tool calls; measured seconds go to
+``RequestRecord.client_stages``), waits for the concurrency cap if there is one, then sends
+(``sent_t``). The send lag, sent_t - scheduled_t - stage seconds, is the cap's wait.
+
+Phases share one open-loop timeline by default: phase P starts ``cfg.phase_starts[P]`` seconds
+after the run's start, whether or not the previous phase's requests have finished (a burst that
+overloads the server spills into the next phase, as in production). ``phase_timing =
+"back_to_back"`` instead starts each phase when the previous one has drained.
 """
 
 from __future__ import annotations
@@ -15,15 +26,18 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from specpilot.loadgen.client import LoadConfig, Outcome, request_body, send
 from specpilot.loadgen.progress import Progress
 from specpilot.records import ChunkTiming, RequestRecord, ScheduledRequest
+
+if TYPE_CHECKING:
+    from specpilot.workload.schedule import Schedule
 
 Sink = Callable[[RequestRecord, list[ChunkTiming]], None]
 STATUSES = ("ok", "timeout", "rejected", "error", "cancelled", "not_sent")
@@ -40,7 +54,7 @@ class LoadSummary:
     dispatch_lag_p50_s: float | None
     dispatch_lag_p99_s: float | None
     dispatch_lag_max_s: float | None
-    send_lag_p99_s: float | None  # includes waits for the concurrency cap, if any
+    send_lag_p99_s: float | None  # sent - scheduled - client stages: the concurrency cap's wait
     lag_threshold_s: float
     trustworthy: bool
     reasons: list[str] = field(default_factory=list)
@@ -52,6 +66,10 @@ class LoadSummary:
     sink_errors: int = 0
     started_t: float = 0.0
     ended_t: float = 0.0
+    phase_timing: str = "schedule"
+    phase_starts_s: dict[str, float] = field(default_factory=dict)  # "schedule" timing only
+    client_stages: str = "none"  # run (measured) | planned (not run, planned seconds kept) | none
+    notes: list[str] = field(default_factory=list)  # facts about the run that do not void it
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -76,6 +94,31 @@ def quantile(xs: Sequence[float], q: float) -> float | None:
 
 def request_id(req: ScheduledRequest) -> str:
     return f"{req.phase}-{req.index:06d}"
+
+
+def phase_starts_for(
+    phases: Iterable[Any], selected: Iterable[str] | None = None
+) -> dict[str, float]:
+    """Start offsets (s) of the selected phases on one timeline, in plan order.
+
+    ``phases`` are a schedule's ``PhaseInfo`` (anything with ``name`` and ``duration_s``). A
+    phase left out of the selection takes no time, so running only ``peak`` does not first wait
+    through an off-peak phase; with every phase selected the offsets are ``PhaseInfo.start_s``.
+
+        >>> from types import SimpleNamespace as P
+        >>> plan = [P(name="warmup", duration_s=2.0), P(name="off", duration_s=60.0),
+        ...         P(name="peak", duration_s=30.0)]
+        >>> phase_starts_for(plan), phase_starts_for(plan, ["warmup", "peak"])
+        ({'warmup': 0.0, 'off': 2.0, 'peak': 62.0}, {'warmup': 0.0, 'peak': 2.0})
+    """
+    keep = None if selected is None else set(selected)
+    out: dict[str, float] = {}
+    t = 0.0
+    for p in phases:
+        if keep is None or p.name in keep:
+            out[p.name] = round(t, 6)
+            t += float(p.duration_s)
+    return out
 
 
 class _SinkThread:
@@ -116,8 +159,11 @@ class LoadRunner:
         >>> result = runner.run()                                          # doctest: +SKIP
         >>> result.summary.status_counts, result.summary.trustworthy      # doctest: +SKIP
 
-    Phases run in order of first appearance; ``send_t`` is relative to its phase's start, and
-    a phase starts when the previous one has drained (``cfg.drain_between_phases``).
+    ``send_t`` is relative to its phase's start. With ``cfg.phase_timing == "schedule"`` (the
+    default) a phase starts at ``cfg.phase_starts[phase]`` on the run's timeline; a schedule of
+    one phase needs no starts, several do (``LoadRunner.for_schedule`` fills them in from a
+    ``Schedule``). With ``"back_to_back"`` phases run in order of first appearance, each one
+    starting when the previous one has drained.
     """
 
     def __init__(
@@ -131,6 +177,33 @@ class LoadRunner:
             raise ValueError("schedule has duplicate (phase, index) pairs")
         rng = random.Random(cfg.seed)
         self._cancel = {rid for rid in ids if rng.random() < cfg.cancel_fraction}
+        self._phase_names = list(dict.fromkeys(r.phase for r in self.schedule))
+        self._starts: dict[str, float] = {}
+        if cfg.phase_timing == "schedule":
+            starts = dict(cfg.phase_starts or {})
+            missing = [n for n in self._phase_names if n not in starts]
+            if missing and len(self._phase_names) == 1:
+                starts[missing[0]] = 0.0
+            elif missing:
+                raise ValueError(
+                    f"phases {', '.join(missing)} have no start time: set LoadConfig.phase_starts "
+                    "(phase_starts_for(schedule.phases, ...)), use LoadRunner.for_schedule, or "
+                    "phase_timing='back_to_back'"
+                )
+            self._starts = {n: float(starts[n]) for n in self._phase_names}
+        self._notes: list[str] = []
+        self._stage_runner: Any = None
+        stage_names = {n for r in self.schedule for n in r.client_stages}
+        if stage_names and cfg.run_stages:
+            from specpilot.workload.stages import StageRunner  # indexes load here, off the clock
+
+            self._stage_runner = StageRunner(cfg.stages, cfg.stages_base_dir)
+            unknown = sorted(stage_names - set(cfg.stages))
+            if unknown:
+                self._notes.append(
+                    f"client stages {', '.join(unknown)} have no spec in LoadConfig.stages: "
+                    "run as waits of their planned seconds"
+                )
         self._records: dict[str, RequestRecord] = {}
         self._chunks: list[ChunkTiming] = []
         self._dispatch_lags: list[float] = []
@@ -157,6 +230,29 @@ class LoadRunner:
             self._stop_reason = reason
             for t in list(self._tasks):
                 t.cancel()
+
+    @classmethod
+    def for_schedule(
+        cls,
+        schedule: Schedule,
+        cfg: LoadConfig,
+        sink: Sink | None = None,
+        phases: Sequence[str] | None = None,
+        *,
+        warmup: bool = True,
+    ) -> LoadRunner:
+        """A runner for (a selection of) a workload ``Schedule``: phase starts and client-stage
+        specs come from the schedule unless ``cfg`` sets them."""
+        requests = schedule.select(phases, warmup=warmup)
+        present = {r.phase for r in requests}
+        starts = phase_starts_for(p for p in schedule.phases if p.name in present)
+        cfg = replace(
+            cfg,
+            phase_starts=cfg.phase_starts if cfg.phase_starts is not None else starts,
+            stages=cfg.stages or dict(schedule.stages),
+            stages_base_dir=cfg.stages_base_dir or schedule.base_dir,
+        )
+        return cls(requests, cfg, sink)
 
     # -- running ------------------------------------------------------------------------
     def run(self) -> LoadResult:
@@ -189,60 +285,79 @@ class LoadRunner:
         self._loop = asyncio.get_running_loop()
         sink = _SinkThread(self.sink)
         bodies = {request_id(r): request_body(cfg, r) for r in self.schedule}
+        rank = {n: i for i, n in enumerate(self._phase_names)}
+
+        def order(r: ScheduledRequest) -> tuple[float, float, int]:
+            if cfg.phase_timing == "schedule":
+                return (0.0, self._starts[r.phase] + r.send_t, r.index)
+            return (float(rank[r.phase]), r.send_t, r.index)
+
         cold = {
             request_id(r)
-            for r in sorted((r for r in self.schedule if not r.warmup), key=lambda r: r.send_t)[
+            for r in sorted((r for r in self.schedule if not r.warmup), key=order)[
                 : cfg.cold_start_requests
             ]
         }
-        phases: dict[str, list[ScheduledRequest]] = {}
-        for r in self.schedule:
-            phases.setdefault(r.phase, []).append(r)
         cap = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s, pool=None)
         started = time.perf_counter()
+        t_run = started + _LEAD_S
         progress = Progress(len(self.schedule), cfg.progress, self.counts)
         progress_task = asyncio.create_task(progress.run())
+
+        def new_record(req: ScheduledRequest, scheduled_t: float, status: str) -> RequestRecord:
+            rid = request_id(req)
+            return RequestRecord(
+                run_id=cfg.run_id,
+                arm=cfg.arm,
+                phase=req.phase,
+                group=req.group,
+                request_id=rid,
+                scheduled_t=scheduled_t,
+                status=status,
+                deadline_s=req.deadline_s,
+                ttft_slo_s=req.ttft_slo_s,
+                # measured seconds when the stages run (filled in by the request's task),
+                # else the planned ones
+                client_stages={} if self._stage_runner is not None else dict(req.client_stages),
+                warmup=req.warmup,
+                cold_start=rid in cold,
+            )
+
+        async def dispatch(client: httpx.AsyncClient, req: ScheduledRequest, due: float) -> bool:
+            while (delay := due - time.perf_counter()) > 0 and self._stop_reason is None:
+                await asyncio.sleep(min(delay, 0.05))
+            if self._stop_reason is not None:
+                return False
+            rid = request_id(req)
+            rec = self._records[rid] = new_record(req, due, "")
+            task = asyncio.create_task(
+                self._one(client, req, bodies[rid], rec, rid in self._cancel, cap, sink)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return True
+
         try:
             async with httpx.AsyncClient(
                 base_url=cfg.url, limits=limits, timeout=timeout, headers=cfg.headers, http1=True
             ) as client:
-                for items in phases.values():
-                    if self._stop_reason is not None:
-                        break
-                    items = sorted(items, key=lambda r: (r.send_t, r.index))
-                    t0 = time.perf_counter() + _LEAD_S
-                    for req in items:
-                        due = t0 + req.send_t
-                        while (
-                            delay := due - time.perf_counter()
-                        ) > 0 and self._stop_reason is None:
-                            await asyncio.sleep(min(delay, 0.05))
+                t_run = time.perf_counter() + _LEAD_S  # the client is ready: the timeline starts
+                if cfg.phase_timing == "schedule":
+                    # one open-loop timeline across phases: nothing waits for a phase to drain
+                    for req in sorted(self.schedule, key=order):
+                        if not await dispatch(client, req, t_run + order(req)[1]):
+                            break
+                else:
+                    for name in self._phase_names:
                         if self._stop_reason is not None:
                             break
-                        rid = request_id(req)
-                        rec = RequestRecord(
-                            run_id=cfg.run_id,
-                            arm=cfg.arm,
-                            phase=req.phase,
-                            group=req.group,
-                            request_id=rid,
-                            scheduled_t=due,
-                            status="",
-                            deadline_s=req.deadline_s,
-                            ttft_slo_s=req.ttft_slo_s,
-                            client_stages=dict(req.client_stages),
-                            warmup=req.warmup,
-                            cold_start=rid in cold,
-                        )
-                        self._records[rid] = rec
-                        task = asyncio.create_task(
-                            self._one(client, req, bodies[rid], rec, rid in self._cancel, cap, sink)
-                        )
-                        self._tasks.add(task)
-                        task.add_done_callback(self._tasks.discard)
-                    if cfg.drain_between_phases or self._stop_reason is not None:
+                        t0 = time.perf_counter() + _LEAD_S
+                        items = sorted((r for r in self.schedule if r.phase == name), key=order)
+                        for req in items:
+                            if not await dispatch(client, req, t0 + req.send_t):
+                                break
                         await self._drain()
                 await self._drain()
         finally:
@@ -256,21 +371,11 @@ class LoadRunner:
             for req in self.schedule:
                 rid = request_id(req)
                 if rid not in self._records:
-                    rec = RequestRecord(
-                        run_id=cfg.run_id,
-                        arm=cfg.arm,
-                        phase=req.phase,
-                        group=req.group,
-                        request_id=rid,
-                        scheduled_t=started + req.send_t,  # the phase never started: nominal
-                        status="not_sent",
-                        error=self._stop_reason or "not sent",
-                        deadline_s=req.deadline_s,
-                        ttft_slo_s=req.ttft_slo_s,
-                        client_stages=dict(req.client_stages),
-                        warmup=req.warmup,
-                        cold_start=rid in cold,
-                    )
+                    # never dispatched: its nominal time on the run's timeline (back-to-back
+                    # phases that never started have none; their phase-relative time is kept)
+                    nominal = t_run + self._starts.get(req.phase, 0.0) + req.send_t
+                    rec = new_record(req, nominal, "not_sent")
+                    rec.error = self._stop_reason or "not sent"
                     self._records[rid] = rec
                     sink.put(rec, [])
             progress.close()
@@ -298,6 +403,10 @@ class LoadRunner:
         self._dispatch_lags.append(time.perf_counter() - rec.scheduled_t)
         out = Outcome(rec)
         try:
+            if self._stage_runner is not None and req.client_stages:
+                # this request's own retrieval / tool stages, before its model call; the
+                # dispatcher has moved on (open loop), so slow stages delay only this request
+                rec.client_stages = await self._stage_runner.run(req)
             if cap is not None:
                 await cap.acquire()
             try:
@@ -340,7 +449,12 @@ class LoadRunner:
         counts = {s: 0 for s in STATUSES}
         for r in records:
             counts[r.status] = counts.get(r.status, 0) + 1
-        send_lags = [r.sent_t - r.scheduled_t for r in records if r.sent_t is not None]
+        ran = self._stage_runner is not None
+        send_lags = [
+            r.sent_t - r.scheduled_t - (sum(r.client_stages.values()) if ran else 0.0)
+            for r in records
+            if r.sent_t is not None
+        ]
         lags = self._dispatch_lags
         p99 = quantile(lags, 0.99)
         reasons = []
@@ -372,6 +486,14 @@ class LoadRunner:
             sink_errors=sink.errors,
             started_t=started,
             ended_t=time.perf_counter(),
+            phase_timing=cfg.phase_timing,
+            phase_starts_s=dict(self._starts),
+            client_stages=(
+                "run"
+                if ran
+                else ("planned" if any(r.client_stages for r in self.schedule) else "none")
+            ),
+            notes=list(self._notes),
         )
 
 

@@ -46,6 +46,7 @@ class ServerConfig:
     max_queue: int | None = None  # concurrent requests admitted; beyond it: 429
     reject_status: int = 429
     model: str = "specpilot-testserver"
+    record: bool = False  # keep (arrival time, parsed body) of every completion request
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ServerStats:
     active: int = 0
     tokens: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
+    received: list[tuple[float, dict[str, Any]]] = field(default_factory=list)  # cfg.record
 
 
 def _directives(body: dict[str, Any]) -> dict[str, float | None]:
@@ -141,6 +143,8 @@ class _Handler:
         except ValueError:
             self._simple(writer, 400, {"error": {"message": "invalid JSON"}})
             return True
+        if self.cfg.record:
+            self.stats.received.append((time.perf_counter(), body))
         if self.cfg.max_queue is not None and self.stats.active >= self.cfg.max_queue:
             self.stats.rejected += 1
             self._simple(
