@@ -245,3 +245,12 @@ def test_speculative_sampling_matches_the_target_distribution_on_a_model() -> No
     assert chisquare(obs, exp).pvalue > 1e-4
     tv = 0.5 * sum(abs(o / n - exact[key]) for o, key in zip(obs, keys, strict=True))
     assert tv < 0.05
+
+
+def test_logprobs_are_recorded_for_divergence_reports(target, random_draft) -> None:
+    e = engine(target, random_draft)
+    r = e.generate(PROMPTS[0], GREEDY, 3, logprobs=2)
+    assert len(r.token_logprobs) == len(r.output_ids)
+    for tok, lp in zip(r.output_ids, r.token_logprobs, strict=True):
+        assert lp.token_id == tok and len(lp.top) == 2
+        assert lp.top[0][0] == tok and lp.top[0][1] >= lp.top[1][1]  # greedy picks the top-1

@@ -84,3 +84,15 @@ def test_leviathan_formulas() -> None:
     assert math.isclose(leviathan_speedup(0.5, 1, 0.0), 1.5)
     with pytest.raises(ValueError, match="alpha"):
         expected_committed(1.5, 3)
+
+
+def test_first_divergence_reports_the_reference_margin() -> None:
+    from types import SimpleNamespace
+
+    from specpilot.analysis.rounds import first_divergence
+
+    lps = [SimpleNamespace(top=[(5, -0.1), (6, -2.0)]), SimpleNamespace(top=[(7, -0.69), (8, -0.70)])]
+    d = first_divergence([5, 7, 9], [5, 8, 9], lps)
+    assert d is not None and (d.index, d.reference_token, d.other_token) == (1, 7, 8)
+    assert d.reference_margin == pytest.approx(0.01)
+    assert first_divergence([5, 7], [5, 7, 1], lps) is None

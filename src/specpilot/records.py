@@ -76,6 +76,7 @@ class GenerationResult:
     prefill: PrefillRecord | None = None
     rounds: list[RoundRecord] = field(default_factory=list)
     seed: int | None = None
+    token_logprobs: list[Any] = field(default_factory=list)  # engine.generate.TokenLogprob
 
     @property
     def output_tokens(self) -> int:

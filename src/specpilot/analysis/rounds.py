@@ -118,3 +118,33 @@ def speedup_from_costs(
 ) -> float:
     """Predicted decode speed-up from measured costs: E[c] * t_target / (k t_draft + t_verify(k))."""
     return expected_committed(alpha, k) * target_step_s / (k * draft_step_s + verify_s)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two greedy outputs part, and how close the reference's top-2 were there (R1)."""
+
+    index: int  # first output position that differs
+    reference_token: int
+    other_token: int
+    reference_margin: float | None  # top-1 minus top-2 log-prob of the reference at ``index``
+
+
+def first_divergence(
+    reference: Sequence[int], other: Sequence[int], reference_logprobs: Sequence[Any] = ()
+) -> Divergence | None:
+    """None when one output is a prefix of the other; else the first differing position.
+
+    ``reference_logprobs``: per-token records with ``.top`` = [(token, logprob), ...] best first.
+    A small margin means a near-tie that precision or batch composition can flip: a numeric
+    difference to record, not an algorithm failure.
+    """
+    for i, (a, b) in enumerate(zip(reference, other, strict=False)):
+        if a != b:
+            margin = None
+            if i < len(reference_logprobs):
+                top = reference_logprobs[i].top
+                if len(top) >= 2:
+                    margin = float(top[0][1] - top[1][1])
+            return Divergence(i, int(a), int(b), margin)
+    return None

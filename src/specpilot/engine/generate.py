@@ -100,6 +100,7 @@ class RequestState:
             prefill=self.prefill,
             rounds=list(self.rounds),
             seed=self.seed,
+            token_logprobs=list(self.token_logprobs),
         )
 
 
@@ -380,10 +381,19 @@ class Engine:
 
     # ------------------------------------------------------------------ drivers
     def generate_batch(
-        self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], ks: Sequence[int]
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: Sequence[SamplingParams],
+        ks: Sequence[int],
+        logprobs: int | None = None,
     ) -> list[GenerationResult]:
-        """Run requests to completion together (static batch; slots freed at the end)."""
+        """Run requests to completion together (static batch; slots freed at the end).
+
+        ``logprobs``: record each output token's target log-prob and this many alternatives.
+        """
         reqs = [self.new_request(p, sp, k) for p, sp, k in zip(prompts, params, ks, strict=True)]
+        for r in reqs:
+            r.logprobs = logprobs
         try:
             self.prefill(reqs)
             while not all(r.done for r in reqs):
@@ -396,9 +406,13 @@ class Engine:
         return [r.result() for r in reqs]
 
     def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, k: int = 0
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        k: int = 0,
+        logprobs: int | None = None,
     ) -> GenerationResult:
-        return self.generate_batch([prompt_ids], [params], [k])[0]
+        return self.generate_batch([prompt_ids], [params], [k], logprobs)[0]
 
     def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams, k: int = 0
