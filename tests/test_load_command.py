@@ -67,6 +67,13 @@ def test_load_writes_every_request_to_the_store(tmp_path, capsys):
     assert all(r.status in ("ok", "rejected", "cancelled") for r in recs)
     assert any(r.status == "cancelled" for r in recs)
     assert sum(r.chunks for r in recs) == len(chunks)
+    # phases on the schedule's timeline: peak starts when warm-up's 0.2 s are over, not drained
+    by_id = {f"{q.phase}-{q.index:06d}": q for q in expected}
+    starts = {p.name: p.start_s for p in sched.phases}
+    base = min(r.scheduled_t - starts[r.phase] - by_id[r.request_id].send_t for r in recs)
+    for r in recs:
+        q = by_id[r.request_id]
+        assert r.scheduled_t - base == pytest.approx(starts[q.phase] + q.send_t, abs=1e-6)
     run = next(r for r in runs if r["run_id"] == "r1")
     assert run["status"] == "complete"
     assert [s.label for s in snaps] == ["before", "after"]  # openai engine: empty metrics, recorded
@@ -84,3 +91,54 @@ def test_load_reports_a_bad_workload(tmp_path, capsys):
         ]
     )
     assert rc == 2 and "error" in capsys.readouterr().err
+
+
+def test_load_argument_errors(tmp_path, capsys):
+    wl = tmp_path / "w.yaml"
+    wl.write_text(WORKLOAD)
+    base = ["--workload", str(wl), "--out", str(tmp_path / "x.duckdb")]
+    for argv, msg in (
+        (["load", *base], "either an endpoint URL or --start"),
+        (["load", "http://127.0.0.1:9", "--start", *base], "either an endpoint URL or --start"),
+        (["load", "http://127.0.0.1:9", "--engine-opt", "a=1", *base], "needs --start"),
+        (["load", "--start", *base], "--start needs --engine"),
+        (["load", "--start", "--engine", "llamacpp", "--engine-opt", "bogus=1", *base], "bogus"),
+        (["load", "--start", "--engine", "builtin", "--engine-opt", "novalue", *base], "KEY=VALUE"),
+    ):
+        assert main(argv) == 2, argv
+        assert msg in capsys.readouterr().err, argv
+
+
+def test_engine_options_and_make_backend():
+    from specpilot.backends import make_backend
+    from specpilot.backends.llamacpp import LlamaCppBackend
+    from specpilot.commands.load import engine_options
+    from specpilot.engine.loader import default_target_path
+
+    opts = engine_options(
+        ["no_draft=true", "k=3", "extra-args=[--threads, 1]", "draft=truncate:0,1"]
+    )
+    assert opts == {
+        "no_draft": True,
+        "k": 3,
+        "extra_args": ["--threads", 1],
+        "draft": "truncate:0,1",
+    }
+    be = make_backend("builtin", {"no_draft": True, "extra_args": ["--threads", 1]})
+    cmd = be.command()
+    assert "--no-draft" in cmd and cmd[-2:] == ["--threads", "1"] and "--draft" not in cmd
+    ll = make_backend("llamacpp", {"spec_type": "ngram-mod", "threads": 2})
+    assert isinstance(ll, LlamaCppBackend) and ll.mode == "subprocess"
+    assert str(ll.cfg.model) == str(default_target_path()) and "ngram-mod" in ll.cfg.flags()
+    with pytest.raises(ValueError, match=r"known: .*threads"):
+        make_backend("llamacpp", {"thread": 2})
+    with pytest.raises(ValueError, match="cannot be started"):
+        make_backend("openai", {})
+
+
+def test_model_name_comes_from_the_endpoint():
+    from specpilot.commands.load import served_model
+
+    with TestServer() as srv:
+        assert served_model(srv.url) == "specpilot-testserver"
+    assert served_model("http://127.0.0.1:9") == "default"
