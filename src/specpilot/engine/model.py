@@ -22,6 +22,7 @@ never attend column ``L`` (their positions are < L), and pad outputs are discard
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -306,8 +307,9 @@ class Transformer(nn.Module):
         cos, sin = cos.to(device, dtype)[None, None], sin.to(device, dtype)[None, None]  # (1,1,T,hd)
         x = self.embed(tokens)  # (B, T, dim)
         for layer in self.layers:
-            x = x + layer.attn.forward_train(layer.attn_norm(x), cos, sin)
-            x = x + layer.ffn(layer.ffn_norm(x))
+            blk = cast(Block, layer)
+            x = x + blk.attn.forward_train(blk.attn_norm(x), cos, sin)
+            x = x + blk.ffn(blk.ffn_norm(x))
         out: torch.Tensor = self.norm(x)
         return out
 

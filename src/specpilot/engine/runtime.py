@@ -1,8 +1,9 @@
 """Build an Engine from user-facing options (paths, draft spec, dtype, threads).
 
 Draft specs: ``None``/``"none"`` (plain decoding only), ``"truncate:0,1,28,29"`` (a copy of
-some of the target's layers, sharing its embedding and head), or a path (GGUF file or
-checkpoint directory with the target's tokenizer).
+some of the target's layers, sharing its embedding and head), ``"shipped:NAME"`` (a distilled
+draft shipped in ``specpilot/data/drafts/NAME``), or a path (a draft directory written by
+``specpilot distill``, a GGUF file or a checkpoint directory with the target's tokenizer).
 
     >>> engine = build_engine(None, "truncate:0,1,28,29", dtype="bfloat16")  # doctest: +SKIP
 """
@@ -25,8 +26,9 @@ from specpilot.engine.loader import (
 )
 from specpilot.engine.model import Transformer
 
-# Until a distilled draft ships, the default draft is the target's first two and last two layers.
-DEFAULT_DRAFT = "truncate:0,1,28,29"
+# The default draft: distilled from SmolLM2-135M-Instruct (src/specpilot/data/drafts/, see its
+# MODEL_CARD.md). "truncate:0,1,28,29" is the untrained layer-copy baseline.
+DEFAULT_DRAFT = "shipped:smollm2-135m-instruct-d4"
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
@@ -57,7 +59,12 @@ def load_draft(spec: str | None, target: LoadedModel, dtype: torch.dtype) -> Tra
         except ValueError:
             raise ValueError(f"draft {spec!r}: use truncate:I,J,... with layer indices") from None
         return layer_truncated_copy(target.model, layers)
-    loaded = load_model(Path(spec), dtype=dtype)
+    from specpilot.draft.model import is_draft_dir, load_draft_dir, shipped_draft_path
+
+    path = shipped_draft_path(spec.removeprefix("shipped:")) if spec.startswith("shipped:") else Path(spec)
+    if is_draft_dir(path):  # a distilled draft: only its own layers, on the target's embedding
+        return load_draft_dir(path, target, dtype)
+    loaded = load_model(path, dtype=dtype)
     if target.tokenizer is not None and loaded.tokenizer is not None:
         check_tokenizers_match(target.tokenizer, loaded.tokenizer)
     return loaded.model
