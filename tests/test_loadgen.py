@@ -482,3 +482,39 @@ def test_for_schedule_takes_starts_and_stages_from_the_workload():
     peak = LoadRunner.for_schedule(sch, cfg("http://x"), phases=["peak"])
     assert peak.cfg.phase_starts == {"warmup": 0.0, "peak": 0.2}  # off-peak skipped, not waited
     assert {r.phase for r in peak.schedule} == {"warmup", "peak"}
+
+
+def test_a_slow_retrieval_shows_in_the_dispatch_lag_and_flags_the_run(tmp_path):
+    """A BM25 search over ~5k documents takes tens of ms on the generator's event loop: requests
+    due meanwhile leave late, and the run says so instead of hiding it (a small document set,
+    like the builtin one, costs ~0.1 ms and passes)."""
+    from specpilot.workload.stages import BM25Index
+
+    base = BM25Index.builtin().docs
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(
+        "\n".join(
+            json.dumps({"id": f"{i}-{d.id}", "title": d.title, "text": d.text}, ensure_ascii=False)
+            for i in range(200)
+            for d in base
+        )
+    )
+    items = []
+    for k in range(6):  # a retrieval at k * 0.1 s, then three bare requests due during it
+        items += sched(1, content="差旅住宿标准 超标部分", client_stages={"retrieval": 0.0})
+        items += sched(3, gap=0.004)
+        for j, r in enumerate(items[-4:]):
+            r.send_t = k * 0.1 + (0.0 if j == 0 else 0.002 + 0.004 * j)
+    items = _reindex(items)
+    small = {"retrieval": {"kind": "bm25", "docs": "builtin", "top_k": 3}}
+    large = {"retrieval": {"kind": "bm25", "docs": str(docs), "top_k": 3}}
+    with TestServer() as srv:
+        fast = run_schedule(items, cfg(srv.url, stages=small, lag_threshold_s=0.01))
+        slow = run_schedule(items, cfg(srv.url, stages=large, lag_threshold_s=0.01))
+    for res in (fast, slow):
+        assert all(r.status == "ok" for r in res.records)
+    search = sorted(r.client_stages["retrieval"] for r in slow.records if r.client_stages)
+    assert search[len(search) // 2] > 0.01, search  # a real search over the large set
+    assert fast.summary.trustworthy, fast.summary.reasons
+    assert slow.summary.dispatch_lag_max_s > 0.01 and not slow.summary.trustworthy
+    assert "dispatch lag" in slow.summary.reasons[0]

@@ -9,6 +9,9 @@ task start - scheduled_t, is the generator's own timing error and decides trustw
 the task runs the request's client-side stages (retrieval, tool calls; measured seconds go to
 ``RequestRecord.client_stages``), waits for the concurrency cap if there is one, then sends
 (``sent_t``). The send lag, sent_t - scheduled_t - stage seconds, is the cap's wait.
+Simulated stages are non-blocking waits; a real retrieval (BM25) runs on this event loop: the
+builtin document set costs ~0.1 ms, a large one (~5k documents: ~20 ms) delays the requests
+due meanwhile, which the dispatch lag shows and the trustworthiness check flags.
 
 Phases share one open-loop timeline by default: phase P starts ``cfg.phase_starts[P]`` seconds
 after the run's start, whether or not the previous phase's requests have finished (a burst that
