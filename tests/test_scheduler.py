@@ -103,11 +103,12 @@ def test_logprobs_equal_target_log_softmax() -> None:
 
 
 def test_queue_full_and_queue_timeout() -> None:
-    eng = make_engine(1)
-    s = Scheduler(eng, SchedulerConfig(max_queued=1, queue_timeout_s=0.2))
+    # a must outlive b's queue timeout by a wide margin: 500 tokens take >= 10x 0.05 s here
+    eng = Engine(tiny_model(11), None, max_slots=1, max_seq_len=512)
+    s = Scheduler(eng, SchedulerConfig(max_queued=1, queue_timeout_s=0.05))
     s.start()
     try:
-        a = s.submit([1, 2], greedy(240), 0)
+        a = s.submit([1, 2], greedy(500), 0)
         while a.state is None:  # a holds the only slot
             time.sleep(0.001)
         b = s.submit([1, 3], greedy(4), 0)
