@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import cast
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -75,6 +76,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 class KVCache(nn.Module):
     """Preallocated keys/values for every slot; one extra scratch column for padding."""
+
+    k: torch.Tensor
+    v: torch.Tensor
 
     def __init__(self, slots: int, n_kv: int, length: int, hd: int, dtype: torch.dtype) -> None:
         super().__init__()
@@ -210,6 +214,8 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
     def __init__(self, cfg: LlamaConfig, max_seq_len: int | None = None, max_slots: int = 1):
         super().__init__()
         self.cfg = cfg
@@ -230,11 +236,11 @@ class Transformer(nn.Module):
         Also fuses q/k/v and gate/up weights for inference (views: no extra memory).
         """
         with torch.no_grad():
-            for layer in self.layers:
+            for layer in self.blocks():
                 layer.attn.fuse()
                 layer.ffn.fuse()
         dtype, device = self.embed.weight.dtype, self.embed.weight.device
-        for layer in self.layers:
+        for layer in self.blocks():
             layer.attn.cache = KVCache(
                 max_slots, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, dtype
             ).to(device)
@@ -243,13 +249,17 @@ class Transformer(nn.Module):
         self.register_buffer("rope_sin", sin.to(device, dtype), persistent=False)
         self.max_seq_len, self.max_slots = max_seq_len, max_slots
 
+    def blocks(self) -> list[Block]:
+        """The layers, typed (iterating an nn.ModuleList gives plain Modules to mypy)."""
+        return cast(list[Block], list(self.layers))
+
     def kv_bytes_per_token(self) -> int:
         elem = self.embed.weight.element_size()
         return 2 * self.cfg.n_layers * self.cfg.n_kv_heads * self.cfg.head_dim * elem
 
     def kv_bytes_allocated(self) -> int:
         total = 0
-        for layer in self.layers:
+        for layer in self.blocks():
             c = layer.attn.cache
             if c is not None:
                 total += c.k.numel() * c.k.element_size() + c.v.numel() * c.v.element_size()
