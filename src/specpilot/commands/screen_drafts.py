@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", type=Path, default=None, help="write the full report here")
+    p.add_argument(
+        "--replay", action="store_true",
+        help="acceptance only: replay greedy rounds along the target's outputs (no timing; cheap)",
+    )  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -73,6 +77,18 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown groups {sorted(unknown)}; have {sorted(prompts)}")
         prompts = {g: prompts[g] for g in wanted}
+    if args.replay:
+        from specpilot.draft.screening import format_replay, replay_report
+
+        rep = replay_report(
+            target.model, candidates, prompts, ks, max_tokens=args.max_tokens,
+            eos_ids=[target.tokenizer.eos_token_id],
+        )  # fmt: skip
+        print(format_replay(rep))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(rep, indent=2, ensure_ascii=False) + "\n")
+        return 0
     report = screen(
         target.model, candidates, prompts, ks, max_tokens=args.max_tokens,
         tokenizer=target.tokenizer, log=lambda m: print(m, flush=True),

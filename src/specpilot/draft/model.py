@@ -58,8 +58,14 @@ class RestrictedHead(nn.Module):
         if torch.unique(ids).numel() != ids.numel():
             raise ValueError("head ids must be unique")
         self.vocab_size = int(full_weight.shape[0])
+        self._full = [full_weight]  # the target's head (a list: not registered, not copied)
         self.register_buffer("ids", ids, persistent=False)
         self.weight = nn.Parameter(full_weight.detach()[ids].clone(), requires_grad=False)
+
+    @property
+    def full_weight(self) -> torch.Tensor:
+        """The unrestricted head (the target's), e.g. for perplexity over the whole vocabulary."""
+        return self._full[0]
 
     def forward_small(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., dim) -> logits over the subset (..., N), in ``ids`` order."""
@@ -206,7 +212,7 @@ def load_draft_dir(
     draft = Transformer(cfg)
     draft.embed = target.model.embed
     draft.lm_head = (
-        RestrictedHead(target.model.embed.weight, ids.to(torch.long))  # type: ignore[assignment]
+        RestrictedHead(target.model.lm_head.weight, ids.to(torch.long))  # type: ignore[assignment]
         if ids is not None
         else target.model.lm_head
     )

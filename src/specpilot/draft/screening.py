@@ -101,12 +101,12 @@ def step_time(model: Transformer, n_tokens: int, context: int = 128, repeats: in
 
 
 def full_head_weight(draft: Transformer) -> torch.Tensor:
-    """The draft's head over the whole vocabulary (a restricted head's rows come from the tied
-    embedding, so the full tied matrix is its unrestricted version)."""
+    """The draft's head over the whole vocabulary (a restricted head's rows come from the target's
+    head, so that is its unrestricted version)."""
     from specpilot.draft.model import RestrictedHead
 
     if isinstance(draft.lm_head, RestrictedHead):
-        return draft.embed.weight
+        return draft.lm_head.full_weight
     return draft.lm_head.weight
 
 
@@ -285,3 +285,97 @@ def group_prompts(
             ids_list.append([int(t) for t in (ids if isinstance(ids, list) else ids["input_ids"])])
         out[g] = ids_list
     return out
+
+
+@torch.no_grad()
+def replay_greedy_rounds(
+    draft: Transformer, tokens: Sequence[int], prompt_len: int, k: int
+) -> list[tuple[int, int]]:
+    """(accepted, committed) per round of greedy speculative decoding with ``k`` drafts,
+    replayed along the target's own greedy output ``tokens[prompt_len:]``.
+
+    With greedy decoding the accepted drafts *are* the target's tokens, so the draft's proposals
+    in a round are its argmax along the target's path: one cache-free forward over the sequence
+    gives every round. The first output token comes from the prefill, as in the engine; the last
+    round is cut where the output ends. Equal to the engine's counts (tests/test_draft.py).
+    """
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    t = torch.tensor([list(tokens)])
+    pred = draft.lm_head(draft.hidden_train(t))[0].argmax(-1)  # pred[i] proposes tokens[i + 1]
+    out = list(tokens[prompt_len:])
+    match = [bool(pred[prompt_len + j - 1] == out[j]) for j in range(len(out))]
+    rounds, n = [], 1
+    while n < len(out):
+        a = 0
+        while a < k and n + a < len(out) and match[n + a]:
+            a += 1
+        committed = min(a + 1, len(out) - n)
+        rounds.append((min(a, committed), committed))
+        n += a + 1
+    return rounds
+
+
+def replay_acceptance(
+    draft: Transformer, outputs: Sequence[tuple[Sequence[int], int]], ks: Sequence[int]
+) -> dict[int, dict[str, Any]]:
+    """Mean acceptance length, acceptance rate and per-position acceptance for each k."""
+    res: dict[int, dict[str, Any]] = {}
+    for k in ks:
+        rounds = [r for toks, plen in outputs for r in replay_greedy_rounds(draft, toks, plen, k)]
+        if not rounds:
+            continue
+        per_pos = [sum(a >= i for a, _ in rounds) / len(rounds) for i in range(1, k + 1)]
+        res[k] = {
+            "rounds": len(rounds),
+            "mean_acceptance_length": sum(c for _, c in rounds) / len(rounds),
+            "acceptance_rate": sum(a for a, _ in rounds) / (k * len(rounds)),
+            "acceptance_per_position": per_pos,
+        }
+    return res
+
+
+def replay_report(
+    target: Transformer,
+    candidates: Mapping[str, Transformer],
+    prompts: Mapping[str, Sequence[Sequence[int]]],
+    ks: Sequence[int],
+    *,
+    max_tokens: int = 128,
+    eos_ids: Sequence[int] = (),
+    batch: int = 8,
+) -> dict[str, Any]:
+    """Acceptance of every candidate, group and k, replayed along the target's greedy outputs.
+
+    The target decodes every prompt once (batched); no timing is involved, so this is the cheap
+    way to measure acceptance on many prompts. Timings come from ``screen``.
+    """
+    from specpilot.draft.teacher import generate_teacher_data
+
+    flat = [(g, list(p)) for g, ps in prompts.items() for p in ps]
+    samples = generate_teacher_data(
+        target, flat, batch=batch, max_new=max_tokens, topk=1, temperatures=(0.0,), eos_ids=eos_ids
+    )
+    outputs: dict[str, list[tuple[list[int], int]]] = {g: [] for g in prompts}
+    for s in samples:
+        outputs[s.group].append((s.tokens, s.prompt_len))
+    report: dict[str, Any] = {"max_tokens": max_tokens, "ks": list(ks), "groups": {}}
+    for g, outs in outputs.items():
+        report["groups"][g] = {
+            "prompts": len(outs),
+            "output_tokens": sum(len(t) - p for t, p in outs),
+            "candidates": {name: replay_acceptance(d, outs, ks) for name, d in candidates.items()},
+        }
+    return report
+
+
+def format_replay(report: dict[str, Any]) -> str:
+    ks = report["ks"]
+    lines = [f"{'group':<12} {'draft':<16} " + " ".join(f"{'MAL k=' + str(k):>8}" for k in ks)]
+    for g, gr in report["groups"].items():
+        for name, res in gr["candidates"].items():
+            vals = " ".join(
+                f"{res[k]['mean_acceptance_length']:>8.2f}" if k in res else f"{'-':>8}" for k in ks
+            )
+            lines.append(f"{g:<12} {name[:16]:<16} {vals}")
+    return "\n".join(lines)
