@@ -28,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--init-layers", default=None, help="target layers to copy, e.g. 0,1,28,29")
     p.add_argument("--minutes", type=float, default=30.0, help="total wall-time budget")
     p.add_argument("--out", required=True, type=Path, help="output draft directory")
-    p.add_argument("--head-vocab", type=int, default=8192, help="draft head size (0 = full vocab)")
+    p.add_argument(
+        "--head-vocab", type=int, default=8192, help="ids the draft head scores (0 = all)"
+    )
     p.add_argument("--gen-fraction", type=float, default=0.45, help="share of time generating data")
     p.add_argument("--batch", type=int, default=16, help="rows decoded together by the target")
     p.add_argument("--max-new", type=int, default=160, help="tokens generated per prompt")

@@ -140,7 +140,8 @@ def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[st
     gen_s = time.monotonic() - t_start
     held = samples[::20]  # every 20th sample (its own prompt) is held out for agreement
     train = [s for i, s in enumerate(samples) if i % 20]
-    ids = head_vocab(train, cfg.head_vocab, always=eos)
+    vocab = target.cfg.vocab_size
+    ids = head_vocab(train, cfg.head_vocab, eos) if cfg.head_vocab < vocab else torch.arange(vocab)
     cov = coverage(held, ids)
     n_tok = sum(s.topk_ids.shape[0] for s in train)
     log(
