@@ -314,7 +314,8 @@ class Transformer(nn.Module):
         t = tokens.shape[1]
         cos, sin = rope_tables(self.cfg.head_dim, t, self.cfg.rope_theta)
         dtype, device = self.embed.weight.dtype, self.embed.weight.device
-        cos, sin = cos.to(device, dtype)[None, None], sin.to(device, dtype)[None, None]  # (1,1,T,hd)
+        cos = cos.to(device, dtype)[None, None]  # (1, 1, T, hd)
+        sin = sin.to(device, dtype)[None, None]
         x = self.embed(tokens)  # (B, T, dim)
         for layer in self.layers:
             blk = cast(Block, layer)

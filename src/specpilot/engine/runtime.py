@@ -61,7 +61,8 @@ def load_draft(spec: str | None, target: LoadedModel, dtype: torch.dtype) -> Tra
         return layer_truncated_copy(target.model, layers)
     from specpilot.draft.model import is_draft_dir, load_draft_dir, shipped_draft_path
 
-    path = shipped_draft_path(spec.removeprefix("shipped:")) if spec.startswith("shipped:") else Path(spec)
+    shipped = spec.startswith("shipped:")
+    path = shipped_draft_path(spec.removeprefix("shipped:")) if shipped else Path(spec)
     if is_draft_dir(path):  # a distilled draft: only its own layers, on the target's embedding
         return load_draft_dir(path, target, dtype)
     loaded = load_model(path, dtype=dtype)
