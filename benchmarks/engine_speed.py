@@ -59,7 +59,9 @@ def to_hf_llama(model: Transformer, dtype: torch.dtype) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = model.cfg
-    head = model.lm_head.weight
+    # transformers has no vocabulary-restricted head: a restricted draft gets the full tied head
+    # there (same proposals wherever the restricted head's argmax is the full argmax; slower).
+    head = model.embed.weight if hasattr(model.lm_head, "ids") else model.lm_head.weight
     hf_cfg = LlamaConfig(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.dim,
@@ -96,13 +98,17 @@ def to_hf_llama(model: Transformer, dtype: torch.dtype) -> Any:
         for ours, theirs in names.items():
             mod = layer.get_submodule(ours)
             sd[f"model.layers.{i}.{theirs}.weight"] = mod.weight
-    missing, unexpected = hf.load_state_dict({k: v.detach().clone() for k, v in sd.items()}, strict=False)
+    missing, unexpected = hf.load_state_dict(
+        {k: v.detach().clone() for k, v in sd.items()}, strict=False
+    )
     if [m for m in missing if "rotary" not in m] or unexpected:
         raise RuntimeError(f"HF copy failed: missing={missing} unexpected={unexpected}")
     return hf.to(dtype).eval()
 
 
-def hf_generate(model: Any, ids: list[int], max_new: int, assistant: Any = None, k: int = 0) -> tuple[list[int], float]:
+def hf_generate(
+    model: Any, ids: list[int], max_new: int, assistant: Any = None, k: int = 0
+) -> tuple[list[int], float]:
     x = torch.tensor([ids])
     kw: dict[str, Any] = {"max_new_tokens": max_new, "do_sample": False, "pad_token_id": 2}
     if assistant is not None:
@@ -141,8 +147,10 @@ def main() -> int:
     engine.target.setup_cache(engine.max_seq_len, engine.max_slots)
     engine.draft.setup_cache(engine.max_seq_len, engine.max_slots)
     c_ratio = t_draft / t_target
-    print(f"target step {t_target * 1e3:.1f} ms, draft step {t_draft * 1e3:.1f} ms (c = {c_ratio:.3f}); "
-          + ", ".join(f"verify k+1={k + 1}: {verify[k] / t_target:.2f}x" for k in ks))
+    print(
+        f"target step {t_target * 1e3:.1f} ms, draft step {t_draft * 1e3:.1f} ms (c = {c_ratio:.3f}); "
+        + ", ".join(f"verify k+1={k + 1}: {verify[k] / t_target:.2f}x" for k in ks)
+    )
 
     engine.generate(prompts[0], SamplingParams(max_tokens=8), 2)  # warm-up
     rows: list[dict[str, Any]] = []
@@ -158,15 +166,24 @@ def main() -> int:
             rounds += r.rounds
             outs.append(r.output_ids)
         w = window_metrics(rounds)
-        row = {"engine": "specpilot", "config": label, "k": k, "tokens_per_s": tokens / wall,
-               "decode_ms_per_token": w.cost_per_token_s * 1e3,
-               "alpha": w.acceptance_rate, "mean_acceptance_length": w.mean_acceptance_length,
-               "draft_share": w.draft_s / w.time_s, "overhead_share": w.overhead_s / w.time_s}
+        row = {
+            "engine": "specpilot",
+            "config": label,
+            "k": k,
+            "tokens_per_s": tokens / wall,
+            "decode_ms_per_token": w.cost_per_token_s * 1e3,
+            "alpha": w.acceptance_rate,
+            "mean_acceptance_length": w.mean_acceptance_length,
+            "draft_share": w.draft_s / w.time_s,
+            "overhead_share": w.overhead_s / w.time_s,
+        }
         if k == 0:
             plain_out.extend(outs)
             row["same_as_plain"] = 1.0
         else:
-            row["same_as_plain"] = sum(a == b for a, b in zip(outs, plain_out, strict=True)) / len(outs)
+            row["same_as_plain"] = sum(a == b for a, b in zip(outs, plain_out, strict=True)) / len(
+                outs
+            )
         rows.append(row)
         return row
 
@@ -178,7 +195,9 @@ def main() -> int:
         row["leviathan_bound"] = leviathan_speedup(alpha, k, c_ratio)
         row["efficiency"] = row["speedup"] / row["leviathan_bound"]
         # the same bound with the measured verify cost of k+1 tokens instead of 1 step
-        row["bound_measured_verify"] = row["leviathan_bound"] * (k * c_ratio + 1) / (k * c_ratio + verify[k] / t_target)
+        row["bound_measured_verify"] = (
+            row["leviathan_bound"] * (k * c_ratio + 1) / (k * c_ratio + verify[k] / t_target)
+        )
 
     if not args.no_hf:
         from pathlib import Path
@@ -186,11 +205,16 @@ def main() -> int:
         from transformers import AutoModelForCausalLM
 
         p = Path(spec.target_path)
-        hf_t = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=dtype).eval()
+        hf_t = AutoModelForCausalLM.from_pretrained(
+            str(p.parent), gguf_file=p.name, dtype=dtype
+        ).eval()
         hf_d = to_hf_llama(engine.draft, dtype)
         hf_generate(hf_t, prompts[0], 4)  # warm-up
         best_k = max((r for r in rows if r["k"] > 0), key=lambda r: r["tokens_per_s"])["k"]
-        for label, assistant, k in [("hf plain", None, 0), *[(f"hf assisted k={kk}", hf_d, kk) for kk in sorted({1, best_k, 3})]]:
+        for label, assistant, k in [
+            ("hf plain", None, 0),
+            *[(f"hf assisted k={kk}", hf_d, kk) for kk in sorted({1, best_k, 3})],
+        ]:
             wall = first = 0.0
             tokens = same = 0
             for i, ids in enumerate(prompts):
@@ -200,23 +224,43 @@ def main() -> int:
                 first += dt1
                 tokens += len(out)
                 same += out == plain_out[i]
-            rows.append({"engine": "transformers", "config": label, "k": k, "tokens_per_s": tokens / wall,
-                         "decode_ms_per_token": (wall - first) / (tokens - len(prompts)) * 1e3,
-                         "same_as_plain": same / len(prompts)})
+            rows.append(
+                {
+                    "engine": "transformers",
+                    "config": label,
+                    "k": k,
+                    "tokens_per_s": tokens / wall,
+                    "decode_ms_per_token": (wall - first) / (tokens - len(prompts)) * 1e3,
+                    "same_as_plain": same / len(prompts),
+                }
+            )
 
     hdr = f"{'engine':<13}{'config':<20}{'tok/s':>8}{'ms/tok':>9}{'alpha':>7}{'E[c]':>6}{'speedup':>9}{'bound':>7}{'eff':>6}{'same':>6}"
     print(hdr)
     for r in rows:
         a = r.get("alpha")
-        print(f"{r['engine']:<13}{r['config']:<20}{r['tokens_per_s']:>8.1f}{r['decode_ms_per_token']:>9.1f}"
-              f"{'' if a is None else f'{a:.2f}':>7}{r.get('mean_acceptance_length', float('nan')):>6.2f}"
-              f"{r.get('speedup', float('nan')):>9.2f}{r.get('leviathan_bound', float('nan')):>7.2f}"
-              f"{r.get('efficiency', float('nan')):>6.2f}{r['same_as_plain']:>6.2f}")
+        print(
+            f"{r['engine']:<13}{r['config']:<20}{r['tokens_per_s']:>8.1f}{r['decode_ms_per_token']:>9.1f}"
+            f"{'' if a is None else f'{a:.2f}':>7}{r.get('mean_acceptance_length', float('nan')):>6.2f}"
+            f"{r.get('speedup', float('nan')):>9.2f}{r.get('leviathan_bound', float('nan')):>7.2f}"
+            f"{r.get('efficiency', float('nan')):>6.2f}{r['same_as_plain']:>6.2f}"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"draft": args.draft, "dtype": args.dtype, "max_tokens": args.max_tokens,
-                       "t_target_s": t_target, "t_draft_s": t_draft, "c_ratio": c_ratio,
-                       "verify_ratio": {k: verify[k] / t_target for k in ks}, "rows": rows}, f, indent=2)
+            json.dump(
+                {
+                    "draft": args.draft,
+                    "dtype": args.dtype,
+                    "max_tokens": args.max_tokens,
+                    "t_target_s": t_target,
+                    "t_draft_s": t_draft,
+                    "c_ratio": c_ratio,
+                    "verify_ratio": {k: verify[k] / t_target for k in ks},
+                    "rows": rows,
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 

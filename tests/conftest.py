@@ -25,7 +25,7 @@ PROMPTS = [
     "帮我起草一封回复客户投诉的邮件，语气要礼貌。",
     "把这句话翻译成英文：我们将在下周一召开项目评审会议。",
     "Write a Python function that returns the n-th Fibonacci number.",
-    "def is_prime(n: int) -> bool:\n    \"\"\"Return True if n is prime.\"\"\"\n",
+    'def is_prime(n: int) -> bool:\n    """Return True if n is prime."""\n',
     "Write a Python class Stack with push, pop and peek methods.",
     "Explain what this code does: `print(sum(x * x for x in range(10)))`",
     "Fix the bug: def mean(xs): return sum(xs) / len(xs) + 1",

@@ -12,8 +12,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import PROMPTS
 
+from conftest import PROMPTS
 from specpilot.engine.generate import Engine
 from specpilot.engine.loader import layer_truncated_copy
 from specpilot.engine.sampling import SamplingParams
@@ -33,7 +33,11 @@ def plain(default_target, chat_ids):
 def truncated_engine(default_target):
     draft = layer_truncated_copy(default_target.model, [0, 1, 28, 29])
     return Engine(
-        default_target.model, draft, tokenizer=default_target.tokenizer, max_slots=4, max_seq_len=512
+        default_target.model,
+        draft,
+        tokenizer=default_target.tokenizer,
+        max_slots=4,
+        max_seq_len=512,
     )
 
 

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny_model
 
+from conftest import tiny_model
 from specpilot.engine.generate import Engine
 from specpilot.engine.sampling import SamplingParams
 
@@ -160,7 +160,11 @@ def test_sampling_is_reproducible_from_the_seed(target, random_draft) -> None:
     e = engine(target, random_draft)
     sp = SamplingParams(temperature=1.0, top_k=20, seed=123, max_tokens=16, ignore_eos=True)
     a, b = e.generate(PROMPTS[0], sp, 3), e.generate(PROMPTS[0], sp, 3)
-    c = e.generate(PROMPTS[0], SamplingParams(temperature=1.0, top_k=20, seed=124, max_tokens=16, ignore_eos=True), 3)
+    c = e.generate(
+        PROMPTS[0],
+        SamplingParams(temperature=1.0, top_k=20, seed=124, max_tokens=16, ignore_eos=True),
+        3,
+    )
     assert a.output_ids == b.output_ids and a.seed == 123
     assert c.output_ids != a.output_ids
 

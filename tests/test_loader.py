@@ -80,7 +80,9 @@ def test_tokenizer_mismatch_names_what_differs(tokenizer) -> None:
 
     other_eos = copy.deepcopy(tokenizer)
     other_eos.eos_token = "<|endoftext|>"
-    with pytest.raises(TokenizerMismatchError, match="special token eos_token_id: target 2 vs draft 0"):
+    with pytest.raises(
+        TokenizerMismatchError, match="special token eos_token_id: target 2 vs draft 0"
+    ):
         check_tokenizers_match(tokenizer, other_eos)
 
     from tokenizers import Tokenizer
@@ -104,7 +106,9 @@ def test_engine_refuses_a_draft_with_another_vocabulary() -> None:
 
     target = tiny_model(seed=1)
     draft = tiny_model(seed=2, vocab=1000)
-    with pytest.raises(TokenizerMismatchError, match="vocab size: target model has 49152 logits, draft 1000"):
+    with pytest.raises(
+        TokenizerMismatchError, match="vocab size: target model has 49152 logits, draft 1000"
+    ):
         Engine(target, draft)
 
 
@@ -112,7 +116,7 @@ def test_bad_paths_say_what_to_pass(tmp_path) -> None:
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_model(tmp_path / "nope.gguf")
     (tmp_path / "weights.bin").write_bytes(b"x")
-    with pytest.raises(ModelLoadError, match="expected a .gguf file or a checkpoint directory"):
+    with pytest.raises(ModelLoadError, match=r"expected a \.gguf file or a checkpoint directory"):
         load_model(tmp_path / "weights.bin")
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         load_model(tmp_path)

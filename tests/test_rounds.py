@@ -37,7 +37,10 @@ def test_worked_example_from_the_mission() -> None:
     assert cost_per_token(plan_b) * 1000 == pytest.approx(25.0, abs=1e-9)
     assert cost_per_token(plan_a_bad) * 1000 == pytest.approx(50.0, abs=1e-9)
     # B advances more per round yet costs more per token; A at 1.2 is slower than plain.
-    assert window_metrics(plan_b).mean_acceptance_length > window_metrics(plan_a).mean_acceptance_length
+    assert (
+        window_metrics(plan_b).mean_acceptance_length
+        > window_metrics(plan_a).mean_acceptance_length
+    )
     assert cost_per_token(plan_b) > cost_per_token(plan_a)
     assert cost_per_token(plan_a_bad) > cost_per_token(plain)
 
@@ -66,7 +69,10 @@ def test_committed_is_not_candidates_times_acceptance() -> None:
 
 
 def test_truncated_rounds_are_counted_and_plain_has_no_acceptance_rate() -> None:
-    r = [RoundRecord("r", 0, 0, 0, 1, 0, 0.04, 0), RoundRecord("r", 1, 0, 0, 1, 0, 0.04, 0, truncated="eos")]
+    r = [
+        RoundRecord("r", 0, 0, 0, 1, 0, 0.04, 0),
+        RoundRecord("r", 1, 0, 0, 1, 0, 0.04, 0, truncated="eos"),
+    ]
     w = window_metrics(r)
     assert w.acceptance_rate is None and w.truncated_rounds == 1
     with pytest.raises(ValueError, match="empty window"):
@@ -91,7 +97,10 @@ def test_first_divergence_reports_the_reference_margin() -> None:
 
     from specpilot.analysis.rounds import first_divergence
 
-    lps = [SimpleNamespace(top=[(5, -0.1), (6, -2.0)]), SimpleNamespace(top=[(7, -0.69), (8, -0.70)])]
+    lps = [
+        SimpleNamespace(top=[(5, -0.1), (6, -2.0)]),
+        SimpleNamespace(top=[(7, -0.69), (8, -0.70)]),
+    ]
     d = first_divergence([5, 7, 9], [5, 8, 9], lps)
     assert d is not None and (d.index, d.reference_token, d.other_token) == (1, 7, 8)
     assert d.reference_margin == pytest.approx(0.01)

@@ -112,7 +112,10 @@ def test_rejection_never_emits_later_drafts() -> None:
 
 def test_greedy_accept_is_exact_argmax_matching() -> None:
     assert greedy_accept(torch.tensor([3, 4, 5]), torch.tensor([3, 4, 5, 6])) == (3, 6)  # bonus
-    assert greedy_accept(torch.tensor([3, 4, 5]), torch.tensor([9, 4, 5, 6])) == (0, 9)  # first rejected
+    assert greedy_accept(torch.tensor([3, 4, 5]), torch.tensor([9, 4, 5, 6])) == (
+        0,
+        9,
+    )  # first rejected
     assert greedy_accept(torch.tensor([3, 4, 5]), torch.tensor([3, 8, 5, 6])) == (1, 8)
     # Greedy warp is one-hot, so the general rule reduces to the same matching.
     logits = torch.tensor([[0.1, 2.0, 0.3], [1.0, 0.0, 0.5]])

@@ -1,7 +1,7 @@
 """`specpilot generate` (one prompt, text + round summary) and `specpilot demo` (the default pilot).
 
-    specpilot generate --prompt "Write a haiku" -k 3 --max-tokens 64
-    specpilot generate --prompt "..." --no-spec --json     # RoundRecords as JSON lines
+specpilot generate --prompt "Write a haiku" -k 3 --max-tokens 64
+specpilot generate --prompt "..." --no-spec --json     # RoundRecords as JSON lines
 """
 
 from __future__ import annotations
@@ -14,19 +14,35 @@ from typing import Any
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default=None, help="GGUF file or HF checkpoint dir (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--draft", default=None, help='draft: path, "truncate:0,1,28,29" or "none" (default: the shipped draft)')
-    p.add_argument("--dtype", default="bfloat16", help="bfloat16 (fast on CPU) or float32 (exact greedy identity)")
+    p.add_argument(
+        "--target",
+        default=None,
+        help="GGUF file or HF checkpoint dir (default: SmolLM2-135M-Instruct)",
+    )
+    p.add_argument(
+        "--draft",
+        default=None,
+        help='draft: path, "truncate:0,1,28,29" or "none" (default: the shipped draft)',
+    )
+    p.add_argument(
+        "--dtype",
+        default="bfloat16",
+        help="bfloat16 (fast on CPU) or float32 (exact greedy identity)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="generate from one prompt and print the round statistics")
     p.add_argument("--prompt", required=True, help="user message (the chat template is applied)")
-    p.add_argument("--raw", action="store_true", help="use the prompt as raw text, no chat template")
+    p.add_argument(
+        "--raw", action="store_true", help="use the prompt as raw text, no chat template"
+    )
     _add_model_args(p)
     p.add_argument("-k", type=int, default=3, help="draft tokens per round (default 3)")
-    p.add_argument("--no-spec", action="store_true", help="plain decoding (the draft is not loaded)")
+    p.add_argument(
+        "--no-spec", action="store_true", help="plain decoding (the draft is not loaded)"
+    )
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -72,7 +88,9 @@ def summary(result: Any) -> dict[str, Any]:
 
 
 def format_summary(s: dict[str, Any]) -> str:
-    lines = [f"tokens: {s['prompt_tokens']} prompt, {s['output_tokens']} output ({s['finish_reason']})"]
+    lines = [
+        f"tokens: {s['prompt_tokens']} prompt, {s['output_tokens']} output ({s['finish_reason']})"
+    ]
     if "rounds" in s:
         rate = s["acceptance_rate"]
         lines.append(
@@ -106,7 +124,9 @@ def run_generate(args: argparse.Namespace) -> int:
 
     spec = not args.no_spec and args.draft != "none"
     if spec and args.k < 1:
-        raise ValueError(f"-k must be >= 1 for speculative decoding (got {args.k}); use --no-spec for plain")
+        raise ValueError(
+            f"-k must be >= 1 for speculative decoding (got {args.k}); use --no-spec for plain"
+        )
     engine = _engine(args, spec)
     tok = engine.tokenizer
     ids = tok.encode(args.prompt) if args.raw else chat_prompt_ids(tok, args.prompt)
@@ -148,7 +168,9 @@ def run_demo(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     engine = _engine(args, True)
-    print(f"loaded target + draft ({args.draft or DEFAULT_DRAFT}, {args.dtype}) in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"loaded target + draft ({args.draft or DEFAULT_DRAFT}, {args.dtype}) in {time.perf_counter() - t0:.1f} s"
+    )
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     for group, prompt in DEMO_PROMPTS:
         ids = chat_prompt_ids(engine.tokenizer, prompt)

@@ -156,7 +156,9 @@ class Engine:
         if not prompt_ids:
             raise ValueError("prompt must contain at least one token")
         if not isinstance(k, int) or k < 0:
-            raise ValueError(f"k must be an integer >= 1 for speculative decoding (0 = plain), got {k!r}")
+            raise ValueError(
+                f"k must be an integer >= 1 for speculative decoding (0 = plain), got {k!r}"
+            )
         if k > 0 and self.draft is None:
             raise ValueError("k > 0 needs a draft model: load one (--draft PATH) or set k = 0")
         vocab = self.target.cfg.vocab_size
@@ -278,9 +280,7 @@ class Engine:
                     tok = int(sample(q, r.generator))
                 proposals[r.request_id].append(tok)
         t1 = time.perf_counter()
-        rows = [
-            (r.slot, [r.tokens[-1], *proposals[r.request_id]], r.target_len) for r in live
-        ]
+        rows = [(r.slot, [r.tokens[-1], *proposals[r.request_id]], r.target_len) for r in live]
         logits = self._forward(self.target, rows)
         t2 = time.perf_counter()
         records = []

@@ -198,7 +198,9 @@ def build_model(
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
     if missing or unexpected:
-        raise ModelLoadError(f"weights do not fit the config: missing={missing[:5]} unexpected={unexpected[:5]}")
+        raise ModelLoadError(
+            f"weights do not fit the config: missing={missing[:5]} unexpected={unexpected[:5]}"
+        )
     return model.to(dtype).eval()
 
 
@@ -252,7 +254,9 @@ def load_model(
     """Load a GGUF file or a Hugging Face Llama checkpoint directory into a ``Transformer``."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise ModelLoadError(f"model path {p} does not exist (pass a GGUF file or a checkpoint dir)")
+        raise ModelLoadError(
+            f"model path {p} does not exist (pass a GGUF file or a checkpoint dir)"
+        )
     if p.is_file() and p.suffix == ".gguf":
         cfg, state = _gguf_state(p)
         source = "gguf"

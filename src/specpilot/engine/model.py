@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import cast
-from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -184,7 +183,10 @@ class FeedForward(nn.Module):
 
     def fuse(self) -> None:
         """gate and up projections in one tensor (views keep the module layout)."""
-        if self.w_gate_up is not None and self.w_gate.weight.data_ptr() == self.w_gate_up.data_ptr():
+        if (
+            self.w_gate_up is not None
+            and self.w_gate.weight.data_ptr() == self.w_gate_up.data_ptr()
+        ):
             return
         fused = torch.cat([self.w_gate.weight, self.w_up.weight]).detach().contiguous()
         n, rg = self.w_gate.weight.shape[0], self.w_gate.weight.requires_grad
@@ -216,6 +218,7 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     rope_cos: torch.Tensor
     rope_sin: torch.Tensor
+
     def __init__(self, cfg: LlamaConfig, max_seq_len: int | None = None, max_slots: int = 1):
         super().__init__()
         self.cfg = cfg

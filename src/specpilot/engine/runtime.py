@@ -29,7 +29,12 @@ from specpilot.engine.model import Transformer
 # The default draft: distilled from SmolLM2-135M-Instruct (src/specpilot/data/drafts/, see its
 # MODEL_CARD.md). "truncate:0,1,28,29" is the untrained layer-copy baseline.
 DEFAULT_DRAFT = "shipped:smollm2-135m-instruct-d4"
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
 
 
 @dataclass
@@ -92,7 +97,9 @@ def build_engine(
     engine = Engine(
         tgt.model, d, tokenizer=tgt.tokenizer, max_slots=max_slots, max_seq_len=max_seq_len
     )
-    spec = EngineSpec(str(tpath), draft if d is not None else None, dtype, max_slots, engine.max_seq_len)
+    spec = EngineSpec(
+        str(tpath), draft if d is not None else None, dtype, max_slots, engine.max_seq_len
+    )
     return engine, spec
 
 
