@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from specpilot.analysis.rounds import leviathan_speedup, window_metrics
+from specpilot.analysis.rounds import leviathan_alpha, leviathan_speedup, window_metrics
 from specpilot.engine.model import Transformer
 from specpilot.engine.runtime import DEFAULT_DRAFT, build_engine, chat_prompt_ids, parse_dtype
 from specpilot.engine.sampling import SamplingParams
@@ -172,7 +172,8 @@ def main() -> int:
             "k": k,
             "tokens_per_s": tokens / wall,
             "decode_ms_per_token": w.cost_per_token_s * 1e3,
-            "alpha": w.acceptance_rate,
+            "acceptance_rate": w.acceptance_rate,
+            "alpha": leviathan_alpha(rounds),
             "mean_acceptance_length": w.mean_acceptance_length,
             "draft_share": w.draft_s / w.time_s,
             "overhead_share": w.overhead_s / w.time_s,

@@ -105,3 +105,16 @@ def test_first_divergence_reports_the_reference_margin() -> None:
     assert d is not None and (d.index, d.reference_token, d.other_token) == (1, 7, 8)
     assert d.reference_margin == pytest.approx(0.01)
     assert first_divergence([5, 7], [5, 7, 1], lps) is None
+
+
+def test_leviathan_alpha_is_not_the_acceptance_rate() -> None:
+    from specpilot.analysis.rounds import leviathan_alpha
+
+    # k=4: accepted 4 (all), 1 (reject at 2), 0 (reject at 1): 5 accepts, 2 rejections.
+    r = [RoundRecord("r", i, 4, a, a + 1, 0, 0.1, 0) for i, a in enumerate([4, 1, 0])]
+    assert leviathan_alpha(r) == pytest.approx(5 / 7)
+    assert window_metrics(r).acceptance_rate == pytest.approx(5 / 12)
+    # With alpha recovered this way, E[c] matches the observed mean acceptance length on
+    # average: (1 - a^5) / (1 - a) for a = 5/7 is ~2.9, observed 8/3 = 2.67.
+    assert expected_committed(5 / 7, 4) == pytest.approx((1 - (5 / 7) ** 5) / (2 / 7))
+    assert leviathan_alpha([RoundRecord("r", 0, 0, 0, 1, 0, 0.1, 0)]) is None

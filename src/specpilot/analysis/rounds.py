@@ -148,3 +148,20 @@ def first_divergence(
                     margin = float(top[0][1] - top[1][1])
             return Divergence(i, int(a), int(b), margin)
     return None
+
+
+def leviathan_alpha(rounds: Iterable[RoundRecord]) -> float | None:
+    """Per-token acceptance probability alpha, the parameter of the Leviathan formulas.
+
+    Not the acceptance rate: a round that rejects at position j never tests positions > j, yet
+    they count as proposed. Under the i.i.d. model the maximum-likelihood alpha is
+    accepted / (accepted + rejections), where a rejection is a round with accepted < proposed.
+    """
+    accepted = rejections = 0
+    for r in rounds:
+        if r.proposed > 0:
+            accepted += r.accepted
+            rejections += r.accepted < r.proposed
+    if accepted + rejections == 0:
+        return None
+    return accepted / (accepted + rejections)
