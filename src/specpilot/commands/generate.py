@@ -22,7 +22,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--draft",
         default=None,
-        help='draft: path, "truncate:0,1,28,29" or "none" (default: the shipped draft)',
+        help='draft: "shipped:NAME", a path, "truncate:0,1,28,29" or "none" (default: the shipped draft)',
     )
     p.add_argument(
         "--dtype",

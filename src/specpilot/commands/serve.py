@@ -1,6 +1,6 @@
 """``specpilot serve``: the OpenAI-compatible server over the reference engine.
 
-    specpilot serve --target model.gguf --draft truncate:0,1,28,29 -k 4 --port 8000
+    specpilot serve --target model.gguf --draft shipped:smollm2-135m-instruct-d4 -k 3 --port 8000
     specpilot serve --no-draft            # plain decoding only; the draft is never loaded
 
 The port opens at once; ``/health`` answers 503 until the model is loaded.
@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     d = p.add_mutually_exclusive_group()
     d.add_argument(
-        "--draft", help="draft: 'truncate:I,J,...' or a path (default: the truncated target)"
+        "--draft",
+        help="draft: 'shipped:NAME', 'truncate:I,J,...' or a path (default: the shipped distilled draft)",
     )
     d.add_argument(
         "--no-draft", action="store_true", help="load no draft at all (plain decoding only)"
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="k",
         type=int,
         default=None,
-        help="default draft tokens per round (default 4 with a draft, 0 without)",
+        help="default draft tokens per round (default 3 with a draft, 0 without)",
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -109,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     if not target.exists():
         raise FileNotFoundError(f"--target {target} does not exist")
     draft = None if args.no_draft else (args.draft or DEFAULT_DRAFT)
-    k = args.k if args.k is not None else (4 if draft else 0)
+    # k=3 by default: with the shipped draft, k=1..3 gave the best decode speed-ups (1.14-1.19x,
+    # benchmarks/engine_speed.py) and k>=4 was slower than plain decoding on this CPU.
+    k = args.k if args.k is not None else (3 if draft else 0)
     if k < 0:
         raise ValueError(f"-k must be >= 0, got {k}")
     if k > 0 and draft is None:
