@@ -433,6 +433,7 @@ class Engine:
         import psutil
 
         d = self.draft
+        rss = psutil.Process().memory_info().rss
         return MemoryReport(
             target_weight_bytes=self.target.weight_bytes(),
             draft_weight_bytes=d.weight_bytes(exclude=self.target) if d else 0,
@@ -440,8 +441,9 @@ class Engine:
             draft_kv_bytes_per_token=d.kv_bytes_per_token() if d else 0,
             target_kv_bytes_allocated=self.target.kv_bytes_allocated(),
             draft_kv_bytes_allocated=d.kv_bytes_allocated() if d else 0,
-            peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            rss_bytes=psutil.Process().memory_info().rss,
+            # ru_maxrss is sampled by the kernel and can trail the current RSS by a few pages
+            peak_rss_bytes=max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, rss),
+            rss_bytes=rss,
         )
 
 
