@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
@@ -362,3 +362,36 @@ def spec_summary(
     if raw is not None:
         out["raw"] = raw
     return out
+
+
+class SubprocessLifecycle:
+    """``start``/``stop``/``kill`` for a backend whose engine runs as ``command()`` in a subprocess.
+
+    Subclasses provide ``endpoint`` and ``command()``, set ``self._server = None`` and may
+    override ``start_timeout_s`` (how long loading the model may take).
+    """
+
+    _server: ServerProcess | None
+    start_timeout_s: ClassVar[float] = 900.0
+
+    @property
+    def endpoint(self) -> str:
+        raise NotImplementedError
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout_s: float | None = None) -> None:
+        self._server = ServerProcess(self.command(), self.endpoint)
+        self._server.start(self.start_timeout_s if timeout_s is None else timeout_s)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would (failure drills)."""
+        if self._server is None:
+            raise BackendError("not started")
+        self._server.kill()

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from specpilot.backends import prom, vllm
 from specpilot.backends.base import (
     BackendError,
     Manifest,
     ServerProcess,
+    SubprocessLifecycle,
     free_port,
     get_text,
     hardware_info,
@@ -50,7 +51,7 @@ def normalise_metrics(text: str) -> dict[str, float]:
 
 
 @dataclass
-class BuiltinBackend:
+class BuiltinBackend(SubprocessLifecycle):
     """``specpilot serve`` with the given options (``--target``, ``--draft``, ``-k``...)."""
 
     target: str | None = None
@@ -62,6 +63,7 @@ class BuiltinBackend:
     per_request_metrics: str = "summary"
     extra_args: list[str] = field(default_factory=list)
     name: str = "builtin"
+    start_timeout_s: ClassVar[float] = 300.0
 
     def __post_init__(self) -> None:
         self.port = self.port or free_port(self.host)
@@ -92,20 +94,6 @@ class BuiltinBackend:
             argv += ["-k", str(self.k)]
         argv += ["--per-request-spec-decode-metrics", self.per_request_metrics]
         return argv + list(self.extra_args)
-
-    def start(self, timeout_s: float = 300.0) -> None:
-        self._server = ServerProcess(self.command(), self.endpoint)
-        self._server.start(timeout_s)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-
-    def kill(self) -> None:
-        if self._server is None:
-            raise BackendError("not started")
-        self._server.kill()
 
     def describe(self) -> Manifest:
         from specpilot import __version__

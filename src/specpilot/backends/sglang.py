@@ -27,6 +27,7 @@ from specpilot.backends.base import (
     BackendError,
     Manifest,
     ServerProcess,
+    SubprocessLifecycle,
     free_port,
     get_text,
     hardware_info,
@@ -98,7 +99,7 @@ def response_extras(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class SglangBackend:
+class SglangBackend(SubprocessLifecycle):
     model: str
     draft: str | None = None
     k: int = 3
@@ -128,14 +129,6 @@ class SglangBackend:
                 "--speculative-num-draft-tokens", str(self.k + 1),
             ]  # fmt: skip
         return argv + list(self.extra_args)
-
-    def start(self, timeout_s: float = 900.0) -> None:
-        self._server = ServerProcess(self.command(), self.endpoint)
-        self._server.start(timeout_s)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
 
     def describe(self) -> Manifest:
         try:

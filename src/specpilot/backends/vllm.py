@@ -35,6 +35,7 @@ from specpilot.backends.base import (
     BackendError,
     Manifest,
     ServerProcess,
+    SubprocessLifecycle,
     free_port,
     get_text,
     hardware_info,
@@ -116,7 +117,7 @@ def response_extras(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class VllmBackend:
+class VllmBackend(SubprocessLifecycle):
     """``vllm serve`` as a subprocess (needs a GPU and vLLM installed; not run here).
 
     draft + k: draft-model speculation (``method`` "draft_model"); ``speculative_config``
@@ -165,14 +166,6 @@ class VllmBackend:
         if self.per_request_metrics:
             argv += ["--per-request-spec-decode-metrics", self.per_request_metrics]
         return argv + list(self.extra_args)
-
-    def start(self, timeout_s: float = 900.0) -> None:
-        self._server = ServerProcess(self.command(), self.endpoint)
-        self._server.start(timeout_s)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
 
     def version(self) -> str:
         try:
