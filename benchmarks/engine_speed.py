@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from specpilot.analysis.rounds import leviathan_alpha, leviathan_speedup, window_metrics
+from specpilot.engine.loader import HF_LAYER_NAMES
 from specpilot.engine.model import Transformer
 from specpilot.engine.runtime import DEFAULT_DRAFT, build_engine, chat_prompt_ids, parse_dtype
 from specpilot.engine.sampling import SamplingParams
@@ -83,21 +84,9 @@ def to_hf_llama(model: Transformer, dtype: torch.dtype) -> Any:
         "model.norm.weight": model.norm.weight,
         "lm_head.weight": head,
     }
-    names = {
-        "attn_norm": "input_layernorm",
-        "attn.wq": "self_attn.q_proj",
-        "attn.wk": "self_attn.k_proj",
-        "attn.wv": "self_attn.v_proj",
-        "attn.wo": "self_attn.o_proj",
-        "ffn_norm": "post_attention_layernorm",
-        "ffn.w_gate": "mlp.gate_proj",
-        "ffn.w_up": "mlp.up_proj",
-        "ffn.w_down": "mlp.down_proj",
-    }
     for i, layer in enumerate(model.layers):
-        for ours, theirs in names.items():
-            mod = layer.get_submodule(ours)
-            sd[f"model.layers.{i}.{theirs}.weight"] = mod.weight
+        for theirs, ours in HF_LAYER_NAMES.items():
+            sd[f"model.layers.{i}.{theirs}"] = layer.get_parameter(ours)
     missing, unexpected = hf.load_state_dict(
         {k: v.detach().clone() for k, v in sd.items()}, strict=False
     )

@@ -18,17 +18,9 @@ from typing import Any
 
 import numpy as np
 
-_LAYER_NAMES = {
-    "attn_norm.weight": "attn_norm",
-    "attn.wq.weight": "attn_q",
-    "attn.wk.weight": "attn_k",
-    "attn.wv.weight": "attn_v",
-    "attn.wo.weight": "attn_output",
-    "ffn_norm.weight": "ffn_norm",
-    "ffn.w_gate.weight": "ffn_gate",
-    "ffn.w_up.weight": "ffn_up",
-    "ffn.w_down.weight": "ffn_down",
-}
+from specpilot.engine.loader import GGUF_LAYER_NAMES
+
+_LAYER_NAMES = {ours: theirs for theirs, ours in GGUF_LAYER_NAMES.items()}
 
 
 def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:

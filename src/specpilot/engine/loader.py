@@ -108,19 +108,8 @@ def _gguf_state(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     sd["norm.weight"] = get("output_norm.weight")
     if not cfg.tie_embeddings:
         sd["lm_head.weight"] = get("output.weight")
-    names = {
-        "attn_norm": "attn_norm.weight",
-        "attn_q": "attn.wq.weight",
-        "attn_k": "attn.wk.weight",
-        "attn_v": "attn.wv.weight",
-        "attn_output": "attn.wo.weight",
-        "ffn_norm": "ffn_norm.weight",
-        "ffn_gate": "ffn.w_gate.weight",
-        "ffn_up": "ffn.w_up.weight",
-        "ffn_down": "ffn.w_down.weight",
-    }
     for i in range(cfg.n_layers):
-        for src, dst in names.items():
+        for src, dst in GGUF_LAYER_NAMES.items():
             w = get(f"blk.{i}.{src}.weight")
             if src == "attn_q":
                 w = _unpermute(w, n_heads)
@@ -130,7 +119,20 @@ def _gguf_state(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     return cfg, {k: torch.from_numpy(np.array(v, copy=True)) for k, v in sd.items()}
 
 
-_HF_NAMES = {
+# Per-layer tensor names: GGUF (llama.cpp) -> ours, and Hugging Face -> ours. Exporters invert them.
+GGUF_LAYER_NAMES = {
+    "attn_norm": "attn_norm.weight",
+    "attn_q": "attn.wq.weight",
+    "attn_k": "attn.wk.weight",
+    "attn_v": "attn.wv.weight",
+    "attn_output": "attn.wo.weight",
+    "ffn_norm": "ffn_norm.weight",
+    "ffn_gate": "ffn.w_gate.weight",
+    "ffn_up": "ffn.w_up.weight",
+    "ffn_down": "ffn.w_down.weight",
+}
+
+HF_LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
     "self_attn.q_proj.weight": "attn.wq.weight",
     "self_attn.k_proj.weight": "attn.wk.weight",
@@ -184,8 +186,8 @@ def _hf_state(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
             sd["lm_head.weight"] = t
         elif name.startswith("layers."):
             _, idx, rest = name.split(".", 2)
-            if rest in _HF_NAMES:
-                sd[f"layers.{idx}.{_HF_NAMES[rest]}"] = t
+            if rest in HF_LAYER_NAMES:
+                sd[f"layers.{idx}.{HF_LAYER_NAMES[rest]}"] = t
     if cfg.tie_embeddings:
         sd.pop("lm_head.weight", None)
     return cfg, sd
