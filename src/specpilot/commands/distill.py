@@ -26,6 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--layers", type=int, default=4, help="draft depth (its latency)")
     p.add_argument("--init-layers", default=None, help="target layers to copy, e.g. 0,1,28,29")
+    p.add_argument(
+        "--init-draft",
+        default=None,
+        help="continue training this draft (dir or shipped:NAME) instead of copying layers",
+    )
     p.add_argument("--minutes", type=float, default=30.0, help="total wall-time budget")
     p.add_argument("--out", required=True, type=Path, help="output draft directory")
     p.add_argument(
@@ -35,6 +40,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=16, help="rows decoded together by the target")
     p.add_argument("--max-new", type=int, default=160, help="tokens generated per prompt")
     p.add_argument("--per-group", type=int, default=400, help="prompts built per task kind")
+    p.add_argument(
+        "--weights",
+        default=None,
+        help="prompts per group relative to --per-group, e.g. code=2,longform=0.5",
+    )
+    p.add_argument(
+        "--code-write-share",
+        type=float,
+        default=0.6,
+        help="share of code prompts that are write-this-function tasks (rest: review tasks)",
+    )
     p.add_argument(
         "--prompts", type=Path, default=None, help="JSON [{group, ids}] instead of corpora"
     )
@@ -67,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         corpora=args.corpora,
         prompts_file=args.prompts,
         init_layers=[int(x) for x in args.init_layers.split(",")] if args.init_layers else None,
+        init_draft=args.init_draft,
+        weights=_weights(args.weights),
+        code_write_share=args.code_write_share,
         head_vocab=args.head_vocab or 10**9,
         gen_fraction=args.gen_fraction,
         batch=args.batch,
@@ -80,3 +99,21 @@ def run(args: argparse.Namespace) -> int:
     )
     run_recipe(cfg, log=lambda m: print(m, flush=True))
     return 0
+
+
+def _weights(text: str | None) -> dict[str, float] | None:
+    """``code=2,longform=0.5`` -> {"code": 2.0, "longform": 0.5}."""
+    if not text:
+        return None
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(
+                f"--weights: {part!r} is not GROUP=NUMBER; write e.g. --weights code=2,longform=0.5"
+            )
+    return out

