@@ -239,6 +239,9 @@ def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[st
         "train": stats.to_dict(),
         "wall_s": round(time.monotonic() - t_start, 1),
     }
+    if cfg.init_draft:  # the lineage: what this run continued from, with its own summary
+        meta = read_draft_meta(_draft_path(cfg.init_draft))
+        summary["continued_from"] = {"draft": cfg.init_draft, "training": meta.get("training")}
     save_draft_dir(draft.cpu(), cfg.out, target_path=cfg.target, init_layers=init, training=summary)
     write_model_card(cfg.out, summary, init)
     log(f"draft written to {cfg.out} ({summary['wall_s']:.0f}s)")
@@ -262,7 +265,7 @@ def write_model_card(out: Path, summary: dict[str, Any], init_layers: list[int])
   log-probs), generated in {te["generation_s"]:.0f} s on {summary["device"]}.
 - Training: {tr["steps"]:,} steps, {tr["tokens"]:,} tokens, {tr["seconds"]:.0f} s; whole recipe {summary["wall_s"]:.0f} s.
 - Teacher-forced top-1 agreement with the target on held-out continuations:
-  {tr["heldout_agreement"]:.3f} (train {tr["train_agreement"]:.3f}, untrained {summary["untrained_agreement"]:.3f}).
+  {tr["heldout_agreement"]:.3f} (train {tr["train_agreement"]:.3f}; {summary["untrained_agreement"]:.3f} at the start of this run).
 
 | group | training tokens | held-out agreement |
 |---|---|---|
