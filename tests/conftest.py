@@ -95,3 +95,14 @@ def chat_ids(tokenizer):
     from specpilot.engine.runtime import chat_prompt_ids
 
     return [chat_prompt_ids(tokenizer, p) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from a second thread and lose 20-50x when the 2 cores are busy
+    (a 2-thread op waits for a descheduled worker). Modules of tiny-model tests use it with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

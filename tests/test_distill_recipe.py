@@ -17,13 +17,7 @@ from specpilot.draft.model import head_ids_of, make_draft, save_draft_dir
 from specpilot.draft.recipe import RecipeConfig, initial_draft, teacher_data
 from specpilot.engine.loader import LoadedModel
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

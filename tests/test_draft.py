@@ -28,15 +28,7 @@ from specpilot.engine.loader import LoadedModel, ModelLoadError
 from specpilot.engine.runtime import DEFAULT_DRAFT, load_draft
 from specpilot.engine.sampling import SamplingParams, speculative_accept
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run ~50x faster on one thread when the 2 cores are shared: a 2-thread op
-    waits for a descheduled worker (measured 0.6 s vs 26 s for the replay test under load)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _prompts(n: int, seed: int = 0, length: int = 8) -> list[list[int]]:
