@@ -34,7 +34,7 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,20 +127,25 @@ def gcide(root: Path) -> list[tuple[str, str]]:
     return out
 
 
-def stdlib_functions(limit_files: int = 400, seed: int = 0) -> list[str]:
-    """Source of top-level functions and methods (8-40 lines) from the stdlib."""
+def _stdlib_sources(limit_files: int | None, seed: int) -> Iterator[tuple[str, ast.Module]]:
+    """(source, syntax tree) of up to ``limit_files`` stdlib modules (no tests), in a seeded order."""
     lib = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(
         p for p in lib.rglob("*.py") if "test" not in p.parts and "site-packages" not in p.parts
     )
     random.Random(seed).shuffle(files)
-    out = []
     for p in files[:limit_files]:
         try:
             src = p.read_text(encoding="utf-8")
-            tree = ast.parse(src)
+            yield src, ast.parse(src)
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
+
+
+def stdlib_functions(limit_files: int = 400, seed: int = 0) -> list[str]:
+    """Source of top-level functions and methods (8-40 lines) from the stdlib."""
+    out = []
+    for src, tree in _stdlib_sources(limit_files, seed):
         lines = src.splitlines()
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and node.end_lineno is not None:
@@ -169,18 +174,9 @@ def stdlib_specs(limit_files: int | None = None, seed: int = 0) -> list[CodeSpec
     ``self``/``cls`` are dropped from methods (the stub is a free function) and one-line doctest
     examples become ``assert call == result`` lines.
     """
-    lib = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(
-        p for p in lib.rglob("*.py") if "test" not in p.parts and "site-packages" not in p.parts
-    )
-    random.Random(seed).shuffle(files)
     parser = doctest.DocTestParser()
     out: list[CodeSpec] = []
-    for p in files[:limit_files]:
-        try:
-            tree = ast.parse(p.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue
+    for _src, tree in _stdlib_sources(limit_files, seed):
         for node in ast.walk(tree):
             if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
                 continue

@@ -172,6 +172,13 @@ def shipped_draft_path(name: str) -> Path:
     return path
 
 
+def draft_spec_path(spec: str) -> Path:
+    """``shipped:NAME`` -> the shipped draft's directory; anything else is a path."""
+    if spec.startswith("shipped:"):
+        return shipped_draft_path(spec.removeprefix("shipped:"))
+    return Path(spec)
+
+
 def is_draft_dir(path: Path) -> bool:
     return path.is_dir() and (path / DRAFT_JSON).is_file()
 

@@ -1,7 +1,7 @@
 """``specpilot distill``: corpora -> target continuations -> a distilled draft directory.
 
-Everything slow is cached under ``cache`` (keyed by the target's sha256): rerunning with more
-``--minutes`` reuses the generated data and generates more. The time budget is split between
+Everything slow is cached under ``cache`` (keyed by the target's sha256, seed, length and the
+prompt list): rerunning with more ``--minutes`` reuses the generated data and generates more. The time budget is split between
 generating teacher data (``gen_fraction``) and training.
 
     >>> cfg = RecipeConfig(target=default_target_path(), layers=4, minutes=30, out=Path("d4"))  # doctest: +SKIP
@@ -30,11 +30,11 @@ from specpilot.draft.corpora import (
 from specpilot.draft.distill import agreement, coverage, head_vocab, train_draft
 from specpilot.draft.model import (
     default_init_layers,
+    draft_spec_path,
     head_ids_of,
     make_draft,
     read_draft_meta,
     save_draft_dir,
-    shipped_draft_path,
 )
 from specpilot.draft.teacher import TeacherSample, generate_teacher_data, load_shards, save_shard
 from specpilot.engine.loader import LoadedModel, file_sha256, load_model
@@ -144,10 +144,6 @@ def teacher_data(
     return samples
 
 
-def _draft_path(spec: str) -> Path:
-    return shipped_draft_path(spec.split(":", 1)[1]) if spec.startswith("shipped:") else Path(spec)
-
-
 def initial_draft(
     cfg: RecipeConfig, target: LoadedModel, head_ids: torch.Tensor
 ) -> tuple[Transformer, list[int]]:
@@ -171,7 +167,7 @@ def initial_draft(
                 f"--layers {cfg.layers} but --init-draft {cfg.init_draft} has "
                 f"{draft.cfg.n_layers} layers: pass --layers {draft.cfg.n_layers}"
             )
-        meta = read_draft_meta(_draft_path(cfg.init_draft))
+        meta = read_draft_meta(draft_spec_path(cfg.init_draft))
         return draft, [int(i) for i in meta.get("init_layers") or []]
     init = cfg.init_layers or default_init_layers(target.model.cfg.n_layers, cfg.layers)
     return make_draft(target.model, init, head_ids), init
@@ -240,7 +236,7 @@ def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[st
         "wall_s": round(time.monotonic() - t_start, 1),
     }
     if cfg.init_draft:  # the lineage: what this run continued from, with its own summary
-        meta = read_draft_meta(_draft_path(cfg.init_draft))
+        meta = read_draft_meta(draft_spec_path(cfg.init_draft))
         summary["continued_from"] = {"draft": cfg.init_draft, "training": meta.get("training")}
     save_draft_dir(draft.cpu(), cfg.out, target_path=cfg.target, init_layers=init, training=summary)
     write_model_card(cfg.out, summary, init)

@@ -64,10 +64,9 @@ def load_draft(spec: str | None, target: LoadedModel, dtype: torch.dtype) -> Tra
         except ValueError:
             raise ValueError(f"draft {spec!r}: use truncate:I,J,... with layer indices") from None
         return layer_truncated_copy(target.model, layers)
-    from specpilot.draft.model import is_draft_dir, load_draft_dir, shipped_draft_path
+    from specpilot.draft.model import draft_spec_path, is_draft_dir, load_draft_dir
 
-    shipped = spec.startswith("shipped:")
-    path = shipped_draft_path(spec.removeprefix("shipped:")) if shipped else Path(spec)
+    path = draft_spec_path(spec)
     if is_draft_dir(path):  # a distilled draft: only its own layers, on the target's embedding
         return load_draft_dir(path, target, dtype)
     loaded = load_model(path, dtype=dtype)
