@@ -189,7 +189,7 @@ def _check_arm(arm: _Arm, sched: Any, final: list[Any], chunks: list[Any]) -> di
         n_chunks[c.request_id] = n_chunks.get(c.request_id, 0) + 1
     assert all(n_chunks.get(r.request_id, 0) == r.chunks for r in recs if r.status == "ok")
     # forced timeouts: the longform group can never meet its 0.6 s deadline
-    longform = [r for r in recs if r.group == "longform" and r.done_t and r.done_t < kill]
+    longform = [r for r in recs if r.task_group == "longform" and r.done_t and r.done_t < kill]
     assert longform and all(r.status in ("timeout", "rejected") for r in longform)
     assert any(r.status == "timeout" and "deadline" in r.error for r in longform)
     # client stages ran before each send: BM25 measured, simulated tool waited its planned time

@@ -22,7 +22,7 @@ def _req(i: int, run: str = "r1", arm: str = "baseline", status: str = "ok") -> 
         run_id=run,
         arm=arm,
         phase="peak",
-        group="code",
+        task_group="code",
         request_id=f"peak-{i:06d}",
         scheduled_t=100.0 + i,
         status=status,

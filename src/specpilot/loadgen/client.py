@@ -203,7 +203,7 @@ class _Stream:
             rec.first_content_t = t
         rec.chunks += 1
         self.text.append(text)
-        self.chunks.append(ChunkTiming(rec.request_id, t, n, rec.run_id))
+        self.chunks.append(ChunkTiming(rec.request_id, t, n, rec.run_id, len(self.chunks)))
 
 
 @dataclass

@@ -907,7 +907,8 @@ def spec_metrics(
     ``specpilot``: rounds (all decode rounds), drafted, accepted, committed (tokens the decode
     rounds appended, bonus included; the first output token comes from prefill), the request's
     share of round time (each round's draft/verify/overhead divided by its batch size),
-    queue/prefill/decode seconds, the strategy that served it; ``detailed`` adds every round.
+    queue/prefill/decode seconds, the strategy that served it; ``detailed`` adds every round
+    (``round_records``) and the prefill (``prefill_record``), times on the server's clock.
     """
     rounds = t.rounds
     spec = [r for r in rounds if r.proposed > 0]
@@ -954,7 +955,20 @@ def spec_metrics(
                 "overhead_s": r.overhead_s,
                 "batch_size": r.batch_size,
                 "truncated": r.truncated,
+                "t_start": r.t_start,
             }
             for r in rounds
         ]
+        p = t.state.prefill if t.state is not None else None
+        own["prefill_record"] = (
+            None
+            if p is None
+            else {
+                "prompt_tokens": p.prompt_tokens,
+                "target_s": p.target_s,
+                "draft_s": p.draft_s,
+                "batch_size": p.batch_size,
+                "t_start": p.t_start,
+            }
+        )
     return {"speculative_decoding": sd, "specpilot": own}
