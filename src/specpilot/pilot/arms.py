@@ -28,7 +28,7 @@ from specpilot.records import ResourceBudget, StrategySpec
 
 # Settings that must be equal between an arm and its reference (R6). "capacity" may differ
 # only for the equal-budget alternative, and only where its budget declares it.
-FROZEN = ("target", "target_sha256", "tokenizer_sha256", "dtype", "threads", "context_limit")
+FROZEN = ("target", "tokenizer_sha256", "dtype", "threads", "context_limit")
 CAPACITY = ("max_slots", "max_batch_size", "n_parallel", "max_num_seqs", "gpu_memory_utilization")
 
 
@@ -70,7 +70,9 @@ def strategy_of(arm: Any) -> StrategySpec:
         sc = getattr(o, "speculative_config", None)
         if sc is not None:
             method = str(sc.get("method", ""))
-            kind = "ngram" if method == "ngram" else ("draft" if method == "draft_model" else "other")
+            kind = (
+                "ngram" if method == "ngram" else ("draft" if method == "draft_model" else "other")
+            )
             k = sc.get("num_speculative_tokens")
             return StrategySpec(
                 kind=kind,
@@ -83,8 +85,10 @@ def strategy_of(arm: Any) -> StrategySpec:
             return StrategySpec(kind="draft", k=o.k, draft_id=o.draft)
         return StrategySpec()
     # an endpoint given by URL: specpilot cannot see what it runs
-    return StrategySpec(kind="none" if arm.role in ("baseline", "alternative") else "other",
-                        params={"declared_by_role": arm.role, "verified": False})
+    return StrategySpec(
+        kind="none" if arm.role in ("baseline", "alternative") else "other",
+        params={"declared_by_role": arm.role, "verified": False},
+    )
 
 
 def _resolved_target(path: str | None) -> str | None:
@@ -95,7 +99,9 @@ def _resolved_target(path: str | None) -> str | None:
     return str(default_target_path())
 
 
-def frozen_of(arm: Any, resolve_files: bool = True) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+def frozen_of(
+    arm: Any, resolve_files: bool = True
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(frozen settings, capacity settings, unknown fields) of an arm, before it starts.
 
     ``resolve_files``: hash the model file and its tokenizer (the real check; off in doctests).
@@ -135,12 +141,27 @@ def frozen_of(arm: Any, resolve_files: bool = True) -> tuple[dict[str, Any], dic
             "gpu_memory_utilization": getattr(o, "gpu_memory_utilization", None),
         }
     if resolve_files and target is not None:
-        from specpilot.backends.base import model_file, tokenizer_sha256
-
-        mf = model_file("target", target)
-        frozen["target_sha256"] = mf.sha256 if mf is not None else None
-        frozen["tokenizer_sha256"] = tokenizer_sha256(target)
+        # the file's content, not its path, is what must be equal
+        frozen["target_path"] = target
+        frozen["target"] = _content_hash(target)
+        frozen["tokenizer_sha256"] = _tokenizer_hash(target)
     return frozen, capacity, []
+
+
+def _content_hash(path: str) -> str:
+    from specpilot.backends.base import model_file
+
+    mf = model_file("target", path)
+    return f"sha256:{mf.sha256}" if mf is not None and mf.sha256 else path
+
+
+def _tokenizer_hash(path: str) -> str | None:
+    from specpilot.backends.base import tokenizer_sha256
+
+    try:
+        return tokenizer_sha256(path)
+    except Exception:  # not a GGUF/HF checkpoint we can read: the model hash still decides
+        return None
 
 
 def _reference(arm: Any, cfg: PilotConfig, strategies: dict[str, StrategySpec]) -> str | None:
@@ -150,6 +171,8 @@ def _reference(arm: Any, cfg: PilotConfig, strategies: dict[str, StrategySpec]) 
     if arm.role in ("speculative", "alternative"):
         return str(baseline.name)
     if arm.role == "baseline" or strategies[arm.name].kind == "none":
+        return None
+    if arm.url is not None:  # an endpoint we cannot see into: reported side by side
         return None
     plain = [
         a.name

@@ -80,5 +80,9 @@ def export_full_head(spec: str, target: Path, out: Path) -> Path:
         missing, unexpected = full.load_state_dict(state, strict=False)
     missing = [m for m in missing if not m.startswith("lm_head.")]
     if missing or unexpected:
-        raise ValueError(f"draft {spec!r} does not fit a full-head copy: {missing[:3]} {unexpected[:3]}")
-    return write_llama_gguf(full, out, tokenizer_from=target, name=f"specpilot-{Path(spec).name}", dtype="f16")
+        raise ValueError(
+            f"draft {spec!r} does not fit a full-head copy: {missing[:3]} {unexpected[:3]}"
+        )
+    return write_llama_gguf(
+        full, out, tokenizer_from=target, name=f"specpilot-{Path(spec).name}", dtype="f16"
+    )

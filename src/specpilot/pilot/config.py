@@ -178,6 +178,7 @@ class SglangArm(_ArmBase):
 class OpenAIArm(_ArmBase):
     engine: Literal["openai"]
     url: str  # type: ignore[assignment]  # required: specpilot cannot start a managed API
+    options: None = None
 
 
 Arm = Annotated[
@@ -245,7 +246,10 @@ class PilotConfig(_Model):
         if roles.count("alternative") > 1:
             raise ValueError("at most one alternative arm (more candidates: role: extra)")
         for a in self.arms:
-            for ref, what in ((a.compare_to, "compare_to"), (a.budget.matched_against, "budget.matched_against")):
+            for ref, what in (
+                (a.compare_to, "compare_to"),
+                (a.budget.matched_against, "budget.matched_against"),
+            ):
                 if ref is not None and ref not in names:
                     raise ValueError(
                         f"arm {a.name!r}: {what} {ref!r} is not an arm ({', '.join(names)})"

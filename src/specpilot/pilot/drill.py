@@ -109,7 +109,11 @@ def summarize(
     window]; ``delayed``: ok requests in that span that missed their TTFT SLO or deadline.
     """
     first_plain = min(
-        (r.sent_t for r in records if r.sent_t is not None and r.sent_t >= requested_t and r.served_k == 0),
+        (
+            r.sent_t
+            for r in records
+            if r.sent_t is not None and r.sent_t >= requested_t and r.served_k == 0
+        ),
         default=None,
     )
     observed = in_force_t
@@ -154,8 +158,9 @@ def summarize(
 
 
 def not_possible(run_id: str, arm: str, reason: str) -> DrillRecord:
-    return DrillRecord(run_id=run_id, arm=arm, phase=DRILL_PHASE, kind="none",
-                       status="not_possible", reason=reason)
+    return DrillRecord(
+        run_id=run_id, arm=arm, phase=DRILL_PHASE, kind="none", status="not_possible", reason=reason
+    )
 
 
 class RuntimeSwitch:
@@ -170,8 +175,12 @@ class RuntimeSwitch:
         self._saved: dict[str, Any] | None = None
 
     def _put(self, scope: str, k: int) -> float:
-        r = httpx.put(self.endpoint + "/admin/strategy", json={"scope": scope, "k": k},
-                      headers=self.headers, timeout=10.0)
+        r = httpx.put(
+            self.endpoint + "/admin/strategy",
+            json={"scope": scope, "k": k},
+            headers=self.headers,
+            timeout=10.0,
+        )
         r.raise_for_status()
         return float(r.json().get("in_force_after_s", 0.0))
 
@@ -204,8 +213,13 @@ class RestartSwitch:
 
     kind = "restart"
 
-    def __init__(self, current: Any, make_plain: Callable[[], Any], make_spec: Callable[[], Any],
-                 start_timeout_s: float) -> None:
+    def __init__(
+        self,
+        current: Any,
+        make_plain: Callable[[], Any],
+        make_spec: Callable[[], Any],
+        start_timeout_s: float,
+    ) -> None:
         self.current = current
         self.make_plain = make_plain
         self.make_spec = make_spec

@@ -57,11 +57,13 @@ def make_backend(
     dtype: str | None = None,
     llamacpp_draft: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
+    port: int | None = None,
 ) -> Any:
     """The backend of an arm (not started). ``dtype`` pins the builtin engine's weight format
     (every arm of a pilot uses the first arm's choice); ``llamacpp_draft`` is the GGUF file a
     ``shipped:`` draft was exported to; ``overrides`` replace option fields (the alternative's
-    derived ``max_slots``; the drill's plain restart)."""
+    derived ``max_slots``; the drill's plain restart); ``port`` keeps a restarted engine on
+    its port (the drill)."""
     if plan.url is not None:
         return Endpoint(plan)
     o = plan.spec.options.model_copy(update=overrides or {})
@@ -75,6 +77,7 @@ def make_backend(
             k=o.k if o.draft is not None else None,
             per_request_metrics="detailed",
             extra_args=_builtin_args(o, admin_token, dtype),
+            port=port or 0,
         )
     if plan.engine == "llamacpp":
         from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
@@ -95,6 +98,7 @@ def make_backend(
             threads=o.threads,
             ngram=dict(o.ngram),
             extra=dict(o.extra),
+            port=port or 0,
         )
         return LlamaCppBackend(cfg)
     if plan.engine == "vllm":
@@ -107,15 +111,21 @@ def make_backend(
             method=o.method,
             speculative_config=o.speculative_config,
             served_model_name=o.served_model_name,
-            per_request_metrics=o.per_request_metrics,
+            per_request_metrics=o.per_request_metrics if plan.strategy.kind != "none" else None,
             executable=o.executable,
             extra_args=_vllm_args(o),
+            port=port or 0,
         )
     if plan.engine == "sglang":
         from specpilot.backends.sglang import SglangBackend
 
         return SglangBackend(
-            model=o.model, draft=o.draft, k=o.k, algorithm=o.algorithm, extra_args=o.extra_args
+            model=o.model,
+            draft=o.draft,
+            k=o.k,
+            algorithm=o.algorithm,
+            extra_args=list(o.extra_args),
+            port=port or 0,
         )
     raise ValueError(f"arm {plan.name!r}: engine {plan.engine!r} cannot be started by specpilot")
 
@@ -148,7 +158,9 @@ class Endpoint:
             time.sleep(0.5)
         from specpilot.backends.base import BackendError
 
-        raise BackendError(f"arm {self.plan.name!r}: {self.endpoint}/v1/models not reachable ({last})")
+        raise BackendError(
+            f"arm {self.plan.name!r}: {self.endpoint}/v1/models not reachable ({last})"
+        )
 
     def stop(self) -> None:
         return None

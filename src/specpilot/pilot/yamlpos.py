@@ -29,24 +29,28 @@ class LineMap:
             return cls(None)
 
     def line(self, path: Sequence[Any]) -> int | None:
-        """1-based line of the deepest node on ``path`` that exists (None without a file)."""
+        """1-based line of the deepest node on ``path`` that exists (None without a file); a
+        mapping entry is reported at its key's line."""
         node = self.root
         if node is None:
             return None
+        line = int(node.start_mark.line)
         for part in path:
-            child = _child(node, part)
-            if child is None:
+            found = _child(node, part)
+            if found is None:
                 break
-            node = child
-        return int(node.start_mark.line) + 1
+            node, line = found
+        return line + 1
 
 
-def _child(node: yaml.Node, part: Any) -> yaml.Node | None:
+def _child(node: yaml.Node, part: Any) -> tuple[yaml.Node, int] | None:
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             if isinstance(key, yaml.ScalarNode) and key.value == str(part):
-                return value if isinstance(value, yaml.Node) else None
+                return value, int(key.start_mark.line)
         return None
     if isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-        return node.value[part] if 0 <= part < len(node.value) else None
+        if 0 <= part < len(node.value):
+            item = node.value[part]
+            return item, int(item.start_mark.line)
     return None
