@@ -12,8 +12,8 @@ import pytest
 from specpilot.pilot.arms import check_one_switch, plan_arms
 from specpilot.pilot.config import (
     PilotConfigError,
-    default_pilot_path,
     deep_merge,
+    default_pilot_path,
     load_pilot,
     parse_pilot,
 )
