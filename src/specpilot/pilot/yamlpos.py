@@ -49,8 +49,11 @@ def _child(node: yaml.Node, part: Any) -> tuple[yaml.Node, int] | None:
             if isinstance(key, yaml.ScalarNode) and key.value == str(part):
                 return value, int(key.start_mark.line)
         return None
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-        if 0 <= part < len(node.value):
-            item = node.value[part]
-            return item, int(item.start_mark.line)
+    if (
+        isinstance(node, yaml.SequenceNode)
+        and isinstance(part, int)
+        and 0 <= part < len(node.value)
+    ):
+        item = node.value[part]
+        return item, int(item.start_mark.line)
     return None
