@@ -385,6 +385,7 @@ class ArmRecord:
     started_unix: float | None = None
     finished_unix: float | None = None
     error: str | None = None
+    completed_steps: list[str] = field(default_factory=list)  # load, drill, compat, quality
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -16,6 +16,7 @@ same command again resumes from the file without redoing finished phases.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import time
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
-from specpilot.pilot.config import PilotConfig
+from specpilot.pilot.config import PilotConfig, PilotConfigError
 from specpilot.pilot.progress import PilotProgress
+from specpilot.records import ArmRecord, PilotRecord
 
 
 @dataclass
@@ -92,6 +94,10 @@ class Pilot:
         self.pinned_dtype: str | None = None
         self.llamacpp_drafts: dict[str, Path] = {}
         self.durations: list[float] = []
+        self.plans: list[ArmPlan] = []
+        self.schedule: Any = None
+        self.store: Any = None
+        self.overrides: dict[str, dict[str, Any]] = {}
 
     # -- planning ------------------------------------------------------------------------
     def prepare(self) -> tuple[list[ArmPlan], Any]:
@@ -116,11 +122,211 @@ class Pilot:
                 p.strategy.draft_sha256 = _sha256(path)
         return plans, schedule
 
-    def eta(self, remaining: int, schedule_s: float) -> float:
-        per_arm = (
-            sum(self.durations) / len(self.durations) if self.durations else 40.0 + 1.6 * schedule_s
+    def eta(self, remaining: int) -> float:
+        """Seconds left: the mean measured arm so far, else a guess from the schedule."""
+        if self.durations:
+            return sum(self.durations) / len(self.durations) * remaining
+        planned = sum(p.duration_s for p in self.schedule.phases) if self.schedule else 60.0
+        return (30.0 + 1.5 * planned) * remaining
+
+    # -- running -------------------------------------------------------------------------
+    def run(self) -> PilotResult:
+        """Run every arm not yet complete, then the cross-arm gates, analysis and report."""
+        self.plans, self.schedule = self.prepare()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        from specpilot.store import Store
+
+        path = self.out_dir / "pilot.duckdb"
+        with Store(path) as store:
+            self.store = store
+            pilot = self._open_pilot(store)
+            runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
+            failed = self._run_all(runs)
+            self._cross_arm()
+            store.add_pilot(
+                dataclasses.replace(pilot, status="complete", finished_unix=time.time())
+            )
+        return self._finish(pilot.pilot_id, failed)
+
+    def _open_pilot(self, store: Any) -> PilotRecord:
+        """A new pilot record, or the existing one when resuming the same config."""
+        from specpilot import __version__
+        from specpilot.backends.facts import hardware_facts
+
+        sha = self.cfg.sha256()
+        existing = store.records("pilots")
+        if existing:
+            old = existing[0]
+            if old.config_sha256 != sha:
+                raise PilotConfigError(
+                    f"{store.path} holds another pilot ({old.name}, config sha256 "
+                    f"{old.config_sha256[:12]}); this config is {sha[:12]}: choose another --out "
+                    "to start a new pilot, or rerun the same config to resume"
+                )
+            self.progress.note(f"resuming pilot {old.pilot_id} from {store.path}")
+            return dataclasses.replace(old, status="running")
+        pilot = PilotRecord(
+            pilot_id=f"{self.cfg.name}-{time.strftime('%Y%m%dT%H%M%S')}",
+            name=self.cfg.name,
+            config=self.cfg.model_dump(mode="json"),
+            config_sha256=sha,
+            specpilot_version=__version__,
+            created_unix=time.time(),
+            hardware=hardware_facts(),
+            schedule=self.schedule.to_dict(),
+            notes=self._notes(),
         )
-        return per_arm * remaining
+        store.add_pilot(pilot)
+        return pilot
+
+    def _notes(self) -> list[str]:
+        notes = []
+        if self.cfg.profile == "quick":
+            notes.append("quick profile: short phases, few requests per group")
+        if not self.cfg.representative_traffic:
+            notes.append("synthetic traffic: prompts and arrivals are not the service's own")
+        if not any(p.role == "alternative" for p in self.plans):
+            notes.append("no equal-budget alternative arm: the verdict cannot say speculation "
+                         "beats the best other use of the draft's resources")
+        return notes
+
+    def _run_all(self, runs: list[RunPlan]) -> list[str]:
+        failed: list[str] = []
+        for i, run in enumerate(runs):
+            rec = self._arm_record(run)
+            if rec.status == "complete":
+                continue
+            t0 = time.perf_counter()
+            try:
+                self._run_arm(run, rec)
+            except KeyboardInterrupt:
+                self.store.add_arm(dataclasses.replace(rec, status="interrupted"))
+                raise
+            except Exception as exc:  # one arm failing does not lose the others
+                failed.append(run.arm.name)
+                err = f"{type(exc).__name__}: {exc}"
+                self.progress.note(f"arm {run.arm.name} failed: {err}")
+                latest = self._arm_record(run)
+                self.store.add_arm(dataclasses.replace(latest, status="failed", error=err[:2000],
+                                                       finished_unix=time.time()))
+            self.durations.append(time.perf_counter() - t0)
+            self.progress.eta_s = self.eta(len(runs) - i - 1)
+        return failed
+
+    # -- per-arm helpers (used by pilot.steps) ------------------------------------------------
+    def backend_for(
+        self,
+        plan: ArmPlan,
+        *,
+        overrides: dict[str, Any] | None = None,
+        port: int | None = None,
+        plain: bool = False,
+    ) -> Any:
+        """The arm's backend; ``plain`` is the same engine with speculation off (the drill's
+        restart), on ``port`` so clients keep their endpoint."""
+        from specpilot.pilot.engines import make_backend
+
+        over = dict(overrides or self.overrides.get(plan.name, {}))
+        if plain:
+            over.update(plain_overrides(plan))
+        return make_backend(
+            plan,
+            admin_token=self.admin_token,
+            dtype=self.pinned_dtype,
+            llamacpp_draft=None if plain else self.llamacpp_drafts.get(plan.name),
+            overrides=over,
+            port=port,
+        )
+
+    def derived_overrides(self, plan: ArmPlan) -> dict[str, Any]:
+        """Option changes the arm's budget derives from another arm's measurement (kv_slots)."""
+        over: dict[str, Any] = {}
+        if plan.role == "alternative" and plan.spec.budget.derive == "kv_slots":
+            over = derive_kv_slots(self.store, plan, self.plans)
+        self.overrides[plan.name] = over
+        return over
+
+    def manifest(self, backend: Any, plan: ArmPlan, overrides: dict[str, Any]) -> dict[str, Any]:
+        """The backend's description plus the frozen settings (R6) and their hash."""
+        from specpilot.backends.freeze import frozen_sha256
+
+        d = backend.describe()
+        described = d if isinstance(d, dict) else d.to_dict()
+        frozen = dict(plan.frozen)
+        engine_dtype = described.get("dtype") or described.get("engine_dtype")
+        if plan.engine == "builtin" and engine_dtype and self.pinned_dtype is None:
+            self.pinned_dtype = str(engine_dtype)  # every later arm uses the first arm's format
+        if self.pinned_dtype is not None and plan.engine == "builtin":
+            frozen["dtype"] = self.pinned_dtype
+        out = {
+            **described,
+            "frozen": frozen,
+            "capacity": {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}},
+            "overrides": overrides,
+            "unknown": plan.unknown,
+        }
+        out["frozen_sha256"] = frozen_sha256(frozen)
+        return out
+
+    def _run_arm(self, run: RunPlan, rec: ArmRecord) -> None:
+        from specpilot.pilot.steps import ArmSteps
+
+        ArmSteps(self, run, rec).execute()
+
+    def _arm_record(self, run: RunPlan) -> ArmRecord:
+        found = self.store.records("arms", run_id=run.run_id)
+        if found:
+            return found[0]
+        pilot_id = self.store.records("pilots")[0].pilot_id
+        return ArmRecord(
+            pilot_id=pilot_id,
+            run_id=run.run_id,
+            arm=run.arm.name,
+            role=run.arm.role,
+            engine=run.arm.engine,
+            strategy=run.arm.strategy,
+            budget=run.arm.budget,
+            run_order=run.order,
+            repetition=run.repetition,
+        )
+
+
+def plain_overrides(plan: ArmPlan) -> dict[str, Any]:
+    """Option changes that switch an arm's speculation off (the drill's plain restart)."""
+    if plan.engine == "builtin":
+        return {"draft": None, "k": 0}
+    if plan.engine == "llamacpp":
+        return {"draft": None, "spec_type": None}
+    return {"draft": None, "speculative_config": None}
+
+
+def derive_kv_slots(store: Any, plan: ArmPlan, plans: list[ArmPlan]) -> dict[str, Any]:
+    """The alternative's ``max_slots``: its own plus the target KV slots the matched arm's
+    draft memory (weights + KV) would buy, from that arm's scraped memory."""
+    matched = plan.budget.matched_against
+    snaps = [s for s in store.records("snapshots", arm=matched) if s.draft_weight_bytes]
+    if not snaps:
+        raise PilotConfigError(
+            f"arm {plan.name!r}: budget.derive kv_slots needs the memory of arm {matched!r}, "
+            "which has no snapshot with draft memory (did it run and expose memory?)"
+        )
+    s = snaps[-1]
+    draft = int(s.draft_weight_bytes or 0) + int(s.draft_kv_bytes or 0)
+    target_kv = int(s.kv_allocated_bytes or 0) - int(s.draft_kv_bytes or 0)
+    matched_plan = next(p for p in plans if p.name == matched)
+    slots = int(matched_plan.capacity.get("max_slots") or 1)
+    per_slot = target_kv / slots if slots and target_kv > 0 else 0
+    if per_slot <= 0:
+        raise PilotConfigError(f"arm {plan.name!r}: arm {matched!r} reported no target KV memory")
+    extra = int(draft // per_slot)
+    base_slots = int(plan.capacity.get("max_slots") or slots)
+    plan.budget.notes.append(
+        f"derived from {matched}: draft weights {s.draft_weight_bytes} B + draft KV "
+        f"{s.draft_kv_bytes} B = {draft} B = {draft / per_slot:.2f} target KV slots of "
+        f"{per_slot:.0f} B: max_slots {base_slots} -> {base_slots + extra}"
+    )
+    plan.budget.memory_bytes = draft
+    return {"max_slots": base_slots + extra, "max_batch_size": base_slots + extra}
 
 
 def _sha256(path: Path) -> str:
@@ -136,3 +342,4 @@ def default_out_dir() -> Path:
 
 def quiet_default() -> bool:
     return bool(os.environ.get("CI"))
+
