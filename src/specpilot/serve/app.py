@@ -47,11 +47,11 @@ from specpilot.engine.scheduler import (
     QUEUE_TIMEOUT,
     TIMEOUT,
     Draining,
-    Progress,
     QueueFull,
     Scheduler,
     SchedulerConfig,
     Ticket,
+    TicketEvent,
 )
 from specpilot.serve.metrics import CONTENT_TYPE, ServerMetrics
 from specpilot.serve.protocol import (
@@ -530,9 +530,9 @@ async def _generate(
     detail = "summary" if detail is True else ("off" if detail is False else detail)
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Progress] = asyncio.Queue()
+    queue: asyncio.Queue[TicketEvent] = asyncio.Queue()
 
-    def on_event(_: Ticket, ev: Progress) -> None:
+    def on_event(_: Ticket, ev: TicketEvent) -> None:
         if body.stream or ev.done:
             loop.call_soon_threadsafe(queue.put_nowait, ev)
 
@@ -648,7 +648,7 @@ def _ended_badly(c: _Ctx) -> APIError | None:
 
 
 async def _complete(
-    c: _Ctx, request: Request, queue: asyncio.Queue[Progress], headers: dict[str, str]
+    c: _Ctx, request: Request, queue: asyncio.Queue[TicketEvent], headers: dict[str, str]
 ) -> Response:
     getter = asyncio.ensure_future(queue.get())
     watcher = asyncio.ensure_future(_wait_disconnect(request))
@@ -724,7 +724,7 @@ def _sse(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def _stream(c: _Ctx, queue: asyncio.Queue[Progress]) -> AsyncIterator[str]:
+async def _stream(c: _Ctx, queue: asyncio.Queue[TicketEvent]) -> AsyncIterator[str]:
     obj = "chat.completion.chunk" if c.chat else "text_completion"
     tok = c.srv.tokenizer
     parser = ToolCallStream() if c.tools_on else None
