@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
+from specpilot.errors import ConfigError, InputFileError
 from specpilot.workload import (
     Schedule,
     StageRunner,
@@ -123,11 +124,11 @@ def test_json_round_trip_and_select(tmp_path):
     assert back.to_json() == s.to_json() and back.sha256() == s.sha256()
     assert {r.phase for r in back.select(["peak"])} == {"warmup", "peak"}
     assert {r.phase for r in back.select(["peak"], warmup=False)} == {"peak"}
-    with pytest.raises(ValueError, match="phases: warmup, off_peak"):
+    with pytest.raises(ConfigError, match="phases: warmup, off_peak"):
         back.phase("nope")
     d = json.loads(s.to_json())
     d["version"] = 99
-    with pytest.raises(ValueError, match="version"):
+    with pytest.raises(InputFileError, match="version"):
         Schedule.from_dict(d)
 
 

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.errors import ConfigError, InputFileError
 from specpilot.records import ScheduledRequest
 from specpilot.workload.arrivals import ArrivalProcess, Constant, Gamma, Poisson, Steps, TraceReplay
 from specpilot.workload.config import (
@@ -114,7 +115,7 @@ class Schedule:
 
     def phase(self, name: str) -> list[ScheduledRequest]:
         if name not in self.phase_names:
-            raise ValueError(
+            raise ConfigError(
                 f"no phase {name!r} in the schedule (phases: {', '.join(self.phase_names)})"
             )
         return [r for r in self.requests if r.phase == name]
@@ -172,8 +173,9 @@ class Schedule:
     @classmethod
     def from_dict(cls, d: dict[str, Any], base_dir: str | None = None) -> Schedule:
         if d.get("version") != SCHEDULE_VERSION:
-            raise ValueError(
-                f"schedule version {d.get('version')!r}: this specpilot reads {SCHEDULE_VERSION}"
+            raise InputFileError(
+                f"schedule version {d.get('version')!r}: this specpilot reads {SCHEDULE_VERSION}",
+                fix="rebuild it with `specpilot schedule WORKLOAD.yaml --out FILE`",
             )
         return cls(
             name=d["name"],
@@ -255,7 +257,10 @@ class _PromptCycle:
 
     def __init__(self, prompts: Sequence[Prompt], seed: int, group: str) -> None:
         if not prompts:
-            raise ValueError(f"group {group!r} has no prompts in the selected split")
+            raise ConfigError(
+                f"group {group!r} has no prompts in the selected split",
+                fix="pick another split (train, dev, eval, all) or give the group prompts",
+            )
         self.prompts = list(prompts)
         self.rng = _rng(seed, _PROMPTS, _stable(group))
         self.order: list[int] = []
@@ -293,11 +298,14 @@ def _arrival(
     elif isinstance(a.window, tuple):
         window = (float(a.window[0]), float(a.window[1]))
         if not window[0] < window[1]:
-            raise ValueError(f"phase {p.name!r}: window start must be before its end")
+            raise ConfigError(f"phase {p.name!r}: window start must be before its end")
     else:
         found = find_windows(tr, a.window_s, a.burst_s, a.context_s)
         if a.window not in found:
-            raise ValueError(f"phase {p.name!r}: no {a.window} window found in {tr.source}")
+            raise ConfigError(
+                f"phase {p.name!r}: no {a.window} window found in {tr.source}",
+                fix="a shorter burst_s or context_s, or window: peak",
+            )
         w = found[a.window]
         window, window_info = (w.start_s, w.end_s), w.to_dict()
     replay = TraceReplay(

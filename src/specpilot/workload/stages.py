@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.errors import InputFileError
 from specpilot.records import ScheduledRequest
 
 _WORD = re.compile(r"[a-z0-9]+|[\u3400-\u9fff\uf900-\ufaff]+")
@@ -72,7 +73,9 @@ class BM25Index:
 
     def __init__(self, docs: Sequence[Document], k1: float = 1.5, b: float = 0.75) -> None:
         if not docs:
-            raise ValueError("BM25 needs at least one document")
+            raise InputFileError(
+                "the document set for BM25 is empty", fix="give .txt/.md files or JSONL lines"
+            )
         self.docs = list(docs)
         self.k1, self.b = k1, b
         self._tf = [Counter(tokenize(d.title + " " + d.text)) for d in self.docs]
@@ -92,7 +95,7 @@ class BM25Index:
             .joinpath("docs.jsonl")
             .read_text("utf-8")
         )
-        return cls(_parse_docs(text))
+        return cls(_parse_docs(text, "builtin docs.jsonl"))
 
     @classmethod
     def from_path(cls, path: str | Path) -> BM25Index:
@@ -103,8 +106,11 @@ class BM25Index:
             docs = [Document(str(f.relative_to(p)), f.stem, f.read_text("utf-8")) for f in files]
             return cls(docs)
         if not p.is_file():
-            raise FileNotFoundError(f"document set not found: {p}")
-        return cls(_parse_docs(p.read_text("utf-8")))
+            raise InputFileError(
+                f"document set not found: {p}",
+                fix="docs: builtin, a JSONL file or a directory (relative to the workload file)",
+            )
+        return cls(_parse_docs(p.read_text("utf-8"), str(p)))
 
     def scores(self, query: str) -> np.ndarray:
         q = tokenize(query)
@@ -128,14 +134,21 @@ class BM25Index:
         return next(d for d in self.docs if d.id == doc_id)
 
 
-def _parse_docs(text: str) -> list[Document]:
+def _parse_docs(text: str, where: str) -> list[Document]:
     docs = []
     for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
+        if not line.strip():
+            continue
+        try:
             obj = json.loads(line)
-            docs.append(
-                Document(str(obj.get("id", n)), str(obj.get("title", "")), str(obj["text"]))
+        except json.JSONDecodeError as exc:
+            raise InputFileError(f"{where}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+            raise InputFileError(
+                f"{where}:{n}: expected an object with a 'text' string",
+                fix='one document per line: {"id": ..., "title": ..., "text": ...}',
             )
+        docs.append(Document(str(obj.get("id", n)), str(obj.get("title", "")), obj["text"]))
     return docs
 
 
