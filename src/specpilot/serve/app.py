@@ -39,6 +39,12 @@ from specpilot.serve.state import LOOPBACK, ServerConfig, ServerState
 
 __all__ = ["LOOPBACK", "ServerConfig", "create_app", "spec_metrics"]
 log = logging.getLogger("specpilot.serve")
+# FastAPI's detail when the body cannot be decoded at all (json.loads raised something other
+# than JSONDecodeError: bytes that are not UTF-8, or nesting past Python's recursion limit).
+_FASTAPI_UNPARSABLE = "There was an error parsing the body"
+_UNPARSABLE = (
+    "the request body is not valid JSON: it must be UTF-8 text nested less than ~1000 deep"
+)
 # Union members pydantic puts into an error's location; the field path is what a client needs.
 _UNION_MEMBER = re.compile(r"^(str|int|bool|float|list|dict|function-|literal|json-)")
 
@@ -71,6 +77,9 @@ def invalid_body_error(exc: RequestValidationError) -> APIError:
     first: dict[str, Any] = dict(exc.errors()[0]) if exc.errors() else {}
     if first.get("type") == "json_invalid":
         return APIError(400, _json_error(first, exc.body), code="invalid_json")
+    if tuple(first.get("loc", ())) == ("body",) and first.get("type") == "model_attributes_type":
+        msg = "the request body must be a JSON object (sent with Content-Type: application/json)"
+        return APIError(400, msg, code="invalid_json")
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     param = ".".join(p for p in loc if not _UNION_MEMBER.match(p)) or None
     msg = str(first.get("msg", "invalid request body"))
@@ -105,8 +114,11 @@ def _error_handlers(app: FastAPI, state: ServerState) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        msg, code = str(exc.detail), None
+        if exc.status_code == 400 and msg == _FASTAPI_UNPARSABLE:
+            msg, code = _UNPARSABLE, "invalid_json"
         return JSONResponse(
-            error_body(str(exc.detail), type=kind),
+            error_body(msg, type=kind, code=code),
             status_code=exc.status_code,
             headers=exc.headers,
         )

@@ -27,6 +27,7 @@ from specpilot.serve.state import ServerState
 from specpilot.serve.streaming import sse_events
 
 Body = CompletionRequest | ChatCompletionRequest
+SAMPLING_EPS = 1e-5  # vLLM's _SAMPLING_EPS: a lower temperature is greedy decoding
 _PARAM = re.compile(r"^(temperature|top_k|top_p|max_tokens|stop|prompt|k|logprobs)\b")
 
 
@@ -66,10 +67,14 @@ def _max_tokens(body: Body, n_prompt: int, context: int) -> int:
 
 def _sampling(state: ServerState, body: Body, max_tokens: int) -> SamplingParams:
     temp = body.temperature if body.temperature is not None else state.cfg.default_temperature
+    if temp < SAMPLING_EPS:  # as vLLM: greedy (logits / 5e-324 overflow to inf, then NaN)
+        temp = 0.0
     return SamplingParams(
         temperature=float(temp),
         top_k=max(0, body.top_k or 0),
-        top_p=float(body.top_p if body.top_p is not None else 1.0),
+        # The engine masks in float32, where 5e-324 is 0 and would drop every token; any top_p
+        # below the top token's probability (>= 1/vocab) keeps that one token, as this does.
+        top_p=max(float(body.top_p if body.top_p is not None else 1.0), SAMPLING_EPS),
         seed=body.seed,
         max_tokens=max_tokens,
         stop=body.stop_list(),
