@@ -86,8 +86,8 @@ class ArrivalPlanner:
     def arrivals(self, plan: PhasePlan) -> PhaseArrivals:
         if plan.model is None:
             n, rate = self.cfg.warmup.requests, self.cfg.warmup.rate
-            proc = Constant(rate)
-            return PhaseArrivals(plan, proc, n / rate, proc.times(n / rate)[:n])
+            warm = Constant(rate)
+            return PhaseArrivals(plan, warm, n / rate, warm.times(n / rate)[:n])
         p = plan.model
         seed = derived_seed(self.seed, plan.key, ARRIVALS)
         a = p.arrival
