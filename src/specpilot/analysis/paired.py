@@ -1,0 +1,214 @@
+"""Paired comparisons of two arms on the same schedule, with bootstrap confidence intervals.
+
+Requests pair on (repetition, phase, request_id): the same schedule slot, hence the same
+prompt, in both arms (a prompt_id that differs is counted as unmatched, never paired). Every
+matched pair stays in the resampling; the statistics per resample are:
+
+- relative E2E change = sum(candidate E2E) / sum(baseline E2E) - 1 over pairs where both ended
+  ok (a ratio of means: negative is faster);
+- mean E2E difference (seconds) and relative TTFT change, likewise;
+- on-time rate difference = candidate's - baseline's over *all* pairs (failures included).
+
+Method: paired percentile bootstrap, pairs resampled with replacement ``resamples`` times
+from ``numpy.random.default_rng([seed, crc32(cell)])`` (reproducible per cell whatever the
+order); the interval is the ((1 - level) / 2, (1 + level) / 2) quantiles. Outcome: "slower"
+when the E2E interval lies above zero or the on-time interval below zero (net slower: the CI
+excludes zero on the slow side); "faster" when the E2E interval lies below -min_gain and the
+on-time rate is not significantly lower; otherwise "no_difference".
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from specpilot.analysis.columns import ALL
+from specpilot.analysis.requests import RequestTable
+
+CHUNK_ELEMENTS = 4_000_000  # resample indices held at once
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float | None
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    baseline_arm: str
+    candidate_arm: str
+    phase: str
+    task_group: str
+    offered_rate: float | None
+    pairs: int
+    unmatched: int
+    both_ok: int
+    e2e_rel_change: Interval
+    e2e_diff_s: Interval
+    ttft_rel_change: Interval
+    on_time_diff: Interval
+    outcome: str  # faster | slower | no_difference | insufficient
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pair_rows(t: RequestTable, base: str, cand: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """Row indices (baseline, candidate) of matched pairs, and the unmatched count."""
+    bi = np.flatnonzero(t.arm == base)
+    ci = np.flatnonzero(t.arm == cand)
+    index = {(int(t.repetition[i]), t.phase[i], t.request_id[i]): int(i) for i in bi}
+    b_rows, c_rows = [], []
+    for i in ci:
+        j = index.get((int(t.repetition[i]), t.phase[i], t.request_id[i]))
+        if j is None:
+            continue
+        pb, pc = t.prompt_id[j], t.prompt_id[i]
+        if pb and pc and pb != pc:
+            continue
+        b_rows.append(j)
+        c_rows.append(int(i))
+    unmatched = bi.size + ci.size - 2 * len(b_rows)
+    return np.array(b_rows, dtype=np.int64), np.array(c_rows, dtype=np.int64), unmatched
+
+
+def _stat_columns(t: RequestTable, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Per pair: the sums the statistics are ratios of (failed E2E/TTFT zeroed by masks)."""
+    ok = np.isfinite(t.e2e[b]) & np.isfinite(t.e2e[c])
+    tt = np.isfinite(t.ttft[b]) & np.isfinite(t.ttft[c])
+    z = np.zeros(b.size)
+    return np.stack(
+        [
+            np.where(ok, t.e2e[c], z),
+            np.where(ok, t.e2e[b], z),
+            ok.astype(float),
+            np.where(tt, t.ttft[c], z),
+            np.where(tt, t.ttft[b], z),
+            t.on_time[c].astype(float) - t.on_time[b].astype(float),
+        ],
+        axis=1,
+    )
+
+
+def _stats(sums: np.ndarray, n: int) -> np.ndarray:
+    """(..., 6) column sums -> (..., 4): rel E2E, diff E2E, rel TTFT, on-time diff."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.stack(
+            [
+                sums[..., 0] / sums[..., 1] - 1.0,
+                (sums[..., 0] - sums[..., 1]) / sums[..., 2],
+                sums[..., 3] / sums[..., 4] - 1.0,
+                sums[..., 5] / n,
+            ],
+            axis=-1,
+        )
+
+
+def bootstrap(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples, 4) statistics of pair resamples of ``x`` (n, 6)."""
+    n = x.shape[0]
+    per = max(1, CHUNK_ELEMENTS // max(n, 1))
+    out = []
+    for start in range(0, resamples, per):
+        r = min(per, resamples - start)
+        idx = rng.integers(0, n, size=(r, n))
+        sums = np.stack([x[:, j][idx].sum(axis=1) for j in range(x.shape[1])], axis=1)
+        out.append(_stats(sums, n))
+    return np.concatenate(out)
+
+
+def _interval(est: float, boot: np.ndarray, level: float) -> Interval:
+    boot = boot[np.isfinite(boot)]
+    if not np.isfinite(est) or boot.size == 0:
+        return Interval(None, None, None)
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(float(est), float(lo), float(hi))
+
+
+def compare_arms(
+    t: RequestTable,
+    baseline: str,
+    candidate: str,
+    *,
+    resamples: int,
+    seed: int,
+    level: float,
+    min_gain: float = 0.0,
+    offered_rates: dict[tuple[str, str], float] | None = None,
+) -> list[PairedComparison]:
+    """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired."""
+    steady = ~t.cold_start
+    b, c, _ = pair_rows(t, baseline, candidate)
+    keep = steady[b] & steady[c]
+    b, c = b[keep], c[keep]
+    method = (
+        f"paired percentile bootstrap over schedule-matched requests, {resamples} resamples, "
+        f"seed {seed}, {level:.0%} interval"
+    )
+    out = []
+    cells = sorted({(p, g) for p, g in zip(t.phase[b], t.task_group[b], strict=True)})
+    cells += sorted({(p, ALL) for p, _ in cells})
+    for phase, group in cells:
+        m = (t.phase[b] == phase) & ((t.task_group[b] == group) if group != ALL else True)
+        bb, cc = b[m], c[m]
+        unmatched = _unmatched(t, baseline, candidate, phase, group, bb.size)
+        x = _stat_columns(t, bb, cc)
+        key = f"{baseline}|{candidate}|{phase}|{group}".encode()
+        rng = np.random.default_rng([seed, zlib.crc32(key)])
+        est = _stats(x.sum(axis=0), bb.size)
+        boot = bootstrap(x, resamples, rng) if bb.size else np.zeros((0, 4))
+        iv = [_interval(float(est[j]), boot[:, j], level) for j in range(4)]
+        both_ok = int(x[:, 2].sum())
+        out.append(
+            PairedComparison(
+                baseline_arm=baseline,
+                candidate_arm=candidate,
+                phase=phase,
+                task_group=group,
+                offered_rate=(offered_rates or {}).get((candidate, phase)),
+                pairs=int(bb.size),
+                unmatched=unmatched,
+                both_ok=both_ok,
+                e2e_rel_change=iv[0],
+                e2e_diff_s=iv[1],
+                ttft_rel_change=iv[2],
+                on_time_diff=iv[3],
+                outcome=_outcome(iv[0], iv[3], both_ok, min_gain),
+                method=method,
+            )
+        )
+    return out
+
+
+def _unmatched(t: RequestTable, base: str, cand: str, phase: str, group: str, pairs: int) -> int:
+    m = (t.phase == phase) & ~t.cold_start
+    if group != ALL:
+        m &= t.task_group == group
+    return (
+        int(np.count_nonzero(m & (t.arm == base)) + np.count_nonzero(m & (t.arm == cand)))
+        - 2 * pairs
+    )
+
+
+def _outcome(e2e: Interval, on_time: Interval, both_ok: int, min_gain: float) -> str:
+    if both_ok < 2 or e2e.low is None or e2e.high is None:
+        return "insufficient"
+    if e2e.low > 0 or (on_time.high is not None and on_time.high < 0):
+        return "slower"
+    if e2e.high < -min_gain:
+        return "faster"
+    return "no_difference"
+
+
+def comparisons_for(
+    t: RequestTable, pairs: Sequence[tuple[str, str]], **kw: Any
+) -> list[PairedComparison]:
+    """``compare_arms`` for each (baseline, candidate)."""
+    return [c for base, cand in pairs for c in compare_arms(t, base, cand, **kw)]
