@@ -50,13 +50,15 @@ class VerdictConfig(_Model):
         default=0.0,
         ge=0,
         lt=1,
-        description="a gain needs the CI of the relative E2E change entirely below -min_e2e_gain",
+        description="a gain needs the CI of the relative task-time change entirely below -min_e2e_gain",
     )
     min_requests_per_group: int = Field(
         default=30, ge=1, description="fewer paired requests in a group: PILOT_HYPOTHESIS"
     )
     max_ci_halfwidth: float = Field(
-        default=0.10, gt=0, description="relative E2E CI half-width above this: too few samples"
+        default=0.10,
+        gt=0,
+        description="relative task-time CI half-width above this: too few samples",
     )
     key_pass_tolerance: float = Field(
         default=0.0,

@@ -5,17 +5,21 @@ Rules, in order, for a candidate arm and a group (thresholds in ``VerdictConfig`
 
 1. Quality first: a failed key-business or consistency gate makes the group DO_NOT_ADOPT,
    whatever the speed.
-2. At each load level (phase, by offered rate) speculation *pays* when the paired comparison
-   with the baseline says "faster" (relative E2E CI entirely below -min_e2e_gain, on-time rate
-   not significantly lower) and the equal-budget alternative, if measured, is not faster than
-   the candidate there (the candidate is not "slower" against it).
-3. Pays at every level: ADOPT over the measured load range. Pays in an unbroken run from the
+2. Amdahl next: when decode is less than ``min_decode_share`` of the group's task time on the
+   baseline (retrieval, long inputs, tools or queueing dominate), the group is DO_NOT_ADOPT
+   with that stage to fix first, whatever decode gains (the measured change is kept as a
+   condition).
+3. At each load level (phase, by offered rate) speculation *pays* when the paired comparison
+   with the baseline says "faster" (the relative task-time CI entirely below -min_e2e_gain,
+   on-time rate not significantly lower) and the equal-budget alternative, if measured, is not
+   faster than the candidate there (the candidate is not "slower" against it).
+4. Pays at every level: ADOPT over the measured load range. Pays in an unbroken run from the
    lowest level: ADOPT_IN_WINDOWS below the first level where it stops. Pays only at some other
    levels: ADOPT_IN_WINDOWS in those named phases. Pays nowhere: DO_NOT_ADOPT with the
    bottleneck to fix first (``bottleneck``).
-4. The service: ADOPT when some group is ADOPT (scoped to those groups), else ADOPT_IN_WINDOWS
+5. The service: ADOPT when some group is ADOPT (scoped to those groups), else ADOPT_IN_WINDOWS
    when some group is, else DO_NOT_ADOPT with the pooled bottleneck.
-5. PILOT_HYPOTHESIS when the traffic was not representative, a group has too few paired
+6. PILOT_HYPOTHESIS when the traffic was not representative, a group has too few paired
    requests or too wide a CI, a required or baseline group is missing, or only cold-start
    requests were measured.
 """
@@ -112,10 +116,10 @@ def _level_conditions(
     conds, levels = [], []
     mine = [c for c in inp.comparisons if c.task_group == group]
     for c in sorted(mine, key=lambda c: (c.offered_rate or 0.0, c.phase)):
-        e = c.e2e_rel_change
+        e = c.task_rel_change
         subj = {"task_group": group, "phase": c.phase, "offered_rps": c.offered_rate}
         txt = (
-            f"{group} at {c.phase} ({_rate(c.offered_rate)}): E2E {_pct(e.estimate)} "
+            f"{group} at {c.phase} ({_rate(c.offered_rate)}): task time {_pct(e.estimate)} "
             f"(CI {_pct(e.low)} to {_pct(e.high)}, {c.both_ok} of {c.pairs} pairs both ok), "
             f"on-time {_pct(c.on_time_diff.estimate)} points -> {c.outcome}"
         )
@@ -124,7 +128,7 @@ def _level_conditions(
             Condition(
                 "e2e_change",
                 subj,
-                "e2e_rel_change_ci_high",
+                "task_rel_change_ci_high",
                 e.high,
                 "<",
                 -cfg.min_e2e_gain,
@@ -139,13 +143,13 @@ def _level_conditions(
                 Condition(
                     "alternative",
                     {**subj, "alternative_arm": a.baseline_arm},
-                    "e2e_rel_change_vs_alternative",
-                    a.e2e_rel_change.estimate,
+                    "task_rel_change_vs_alternative",
+                    a.task_rel_change.estimate,
                     "not slower",
                     0.0,
                     alt_ok,
-                    f"{group} at {c.phase}: against the equal-budget {a.baseline_arm} E2E "
-                    f"{_pct(a.e2e_rel_change.estimate)} -> {a.outcome}",
+                    f"{group} at {c.phase}: against the equal-budget {a.baseline_arm} task time "
+                    f"{_pct(a.task_rel_change.estimate)} -> {a.outcome}",
                 )
             )
         levels.append((c.phase, float(c.offered_rate or 0.0), faster and alt_ok))
@@ -161,7 +165,7 @@ def _rate(x: float | None) -> str:
 
 
 def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupVerdict:
-    """Rules 1-3 of the module docstring for one group (``*`` = all groups pooled)."""
+    """Rules 1-4 of the module docstring for one group (``*`` = all groups pooled)."""
     conds: list[Condition] = []
     gate = next((g for g in inp.gates if g.task_group == group), None)
     if gate is not None:
@@ -184,6 +188,10 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
         return GroupVerdict(
             group, NO, None, None, (), f"quality: {'; '.join(gate.reasons)}", tuple(conds)
         )
+    share_neck, share_cond = _decode_share(inp, group, cfg)
+    conds += share_cond
+    if share_neck is not None:
+        return GroupVerdict(group, NO, None, None, (), share_neck, tuple(conds))
     pays = [lv for lv in levels if lv[2]]
     if levels and len(pays) == len(levels):
         rng = (levels[0][1], levels[-1][1])
@@ -200,33 +208,44 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
     return GroupVerdict(group, WINDOWS, None, below, windows, neck, tuple(conds))
 
 
+def _decode_share(
+    inp: DecisionInputs, group: str, cfg: VerdictConfig
+) -> tuple[str | None, list[Condition]]:
+    """Rule 2: the bottleneck when decode is too small a share of the task, and its condition."""
+    st = next((s for s in inp.stages if s.task_group == group), None)
+    if st is None or st.decode_share is None:
+        return None, []
+    ok = st.decode_share >= cfg.min_decode_share
+    other = st.dominant_other_stage or "other"
+    oshare = st.mean_stage_s.get(other, 0.0) / st.mean_total_s if st.mean_total_s else 0.0
+    cond = Condition(
+        "decode_share",
+        {"task_group": group},
+        "decode_share",
+        st.decode_share,
+        ">=",
+        cfg.min_decode_share,
+        ok,
+        f"{group}: decode is {st.decode_share:.0%} of task time, {other} {oshare:.0%}",
+    )
+    if ok:
+        return None, [cond]
+    return (
+        f"fix {other} first: it is {oshare:.0%} of task time and decode only {st.decode_share:.0%}",
+        [cond],
+    )
+
+
 def bottleneck(
     inp: DecisionInputs, group: str, cfg: VerdictConfig, levels: Sequence[tuple[str, float, bool]]
 ) -> tuple[str, list[Condition]]:
-    """What to fix first when speculation does not pay (everywhere) for a group."""
+    """What to fix first when speculation does not pay (everywhere) for a group: the load level
+    where it stops, else decode itself (verification cost, acceptance, draft cost), else the
+    equal-budget alternative, else a gain too small to show end to end."""
     conds: list[Condition] = []
-    st = next((s for s in inp.stages if s.task_group == group), None)
-    if st is not None and st.decode_share is not None:
-        ok = st.decode_share >= cfg.min_decode_share
-        other = st.dominant_other_stage or "other"
-        oshare = st.mean_stage_s.get(other, 0.0) / st.mean_total_s if st.mean_total_s else 0.0
-        conds.append(
-            Condition(
-                "decode_share",
-                {"task_group": group},
-                "decode_share",
-                st.decode_share,
-                ">=",
-                cfg.min_decode_share,
-                ok,
-                f"{group}: decode is {st.decode_share:.0%} of task time, {other} {oshare:.0%}",
-            )
-        )
-        if not ok:
-            return (
-                f"fix {other} first: it is {oshare:.0%} of task time and decode only {st.decode_share:.0%}",
-                conds,
-            )
+    if any(lv[2] for lv in levels):
+        first_bad = next(lv for lv in levels if not lv[2])
+        return f"load: speculation stops paying at {first_bad[0]} ({first_bad[1]:g} req/s)", conds
     rs = next((r for r in inp.rounds if r.task_group == group), None)
     s = rs.decode_speedup if rs else None
     if rs is not None and s is not None:
@@ -244,17 +263,22 @@ def bottleneck(
         )
         if s <= 1.0:
             return _decode_neck(inp, group, rs), conds
-    if any(lv[2] for lv in levels):
-        first_bad = next(lv for lv in levels if not lv[2])
-        return f"load: speculation stops paying at {first_bad[0]} ({first_bad[1]:g} req/s)", conds
-    alt_better = [c for c in inp.alt_comparisons if c.task_group == group and c.outcome == "slower"]
+    # The alternative is the reason only where speculation beat the baseline but lost to it.
+    beat_base = {
+        c.phase for c in inp.comparisons if c.task_group == group and c.outcome == "faster"
+    }
+    alt_better = [
+        c
+        for c in inp.alt_comparisons
+        if c.task_group == group and c.outcome == "slower" and c.phase in beat_base
+    ]
     if alt_better:
         return (
             f"the equal-budget alternative {alt_better[0].baseline_arm} is faster: give the draft's resources to it",
             conds,
         )
     return (
-        "the decode gain does not show end to end (E2E change within its confidence interval)",
+        "the decode gain does not show end to end (task-time change within its confidence interval)",
         conds,
     )
 

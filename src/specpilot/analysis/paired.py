@@ -4,17 +4,19 @@ Requests pair on (repetition, phase, request_id): the same schedule slot, hence 
 prompt, in both arms (a prompt_id that differs is counted as unmatched, never paired). Every
 matched pair stays in the resampling; the statistics per resample are:
 
-- relative E2E change = sum(candidate E2E) / sum(baseline E2E) - 1 over pairs where both ended
-  ok (a ratio of means: negative is faster);
-- mean E2E difference (seconds) and relative TTFT change, likewise;
+- relative task-time change = sum(candidate task time) / sum(baseline task time) - 1 over pairs
+  where both ended ok, task time = the client stages (retrieval, tools) + E2E: what the user
+  waits for (a ratio of means: negative is faster);
+- relative E2E change (server request only), mean E2E difference (seconds) and relative TTFT
+  change, likewise;
 - on-time rate difference = candidate's - baseline's over *all* pairs (failures included).
 
 Method: paired percentile bootstrap, pairs resampled with replacement ``resamples`` times
 from ``numpy.random.default_rng([seed, crc32(cell)])`` (reproducible per cell whatever the
 order); the interval is the ((1 - level) / 2, (1 + level) / 2) quantiles. Outcome: "slower"
-when the E2E interval lies above zero or the on-time interval below zero (net slower: the CI
-excludes zero on the slow side); "faster" when the E2E interval lies below -min_gain and the
-on-time rate is not significantly lower; otherwise "no_difference".
+when the task-time interval lies above zero or the on-time interval below zero (net slower: the
+CI excludes zero on the slow side); "faster" when the task-time interval lies below -min_gain
+and the on-time rate is not significantly lower; otherwise "no_difference".
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class PairedComparison:
     pairs: int
     unmatched: int
     both_ok: int
+    task_rel_change: Interval  # client stages + E2E: the verdict's measure
     e2e_rel_change: Interval
     e2e_diff_s: Interval
     ttft_rel_change: Interval
@@ -84,8 +87,11 @@ def _stat_columns(t: RequestTable, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     ok = np.isfinite(t.e2e[b]) & np.isfinite(t.e2e[c])
     tt = np.isfinite(t.ttft[b]) & np.isfinite(t.ttft[c])
     z = np.zeros(b.size)
+    stages = sum(t.client_stages.values(), np.zeros(len(t)))
     return np.stack(
         [
+            np.where(ok, t.e2e[c] + stages[c], z),
+            np.where(ok, t.e2e[b] + stages[b], z),
             np.where(ok, t.e2e[c], z),
             np.where(ok, t.e2e[b], z),
             ok.astype(float),
@@ -97,22 +103,26 @@ def _stat_columns(t: RequestTable, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     )
 
 
+NSTATS = 5
+
+
 def _stats(sums: np.ndarray, n: int) -> np.ndarray:
-    """(..., 6) column sums -> (..., 4): rel E2E, diff E2E, rel TTFT, on-time diff."""
+    """(..., 8) column sums -> (..., 5): rel task, rel E2E, diff E2E, rel TTFT, on-time diff."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.stack(
             [
                 sums[..., 0] / sums[..., 1] - 1.0,
-                (sums[..., 0] - sums[..., 1]) / sums[..., 2],
-                sums[..., 3] / sums[..., 4] - 1.0,
-                sums[..., 5] / n,
+                sums[..., 2] / sums[..., 3] - 1.0,
+                (sums[..., 2] - sums[..., 3]) / sums[..., 4],
+                sums[..., 5] / sums[..., 6] - 1.0,
+                sums[..., 7] / max(n, 1),
             ],
             axis=-1,
         )
 
 
 def bootstrap(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """(resamples, 4) statistics of pair resamples of ``x`` (n, 6)."""
+    """(resamples, NSTATS) statistics of pair resamples of ``x`` (n, 8)."""
     n = x.shape[0]
     per = max(1, CHUNK_ELEMENTS // max(n, 1))
     out = []
@@ -163,9 +173,9 @@ def compare_arms(
         key = f"{baseline}|{candidate}|{phase}|{group}".encode()
         rng = np.random.default_rng([seed, zlib.crc32(key)])
         est = _stats(x.sum(axis=0), bb.size)
-        boot = bootstrap(x, resamples, rng) if bb.size else np.zeros((0, 4))
-        iv = [_interval(float(est[j]), boot[:, j], level) for j in range(4)]
-        both_ok = int(x[:, 2].sum())
+        boot = bootstrap(x, resamples, rng) if bb.size else np.zeros((0, NSTATS))
+        iv = [_interval(float(est[j]), boot[:, j], level) for j in range(NSTATS)]
+        both_ok = int(x[:, 4].sum())
         out.append(
             PairedComparison(
                 baseline_arm=baseline,
@@ -176,11 +186,12 @@ def compare_arms(
                 pairs=int(bb.size),
                 unmatched=unmatched,
                 both_ok=both_ok,
-                e2e_rel_change=iv[0],
-                e2e_diff_s=iv[1],
-                ttft_rel_change=iv[2],
-                on_time_diff=iv[3],
-                outcome=_outcome(iv[0], iv[3], both_ok, min_gain),
+                task_rel_change=iv[0],
+                e2e_rel_change=iv[1],
+                e2e_diff_s=iv[2],
+                ttft_rel_change=iv[3],
+                on_time_diff=iv[4],
+                outcome=_outcome(iv[0], iv[4], both_ok, min_gain),
                 method=method,
             )
         )
@@ -197,12 +208,12 @@ def _unmatched(t: RequestTable, base: str, cand: str, phase: str, group: str, pa
     )
 
 
-def _outcome(e2e: Interval, on_time: Interval, both_ok: int, min_gain: float) -> str:
-    if both_ok < 2 or e2e.low is None or e2e.high is None:
+def _outcome(task: Interval, on_time: Interval, both_ok: int, min_gain: float) -> str:
+    if both_ok < 2 or task.low is None or task.high is None:
         return "insufficient"
-    if e2e.low > 0 or (on_time.high is not None and on_time.high < 0):
+    if task.low > 0 or (on_time.high is not None and on_time.high < 0):
         return "slower"
-    if e2e.high < -min_gain:
+    if task.high < -min_gain:
         return "faster"
     return "no_difference"
 

@@ -91,6 +91,7 @@ def _rounds(a: PilotAnalysis, data: PilotData) -> None:
     pairs = a.plan.pairs
     cells = summarize_rounds(data.request_rounds)
     pooled = summarize_rounds(data.request_rounds, ("arm", "task_group"))
+    pooled += summarize_rounds(data.request_rounds, ("arm",))  # task_group "*"
     for b in {p[0] for p in pairs}:
         mine = [c for _, c in pairs if _ == b]
         cells = with_plain(cells, b, mine)
@@ -143,13 +144,13 @@ def _end_to_end(a: PilotAnalysis, table: RequestTable) -> None:
     a.recommendations = e2e.recommend(a.stages, a.config.verdict.min_decode_share)
     for comp in a.comparisons:
         s = speedups.get((comp.candidate_arm, comp.task_group))
-        if comp.baseline_arm != base or s is None or comp.e2e_rel_change.estimate is None:
+        if comp.baseline_arm != base or s is None or comp.task_rel_change.estimate is None:
             continue
         ph = e2e.stage_breakdown(e2e.StageTable.from_requests(table, base, comp.phase), s)
         row = next((x for x in ph if x.task_group == comp.task_group), None)
         if row is None or row.projection is None:
             continue
-        e = comp.e2e_rel_change
+        e = comp.task_rel_change
 
         def inv(x: float | None) -> float | None:
             return 1 / (1 + x) if x is not None and x > -1 else None
@@ -161,9 +162,9 @@ def _end_to_end(a: PilotAnalysis, table: RequestTable) -> None:
                 "phase": comp.phase,
                 "decode_speedup": s,
                 "decode_share": row.decode_share,
-                "projected_e2e_speedup": row.projection.overall_speedup,
-                "measured_e2e_speedup": inv(e.estimate),
-                "measured_e2e_ci": [inv(e.high), inv(e.low)],
+                "projected_task_speedup": row.projection.overall_speedup,
+                "measured_task_speedup": inv(e.estimate),
+                "measured_task_ci": [inv(e.high), inv(e.low)],
             }
         )
 

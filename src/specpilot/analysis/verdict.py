@@ -47,11 +47,11 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
         where = f"{c.task_group} at {c.phase}"
         if c.pairs < cfg.min_requests_per_group:
             out.append(f"{where}: {c.pairs} paired requests < {cfg.min_requests_per_group}")
-        elif c.e2e_rel_change.low is not None and c.e2e_rel_change.high is not None:
-            half = (c.e2e_rel_change.high - c.e2e_rel_change.low) / 2
+        elif c.task_rel_change.low is not None and c.task_rel_change.high is not None:
+            half = (c.task_rel_change.high - c.task_rel_change.low) / 2
             if half > cfg.max_ci_halfwidth:
                 out.append(
-                    f"{where}: E2E CI half-width {half:.1%} > {cfg.max_ci_halfwidth:.0%}: too few samples"
+                    f"{where}: task-time CI half-width {half:.1%} > {cfg.max_ci_halfwidth:.0%}: too few samples"
                 )
     return out
 
