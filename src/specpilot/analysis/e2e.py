@@ -192,8 +192,8 @@ def recommend(
             nums["overall_speedup_if_decode_faster"] = b.projection.overall_speedup
             nums["assumed_decode_speedup"] = b.projection.speedup
             proj = (
-                f"; a {b.projection.speedup:.2f}x faster decode makes the whole task "
-                f"{b.projection.overall_speedup:.2f}x faster (Amdahl)"
+                f"; a decode speed-up of {b.projection.speedup:.2f}x gives an end-to-end speed-up "
+                f"of {b.projection.overall_speedup:.2f}x (Amdahl)"
             )
         words = STAGE_WORDS.get(other or "", other or "")
         long_out = (b.median_output_tokens or 0) >= min_output_tokens

@@ -26,7 +26,7 @@ the successful requests alone. Each figure carries the number of requests it is 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -81,7 +81,6 @@ class LoadCell:
     goodput_rps: float | None = None
     peak_rss_bytes: int | None = None
     peak_gpu_bytes: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
