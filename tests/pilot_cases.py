@@ -294,3 +294,44 @@ def key_checks(
         )
         for i in range(passed + failed)
     ]
+
+
+def full_case(drill_status: str = "not_possible") -> PilotData:
+    """A pilot with every kind of record, so every section and plot of the report has data."""
+    from specpilot.records import ChunkGaps, CompatRecord, DrillRecord
+
+    cs = {
+        (g, p): Cell(spec=0.7 if g != "code" else 1.2, n=40) for g in ("code", "zh") for p in PHASES
+    }
+    # code: slower and one key failure (rejected either way); zh: faster, quality intact
+    q = key_checks("base", "code", 10, 0) + key_checks("spec", "code", 9, 1)
+    q += key_checks("base", "zh", 10, 0) + key_checks("spec", "zh", 10, 0)
+    d = case(cs, quality=q)
+    d.chunk_gaps = [
+        ChunkGaps(f"run-{arm}", arm, p, g, [0.02, 0.05, 0.04], [1, 3, 2])
+        for arm in ("base", "spec", "alt")
+        for g in ("code", "zh")
+        for p in PHASES
+    ]
+    d.compat = [
+        CompatRecord(f"run-{arm}", arm, feature, status, evidence=f"{feature} on {arm}")
+        for arm in ("base", "spec", "alt")
+        for feature, status in (
+            ("streaming", "pass"),
+            ("stop_in_round", "pass" if arm != "spec" else "fail"),
+            ("tool_call", "unsupported"),
+        )
+    ]
+    d.drills = [
+        DrillRecord(
+            "run-spec",
+            "spec",
+            "peak",
+            "none" if drill_status == "not_possible" else "runtime_switch",
+            drill_status,
+            reason="arm given only by URL" if drill_status == "not_possible" else "",
+            switch_in_force_s=None if drill_status == "not_possible" else 0.02,
+            recovery_s=None if drill_status == "not_possible" else 3.5,
+        )
+    ]
+    return d

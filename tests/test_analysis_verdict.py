@@ -112,7 +112,14 @@ def test_a_quality_failure_with_a_speed_win() -> None:
         == "quality: key checks passed 17/20 (85.0%; baseline 100.0%): amount field missing"
     )
     assert v.verdict == "ADOPT" and v.groups_adopted == ("zh",)
-    assert a.cost_lines[0].kind == "not_comparable"
+    # cost is compared at equal quality where speculation would be on (zh): comparable
+    assert a.cost_lines[0].kind == "latency_change_no_cost_change"
+    q2 = key_checks("base", "zh", 20, 0) + key_checks("spec", "zh", 19, 1)
+    a2 = analyze(case(cells(0.6), quality=q2), CFG)
+    assert a2.verdicts[0].verdict == "ADOPT" and a2.verdicts[0].groups_adopted == ("code",)
+    assert a2.cost_lines[0].kind == "latency_change_no_cost_change"
+    a3 = analyze(case(cells(0.6), quality=q + q2), CFG)  # both groups fail: nothing is comparable
+    assert a3.verdicts[0].verdict == "DO_NOT_ADOPT" and a3.cost_lines[0].kind == "not_comparable"
 
 
 def test_a_consistency_defect_fails_the_group() -> None:

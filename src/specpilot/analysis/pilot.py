@@ -282,7 +282,12 @@ def _costs(a: PilotAnalysis) -> None:
     by = {c.arm: c for c in a.costs}
     for b, c in a.plan.pairs:
         if b in by and c in by:
-            failed = any(g.failed for g in a.gates if g.arm == c)
+            v = next((x for x in a.verdicts if x.candidate_arm == c), None)
+            scope = set(v.groups_adopted) | set(v.groups_in_windows) if v else set()
+            # equal quality where it would be switched on (everywhere when nowhere is adopted)
+            failed = any(
+                g.failed for g in a.gates if g.arm == c and (not scope or g.task_group in scope)
+            )
             a.cost_lines.append(
                 cost.cost_line(
                     by[b],
