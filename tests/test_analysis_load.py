@@ -195,3 +195,60 @@ def test_quantiles_censor_instead_of_dropping_failures() -> None:
     from specpilot.analysis.columns import quantiles
 
     assert quantiles(np.array([1.0, 2.0, np.inf]), (0.5, 0.99)) == [2.0, None]
+
+
+def test_columns_from_a_reader_give_the_same_table_as_records() -> None:
+    from dataclasses import fields
+
+    from specpilot.analysis.requests import FLOAT_COLUMNS, OBJECT_COLUMNS
+
+    reqs = cell_requests()
+    reqs[0].client_stages = {"retrieval": 0.5}
+    a = RequestTable.build(reqs)
+    cols = {k: np.array([getattr(r, k) for r in reqs], dtype=object) for k in OBJECT_COLUMNS}
+    cols |= {
+        k: np.array([np.nan if getattr(r, k) is None else getattr(r, k) for r in reqs])
+        for k in FLOAT_COLUMNS
+    }
+    cols |= {
+        "cold_start": np.array([r.cold_start for r in reqs]),
+        "warmup": np.array([r.warmup for r in reqs]),
+    }
+    cols["client_stage:retrieval"] = np.array(
+        [r.client_stages.get("retrieval", np.nan) for r in reqs]
+    )
+    b = RequestTable.from_columns(cols)
+    for f in fields(a):
+        if f.init and f.name != "client_stages":
+            np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
+    np.testing.assert_array_equal(a.client_stages["retrieval"], b.client_stages["retrieval"])
+    with pytest.raises(ValueError, match="request columns missing"):
+        RequestTable.from_columns({"status": np.array(["ok"])})
+
+
+def test_bucketed_bootstrap_matches_the_pair_bootstrap() -> None:
+    # 20,000 pairs: the bucketed resampling must give the interval the pair resampling gives.
+    import specpilot.analysis.paired as paired
+
+    cells = {("code", "peak"): Cell(spec=0.9, n=20000)}
+    t = RequestTable.build(case(cells, alternative=False, rounds=False).requests)
+    fast = next(
+        c
+        for c in compare_arms(t, "base", "spec", resamples=400, seed=3, level=0.95)
+        if c.task_group == "code"
+    )
+    old = paired.BUCKETS
+    try:
+        paired.BUCKETS = 10**9  # every pair its own unit: the textbook pair bootstrap
+        exact = next(
+            c
+            for c in compare_arms(t, "base", "spec", resamples=400, seed=3, level=0.95)
+            if c.task_group == "code"
+        )
+    finally:
+        paired.BUCKETS = old
+    w_fast = fast.task_rel_change.high - fast.task_rel_change.low
+    w_exact = exact.task_rel_change.high - exact.task_rel_change.low
+    assert w_fast == pytest.approx(w_exact, rel=0.2)
+    assert fast.task_rel_change.estimate == exact.task_rel_change.estimate
+    assert fast.task_rel_change.low < -0.1 < fast.task_rel_change.high

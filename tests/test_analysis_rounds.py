@@ -163,3 +163,88 @@ def test_choose_k_minimising_a_latency() -> None:
     # k=4: 19 + 1.4826 x 0 (MAD of |0|, |6|, |0| is 0) = 19 vs k=2's 20: k=4, 5% better.
     assert c.chosen_k == 4
     assert c.vs_k0_percent == pytest.approx((30 / 19 - 1) * 100)
+
+
+def _k_pilot(error_in_k4: bool):
+    from specpilot.analysis import AnalysisConfig, analyze
+    from specpilot.records import (
+        ArmRecord,
+        PhaseRecord,
+        PilotData,
+        PilotRecord,
+        RequestRecord,
+        StrategySpec,
+    )
+
+    arms, phases, reqs = [], [], []
+    on_time = {"base": 6, "spec2": 9, "spec4": 10}
+    for name, k in (("base", None), ("spec2", 2), ("spec4", 4)):
+        strat = StrategySpec("draft", k=k) if k else StrategySpec()
+        for rep in range(3):
+            run = f"run-{name}-{rep}"
+            role = "baseline" if name == "base" else "speculative"
+            arms.append(ArmRecord("p", run, name, role, "builtin", strategy=strat, repetition=rep))
+            phases.append(
+                PhaseRecord(
+                    run, name, "peak", 0.0, 10.0, 1.0, 10, actual_start_t=0.0, actual_end_t=10.0
+                )
+            )
+            for i in range(10):
+                late = i >= on_time[name]
+                status = (
+                    "error" if (error_in_k4 and name == "spec4" and rep == 0 and i == 0) else "ok"
+                )
+                reqs.append(
+                    RequestRecord(
+                        run,
+                        name,
+                        "peak",
+                        "code",
+                        f"peak-{i:06d}",
+                        float(i),
+                        status,
+                        sent_t=float(i),
+                        first_content_t=i + 0.1,
+                        done_t=None if status != "ok" else i + (5.0 if late else 1.0),
+                        output_tokens=50,
+                        deadline_s=2.0,
+                    )
+                )
+    data = PilotData(
+        PilotRecord("p", "k", {}, "", "0", 0.0), arms=arms, phases=phases, requests=reqs
+    )
+    return analyze(data, AnalysisConfig(bootstrap_resamples=100))
+
+
+def test_k_is_chosen_from_the_pilots_runs_and_a_run_with_a_failure_is_rejected() -> None:
+    a = _k_pilot(error_in_k4=False)
+    c = next(x for x in a.k_choices if x.task_group == "code")
+    assert c.chosen_k == 4 and c.vs_k0_percent == pytest.approx(100 * (1.0 / 0.6 - 1))
+    assert [(x.k, x.runs, x.median) for x in c.candidates] == [
+        (0, 3, 0.6),
+        (2, 3, 0.9),
+        (4, 3, 1.0),
+    ]
+    a = _k_pilot(error_in_k4=True)
+    c = next(x for x in a.k_choices if x.task_group == "code")
+    k4 = next(x for x in c.candidates if x.k == 4)
+    assert (k4.status, k4.rejected_runs) == ("too_few_runs", ("run-spec4-0",))
+    assert c.chosen_k == 2
+
+
+def test_round_columns_from_a_reader_give_the_same_summary_as_records() -> None:
+    import numpy as np
+
+    from specpilot.analysis.round_summary import FLOAT_FIELDS, INT_FIELDS, KEYS, RoundsTable
+
+    recs = [
+        rr("spec", "a", 30, 4, 108, 138, 0.3, 0.6, 0.1, pos_acc=[30, 30, 27, 21]),
+        rr("spec", "b", 5, 4, 2, 7, 0.05, 0.1, 0.05, pos_acc=[2, 0, 0, 0]),
+        rr("base", "a", 100, 0, 0, 100, 0.0, 1.8, 0.2),
+    ]
+    cols = {k: np.array([getattr(r, k) for r in recs], dtype=object) for k in KEYS}
+    cols |= {k: np.array([getattr(r, k) for r in recs], dtype=float) for k in FLOAT_FIELDS}
+    cols |= {k: np.array([getattr(r, k) for r in recs]) for k in INT_FIELDS}
+    cols["pos_proposed"] = np.array([[30] * 4, [5] * 4, [0] * 4])
+    cols["pos_accepted"] = np.array([[30, 30, 27, 21], [2, 0, 0, 0], [0] * 4])
+    assert summarize_rounds(RoundsTable.from_columns(cols)) == summarize_rounds(recs)

@@ -31,6 +31,47 @@ def group_codes(keys: Iterable[Hashable]) -> tuple[np.ndarray, list[Any]]:
     return codes, list(index)
 
 
+def factorize(values: Iterable[Hashable]) -> tuple[np.ndarray, list[Any]]:
+    """Integer code per value (first-seen order) and the distinct values.
+
+    Few distinct values (arms, phases, groups): one vectorised comparison per value; many
+    (request ids): one dict lookup per row in C (``map``), never a Python-level loop body.
+
+    >>> factorize(["b", "a", "b"])[0].tolist()
+    [0, 1, 0]
+    """
+    vals = values if isinstance(values, np.ndarray) else np.array(list(values), dtype=object)
+    items = vals.tolist()
+    uniq = list(dict.fromkeys(items))
+    if len(uniq) <= 64:
+        codes = np.zeros(len(items), dtype=np.int64)
+        for i, u in enumerate(uniq[1:], 1):
+            codes[vals == u] = i
+        return codes, uniq
+    index = {u: i for i, u in enumerate(uniq)}
+    return np.fromiter(map(index.__getitem__, items), dtype=np.int64, count=len(items)), uniq
+
+
+def combine(codes: Sequence[np.ndarray], sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of several columns -> one dense code per distinct combination present, and each
+    combination's per-column codes (shape: columns x combinations).
+
+    >>> c, parts = combine([np.array([0, 1, 0]), np.array([2, 0, 2])], [2, 3])
+    >>> c.tolist(), parts.tolist()
+    ([0, 1, 0], [[0, 1], [2, 0]])
+    """
+    flat = np.zeros_like(codes[0], dtype=np.int64)
+    for c, size in zip(codes, sizes, strict=True):
+        flat = flat * size + c
+    uniq, dense = np.unique(flat, return_inverse=True)
+    parts = []
+    rest = uniq.copy()
+    for size in reversed(sizes):
+        parts.append(rest % size)
+        rest //= size
+    return dense.reshape(-1), np.stack(parts[::-1])
+
+
 def sum_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Sum of ``values`` per code (float64)."""
     return np.bincount(codes, weights=np.asarray(values, dtype=np.float64), minlength=n)
@@ -52,14 +93,12 @@ def quantiles_by(
     None: the figure is "not reached", never computed from the successful rows alone.
     """
     values = np.asarray(values, dtype=np.float64)
+    if n <= 256:  # few cells: a mask and a vectorised sort per cell
+        return [quantiles(np.sort(values[codes == c]), qs, presorted=True) for c in range(n)]
     order = np.lexsort((values, codes))
     sorted_codes, sorted_vals = codes[order], values[order]
     bounds = np.searchsorted(sorted_codes, np.arange(n + 1))
-    out: list[list[float | None]] = []
-    for c in range(n):
-        seg = sorted_vals[bounds[c] : bounds[c + 1]]
-        out.append(quantiles(seg, qs, presorted=True))
-    return out
+    return [quantiles(sorted_vals[bounds[c] : bounds[c + 1]], qs, presorted=True) for c in range(n)]
 
 
 def quantiles(
@@ -86,13 +125,17 @@ def quantiles(
 def weighted_quantiles(
     values: np.ndarray, weights: np.ndarray, qs: Sequence[float]
 ) -> list[float | None]:
-    """``quantiles(np.repeat(values, weights), qs)`` without building the repeated array.
+    """``quantiles(np.repeat(values, weights), qs)``: small integer weights (tokens per chunk)
+    are repeated and sorted (numpy's vectorised sort), larger ones go through a cumulative sum.
 
     >>> weighted_quantiles(np.array([3.0, 1.0]), np.array([1, 3]), (0.5, 1.0))
     [1.0, 3.0]
     """
+    values, weights = np.asarray(values), np.asarray(weights)
+    if weights.size and int(weights.max()) <= 64:
+        return quantiles(np.sort(np.repeat(values, weights)), qs, presorted=True)
     order = np.argsort(values, kind="stable")
-    v, cum = np.asarray(values)[order], np.cumsum(np.asarray(weights)[order])
+    v, cum = values[order], np.cumsum(weights[order])
     total = int(cum[-1]) if cum.size else 0
     if total == 0:
         return [None for _ in qs]

@@ -33,8 +33,8 @@ import numpy as np
 
 from specpilot.analysis.columns import (
     ALL,
+    combine,
     count_by,
-    group_codes,
     quantiles,
     quantiles_by,
     sum_by,
@@ -111,14 +111,18 @@ def load_cells(
     rates = {(p.arm, p.phase): p.offered_rate for p in phases}
     steady = ~table.cold_start
     out: list[LoadCell] = []
+    cols = [table.codes(k) for k in ("arm", "phase", "task_group")]
     for pooled in (False, True):
-        keys = zip(
-            table.arm,
-            table.phase,
-            (ALL for _ in range(len(table))) if pooled else table.task_group,
-            strict=True,
-        )
-        codes, labels = group_codes(keys)
+        use = cols[:2] if pooled else cols
+        codes, combos = combine([c for c, _ in use], [len(lab) for _, lab in use])
+        labels = [
+            (
+                cols[0][1][combos[0, j]],
+                cols[1][1][combos[1, j]],
+                ALL if pooled else cols[2][1][combos[2, j]],
+            )
+            for j in range(combos.shape[1])
+        ]
         out.extend(_cells(table, codes, labels, steady, durations, rates))
     itl = _itl(chunk_gaps)
     mem = _peak_memory(snapshots)

@@ -24,7 +24,12 @@ from specpilot.analysis.decision import DecisionInputs, Verdict
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
 from specpilot.analysis.requests import RequestTable
-from specpilot.analysis.round_summary import RoundSummary, summarize_rounds, with_plain
+from specpilot.analysis.round_summary import (
+    RoundsTable,
+    RoundSummary,
+    summarize_rounds,
+    with_plain,
+)
 from specpilot.analysis.tune_k import KChoice, KRun, choose_k
 from specpilot.analysis.verdict import decide, with_triggers
 from specpilot.analysis.verify_cost import VerifyCurve, curve_for, verify_curves
@@ -59,15 +64,20 @@ class PilotAnalysis:
     costs: list[cost.ArmCost] = field(default_factory=list)
     cost_lines: list[cost.CostLine] = field(default_factory=list)
     latency_cdf: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    scheduled: int = 0  # steady-state and cold-start requests analysed (warm-up excluded)
     notes: list[str] = field(default_factory=list)
 
 
 def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis:
     """Run every section; a section without inputs is empty, and ``notes`` says why."""
     cfg = cfg or AnalysisConfig()
-    table = RequestTable.build(data.requests, data.quality, data.arms)
+    if data.request_columns is not None:
+        table = RequestTable.from_columns(data.request_columns, data.quality, data.arms)
+    else:
+        table = RequestTable.build(data.requests, data.quality, data.arms)
     plan = plan_arms(data.arms, set(table.arm.tolist()))
     a = PilotAnalysis(data, cfg, plan, hardware_text(data.pilot.hardware), notes=list(plan.notes))
+    a.scheduled = len(table)
     if plan.baseline is None:
         a.notes.insert(0, "no baseline arm: nothing to compare")
         return a
@@ -89,9 +99,13 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
 def _rounds(a: PilotAnalysis, data: PilotData) -> None:
     base = a.plan.baseline or ""
     pairs = a.plan.pairs
-    cells = summarize_rounds(data.request_rounds)
-    pooled = summarize_rounds(data.request_rounds, ("arm", "task_group"))
-    pooled += summarize_rounds(data.request_rounds, ("arm",))  # task_group "*"
+    if data.request_rounds_columns is not None:
+        rt = RoundsTable.from_columns(data.request_rounds_columns)
+    else:
+        rt = RoundsTable.build(data.request_rounds)
+    cells = summarize_rounds(rt)
+    pooled = summarize_rounds(rt, ("arm", "task_group"))
+    pooled += summarize_rounds(rt, ("arm",))  # task_group "*"
     for b in {p[0] for p in pairs}:
         mine = [c for _, c in pairs if _ == b]
         cells = with_plain(cells, b, mine)
@@ -106,7 +120,7 @@ def _rounds(a: PilotAnalysis, data: PilotData) -> None:
             gap = compare(s, p, v, src) if p else None
             if gap is not None:
                 a.gaps.append(gap)
-    if not data.request_rounds:
+    if len(rt) == 0:
         a.notes.append("no round records: the per-round section is empty")
 
 
@@ -200,7 +214,7 @@ def _tune_k(a: PilotAnalysis, table: RequestTable, data: PilotData) -> list[KCho
         return []
     runs_of = {r.run_id: r for r in data.arms if r.engine == cand.engine and _k_of(r) is not None}
     by_run = table.select(np.isin(table.run_id, list(runs_of)))
-    by_run.arm = by_run.run_id  # one load cell per run
+    by_run = replace(by_run, arm=by_run.run_id)  # one load cell per run
     phases = [replace(p, arm=p.run_id) for p in data.phases if p.run_id in runs_of]
     runs: dict[tuple[str, str], list[KRun]] = {}
     for c in load.load_cells(by_run, phases):

@@ -17,15 +17,30 @@ load figures can keep them apart from the steady state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from specpilot.analysis.columns import fromiter
+from specpilot.analysis.columns import factorize, fromiter
 from specpilot.records import ArmRecord, QualityRecord, RequestRecord
 
 STATUSES = ("ok", "timeout", "rejected", "error", "cancelled", "not_sent")
+OBJECT_COLUMNS = ("run_id", "arm", "phase", "task_group", "request_id", "prompt_id", "status")
+FLOAT_COLUMNS = (
+    "sent_t",
+    "first_content_t",
+    "done_t",
+    "output_tokens",
+    "prompt_tokens",
+    "deadline_s",
+    "ttft_slo_s",
+    "queue_s",
+    "prefill_s",
+    "decode_s",
+)
+STAGE_PREFIX = "client_stage:"
 
 
 @dataclass
@@ -53,6 +68,15 @@ class RequestTable:
     decode_s: np.ndarray
     client_stages: dict[str, np.ndarray] = field(default_factory=dict)  # seconds, 0 if absent
     repetition: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _codes: dict[str, tuple[np.ndarray, list[Any]]] = field(
+        init=False, repr=False, default_factory=dict
+    )
+
+    def codes(self, name: str) -> tuple[np.ndarray, list[Any]]:
+        """Integer codes and distinct labels of an object column (computed once)."""
+        if name not in self._codes:
+            self._codes[name] = factorize(getattr(self, name))
+        return self._codes[name]
 
     def __len__(self) -> int:
         return int(self.status.size)
@@ -68,54 +92,83 @@ class RequestTable:
         quality: Sequence[QualityRecord] = (),
         arms: Sequence[ArmRecord] = (),
     ) -> RequestTable:
+        """From records (one pass per field)."""
         reqs = [r for r in requests if not r.warmup]
-        obj = {
-            a: np.array([getattr(r, a) for r in reqs], dtype=object)
-            for a in ("run_id", "arm", "phase", "task_group", "request_id", "prompt_id", "status")
+        cols: dict[str, Any] = {
+            a: np.array([getattr(r, a) for r in reqs], dtype=object) for a in OBJECT_COLUMNS
         }
-        sent, first, done = (fromiter(reqs, a) for a in ("sent_t", "first_content_t", "done_t"))
-        out = fromiter(reqs, "output_tokens")
+        cols.update({a: fromiter(reqs, a) for a in FLOAT_COLUMNS})
+        cols["cold_start"] = np.fromiter((r.cold_start for r in reqs), dtype=bool, count=len(reqs))
+        cols["warmup"] = np.zeros(len(reqs), dtype=bool)
+        for k, v in _stages(reqs).items():
+            cols[f"{STAGE_PREFIX}{k}"] = v
+        return cls.from_columns(cols, quality, arms)
+
+    @classmethod
+    def from_columns(
+        cls,
+        cols: Mapping[str, Any],
+        quality: Sequence[QualityRecord] = (),
+        arms: Sequence[ArmRecord] = (),
+    ) -> RequestTable:
+        """From columns named like ``RequestRecord``'s fields (one row per scheduled request;
+        numbers as floats with NaN for None; ``client_stage:<name>`` columns for the client
+        stages), as the store's reader can hand them over from DuckDB at scale."""
+        missing = [c for c in (*OBJECT_COLUMNS, *FLOAT_COLUMNS) if c not in cols]
+        if missing:
+            raise ValueError(f"request columns missing: {missing}")
+        keep = ~np.asarray(
+            cols.get("warmup", np.zeros(len(cols["status"]), dtype=bool)), dtype=bool
+        )
+        obj = {a: np.asarray(cols[a], dtype=object)[keep] for a in OBJECT_COLUMNS}
+        f = {a: np.asarray(cols[a], dtype=np.float64)[keep] for a in FLOAT_COLUMNS}
+        sent, first, done, out = f["sent_t"], f["first_content_t"], f["done_t"], f["output_tokens"]
         ok = obj["status"] == "ok"
         ttft = np.where(np.isfinite(first) & np.isfinite(sent), first - sent, np.inf)
         e2e = np.where(ok & np.isfinite(done) & np.isfinite(sent), done - sent, np.inf)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(ok, (e2e - ttft) / (out - 1), np.inf)
         tpot[ok & ~(out >= 2)] = np.nan
-        deadline, ttft_slo = fromiter(reqs, "deadline_s"), fromiter(reqs, "ttft_slo_s")
-        failed_key = _key_failures(quality, obj)
+        deadline, ttft_slo = f["deadline_s"], f["ttft_slo_s"]
         on_time = (
             ok
-            & ~failed_key
+            & ~_key_failures(quality, obj)
             & (np.isnan(ttft_slo) | (ttft <= ttft_slo))
             & (np.isnan(deadline) | (e2e <= deadline))
         )
         rep_of = {a.run_id: a.repetition for a in arms}
+        run_codes, runs = factorize(obj["run_id"])
+        cold = cols.get("cold_start")
         return cls(
             **obj,
             ttft=ttft,
             e2e=e2e,
             tpot=tpot,
             output_tokens=np.nan_to_num(out, nan=0.0),
-            prompt_tokens=fromiter(reqs, "prompt_tokens"),
+            prompt_tokens=f["prompt_tokens"],
             on_time=on_time,
             deadline_s=deadline,
             ttft_slo_s=ttft_slo,
-            cold_start=np.fromiter((r.cold_start for r in reqs), dtype=bool, count=len(reqs)),
-            queue_s=fromiter(reqs, "queue_s"),
-            prefill_s=fromiter(reqs, "prefill_s"),
-            decode_s=fromiter(reqs, "decode_s"),
-            client_stages=_stages(reqs),
-            repetition=np.fromiter(
-                (rep_of.get(r.run_id, 0) for r in reqs), dtype=np.int64, count=len(reqs)
-            ),
+            cold_start=np.zeros(ok.size, dtype=bool)
+            if cold is None
+            else np.asarray(cold, dtype=bool)[keep],
+            queue_s=f["queue_s"],
+            prefill_s=f["prefill_s"],
+            decode_s=f["decode_s"],
+            client_stages={
+                k[len(STAGE_PREFIX) :]: np.nan_to_num(np.asarray(v, dtype=np.float64)[keep])
+                for k, v in cols.items()
+                if k.startswith(STAGE_PREFIX)
+            },
+            repetition=np.array([rep_of.get(r, 0) for r in runs], dtype=np.int64)[run_codes],
         )
 
     def select(self, mask: np.ndarray) -> RequestTable:
         """The rows where ``mask`` holds."""
         kw = {
             name: (getattr(self, name)[mask])
-            for name in self.__dataclass_fields__
-            if name != "client_stages"
+            for name, f in self.__dataclass_fields__.items()
+            if name != "client_stages" and f.init
         }
         return RequestTable(**kw, client_stages={k: v[mask] for k, v in self.client_stages.items()})
 

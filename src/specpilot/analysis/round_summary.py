@@ -24,7 +24,7 @@ quantiles of per-request mean acceptance length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -32,9 +32,10 @@ import numpy as np
 
 from specpilot.analysis.columns import (
     ALL,
+    combine,
     count_by,
+    factorize,
     fromiter,
-    group_codes,
     quantiles_by,
     sum_by,
 )
@@ -42,6 +43,8 @@ from specpilot.records import RequestRounds
 
 HIST_BINS = 10  # per-request acceptance rate in [0, 0.1), ..., [0.9, 1.0]
 KEYS = ("arm", "task_group", "phase")
+FLOAT_FIELDS = ("draft_s", "verify_s", "overhead_s", "mean_batch_size")
+INT_FIELDS = ("rounds", "spec_rounds", "proposed", "accepted", "committed", "truncated_rounds")
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,7 @@ class RoundSummary:
         return d
 
 
-def _pos_matrix(rr: Sequence[RequestRounds], attr: str) -> np.ndarray:
-    width = max((len(getattr(r, attr)) for r in rr), default=0)
+def _pos_matrix(rr: Sequence[RequestRounds], attr: str, width: int) -> np.ndarray:
     m = np.zeros((len(rr), width), dtype=np.int64)
     for i, r in enumerate(rr):
         v = getattr(r, attr)
@@ -112,40 +114,95 @@ def _pos_matrix(rr: Sequence[RequestRounds], attr: str) -> np.ndarray:
     return m
 
 
-def summarize_rounds(rr: Sequence[RequestRounds], keys: Sequence[str] = KEYS) -> list[RoundSummary]:
+@dataclass
+class RoundsTable:
+    """The per-request aggregates as columns (built once; summarised under several keys)."""
+
+    labels: dict[str, np.ndarray]  # arm, task_group, phase (object arrays)
+    col: dict[str, np.ndarray]
+    pos_p: np.ndarray  # (requests, k_max)
+    pos_a: np.ndarray
+
+    @classmethod
+    def build(cls, rr: Sequence[RequestRounds]) -> RoundsTable:
+        """From records (one pass per field)."""
+        cols: dict[str, Any] = {
+            k: np.array([getattr(r, k) for r in rr], dtype=object) for k in KEYS
+        }
+        cols.update({a: fromiter(rr, a) for a in FLOAT_FIELDS})
+        cols.update({a: fromiter(rr, a, np.int64) for a in INT_FIELDS})
+        width = max((max(len(r.pos_proposed), len(r.pos_accepted)) for r in rr), default=0)
+        cols["pos_proposed"] = _pos_matrix(rr, "pos_proposed", width)
+        cols["pos_accepted"] = _pos_matrix(rr, "pos_accepted", width)
+        return cls.from_columns(cols)
+
+    @classmethod
+    def from_columns(cls, cols: Mapping[str, Any]) -> RoundsTable:
+        """From columns named like ``RequestRounds``' fields; ``pos_proposed``/``pos_accepted``
+        as 2-D integer arrays (requests x positions, zero-padded), as DuckDB can return them."""
+        missing = [c for c in (*KEYS, *FLOAT_FIELDS, *INT_FIELDS) if c not in cols]
+        if missing:
+            raise ValueError(f"round aggregate columns missing: {missing}")
+        n = len(cols["arm"])
+        pos = []
+        for k in ("pos_proposed", "pos_accepted"):
+            p = np.asarray(cols.get(k, np.zeros((n, 0))), dtype=np.int64)
+            pos.append(p if p.ndim == 2 else p.reshape(n, -1 if n else 0))
+        width = max(p.shape[1] for p in pos)
+        pos = [np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in pos]
+        col = {a: np.asarray(cols[a], dtype=np.float64) for a in FLOAT_FIELDS}
+        col.update({a: np.asarray(cols[a], dtype=np.int64) for a in INT_FIELDS})
+        labels = {k: np.asarray(cols[k], dtype=object) for k in KEYS}
+        return cls(labels, col, pos[0], pos[1])
+
+    def __len__(self) -> int:
+        return int(self.col["rounds"].size)
+
+    def codes(self, key: str) -> tuple[np.ndarray, list[Any]]:
+        """Integer codes and labels of a key column (computed once)."""
+        cache = self.__dict__.setdefault("_codes", {})
+        if key not in cache:
+            cache[key] = factorize(self.labels[key])
+        return cache[key]
+
+
+def summarize_rounds(
+    rr: Sequence[RequestRounds] | RoundsTable, keys: Sequence[str] = KEYS
+) -> list[RoundSummary]:
     """One ``RoundSummary`` per distinct value of ``keys`` (the others pooled as ``*``)."""
-    if not rr:
+    t = rr if isinstance(rr, RoundsTable) else RoundsTable.build(rr)
+    if len(t) == 0:
         return []
-    codes, labels = group_codes(tuple(getattr(r, k) for k in keys) for r in rr)
-    agg = _aggregate(rr, codes, len(labels))
+    parts = [t.codes(k) for k in keys]
+    codes, combos = combine([c for c, _ in parts], [len(lab) for _, lab in parts])
+    agg = _aggregate(t, codes, combos.shape[1])
     out = []
-    for c, label in enumerate(labels):
-        key = dict(zip(keys, label, strict=True))
+    for c in range(combos.shape[1]):
+        key = {k: parts[j][1][combos[j, c]] for j, k in enumerate(keys)}
         out.append(_summary(key, agg, c))
     return out
 
 
-def _aggregate(rr: Sequence[RequestRounds], codes: np.ndarray, n: int) -> dict[str, Any]:
+def _aggregate(t: RoundsTable, codes: np.ndarray, n: int) -> dict[str, Any]:
     """Per-cell sums, position counts, k constancy and per-request distributions."""
-    col = {a: fromiter(rr, a) for a in ("draft_s", "verify_s", "overhead_s", "mean_batch_size")}
-    for a in ("rounds", "spec_rounds", "proposed", "accepted", "committed", "truncated_rounds"):
-        col[a] = fromiter(rr, a, np.int64)
+    col, pos_p, pos_a = t.col, t.pos_p, t.pos_a
+    width = pos_p.shape[1]
     agg: dict[str, Any] = {a: sum_by(codes, v, n) for a, v in col.items()}
     agg["requests"] = count_by(codes, None, n)
     agg["batch_w"] = sum_by(codes, col["mean_batch_size"] * col["rounds"], n)
-    pos_p, pos_a = _pos_matrix(rr, "pos_proposed"), _pos_matrix(rr, "pos_accepted")
-    width = max(pos_p.shape[1], pos_a.shape[1])
-    pos_p = np.pad(pos_p, ((0, 0), (0, width - pos_p.shape[1])))
-    pos_a = np.pad(pos_a, ((0, 0), (0, width - pos_a.shape[1])))
-    agg["pos_p"] = np.stack([sum_by(codes, pos_p[:, j], n) for j in range(width)], axis=-1)
-    agg["pos_a"] = np.stack([sum_by(codes, pos_a[:, j], n) for j in range(width)], axis=-1)
+    agg["pos_p"] = np.stack([sum_by(codes, pos_p[:, j], n) for j in range(width)], axis=-1).reshape(
+        n, width
+    )
+    agg["pos_a"] = np.stack([sum_by(codes, pos_a[:, j], n) for j in range(width)], axis=-1).reshape(
+        n, width
+    )
     # Full accepts (for alpha) are countable when every speculative round of a cell proposed
     # the same k: then they are the rounds that accepted >= k, pos_accepted[k-1].
     spec = col["spec_rounds"] > 0
     k_req = np.where(spec, col["proposed"] / np.maximum(col["spec_rounds"], 1), 0.0)
     k_int = np.clip(np.round(k_req).astype(np.int64), 1, max(width, 1))
-    rows = np.arange(len(rr))
-    at_k = pos_p[rows, k_int - 1] if width else np.zeros(len(rr), dtype=np.int64)
+    rows = np.arange(len(t))
+    at_k = pos_p[rows, k_int - 1] if width else np.zeros(len(t), dtype=np.int64)
     const_k = spec & (k_req == k_int) & (at_k == col["spec_rounds"])
     full = np.where(const_k, pos_a[rows, k_int - 1] if width else 0, 0)
     agg["full"] = sum_by(codes, full, n)

@@ -197,7 +197,7 @@ def figure_data(doc: dict[str, Any], a: PilotAnalysis) -> list[dict[str, Any]]:
     """Every plot's title, caption and data (in ``FIGURE_IDS`` order)."""
     from specpilot.report.document import clean
 
-    n_req = len(a.data.requests)
+    n_req = a.scheduled
     specs = {
         "latency_cdf": (
             "Latency CDFs per arm",
