@@ -302,8 +302,8 @@ def _chunks(per_arm: int, per_request: int) -> list[ChunkGaps]:
 def run(data: PilotData, out_dir: Path, resamples: int) -> dict[str, float]:
     from specpilot.report import Report
     from specpilot.report.document import to_document
-    from specpilot.report.html import render_html
     from specpilot.report.markdown import render_markdown
+    from specpilot.report.page import render_html
     from specpilot.report.plots import render_all
 
     t0 = time.perf_counter()

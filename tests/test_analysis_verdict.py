@@ -249,3 +249,12 @@ def test_cost_says_saving_only_when_resources_go_down() -> None:
     line3 = analyze(case(cells(0.7)), valued).cost_lines[0]
     # the candidate finishes more requests within the deadline (0.7x of a 1.5x-median deadline)
     assert line3.kind == "business_value" and "(configured value)" in line3.text
+
+
+def test_cold_start_only_is_a_pilot_hypothesis_with_no_decision() -> None:
+    d = case(cells(0.7))
+    for r in d.requests:
+        r.cold_start = True
+    v = verdict(d)
+    assert v.verdict == "DO_NOT_ADOPT" and v.pilot_hypothesis
+    assert "only cold-start requests were measured: no steady state" in v.hypothesis_reasons

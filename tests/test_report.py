@@ -14,7 +14,7 @@ from specpilot.analysis import AnalysisConfig
 from specpilot.cli import main
 from specpilot.records import PilotData, PilotRecord
 from specpilot.report import build_report
-from specpilot.report.html import SECTIONS
+from specpilot.report.page import SECTIONS
 from specpilot.report.schema import validate
 
 CFG = AnalysisConfig(bootstrap_resamples=200)

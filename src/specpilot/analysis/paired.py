@@ -159,6 +159,15 @@ def _interval(est: float, boot: np.ndarray, level: float) -> Interval:
     return Interval(float(est), float(lo), float(hi))
 
 
+def method_text(resamples: int, seed: int, level: float) -> str:
+    """How the intervals were computed, printed with every comparison table."""
+    return (
+        f"paired percentile bootstrap over schedule-matched requests, {resamples} resamples, "
+        f"seed {seed}, {level:.0%} interval (cells over {BUCKETS:,} pairs: {BUCKETS:,} random "
+        "buckets of pairs resampled)"
+    )
+
+
 def compare_arms(
     t: RequestTable,
     baseline: str,
@@ -175,11 +184,7 @@ def compare_arms(
     b, c, _ = pair_rows(t, baseline, candidate)
     keep = steady[b] & steady[c]
     b, c = b[keep], c[keep]
-    method = (
-        f"paired percentile bootstrap over schedule-matched requests, {resamples} resamples, "
-        f"seed {seed}, {level:.0%} interval (cells over {BUCKETS:,} pairs: {BUCKETS:,} random "
-        "buckets of pairs resampled)"
-    )
+    method = method_text(resamples, seed, level)
     out = []
     ph_c, ph_l = t.codes("phase")
     g_c, g_l = t.codes("task_group")

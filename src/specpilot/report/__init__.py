@@ -51,8 +51,8 @@ def build_report(data: PilotData, cfg: AnalysisConfig | None = None, plots: bool
     """Analyse the pilot and render the three formats (``plots=False`` skips matplotlib)."""
     from specpilot.analysis.pilot import analyze
     from specpilot.report.document import to_document
-    from specpilot.report.html import render_html
     from specpilot.report.markdown import render_markdown
+    from specpilot.report.page import render_html
     from specpilot.report.plots import render_all
 
     doc = to_document(analyze(data, cfg))

@@ -139,6 +139,7 @@ def to_document(a: PilotAnalysis) -> dict[str, Any]:
             "config_sha256": p.config_sha256,
             "specpilot_version": p.specpilot_version,
             "notes": p.notes,
+            "config": clean(p.config),  # the pilot as given: re-run it after a model upgrade
         },
         "verdicts": [clean(v) for v in a.verdicts],
         "load_range": {"phases": _phases(a.data)},

@@ -45,6 +45,55 @@ def _verdict(v: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+LOAD_HEAD = ["phase", "offered req/s", "arm", "scheduled", "on time", "goodput req/s", "p99 E2E s"]
+PAIR_HEAD = ["candidate", "baseline", "phase", "group", "pairs", "task time change [CI]", "outcome"]
+
+
+def _load(doc: dict[str, Any]) -> list[str]:
+    pooled = [c for c in doc["load"]["cells"] if c["task_group"] == "*"]
+    if not pooled:
+        return []
+    rows = [
+        [
+            c["phase"],
+            num(c["offered_rate"]),
+            c["arm"],
+            c["scheduled"],
+            pct(c["on_time_ratio"]),
+            num(c["goodput_rps"]),
+            "not reached" if c["e2e"]["p99"] is None else num(c["e2e"]["p99"]),
+        ]
+        for c in sorted(pooled, key=lambda c: (c["offered_rate"] or 0, c["arm"]))
+    ]
+    return ["## Load (all groups)", "", md_table(LOAD_HEAD, rows), ""]
+
+
+def _pairs(doc: dict[str, Any]) -> list[str]:
+    comps = [c for c in doc["comparisons"] if c["task_group"] != "*"]
+    if not comps:
+        return []
+    rows = [
+        [
+            c["candidate_arm"],
+            c["baseline_arm"],
+            c["phase"],
+            c["task_group"],
+            c["pairs"],
+            interval(c["task_rel_change"]),
+            c["outcome"],
+        ]
+        for c in comps
+    ]
+    return [
+        "## Paired comparisons",
+        "",
+        comps[0]["method"] + ".",
+        "",
+        md_table(PAIR_HEAD, rows),
+        "",
+    ]
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     p = doc["pilot"]
     out = [
@@ -53,72 +102,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"Pilot `{p['pilot_id']}`, {doc['generated_by']}.",
         "",
     ]
-    out.append(f"Hardware: {doc['hardware']['summary']}")
-    out.append("")
+    out += [f"Hardware: {doc['hardware']['summary']}", ""]
     if not doc["verdicts"]:
         out += ["No verdict: " + "; ".join(doc["notes"]), ""]
     for v in doc["verdicts"]:
         out += _verdict(v)
-    pooled = [c for c in doc["load"]["cells"] if c["task_group"] == "*"]
-    if pooled:
-        out += ["## Load (all groups)", ""]
-        rows = [
-            [
-                c["phase"],
-                num(c["offered_rate"]),
-                c["arm"],
-                c["scheduled"],
-                pct(c["on_time_ratio"]),
-                num(c["goodput_rps"]),
-                "not reached" if c["e2e"]["p99"] is None else num(c["e2e"]["p99"]),
-            ]
-            for c in sorted(pooled, key=lambda c: (c["offered_rate"] or 0, c["arm"]))
-        ]
-        out += [
-            md_table(
-                [
-                    "phase",
-                    "offered req/s",
-                    "arm",
-                    "scheduled",
-                    "on time",
-                    "goodput req/s",
-                    "p99 E2E s",
-                ],
-                rows,
-            ),
-            "",
-        ]
-    comps = [c for c in doc["comparisons"] if c["task_group"] != "*"]
-    if comps:
-        out += ["## Paired comparisons", "", comps[0]["method"] + ".", ""]
-        rows = [
-            [
-                c["candidate_arm"],
-                c["baseline_arm"],
-                c["phase"],
-                c["task_group"],
-                c["pairs"],
-                interval(c["task_rel_change"]),
-                c["outcome"],
-            ]
-            for c in comps
-        ]
-        out += [
-            md_table(
-                [
-                    "candidate",
-                    "baseline",
-                    "phase",
-                    "group",
-                    "pairs",
-                    "task time change [CI]",
-                    "outcome",
-                ],
-                rows,
-            ),
-            "",
-        ]
+    out += _load(doc) + _pairs(doc)
     if doc["cost"]["lines"]:
         out += [
             "## Cost",
@@ -127,7 +116,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
             "",
         ]
     out += [
-        "The full report (every table, plot and metric definition) is report.html; every figure is in report.json.",
+        "The full report (every table, plot and metric definition) is report.html; "
+        "every figure is in report.json.",
         "",
     ]
     return "\n".join(out)

@@ -79,7 +79,8 @@ def _verdict_one(v: Doc) -> str:
         f'<p class="verdict-label">{v["verdict"]}</p>'
         f'<p class="summary">{escape(v["candidate_arm"])} against {escape(v["baseline_arm"])}: {escape(v["summary"])}</p>'
         f"{hyp}<h3>Per task group</h3>{groups}<h3>Conditions</h3>{conds}"
-        f"<h3>Rollback triggers</h3><ul>{trig}</ul></div>"
+        f"<h3>Rollback triggers{' (if it were switched on anyway)' if v['verdict'] == 'DO_NOT_ADOPT' else ''}</h3>"
+        f"<ul>{trig}</ul></div>"
     )
 
 
@@ -185,7 +186,11 @@ def arms(doc: Doc, svgs: Svgs) -> str:
                 ", ".join(a["runs"]),
             ]
         )
-    manifests = "".join(
+    config = (
+        "<details><summary>The pilot's configuration as given (re-run it after a model "
+        f"upgrade)</summary><pre>{escape(json.dumps(doc['pilot']['config'], indent=2, default=str))}</pre></details>"
+    )
+    manifests = config + "".join(
         f"<details><summary>{escape(a['arm'])}: frozen manifest and budget</summary><pre>"
         f"{escape(json.dumps({'manifest': a['manifest'], 'budget': a['budget']}, indent=2, default=str))}</pre></details>"
         for a in doc["arms"]
@@ -206,7 +211,7 @@ def arms(doc: Doc, svgs: Svgs) -> str:
     return section("arms", "Frozen configuration of every arm", table + manifests)
 
 
-def rounds(doc: Doc, svgs: Svgs) -> str:
+def _round_table(doc: Doc) -> str:
     rows = []
     for r in doc["rounds"]["pooled"]:
         sh = r["shares"]
@@ -241,7 +246,11 @@ def rounds(doc: Doc, svgs: Svgs) -> str:
         ],
         rows,
     )
-    lev = html_table(
+    return table
+
+
+def _leviathan_table(doc: Doc) -> str:
+    return html_table(
         [
             "arm",
             "group",
@@ -276,7 +285,10 @@ def rounds(doc: Doc, svgs: Svgs) -> str:
             for g in doc["rounds"]["leviathan"]
         ],
     )
-    k = _k_choice(doc)
+
+
+def rounds(doc: Doc, svgs: Svgs) -> str:
+    table, lev, k = _round_table(doc), _leviathan_table(doc), _k_choice(doc)
     figs = "".join(
         figure(doc, svgs, f)
         for f in ("acceptance_position", "acceptance_group", "round_time_stack")

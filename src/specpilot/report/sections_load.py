@@ -89,7 +89,7 @@ def _q(q: dict | None) -> str:
     return f"{vals} (n={q['n']})"
 
 
-def load(doc: Doc, svgs: Svgs) -> str:
+def _load_table(doc: Doc) -> str:
     rows = []
     for c in sorted(
         doc["load"]["cells"],
@@ -115,7 +115,7 @@ def load(doc: Doc, svgs: Svgs) -> str:
                 mib(c["peak_rss_bytes"]),
             ]
         )
-    table = html_table(
+    return html_table(
         [
             "phase",
             "offered req/s",
@@ -134,7 +134,10 @@ def load(doc: Doc, svgs: Svgs) -> str:
         ],
         rows,
     )
-    comps = html_table(
+
+
+def _comparison_table(doc: Doc) -> str:
+    return html_table(
         [
             "baseline",
             "candidate",
@@ -163,6 +166,10 @@ def load(doc: Doc, svgs: Svgs) -> str:
             for c in doc["comparisons"]
         ],
     )
+
+
+def load(doc: Doc, svgs: Svgs) -> str:
+    table, comps = _load_table(doc), _comparison_table(doc)
     method = doc["comparisons"][0]["method"] if doc["comparisons"] else ""
     body = (
         "<p>Every scheduled steady-state request is in every denominator; n is given with each figure.</p>"
@@ -308,7 +315,16 @@ def cost(doc: Doc, svgs: Svgs) -> str:
         f'<p class="cost-line cost-{escape(c["kind"])}">{escape(c["candidate_arm"])}: {escape(c["text"])}</p>'
         for c in doc["cost"]["lines"]
     )
-    return section("cost", "Cost at equal quality", lines + arms)
+    lost = "".join(
+        f"<p>Capacity held by {escape(m['candidate_arm'])}'s draft: {mib(m['total_bytes'])}, "
+        f"{num(m['sequences_forgone'])} target sequences at the baseline's KV per sequence.</p>"
+        for m in doc["memory"]
+    )
+    also = (
+        "<p>Not measured by the pilot, to be added by the operator: tuning effort, regression "
+        "checks at each model upgrade, rollback maintenance.</p>"
+    )
+    return section("cost", "Cost at equal quality", lines + lost + arms + also)
 
 
 def compatibility(doc: Doc, svgs: Svgs) -> str:
