@@ -29,7 +29,7 @@ class Report:
         out = {
             "report.html": self.html,
             "report.md": self.markdown,
-            "report.json": json.dumps(self.document, indent=1, allow_nan=False) + "\n",
+            "report.json": json.dumps(self.document, indent=1, allow_nan=False, default=str) + "\n",
         }
         for arm, text in self.document["rollback_rules"].items():
             out[f"rollback-{arm}.rules.yml"] = text

@@ -32,7 +32,7 @@ th,td{border:1px solid #ddd;padding:.2rem .4rem;text-align:left;vertical-align:t
 figure.plot{margin:1rem 0;page-break-inside:avoid;break-inside:avoid}figure.plot svg{max-width:100%;height:auto}
 figcaption{font-size:.8rem;color:#444}pre{font-size:.75rem;overflow-x:auto;background:#f8f8f8;padding:.4rem}
 .nodata{color:#888;font-style:italic}.cost-line{font-weight:600}
-nav ol{columns:3;font-size:.85rem}
+nav ol{columns:3;font-size:.85rem}dt{font-weight:600;margin-top:.3rem}dd{margin-left:1.5rem}
 @media print{body{max-width:none;padding:0;font-size:10pt}nav{display:none}section{break-inside:auto}
 h2{break-after:avoid}table{font-size:7.5pt}details{display:block}details>summary{display:none}}
 """

@@ -110,11 +110,14 @@ def _load(d: dict[str, Any]) -> Any:
                 ax.axvline(cr["crossover_rps"], color="black", ls="--", lw=1)
             g.annotate(
                 f"crossover ({cr['candidate_arm']})",
-                (cr["crossover_rps"], 0),
+                xy=(cr["crossover_rps"], 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(-3, -3),
+                textcoords="offset points",
                 rotation=90,
                 fontsize=7,
-                xytext=(3, 5),
-                textcoords="offset points",
+                ha="right",
+                va="top",
             )
     g.set(xlabel="offered load (req/s)", ylabel="goodput (on-time req/s)")
     p.set(xlabel="offered load (req/s)", ylabel="p99 E2E (s; gap = not reached)")

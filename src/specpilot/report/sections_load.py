@@ -184,9 +184,15 @@ def load(doc: Doc, svgs: Svgs) -> str:
 def end_to_end(doc: Doc, svgs: Svgs) -> str:
     e = doc["end_to_end"]
     recs = html_table(
-        ["group", "recommendation", "bottleneck", "why"],
+        ["group", "tasks", "recommendation", "bottleneck", "why"],
         [
-            [r["task_group"], r["action"], r["bottleneck"] or "", r["reason"]]
+            [
+                r["task_group"],
+                r["numbers"].get("tasks", ""),
+                r["action"],
+                r["bottleneck"] or "",
+                r["reason"],
+            ]
             for r in e["recommendations"]
         ],
     )
@@ -224,11 +230,12 @@ def end_to_end(doc: Doc, svgs: Svgs) -> str:
 
 def capacity(doc: Doc, svgs: Svgs) -> str:
     caps = html_table(
-        ["arm", "group", "capacity req/s", "limited at"],
+        ["arm", "group", "requests per load level", "capacity req/s", "limited at"],
         [
             [
                 c["arm"],
                 c["task_group"],
+                ", ".join(f"{p['phase']} {p['scheduled']}" for p in c["points"]),
                 num(c["capacity_rps"])
                 if c["capacity_rps"] is not None
                 else "below the lowest load",
