@@ -15,6 +15,7 @@ from typing import Any
 
 from specpilot.report import sections as s
 from specpilot.report import sections_load as sl
+from specpilot.report import sections_ops as so
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans",sans-serif;margin:0 auto;max-width:1200px;
@@ -48,11 +49,11 @@ SECTIONS = (
     ("load", "Peak and burst behaviour", sl.load),
     ("end-to-end", "End to end", sl.end_to_end),
     ("capacity", "Capacity and crossover", sl.capacity),
-    ("memory", "Memory", sl.memory),
-    ("cost", "Cost", sl.cost),
-    ("compatibility", "Compatibility matrix", sl.compatibility),
-    ("drills", "Rollback drills", sl.drills),
-    ("definitions", "Metric definitions", sl.definitions),
+    ("memory", "Memory", so.memory),
+    ("cost", "Cost", so.cost),
+    ("compatibility", "Compatibility matrix", so.compatibility),
+    ("drills", "Rollback drills", so.drills),
+    ("definitions", "Metric definitions", so.definitions),
 )
 
 
