@@ -252,3 +252,13 @@ def test_bucketed_bootstrap_matches_the_pair_bootstrap() -> None:
     assert w_fast == pytest.approx(w_exact, rel=0.2)
     assert fast.task_rel_change.estimate == exact.task_rel_change.estimate
     assert fast.task_rel_change.low < -0.1 < fast.task_rel_change.high
+
+
+def test_latency_cdf_stops_short_by_the_failed_fraction() -> None:
+    from specpilot.analysis.pilot import latency_cdf
+
+    cdf = latency_cdf(RequestTable.build(cell_requests()), points=11)["a"]
+    # 10 steady requests, 2 never finished: levels up to 0.7 are reached (linear between
+    # order statistics), from 0.8 the curve is missing, never rescaled to the 8 that finished
+    assert cdf["q"][7] == pytest.approx(0.7) and cdf["e2e"][7] == pytest.approx(7.3)
+    assert cdf["e2e"][8:] == [None, None, None]

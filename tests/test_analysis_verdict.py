@@ -258,3 +258,68 @@ def test_cold_start_only_is_a_pilot_hypothesis_with_no_decision() -> None:
     v = verdict(d)
     assert v.verdict == "DO_NOT_ADOPT" and v.pilot_hypothesis
     assert "only cold-start requests were measured: no steady state" in v.hypothesis_reasons
+
+
+def test_adopt_in_windows_in_named_phases_when_the_low_load_does_not_pay() -> None:
+    cs = {(g, "off_peak"): Cell(spec=1.3) for g in GROUPS} | {
+        (g, "peak"): Cell(spec=0.7) for g in GROUPS
+    }
+    v = verdict(case(cs))
+    g = group(v, "zh")
+    assert (v.verdict, g.verdict, g.below_rps, g.windows) == (
+        "ADOPT_IN_WINDOWS",
+        "ADOPT_IN_WINDOWS",
+        None,
+        ("peak",),
+    )
+    assert "zh in peak" in v.summary
+
+
+def test_arm_plan_pairs_candidates_with_plain_arms_on_their_engine() -> None:
+    from specpilot.analysis.plan import plan_arms, representative
+    from specpilot.records import ArmRecord, StrategySpec
+
+    arms = [
+        ArmRecord("p", "r1", "base", "baseline", "builtin"),
+        ArmRecord(
+            "p",
+            "r2",
+            "spec",
+            "speculative",
+            "builtin",
+            strategy=StrategySpec("draft", k=3),
+            run_order=1,
+        ),
+        ArmRecord("p", "r3", "alt", "alternative", "builtin", run_order=2),
+        ArmRecord("p", "r4", "lc", "extra", "llamacpp", run_order=3),
+        ArmRecord(
+            "p",
+            "r5",
+            "lc-ngram",
+            "extra",
+            "llamacpp",
+            strategy=StrategySpec("ngram", ngram_type="ngram-mod"),
+            run_order=4,
+        ),
+        ArmRecord(
+            "p",
+            "r6",
+            "vllm-draft",
+            "extra",
+            "vllm",
+            strategy=StrategySpec("draft", k=4),
+            run_order=5,
+        ),
+    ]
+    p = plan_arms(arms, ["base", "spec", "ghost"])
+    assert p.baseline == "base" and p.alternative == "alt"
+    # same engine first (llama.cpp's plain arm), the pilot's baseline otherwise; never the alternative
+    assert p.pairs == (("base", "spec"), ("lc", "lc-ngram"), ("base", "vllm-draft"))
+    assert any("ghost" in n for n in p.notes)
+    assert representative(
+        {"phases": [{"arrival": {"kind": "trace"}}, {"arrival": {"kind": "trace"}}]}
+    )
+    assert not representative(
+        {"phases": [{"arrival": {"kind": "trace"}}, {"arrival": {"kind": "gamma"}}]}
+    )
+    assert not representative({})
