@@ -38,7 +38,6 @@ from specpilot.analysis.columns import (
     quantiles,
     quantiles_by,
     sum_by,
-    weighted_quantiles,
 )
 from specpilot.analysis.requests import STATUSES, RequestTable
 from specpilot.records import ChunkGaps, MetricSnapshot, PhaseRecord
@@ -181,24 +180,47 @@ def _cells(
 
 
 def _itl(chunk_gaps: Sequence[ChunkGaps]) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Per (arm, phase, group) and (arm, phase, *): token-weighted ITL, chunk gaps, tokens/chunk."""
-    parts: dict[tuple[str, str, str], list[ChunkGaps]] = {}
+    """Per (arm, phase, group) and (arm, phase, *): token-weighted ITL, chunk gaps, tokens/chunk.
+
+    Float32 and one (arm, phase) at a time: 50M chunks stay within a few hundred MB; each token
+    gets its chunk's gap / tokens (repeated, then sorted), so quantiles are over tokens.
+    """
+    by_phase: dict[tuple[str, str], dict[str, list[ChunkGaps]]] = {}
     for g in chunk_gaps:
-        parts.setdefault((g.arm, g.phase, g.task_group), []).append(g)
-        parts.setdefault((g.arm, g.phase, ALL), []).append(g)
+        by_phase.setdefault((g.arm, g.phase), {}).setdefault(g.task_group, []).append(g)
     out = {}
-    for key, gs in parts.items():
-        gap = np.concatenate([np.asarray(g.gap_s, dtype=np.float64) for g in gs])
-        tok = np.concatenate([np.asarray(g.tokens, dtype=np.int64) for g in gs])
-        keep = tok > 0
-        gap, tok = gap[keep], tok[keep]
-        per_token = weighted_quantiles(gap / np.maximum(tok, 1), tok, QS)  # one per token
-        out[key] = {
-            "itl_token": Quantiles(int(tok.sum()), int(tok.sum()), *per_token),
-            "chunk_gap": Quantiles(int(gap.size), int(gap.size), *quantiles(gap, QS)),
-            "tokens_per_chunk": float(tok.mean()) if tok.size else None,
-        }
+    for (arm, phase), groups in by_phase.items():
+        pooled: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for group, gs in groups.items():
+            gap = np.concatenate([np.asarray(g.gap_s, dtype=np.float32) for g in gs])
+            tok = np.concatenate([np.asarray(g.tokens, dtype=np.int32) for g in gs])
+            keep = tok > 0
+            gap, tok = gap[keep], tok[keep]
+            per_token, gap = _per_token(gap, tok), np.sort(gap)
+            pooled.append((per_token, gap, tok))
+            out[(arm, phase, group)] = _itl_stats(per_token, gap, tok)
+        out[(arm, phase, ALL)] = _itl_stats(
+            np.sort(np.concatenate([p[0] for p in pooled])),
+            np.sort(np.concatenate([p[1] for p in pooled])),
+            np.concatenate([p[2] for p in pooled]),
+        )
     return out
+
+
+def _per_token(gap: np.ndarray, tok: np.ndarray) -> np.ndarray:
+    """Sorted per-token gaps: each chunk's gap / its tokens, once per token."""
+    if tok.size and int(tok.max()) > 4096:
+        raise ValueError(f"a chunk claims {int(tok.max())} tokens: check the chunk records")
+    return np.sort(np.repeat(gap / tok.astype(np.float32), tok))
+
+
+def _itl_stats(per_token: np.ndarray, gap: np.ndarray, tok: np.ndarray) -> dict[str, Any]:
+    n_tok = int(tok.sum())
+    return {
+        "itl_token": Quantiles(n_tok, n_tok, *quantiles(per_token, QS, presorted=True)),
+        "chunk_gap": Quantiles(int(gap.size), int(gap.size), *quantiles(gap, QS, presorted=True)),
+        "tokens_per_chunk": float(tok.mean()) if tok.size else None,
+    }
 
 
 def _peak_memory(snapshots: Sequence[MetricSnapshot]) -> dict[tuple[str, str], tuple[Any, Any]]:
