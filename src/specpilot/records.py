@@ -678,3 +678,11 @@ class PilotData:
     compat: list[CompatRecord] = field(default_factory=list)
     drills: list[DrillRecord] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
+    # Columnar copies a reader may hand over at scale instead of (or beside) the lists above:
+    # numpy arrays keyed by the record's field names, one row per record, numbers as floats
+    # with NaN for None. ``request_columns``: RequestRecord's fields (client stages as
+    # "client_stage:<name>" columns); ``request_rounds_columns``: RequestRounds' fields with
+    # pos_proposed / pos_accepted as 2-D (rows x positions) arrays. When set, analysis reads
+    # them and does not iterate ``requests`` / ``request_rounds`` (1M requests in seconds).
+    request_columns: dict[str, Any] | None = None
+    request_rounds_columns: dict[str, Any] | None = None

@@ -8,7 +8,8 @@ Definitions (printed by the report next to the numbers):
 - acceptance per position i (1-based) = P(accepted >= i) over rounds that proposed >= i
 - decode cost per committed token = sum(round time) / sum(committed), where round time =
   draft + verify + overhead, and a batched round charges each row 1/batch_size of its time
-- Leviathan: E[c] = (1 - a^(k+1)) / (1 - a); speed-up bound = E[c] / (k * c_ratio + 1)
+- Leviathan: E[c] = (1 - a^(k+1)) / (1 - a); speed-up bound = E[c] / (k * c_ratio + 1), or
+  with the measured verify-cost curve E[c] / (k * c_ratio + v(k+1)) (``analysis.leviathan``)
 
 The MISSION's worked example:
 
@@ -25,6 +26,21 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specpilot.records import RoundRecord
+
+
+def mean_acceptance_length(rounds: Sequence[RoundRecord]) -> float | None:
+    """Tokens committed per round, the correction/bonus token included: sum(committed) / rounds.
+
+    DESIGN.md's one definition (vLLM's ``1 + accepted / drafts`` when no round was cut by EOS,
+    a stop string or max_tokens). None for no rounds. The server's per-request summary passes
+    its speculative rounds.
+
+    >>> mean_acceptance_length([RoundRecord("r", 0, 4, 4, 5, 0, 0.1, 0), RoundRecord("r", 1, 4, 0, 1, 0, 0.1, 0)])
+    3.0
+    """
+    if not rounds:
+        return None
+    return sum(r.committed for r in rounds) / len(rounds)
 
 
 def cost_per_token(rounds: Iterable[RoundRecord]) -> float:
@@ -85,7 +101,7 @@ def window_metrics(rounds: Sequence[RoundRecord]) -> WindowMetrics:
         accepted=accepted,
         committed=committed,
         acceptance_rate=accepted / proposed if proposed else None,
-        mean_acceptance_length=committed / len(rounds),
+        mean_acceptance_length=committed / len(rounds),  # mean_acceptance_length(rounds)
         acceptance_per_position=tuple(per_pos),
         draft_s=draft,
         verify_s=verify,
