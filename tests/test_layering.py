@@ -2,7 +2,7 @@
 
 Read from the source with ``ast`` (every import, also the ones deferred into functions, since a
 deferred import is a dependency all the same). A unit is a top-level package or module of
-specpilot (``engine``, ``store``, ``cli``, ...). ``records``, ``errors`` and the package root
+specpilot (``engine``, ``store``, ``cli``, ...). ``records``, ``errors``, ``definitions`` and the package root
 (``__version__``) are the base every unit may import; everything else may import only what its
 layer sits on, directly or through the layers below:
 
@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-BASE = {"records", "errors", "specpilot"}
+BASE = {"records", "errors", "definitions", "specpilot"}
 # unit -> the layers it sits on directly (it may import them and whatever they may import).
 SITS_ON: dict[str, list[str]] = {
+    "definitions": [],  # base: DESIGN.md's metric definitions over records
     "engine": [],
     "serve": ["engine"],
     "workload": [],

@@ -25,22 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specpilot.definitions import mean_acceptance_length  # noqa: F401  (re-exported: the one definition)
 from specpilot.records import RoundRecord
-
-
-def mean_acceptance_length(rounds: Sequence[RoundRecord]) -> float | None:
-    """Tokens committed per round, the correction/bonus token included: sum(committed) / rounds.
-
-    DESIGN.md's one definition (vLLM's ``1 + accepted / drafts`` when no round was cut by EOS,
-    a stop string or max_tokens). None for no rounds. The server's per-request summary passes
-    its speculative rounds.
-
-    >>> mean_acceptance_length([RoundRecord("r", 0, 4, 4, 5, 0, 0.1, 0), RoundRecord("r", 1, 4, 0, 1, 0, 0.1, 0)])
-    3.0
-    """
-    if not rounds:
-        return None
-    return sum(r.committed for r in rounds) / len(rounds)
 
 
 def cost_per_token(rounds: Iterable[RoundRecord]) -> float:
@@ -101,7 +87,7 @@ def window_metrics(rounds: Sequence[RoundRecord]) -> WindowMetrics:
         accepted=accepted,
         committed=committed,
         acceptance_rate=accepted / proposed if proposed else None,
-        mean_acceptance_length=committed / len(rounds),  # mean_acceptance_length(rounds)
+        mean_acceptance_length=committed / len(rounds),  # = definitions.mean_acceptance_length
         acceptance_per_position=tuple(per_pos),
         draft_s=draft,
         verify_s=verify,

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from specpilot.definitions import acceptance_rate, mean_acceptance_length
 from specpilot.engine.generate import TokenLogprob
 from specpilot.engine.scheduler import FINISHED, QUEUE_TIMEOUT, TIMEOUT, Ticket
 from specpilot.records import RoundRecord
@@ -218,11 +219,6 @@ def _finite(x: float) -> float:
 
 
 # ---------------------------------------------------------------------- metrics
-def mean_acceptance_length(accepted: int, spec_rounds: int) -> float | None:
-    """Tokens per speculative round, bonus included (vLLM: 1 + accepted / drafts)."""
-    return 1 + accepted / spec_rounds if spec_rounds else None
-
-
 def spec_metrics(
     t: Ticket, k: int, scope: str, draft: str | None, detailed: bool
 ) -> dict[str, Any]:
@@ -230,7 +226,8 @@ def spec_metrics(
 
     vLLM fields (``--per-request-spec-decode-metrics``): num_spec_steps (rounds with k > 0),
     num_draft_tokens, num_accepted_draft_tokens (bonus token excluded), draft_acceptance_rate,
-    mean_acceptance_length (1 + accepted / steps, bonus included), acceptance_histogram (index
+    mean_acceptance_length (committed / steps, bonus included: ``specpilot.definitions``, vLLM's
+    1 + accepted / steps when no step was cut), acceptance_histogram (index
     j: steps that accepted exactly j drafts), num_spec_tokens (k).
 
     ``specpilot``: rounds (all decode rounds), drafted, accepted, committed (tokens the decode
@@ -256,8 +253,8 @@ def _vllm_record(rounds: list[RoundRecord], k: int, detailed: bool) -> dict[str,
         "num_spec_steps": len(spec),
         "num_draft_tokens": drafted,
         "num_accepted_draft_tokens": accepted,
-        "draft_acceptance_rate": accepted / drafted if drafted else None,
-        "mean_acceptance_length": mean_acceptance_length(accepted, len(spec)),
+        "draft_acceptance_rate": acceptance_rate(spec),
+        "mean_acceptance_length": mean_acceptance_length(spec),
         "acceptance_histogram": hist,
         "num_spec_tokens": k,
     }
