@@ -28,7 +28,9 @@ LOAD_STEP = "load"
 PER_REQUEST_TABLES = ("requests", "chunks", "rounds", "prefills")
 
 
-def load_config(ctx: Any, run_id: str, arm: str, url: str, model: str, extras: Any, **over: Any) -> Any:
+def load_config(
+    ctx: Any, run_id: str, arm: str, url: str, model: str, extras: Any, **over: Any
+) -> Any:
     """The load generator's config for one arm (the pilot's load settings)."""
     from specpilot.loadgen import LoadConfig
 
@@ -96,12 +98,16 @@ def run_phases(ctx: Any, run: Any, backend: Any, url: str, model: str, arm_rec: 
     if not measured:
         return None
     _clear_phases(store, run.run_id, measured)  # a cut phase reruns from its start
-    cfg = load_config(ctx, run.run_id, run.arm.name, url, model, backend_extras(backend, run.arm.engine))
+    cfg = load_config(
+        ctx, run.run_id, run.arm.name, url, model, backend_extras(backend, run.arm.engine)
+    )
     requests = ctx.schedule.select(measured, warmup=True)
     sink = ProgressSink(store.sink, ctx.progress, len(requests))
     runner = LoadRunner(requests, cfg, sink)
     durations = {p.name: p.duration_s for p in ctx.schedule.phases}
-    PhaseRecorder(store, run.run_id, run.arm.name, scrape_fn(backend, run.arm), durations).attach(runner)
+    PhaseRecorder(store, run.run_id, run.arm.name, scrape_fn(backend, run.arm), durations).attach(
+        runner
+    )
     ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
     result = runner.run()
     store.flush()
@@ -111,9 +117,7 @@ def run_phases(ctx: Any, run: Any, backend: Any, url: str, model: str, arm_rec: 
 
 def _clear_phases(store: Any, run_id: str, phases: list[str]) -> None:
     """Delete every per-request record of ``phases`` of a run (a cut phase's partial data)."""
-    ids = [
-        r.request_id for r in store.records("requests", run_id=run_id) if r.phase in phases
-    ]
+    ids = [r.request_id for r in store.records("requests", run_id=run_id) if r.phase in phases]
     for table in PER_REQUEST_TABLES:
         if table == "requests":
             for p in phases:
@@ -148,9 +152,7 @@ def baseline_goodput(ctx: Any, phase: str) -> float | None:
     if base is None:
         return None
     recs = [
-        r
-        for r in ctx.store.records("requests", arm=base.name)
-        if r.phase == phase and not r.warmup
+        r for r in ctx.store.records("requests", arm=base.name) if r.phase == phase and not r.warmup
     ]
     info = next((p for p in ctx.schedule.phases if p.name == phase), None)
     if not recs or info is None:
@@ -166,7 +168,9 @@ def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) 
     plan, d = run.arm, ctx.cfg.drill
     backend = holder["backend"]
     if plan.url is not None:
-        return not_possible(run.run_id, plan.name, "the arm is given by URL: specpilot cannot switch or restart it")
+        return not_possible(
+            run.run_id, plan.name, "the arm is given by URL: specpilot cannot switch or restart it"
+        )
     if plan.engine == "builtin":
         switch: Any = RuntimeSwitch(backend.endpoint, ctx.admin_token)
     elif plan.engine in ("llamacpp", "vllm", "sglang"):
@@ -180,8 +184,15 @@ def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) 
     else:
         return not_possible(run.run_id, plan.name, f"no way to switch {plan.engine} off")
     requests = drill_schedule(ctx.schedule.requests, d.phase)
-    cfg = load_config(ctx, run.run_id, plan.name, url, model, backend_extras(backend, plan.engine),
-                      abort_after_connect_errors=None)
+    cfg = load_config(
+        ctx,
+        run.run_id,
+        plan.name,
+        url,
+        model,
+        backend_extras(backend, plan.engine),
+        abort_after_connect_errors=None,
+    )
     events: list[dict[str, Any]] = []
     marks: dict[str, float] = {}
     errors: list[str] = []
@@ -212,8 +223,15 @@ def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) 
     holder["backend"] = switch.current if isinstance(switch, RestartSwitch) else backend
     ctx.store.flush()
     if errors or "requested" not in marks:
-        rec = DrillRecord(run.run_id, plan.name, DRILL_PHASE, switch.kind, "failed",
-                          reason="; ".join(errors) or "the switch never ran", events=events)
+        rec = DrillRecord(
+            run.run_id,
+            plan.name,
+            DRILL_PHASE,
+            switch.kind,
+            "failed",
+            reason="; ".join(errors) or "the switch never ran",
+            events=events,
+        )
     else:
         rec = summarize(
             result.records,

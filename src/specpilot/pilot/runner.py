@@ -98,6 +98,7 @@ class Pilot:
         self.schedule: Any = None
         self.store: Any = None
         self.overrides: dict[str, dict[str, Any]] = {}
+        self.gates: Any = None
 
     # -- planning ------------------------------------------------------------------------
     def prepare(self) -> tuple[list[ArmPlan], Any]:
@@ -132,21 +133,35 @@ class Pilot:
     # -- running -------------------------------------------------------------------------
     def run(self) -> PilotResult:
         """Run every arm not yet complete, then the cross-arm gates, analysis and report."""
-        self.plans, self.schedule = self.prepare()
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        from specpilot.pilot import finish
+        from specpilot.pilot.gates import Gates
         from specpilot.store import Store
 
+        t0 = time.perf_counter()
+        self.plans, self.schedule = self.prepare()
+        self.gates = Gates(self.cfg, self.base_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / "pilot.duckdb"
         with Store(path) as store:
             self.store = store
             pilot = self._open_pilot(store)
             runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
+            self.progress.eta_s = self.eta(len(runs))
             failed = self._run_all(runs)
-            self._cross_arm()
+            finish.cross_arm(store, self.gates, self.plans, self.progress)
             store.add_pilot(
                 dataclasses.replace(pilot, status="complete", finished_unix=time.time())
             )
-        return self._finish(pilot.pilot_id, failed)
+        files, doc = finish.report(path, self.out_dir, self.cfg, self.progress)
+        verdicts = doc.get("verdicts", [])
+        return PilotResult(
+            pilot_id=pilot.pilot_id,
+            out_dir=self.out_dir,
+            files=files,
+            verdict=verdicts[0]["verdict"] if verdicts else None,
+            summary=finish.summary(doc, failed, time.perf_counter() - t0),
+            failed_arms=failed,
+        )
 
     def _open_pilot(self, store: Any) -> PilotRecord:
         """A new pilot record, or the existing one when resuming the same config."""
@@ -186,8 +201,10 @@ class Pilot:
         if not self.cfg.representative_traffic:
             notes.append("synthetic traffic: prompts and arrivals are not the service's own")
         if not any(p.role == "alternative" for p in self.plans):
-            notes.append("no equal-budget alternative arm: the verdict cannot say speculation "
-                         "beats the best other use of the draft's resources")
+            notes.append(
+                "no equal-budget alternative arm: the verdict cannot say speculation "
+                "beats the best other use of the draft's resources"
+            )
         return notes
 
     def _run_all(self, runs: list[RunPlan]) -> list[str]:
@@ -207,8 +224,11 @@ class Pilot:
                 err = f"{type(exc).__name__}: {exc}"
                 self.progress.note(f"arm {run.arm.name} failed: {err}")
                 latest = self._arm_record(run)
-                self.store.add_arm(dataclasses.replace(latest, status="failed", error=err[:2000],
-                                                       finished_unix=time.time()))
+                self.store.add_arm(
+                    dataclasses.replace(
+                        latest, status="failed", error=err[:2000], finished_unix=time.time()
+                    )
+                )
             self.durations.append(time.perf_counter() - t0)
             self.progress.eta_s = self.eta(len(runs) - i - 1)
         return failed
@@ -261,7 +281,10 @@ class Pilot:
         out = {
             **described,
             "frozen": frozen,
-            "capacity": {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}},
+            "capacity": {
+                **plan.capacity,
+                **{k: v for k, v in overrides.items() if k in plan.capacity},
+            },
             "overrides": overrides,
             "unknown": plan.unknown,
         }
@@ -342,4 +365,3 @@ def default_out_dir() -> Path:
 
 def quiet_default() -> bool:
     return bool(os.environ.get("CI"))
-

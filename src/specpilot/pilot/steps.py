@@ -12,6 +12,8 @@ import time
 from typing import Any
 
 from specpilot.records import ArmRecord
+
+
 class ArmSteps:
     """The steps of one arm, each recorded in ``ArmRecord.completed_steps`` when done."""
 
@@ -72,4 +74,3 @@ class ArmSteps:
             self.save(status="complete", finished_unix=time.time())
         finally:
             holder["backend"].stop()
-
