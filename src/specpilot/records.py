@@ -397,8 +397,9 @@ class PhaseRecord:
     planned_start_s / planned_end_s: seconds from the run's timeline start (``t_run``).
     actual_start_t / actual_end_t: monotonic (``time.perf_counter``) like every request time;
     ``actual_end_t`` is when the phase's last request ended (None: cut by an interruption,
-    ``status`` says so). ``t_run`` is the monotonic instant of schedule time 0 and
-    ``wall_t_run`` the same instant in Unix time: wall = wall_t_run + (t - t_run).
+    ``status`` says so, and ``cut_t`` is when the cut came). ``t_run`` is the monotonic instant
+    of schedule time 0 and ``wall_t_run`` the same instant in Unix time:
+    wall = wall_t_run + (t - t_run).
     """
 
     run_id: str
@@ -414,6 +415,7 @@ class PhaseRecord:
     actual_end_t: float | None = None
     status: str = "planned"  # planned | running | complete | interrupted
     warmup: bool = False
+    cut_t: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

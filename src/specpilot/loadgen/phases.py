@@ -6,7 +6,7 @@ Hooks run in order on one helper thread, so a slow scrape never delays a send.
 
     >>> seen = []
     >>> edges = PhaseEdges({"peak": 2}, lambda p, e, t: seen.append((p, e, t)))
-    >>> edges.edge("peak", "start", 1.0); edges.request_done("peak", 2.0)
+    >>> _ = edges.edge("peak", "start", 1.0); edges.request_done("peak", 2.0)
     >>> edges.request_done("peak", 3.5); edges.close(); seen
     [('peak', 'start', 1.0), ('peak', 'end', 3.5)]
 """

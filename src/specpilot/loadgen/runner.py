@@ -82,7 +82,6 @@ class LoadRunner:
         self.schedule = list(schedule)
         self.cfg = cfg
         self.sink = sink
-        self.on_phase = on_phase
         ids = [request_id(r) for r in self.schedule]
         if len(set(ids)) != len(ids):
             raise ValueError("schedule has duplicate (phase, index) pairs")
@@ -152,6 +151,15 @@ class LoadRunner:
             stages_base_dir=st.base_dir or schedule.base_dir,
         )
         return cls(requests, cfg, sink, on_phase)
+
+    @property
+    def on_phase(self) -> PhaseHook | None:
+        """Called at every phase edge: ``on_phase(name, "start" | "end", t)``."""
+        return self._edges.hook
+
+    @on_phase.setter
+    def on_phase(self, hook: PhaseHook | None) -> None:
+        self._edges.hook = hook
 
     @property
     def cut_phases(self) -> set[str]:

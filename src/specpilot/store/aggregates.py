@@ -1,0 +1,158 @@
+"""What analysis needs from the big tables, computed in DuckDB (no Python loop per row).
+
+- ``request_rounds``: one ``RequestRounds`` per request that has rounds: sums, the request's
+  batch share of round time (each round's time / its batch size), per-position counts
+  (``pos_proposed[i-1]``: rounds that proposed >= i drafts; ``pos_accepted[i-1]``: rounds that
+  accepted >= i) and ``accepted_hist[j]`` (rounds with a proposal that accepted exactly j),
+  lists as long as the request's largest proposal (+1 for the histogram). Phase and task group
+  come from the request.
+- ``verify_costs``: median / p10 / p90 of ``verify_s`` per (arm, proposed + 1, batch size) over
+  the rounds of non-warm-up requests (source ``rounds``). Each row of a batched round carries
+  the whole round's time, so a batched round counts once per row; with one k per batch the
+  quantiles are those of the rounds.
+- ``chunk_gaps``: per (run, arm, phase, task group) of ok, non-warm-up requests, numpy arrays
+  of the gaps between a chunk and the previous one of its request (first chunks have none)
+  and of the tokens each chunk carried. The gaps are computed when chunks are written
+  (``chunks.gap_s``), so reading 50M chunks is a scan, not a window over them.
+
+    >>> import duckdb
+    >>> from specpilot.records import RoundRecord
+    >>> from specpilot.store import codec
+    >>> from specpilot.store.schema import prepare, TABLES
+    >>> con = duckdb.connect(); prepare(con, ":memory:", writable=True)
+    >>> _ = codec.insert(con, TABLES["rounds"], [RoundRecord("q", i, 3, a, a + 1, 0.0, 0.02, 0.0)
+    ...                                       for i, a in enumerate([3, 1, 0])])
+    >>> rr = request_rounds(con)[0]
+    >>> rr.committed, rr.pos_proposed, rr.pos_accepted, rr.accepted_hist
+    (7, [3, 3, 3], [2, 1, 1], [1, 1, 0, 1])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from specpilot.records import ChunkGaps, RequestRounds, VerifyCostPoint
+from specpilot.store.codec import to_records
+
+
+def _kmax(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT coalesce(max(proposed), 0) FROM rounds").fetchone()
+    return int(row[0]) if row else 0
+
+
+def request_rounds(con: duckdb.DuckDBPyConnection) -> list[RequestRounds]:
+    k = _kmax(con)
+    pos = ", ".join(
+        f"count(*) FILTER (WHERE proposed >= {i}) AS p{i}, "
+        f"count(*) FILTER (WHERE accepted >= {i}) AS a{i}"
+        for i in range(1, k + 1)
+    )
+    hist = ", ".join(
+        f"count(*) FILTER (WHERE proposed > 0 AND accepted = {j}) AS h{j}" for j in range(k + 1)
+    )
+
+    def as_list(prefix: str, start: int) -> str:
+        items = [f"{prefix}{i}" for i in range(start, k + 1)]
+        return f"[{', '.join(items)}]" if items else "[]::BIGINT[]"
+
+    sql = f"""
+        SELECT a.run_id, a.arm, coalesce(q.phase, a.phase) AS phase,
+               coalesce(q.task_group, '') AS task_group, a.request_id, a.rounds, a.spec_rounds,
+               a.proposed, a.accepted, a.committed, a.draft_s, a.verify_s, a.overhead_s,
+               a.truncated_rounds, a.mean_batch_size,
+               list_slice({as_list("a.p", 1)}, 1, a.kmax) AS pos_proposed,
+               list_slice({as_list("a.a", 1)}, 1, a.kmax) AS pos_accepted,
+               CASE WHEN a.spec_rounds > 0 THEN list_slice({as_list("a.h", 0)}, 1, a.kmax + 1)
+                    ELSE []::BIGINT[] END AS accepted_hist
+        FROM (
+            SELECT run_id, arm, request_id, any_value(phase) AS phase, count(*) AS rounds,
+                   count(*) FILTER (WHERE proposed > 0) AS spec_rounds,
+                   sum(proposed) AS proposed, sum(accepted) AS accepted,
+                   sum(committed) AS committed,
+                   sum(draft_s / greatest(batch_size, 1)) AS draft_s,
+                   sum(verify_s / greatest(batch_size, 1)) AS verify_s,
+                   sum(overhead_s / greatest(batch_size, 1)) AS overhead_s,
+                   count(truncated) AS truncated_rounds, avg(batch_size) AS mean_batch_size,
+                   max(proposed) AS kmax{", " + pos if pos else ""}, {hist}
+            FROM rounds GROUP BY run_id, arm, request_id
+        ) a
+        LEFT JOIN requests q USING (run_id, arm, request_id)
+        ORDER BY a.run_id, a.arm, a.request_id
+    """
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description]
+    return to_records(RequestRounds, names, cur.fetchall())
+
+
+def verify_costs(con: duckdb.DuckDBPyConnection) -> list[VerifyCostPoint]:
+    rows = con.execute(
+        """
+        SELECT r.arm, 'rounds' AS source, r.proposed + 1 AS tokens, r.batch_size,
+               count(*) AS samples, median(r.verify_s) AS median_s,
+               quantile_cont(r.verify_s, 0.1) AS p10_s, quantile_cont(r.verify_s, 0.9) AS p90_s
+        FROM rounds r LEFT JOIN requests q USING (run_id, arm, request_id)
+        WHERE NOT coalesce(q.warmup, false)
+        GROUP BY ALL ORDER BY r.arm, r.batch_size, tokens
+        """
+    ).fetchall()
+    names = ["arm", "source", "tokens", "batch_size", "samples", "median_s", "p10_s", "p90_s"]
+    return to_records(VerifyCostPoint, names, rows)
+
+
+def chunk_gaps(con: duckdb.DuckDBPyConnection) -> list[ChunkGaps]:
+    groups = con.execute(
+        """
+        SELECT run_id, arm, phase, task_group FROM requests
+        WHERE status = 'ok' AND NOT warmup GROUP BY ALL ORDER BY ALL
+        """
+    ).fetchall()
+    if not groups:
+        return []
+    con.register("_gap_groups", {
+        "gid": np.arange(len(groups), dtype=np.int64),
+        **{n: np.array([g[i] for g in groups], dtype=object)
+           for i, n in enumerate(("run_id", "arm", "phase", "task_group"))},
+    })  # fmt: skip
+    try:
+        cols = con.execute(
+            """
+            SELECT g.gid, c.gap_s, c.tokens_in_chunk
+            FROM chunks c
+            JOIN requests q USING (run_id, arm, request_id)
+            JOIN _gap_groups g ON g.run_id = q.run_id AND g.arm = q.arm AND g.phase = q.phase
+                               AND g.task_group = q.task_group
+            WHERE q.status = 'ok' AND NOT q.warmup AND c.gap_s IS NOT NULL
+            ORDER BY g.gid
+            """
+        ).fetchnumpy()
+    finally:
+        con.unregister("_gap_groups")
+    gid = np.asarray(cols["gid"])
+    bounds = np.searchsorted(gid, np.arange(len(groups) + 1))
+    gaps = np.asarray(cols["gap_s"], dtype=np.float64)
+    tokens = np.asarray(cols["tokens_in_chunk"], dtype=np.int64)
+    out = []
+    for i, (run_id, arm, phase, group) in enumerate(groups):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        gap_s: Any = gaps[lo:hi]  # numpy arrays: ChunkGaps takes any sequence
+        out.append(ChunkGaps(run_id, arm, phase, group, gap_s, tokens[lo:hi]))  # type: ignore[arg-type]
+    return out
+
+
+def chunk_gap_column(index: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Gaps for chunk rows grouped by request in index order: ``t[i] - t[i-1]`` where row i
+    continues row i-1's request (``index[i] == index[i-1] + 1``), else NaN (a first chunk).
+
+        >>> chunk_gap_column(np.array([0, 1, 2, 0, 1]), np.array([1.0, 1.5, 1.75, 9.0, 9.5]))
+        array([ nan, 0.5 , 0.25,  nan, 0.5 ])
+    """
+    index = np.asarray(index, dtype=np.int64)
+    t = np.asarray(t, dtype=np.float64)
+    out = np.full(len(t), np.nan)
+    if len(t) > 1:
+        cont = index[1:] == index[:-1] + 1
+        out[1:] = np.where(cont, t[1:] - t[:-1], np.nan)
+    return out

@@ -1,0 +1,86 @@
+"""Reading a pilot file: ``read_pilot`` returns every record as ``records.PilotData``.
+
+Small tables come back as typed records; the big ones as their SQL aggregates
+(``request_rounds``, ``verify_costs``, ``chunk_gaps``: see ``store.aggregates``), raw rounds
+only when asked for. Nothing downstream reparses raw JSON.
+
+    >>> data = read_pilot("pilot.duckdb")                     # doctest: +SKIP
+    >>> [a.role for a in data.arms], len(data.requests)      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from specpilot.records import PilotData
+from specpilot.store import aggregates, codec
+from specpilot.store.schema import TABLES, PilotFileError, _tables
+
+
+def pilot_data(con: duckdb.DuckDBPyConnection, path: str, *, rounds: bool = False) -> PilotData:
+    pilots = codec.read(con, TABLES["pilots"])
+    if len(pilots) != 1:
+        raise PilotFileError(
+            f"{path} holds {len(pilots)} pilot records; a pilot file holds exactly one "
+            "(Store.add_pilot writes it)"
+        )
+
+    def typed(name: str) -> list[Any]:
+        return codec.read(con, TABLES[name])
+
+    return PilotData(
+        pilot=pilots[0],
+        arms=typed("arms"),
+        phases=typed("phases"),
+        requests=typed("requests"),
+        request_rounds=aggregates.request_rounds(con),
+        prefills=typed("prefills"),
+        verify_costs=aggregates.verify_costs(con),
+        chunk_gaps=aggregates.chunk_gaps(con),
+        snapshots=typed("snapshots"),
+        quality=typed("quality"),
+        outputs=typed("outputs"),
+        consistency=typed("consistency"),
+        compat=typed("compat"),
+        drills=typed("drills"),
+        rounds=typed("rounds") if rounds else [],
+    )
+
+
+def read_pilot(path: str | Path, *, rounds: bool = False) -> PilotData:
+    """Every record of the pilot in ``path`` (``rounds=True``: the raw rounds too)."""
+    from specpilot.store.store import Store
+
+    with Store(path, read_only=True) as st:
+        return st.read(rounds=rounds)
+
+
+def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: str | Path) -> list[Path]:
+    """One Parquet file per table of an open file (any schema version)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for table in sorted(_tables(con)):
+        p = out / f"{table}.parquet"
+        target = str(p).replace("'", "''")
+        con.execute(f"COPY (SELECT * FROM \"{table}\") TO '{target}' (FORMAT PARQUET)")
+        paths.append(p)
+    return paths
+
+
+def export_file(path: str | Path, out_dir: str | Path) -> dict[Path, int]:
+    """Export any specpilot DuckDB file as it is (also version 1): path -> rows."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no pilot file at {path}")
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        paths = export_parquet(con, out_dir)
+        return {
+            p: int(con.execute(f'SELECT count(*) FROM "{p.stem}"').fetchone()[0])  # type: ignore[index]
+            for p in paths
+        }
+    finally:
+        con.close()
