@@ -367,6 +367,8 @@ class ArmRecord:
     sampling defaults, context limit, parallelism, threads, dtype. ``manifest_sha256`` hashes
     the frozen part, so quality results compare like with like after a model upgrade.
     cold_start_s: start to healthy (model load), timed apart from the steady state.
+    load_summary: the load generator's own account of the run (``LoadSummary.to_dict()``:
+    dispatch lag, trustworthy and why not, stop reason, cut phases).
     """
 
     pilot_id: str
@@ -385,6 +387,7 @@ class ArmRecord:
     started_unix: float | None = None
     finished_unix: float | None = None
     error: str | None = None
+    load_summary: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
