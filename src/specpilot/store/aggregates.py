@@ -11,7 +11,8 @@
   the whole round's time, so a batched round counts once per row; with one k per batch the
   quantiles are those of the rounds.
 - ``chunk_gaps``: per (run, arm, phase, task group) of ok, non-warm-up requests, numpy arrays
-  of the gaps between a chunk and the previous one of its request (first chunks have none)
+  of the gaps between a chunk and the previous one of its request (first chunks have none,
+  in time order)
   and of the tokens each chunk carried. The gaps are computed when chunks are written
   (``chunks.gap_s``), so reading 50M chunks is a scan, not a window over them.
 
@@ -125,7 +126,7 @@ def chunk_gaps(con: duckdb.DuckDBPyConnection) -> list[ChunkGaps]:
             JOIN _gap_groups g ON g.run_id = q.run_id AND g.arm = q.arm AND g.phase = q.phase
                                AND g.task_group = q.task_group
             WHERE q.status = 'ok' AND NOT q.warmup AND c.gap_s IS NOT NULL
-            ORDER BY g.gid
+            ORDER BY g.gid, c.t
             """
         ).fetchnumpy()
     finally:

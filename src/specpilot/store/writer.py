@@ -6,8 +6,9 @@ number; ``wait(seq)`` blocks until that write is durable. A finished request fro
 generator (``sink``) is queued without waiting: ``committed_requests`` counts those durable,
 and a crash loses only what was queued after the last commit began.
 
-A group that fails is retried one write at a time, so one bad write (raised to its caller, or
-for a sink reported on the next ``sink``/``flush``) never takes the others down with it.
+A group that fails is split in halves and retried, down to the one bad write (raised to its
+caller, or for a sink reported on the next ``sink``/``flush``): it never takes the others down
+with it.
 
     >>> import duckdb, threading
     >>> from specpilot.store.schema import prepare
@@ -143,21 +144,21 @@ class Writer:
                 self._cv.notify_all()
 
     def _apply(self, batch: list[Op]) -> int:
-        """Commit ``batch`` in one transaction, or one op at a time if that fails."""
+        """Commit ``batch`` in one transaction; if that fails, each half on its own (so one bad
+        write costs a few transactions, and only that write fails)."""
         try:
             return self._transaction(batch)
-        except Exception:
+        except Exception as exc:
             self._request_keys = None  # the rollback may have undone keys noted meanwhile
-        committed = 0
-        for op in batch:
-            try:
-                committed += self._transaction([op])
-            except Exception as exc:
-                op.error = exc
-                if op.kind == "sink":
-                    with self._cv:
-                        self._st.sink_error = self._st.sink_error or exc
-        return committed
+            if len(batch) > 1:
+                mid = len(batch) // 2
+                return self._apply(batch[:mid]) + self._apply(batch[mid:])
+            op = batch[0]
+            op.error = exc
+            if op.kind == "sink":
+                with self._cv:
+                    self._st.sink_error = self._st.sink_error or exc
+            return 0
 
     def _transaction(self, ops: list[Op]) -> int:
         with self.lock:
@@ -233,10 +234,11 @@ class Writer:
         gaps = [g for f in last.values() for g in _gaps(f.chunks)]
         extra: dict[str, list[Any]] = {"arm": arms, "run_id": runs, "gap_s": gaps}
         codec.insert(self.con, TABLES["chunks"], chunks, extra=extra)
-        codec.insert(self.con, TABLES["rounds"], [r for f in last.values() for r in f.rounds])
-        prefills = [f.prefill for f in last.values() if f.prefill is not None]
+        rounds = [_labelled(r, f.record) for f in last.values() for r in f.rounds]
+        codec.insert(self.con, TABLES["rounds"], rounds)
+        prefills = [_labelled(f.prefill, f.record) for f in last.values() if f.prefill is not None]
         codec.insert(self.con, TABLES["prefills"], prefills)
-        return len(last)
+        return len(items)  # sink calls now durable (a rewrite counts: it was confirmed too)
 
     def _delete_children(self, keys: list[Key]) -> None:
         view = "_rewritten_keys"
@@ -252,6 +254,17 @@ class Writer:
                 )
         finally:
             self.con.unregister(view)
+
+
+def _labelled(rec: Any, req: RequestRecord) -> Any:
+    """A round or prefill with its request's ids where it has none of its own."""
+    if rec.run_id and rec.arm and rec.phase:
+        return rec
+    import dataclasses
+
+    return dataclasses.replace(
+        rec, run_id=rec.run_id or req.run_id, arm=rec.arm or req.arm, phase=rec.phase or req.phase
+    )
 
 
 def _gaps(chunks: Sequence[ChunkTiming]) -> list[float | None]:
