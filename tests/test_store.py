@@ -32,20 +32,44 @@ def _arm(name: str, k: int, order: int) -> R.ArmRecord:
     strategy = R.StrategySpec("draft", k, "d4", "cd" * 32) if k else R.StrategySpec()
     budget = R.ResourceBudget(8 * 2**30, 2, ["cpu"], "speculative", ["draft weights 28 MB"])
     return R.ArmRecord(
-        "p1", f"run-{name}", name, name, "builtin", {"engine": "specpilot-builtin"}, "ef" * 32,
-        strategy, budget, run_order=order, status="complete", load_summary={"trustworthy": True},
-    )  # fmt: skip
+        "p1",
+        f"run-{name}",
+        name,
+        name,
+        "builtin",
+        {"engine": "specpilot-builtin"},
+        "ef" * 32,
+        strategy,
+        budget,
+        run_order=order,
+        status="complete",
+        load_summary={"trustworthy": True},
+    )
 
 
 def _request(arm: str, phase: str, i: int, status: str = "ok", **kw) -> RequestRecord:
     return RequestRecord(
-        run_id=f"run-{arm}", arm=arm, phase=phase, task_group="code" if i % 2 else "zh_business",
-        request_id=f"{phase}-{i:06d}", scheduled_t=10.0 * i, status=status, sent_t=10.0 * i,
-        first_content_t=10.0 * i + 0.2, done_t=10.0 * i + 1.0, http_status=200,
-        prompt_tokens=20, output_tokens=7, chunks=3, prompt_id=f"p{i}",
-        client_stages={"retrieval": 0.001}, spec={"rounds": 2, "raw": {"x": [1, 2]}},
-        served_k=3, output_text="你好 world", **kw,
-    )  # fmt: skip
+        run_id=f"run-{arm}",
+        arm=arm,
+        phase=phase,
+        task_group="code" if i % 2 else "zh_business",
+        request_id=f"{phase}-{i:06d}",
+        scheduled_t=10.0 * i,
+        status=status,
+        sent_t=10.0 * i,
+        first_content_t=10.0 * i + 0.2,
+        done_t=10.0 * i + 1.0,
+        http_status=200,
+        prompt_tokens=20,
+        output_tokens=7,
+        chunks=3,
+        prompt_id=f"p{i}",
+        client_stages={"retrieval": 0.001},
+        spec={"rounds": 2, "raw": {"x": [1, 2]}},
+        served_k=3,
+        output_text="你好 world",
+        **kw,
+    )
 
 
 def _rounds(req: RequestRecord, k: int) -> list[RoundRecord]:
@@ -66,7 +90,7 @@ def _rounds(req: RequestRecord, k: int) -> list[RoundRecord]:
             run_id=req.run_id,
             arm=req.arm,
             phase=req.phase,
-        )  # fmt: skip
+        )
         for j, a in enumerate(acc)
     ]
 
@@ -98,7 +122,7 @@ def _fill(st: Store) -> list[RequestRecord]:
                 5.0 + 30 * n,
                 35.0 + 30 * n,
                 "complete",
-            )  # fmt: skip
+            )
             for n, ph in enumerate(PHASES)
         )
         for ph in PHASES:
