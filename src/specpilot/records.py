@@ -252,7 +252,7 @@ class MetricSnapshot:
     rollback drill's events (``label`` "drill:<event>"). Memory is typed (bytes; None when the
     engine does not tell): process RSS; weights of the target and the draft; KV cache
     allocated and in use; the draft's share of the KV cache; GPU memory. ``metrics`` holds the
-    normalised counters (``backends.base`` names), ``raw`` the exposition text as scraped.
+    normalised counters (``backends.protocol`` names), ``raw`` the exposition text as scraped.
     """
 
     run_id: str
