@@ -214,8 +214,12 @@ class LoadRunner:
         first = sorted((r for r in self.schedule if not r.warmup), key=self._order)
         self._cold = {request_id(r) for r in first[: cfg.design.cold_start_requests]}
         cap = asyncio.Semaphore(cfg.design.max_concurrency) if cfg.design.max_concurrency else None
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        timeout = httpx.Timeout(cfg.endpoint.timeout_s, connect=cfg.endpoint.connect_timeout_s)
+        ep = cfg.endpoint
+        client_opts: dict[str, Any] = {
+            "limits": httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            "timeout": httpx.Timeout(ep.timeout_s, connect=ep.connect_timeout_s),
+            "headers": ep.headers,
+        }
         started = time.perf_counter()
         progress = ProgressDisplay(len(self.schedule), cfg.progress, self.counts)
         progress_task = asyncio.create_task(progress.run())
@@ -233,13 +237,7 @@ class LoadRunner:
             return True
 
         try:
-            async with httpx.AsyncClient(
-                base_url=cfg.endpoint.url,
-                limits=limits,
-                timeout=timeout,
-                headers=cfg.endpoint.headers,
-                http1=True,
-            ) as client:
+            async with httpx.AsyncClient(base_url=ep.url, http1=True, **client_opts) as client:
                 self.t_run = time.perf_counter() + _LEAD_S  # the client is ready: timeline starts
                 self.wall_t_run = time.time() + (self.t_run - time.perf_counter())
                 if cfg.design.phase_timing == "schedule":

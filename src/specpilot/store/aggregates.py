@@ -11,8 +11,8 @@
   the whole round's time, so a batched round counts once per row; with one k per batch the
   quantiles are those of the rounds.
 - ``chunk_gaps``: per (run, arm, phase, task group) of ok, non-warm-up requests, numpy arrays
-  of the gaps between a chunk and the previous one of its request (first chunks have none,
-  in time order)
+  of the gaps between a chunk and the previous one of its request (first chunks have none;
+  in no particular order: gaps feed distributions)
   and of the tokens each chunk carried. The gaps are computed when chunks are written
   (``chunks.gap_s``), so reading 50M chunks is a scan, not a window over them.
 
@@ -36,7 +36,7 @@ import duckdb
 import numpy as np
 
 from specpilot.records import ChunkGaps, RequestRounds, VerifyCostPoint
-from specpilot.store.codec import to_records
+from specpilot.store.codec import records_of, to_records
 
 
 def _kmax(con: duckdb.DuckDBPyConnection) -> int:
@@ -45,6 +45,11 @@ def _kmax(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def request_rounds(con: duckdb.DuckDBPyConnection) -> list[RequestRounds]:
+    return records_of(RequestRounds, request_rounds_columns(con))
+
+
+def request_rounds_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """``request_rounds`` as numpy columns (the SQL part: runs without the GIL)."""
     k = _kmax(con)
     pos = ", ".join(
         f"count(*) FILTER (WHERE proposed >= {i}) AS p{i}, "
@@ -71,8 +76,8 @@ def request_rounds(con: duckdb.DuckDBPyConnection) -> list[RequestRounds]:
         FROM (
             SELECT run_id, arm, request_id, any_value(phase) AS phase, count(*) AS rounds,
                    count(*) FILTER (WHERE proposed > 0) AS spec_rounds,
-                   sum(proposed) AS proposed, sum(accepted) AS accepted,
-                   sum(committed) AS committed,
+                   sum(proposed)::BIGINT AS proposed, sum(accepted)::BIGINT AS accepted,
+                   sum(committed)::BIGINT AS committed,
                    sum(draft_s / greatest(batch_size, 1)) AS draft_s,
                    sum(verify_s / greatest(batch_size, 1)) AS verify_s,
                    sum(overhead_s / greatest(batch_size, 1)) AS overhead_s,
@@ -83,9 +88,8 @@ def request_rounds(con: duckdb.DuckDBPyConnection) -> list[RequestRounds]:
         LEFT JOIN requests q USING (run_id, arm, request_id)
         ORDER BY a.run_id, a.arm, a.request_id
     """
-    cur = con.execute(sql)
-    names = [d[0] for d in cur.description]
-    return to_records(RequestRounds, names, cur.fetchall())
+    out: dict[str, Any] = con.execute(sql).fetchnumpy()
+    return out
 
 
 def verify_costs(con: duckdb.DuckDBPyConnection) -> list[VerifyCostPoint]:
@@ -94,8 +98,8 @@ def verify_costs(con: duckdb.DuckDBPyConnection) -> list[VerifyCostPoint]:
         SELECT r.arm, 'rounds' AS source, r.proposed + 1 AS tokens, r.batch_size,
                count(*) AS samples, median(r.verify_s) AS median_s,
                quantile_cont(r.verify_s, 0.1) AS p10_s, quantile_cont(r.verify_s, 0.9) AS p90_s
-        FROM rounds r LEFT JOIN requests q USING (run_id, arm, request_id)
-        WHERE NOT coalesce(q.warmup, false)
+        FROM rounds r ANTI JOIN (SELECT run_id, arm, request_id FROM requests WHERE warmup) w
+             USING (run_id, arm, request_id)
         GROUP BY ALL ORDER BY r.arm, r.batch_size, tokens
         """
     ).fetchall()
@@ -112,34 +116,38 @@ def chunk_gaps(con: duckdb.DuckDBPyConnection) -> list[ChunkGaps]:
     ).fetchall()
     if not groups:
         return []
+    names = ("run_id", "arm", "phase", "task_group")
     con.register("_gap_groups", {
-        "gid": np.arange(len(groups), dtype=np.int64),
-        **{n: np.array([g[i] for g in groups], dtype=object)
-           for i, n in enumerate(("run_id", "arm", "phase", "task_group"))},
+        "gid": np.arange(len(groups), dtype=np.int32),
+        **{n: np.array([g[i] for g in groups], dtype=object) for i, n in enumerate(names)},
     })  # fmt: skip
-    try:
+    try:  # no strings and no ORDER BY in the big result: numbers only, grouped in numpy
         cols = con.execute(
             """
-            SELECT g.gid, c.gap_s, c.tokens_in_chunk
-            FROM chunks c
-            JOIN requests q USING (run_id, arm, request_id)
-            JOIN _gap_groups g ON g.run_id = q.run_id AND g.arm = q.arm AND g.phase = q.phase
-                               AND g.task_group = q.task_group
-            WHERE q.status = 'ok' AND NOT q.warmup AND c.gap_s IS NOT NULL
-            ORDER BY g.gid, c.t
+            WITH q AS (
+                SELECT r.run_id, r.arm, r.request_id, g.gid FROM requests r
+                JOIN _gap_groups g ON g.run_id = r.run_id AND g.arm = r.arm
+                                   AND g.phase = r.phase AND g.task_group = r.task_group
+                WHERE r.status = 'ok' AND NOT r.warmup
+            )
+            SELECT q.gid, c.gap_s, c.tokens_in_chunk
+            FROM chunks c JOIN q USING (run_id, arm, request_id)
+            WHERE c.gap_s IS NOT NULL
             """
         ).fetchnumpy()
     finally:
         con.unregister("_gap_groups")
-    gid = np.asarray(cols["gid"])
-    bounds = np.searchsorted(gid, np.arange(len(groups) + 1))
-    gaps = np.asarray(cols["gap_s"], dtype=np.float64)
-    tokens = np.asarray(cols["tokens_in_chunk"], dtype=np.int64)
+    gid = np.asarray(cols["gid"], dtype=np.int16 if len(groups) < 2**15 else np.int64)
+    order = np.argsort(gid, kind="stable")  # a radix sort for 16-bit keys
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(gid, minlength=len(groups)))))
+    gaps = np.asarray(cols["gap_s"], dtype=np.float64)[order]
+    tokens = np.asarray(cols["tokens_in_chunk"], dtype=np.int64)[order]
     out = []
     for i, (run_id, arm, phase, group) in enumerate(groups):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         gap_s: Any = gaps[lo:hi]  # numpy arrays: ChunkGaps takes any sequence
-        out.append(ChunkGaps(run_id, arm, phase, group, gap_s, tokens[lo:hi]))  # type: ignore[arg-type]
+        toks: Any = tokens[lo:hi]
+        out.append(ChunkGaps(run_id, arm, phase, group, gap_s, toks))
     return out
 
 

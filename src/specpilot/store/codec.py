@@ -58,13 +58,30 @@ def _finite(v: Any) -> Any:
     return v
 
 
-def dumps(v: Any) -> str | None:
-    if v is None:
-        return None
+def _dumps_std(v: Any) -> str:
     try:
         return json.dumps(v, ensure_ascii=False, default=_plain, allow_nan=False)
-    except ValueError:  # a NaN somewhere inside
+    except ValueError:  # a NaN somewhere inside: JSON has none, store null
         return json.dumps(_finite(json.loads(json.dumps(v, default=_plain))), ensure_ascii=False)
+
+
+try:  # 4x faster JSON both ways (reading 1M requests' spec is seconds with the stdlib)
+    import orjson
+
+    _OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+    def _dumps_fast(v: Any) -> str:  # NaN and infinities become null, as in _dumps_std
+        return orjson.dumps(v, default=_plain, option=_OPTS).decode()
+
+    _loads: Callable[[Any], Any] = orjson.loads
+    _dumps: Callable[[Any], str] = _dumps_fast
+except ImportError:  # pragma: no cover - orjson is a dependency; the stdlib still works
+    _loads = json.loads
+    _dumps = _dumps_std
+
+
+def dumps(v: Any) -> str | None:
+    return None if v is None else _dumps(v)
 
 
 def _objects(vals: Sequence[Any]) -> np.ndarray:
@@ -189,25 +206,45 @@ def _insert_arrays(
 
 
 # -- reading ----------------------------------------------------------------------------------
+def _plain_list(v: Any) -> Any:
+    return v.tolist() if isinstance(v, np.ndarray) else v
+
+
+def _json(v: Any) -> Any:
+    if v is None or not isinstance(v, str):
+        return v
+    if v == "{}":  # the common empty values, without the parser
+        return {}
+    if v == "[]":
+        return []
+    return _loads(v)
+
+
 def _struct_decoder(cls: type) -> Callable[[Any], Any]:
-    inner = {n: _decoder(t, typing.get_type_hints(cls)[n]) for n, t in record_columns(cls).items()}
+    hints = typing.get_type_hints(cls)
+    inner = {n: _decoder(t, hints[n]) for n, t in record_columns(cls).items()}
+    defaults = _defaults(cls)
 
     def decode(v: Any) -> Any:
         if v is None:
             return None
-        kw = {}
+        kw = {}  # (a None-safe decoder, as every decoder here)
         for k, x in v.items():
             if k in inner:
                 dec = inner[k]
-                kw[k] = dec(x) if dec is not None and x is not None else x
-        return cls(**{k: x for k, x in kw.items() if x is not None or k not in _defaults(cls)})
+                x = _plain_list(x)
+                if x is not None or k not in defaults:
+                    kw[k] = dec(x) if dec is not None and x is not None else x
+        return cls(**kw)
 
     return decode
 
 
 def _decoder(sqltype: str, hint: Any) -> Callable[[Any], Any] | None:
     if sqltype == "JSON":
-        return lambda v: json.loads(v) if isinstance(v, str) else v
+        return _json
+    if sqltype.endswith("[]"):
+        return _plain_list
     if sqltype.startswith("STRUCT("):
         from specpilot.store.schema import _strip_optional
 
@@ -217,11 +254,12 @@ def _decoder(sqltype: str, hint: Any) -> Callable[[Any], Any] | None:
 
 @functools.cache
 def _defaults(cls: type) -> dict[str, Any]:
-    """Fields with a default: a NULL there (an older file, a bulk insert) reads as the default."""
+    """Fields with a default: a NULL there (an older file, a bulk insert) reads as the default.
+    Values are factories (called once per row, so no two records share a dict)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
+            out[f.name] = functools.partial(lambda d: d, f.default)
         elif f.default_factory is not dataclasses.MISSING:
             out[f.name] = f.default_factory
     return out
@@ -235,31 +273,63 @@ def _optional(cls: type) -> frozenset[str]:
     return frozenset(n for n, t in hints.items() if _strip_optional(t) is not t)
 
 
-def to_records(cls: type, names: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Rows of the columns ``names`` -> records; NULL in a non-optional field with a default
-    reads as the default; columns the record lacks are dropped."""
+def from_columns(cls: type, cols: Mapping[str, Any], n: int) -> list[Any]:
+    """Columns (numpy arrays from ``fetchnumpy``, or lists) -> ``n`` records, built column by
+    column (no Python work per row beyond the constructor). NULL in a field that is not
+    optional and has a default reads as the default; a missing column (an older file) too."""
     hints = typing.get_type_hints(cls)
-    cols = record_columns(cls)
-    keep = [i for i, n in enumerate(names) if n in cols]
-    fields = [names[i] for i in keep]
-    decoders = [_decoder(cols[n], hints[n]) for n in fields]
+    types = record_columns(cls)
     defaults = _defaults(cls)
-    fill = {
-        n: defaults[n] for n in fields if n in defaults and n not in _optional(cls)
-    }  # NULL -> default
-    out = []
-    for row in rows:
-        kw = {}
-        for i, n, dec in zip(keep, fields, decoders, strict=True):
-            v = row[i]
-            if v is None and n in fill:
-                d = fill[n]
-                v = d() if callable(d) else d
-            elif dec is not None and v is not None:
-                v = dec(v)
-            kw[n] = v
-        out.append(cls(**kw))
-    return out
+    columns: list[list[Any]] = []
+    for f in dataclasses.fields(cls):
+        name = f.name
+        if name not in cols:
+            if name not in defaults:
+                raise ValueError(f"{cls.__name__}.{name}: no column and no default")
+            columns.append([defaults[name]() for _ in range(n)])
+            continue
+        raw = cols[name]
+        vals = raw.tolist() if isinstance(raw, np.ndarray) else list(raw)
+        dec = _decoder(types[name], hints[name])
+        if dec is not None:  # decoders pass None through
+            vals = list(map(dec, vals))
+        if name in defaults and name not in _optional(cls) and None in vals:
+            make = defaults[name]
+            vals = [make() if v is None else v for v in vals]
+        columns.append(vals)
+    return list(itertools.starmap(cls, zip(*columns, strict=True))) if columns else []
+
+
+def to_records(cls: type, names: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Rows of the columns ``names`` -> records (see ``from_columns``); other columns dropped."""
+    cols = {n: [r[i] for r in rows] for i, n in enumerate(names) if n in record_columns(cls)}
+    return from_columns(cls, cols, len(rows))
+
+
+def fetch_records(cls: type, cur: duckdb.DuckDBPyConnection) -> list[Any]:
+    """An executed query's result -> records, through numpy columns."""
+    return records_of(cls, cur.fetchnumpy())
+
+
+def records_of(cls: type, cols: Mapping[str, Any]) -> list[Any]:
+    """``fetchnumpy`` columns -> records (columns the record lacks are dropped)."""
+    n = len(next(iter(cols.values()))) if cols else 0
+    return from_columns(cls, {k: v for k, v in cols.items() if k in record_columns(cls)}, n)
+
+
+def select_sql(
+    con: duckdb.DuckDBPyConnection, table: Table, where: Mapping[str, Any] | None = None
+) -> tuple[str, list[Any]]:
+    """The typed read of ``table`` (``where``: column equals value, None values ignored)."""
+    have = existing_columns(con, table.name)
+    names = [c for c in record_columns(table.record) if c in have]
+    conds = [(k, v) for k, v in (where or {}).items() if v is not None]
+    sql = f"SELECT {', '.join(f'{chr(34)}{c}{chr(34)}' for c in names)} FROM {table.name}"
+    if conds:
+        sql += " WHERE " + " AND ".join(f'"{k}" = ?' for k, _ in conds)
+    if table.order:
+        sql += f" ORDER BY {table.order}"
+    return sql, [v for _, v in conds]
 
 
 def read(
@@ -268,13 +338,5 @@ def read(
     where: Mapping[str, Any] | None = None,
 ) -> list[Any]:
     """Typed records of ``table`` (``where``: column equals value, None values ignored)."""
-    have = existing_columns(con, table.name)
-    names = [c for c in table.columns if c in have]
-    conds = [(k, v) for k, v in (where or {}).items() if v is not None]
-    sql = f"SELECT {', '.join(f'{chr(34)}{c}{chr(34)}' for c in names)} FROM {table.name}"
-    if conds:
-        sql += " WHERE " + " AND ".join(f'"{k}" = ?' for k, _ in conds)
-    if table.order:
-        sql += f" ORDER BY {table.order}"
-    rows = con.execute(sql, [v for _, v in conds]).fetchall()
-    return to_records(table.record, names, rows)
+    sql, params = select_sql(con, table, where)
+    return fetch_records(table.record, con.execute(sql, params))

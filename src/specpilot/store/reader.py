@@ -10,44 +10,70 @@ only when asked for. Nothing downstream reparses raw JSON.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from specpilot.records import PilotData
+from specpilot.records import PilotData, RequestRounds
 from specpilot.store import aggregates, codec
 from specpilot.store.schema import TABLES, PilotFileError, _tables
 
 
+def _with_cursor(con: duckdb.DuckDBPyConnection, fn: Callable[..., Any], *args: Any) -> Any:
+    cur = con.cursor()  # its own connection to the same database: safe in another thread
+    try:
+        return fn(cur, *args)
+    finally:
+        cur.close()
+
+
+def _columns(cur: duckdb.DuckDBPyConnection, table: str) -> dict[str, Any]:
+    sql, params = codec.select_sql(cur, TABLES[table])
+    out: dict[str, Any] = cur.execute(sql, params).fetchnumpy()
+    return out
+
+
 def pilot_data(con: duckdb.DuckDBPyConnection, path: str, *, rounds: bool = False) -> PilotData:
+    """Every record of the file. The big queries run on worker threads (DuckDB releases the
+    GIL) while this thread turns finished results into records."""
     pilots = codec.read(con, TABLES["pilots"])
     if len(pilots) != 1:
         raise PilotFileError(
             f"{path} holds {len(pilots)} pilot records; a pilot file holds exactly one "
             "(Store.add_pilot writes it)"
         )
+    big = ["requests", "prefills", *(["rounds"] if rounds else [])]
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="read_pilot") as pool:
+        cols = {t: pool.submit(_with_cursor, con, _columns, t) for t in big}
+        rr = pool.submit(_with_cursor, con, aggregates.request_rounds_columns)
+        gaps = pool.submit(_with_cursor, con, aggregates.chunk_gaps)
+        costs = pool.submit(_with_cursor, con, aggregates.verify_costs)
 
-    def typed(name: str) -> list[Any]:
-        return codec.read(con, TABLES[name])
+        def typed(name: str) -> list[Any]:
+            if name in cols:
+                return codec.records_of(TABLES[name].record, cols[name].result())
+            return codec.read(con, TABLES[name])
 
-    return PilotData(
-        pilot=pilots[0],
-        arms=typed("arms"),
-        phases=typed("phases"),
-        requests=typed("requests"),
-        request_rounds=aggregates.request_rounds(con),
-        prefills=typed("prefills"),
-        verify_costs=aggregates.verify_costs(con),
-        chunk_gaps=aggregates.chunk_gaps(con),
-        snapshots=typed("snapshots"),
-        quality=typed("quality"),
-        outputs=typed("outputs"),
-        consistency=typed("consistency"),
-        compat=typed("compat"),
-        drills=typed("drills"),
-        rounds=typed("rounds") if rounds else [],
-    )
+        return PilotData(
+            pilot=pilots[0],
+            arms=typed("arms"),
+            phases=typed("phases"),
+            requests=typed("requests"),
+            request_rounds=codec.records_of(RequestRounds, rr.result()),
+            prefills=typed("prefills"),
+            verify_costs=costs.result(),
+            chunk_gaps=gaps.result(),
+            snapshots=typed("snapshots"),
+            quality=typed("quality"),
+            outputs=typed("outputs"),
+            consistency=typed("consistency"),
+            compat=typed("compat"),
+            drills=typed("drills"),
+            rounds=typed("rounds") if rounds else [],
+        )
 
 
 def read_pilot(path: str | Path, *, rounds: bool = False) -> PilotData:
