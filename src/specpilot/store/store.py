@@ -52,8 +52,11 @@ class Store:
             self._con: duckdb.DuckDBPyConnection | None = duckdb.connect(
                 str(self.path), read_only=read_only
             )
-        except duckdb.IOException as exc:
-            raise PilotFileError(f"{self.path}: cannot open as a DuckDB file: {exc}") from exc
+        except duckdb.IOException as exc:  # not a DuckDB file, or locked by a writer
+            raise PilotFileError(
+                f"{self.path}: cannot open ({exc}); give a pilot file, and if another process "
+                "is writing this one, read it when that process has ended"
+            ) from exc
         try:
             if not read_only:
                 self._con.execute("SET preserve_insertion_order = false")  # faster bulk inserts
