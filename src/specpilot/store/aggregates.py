@@ -49,32 +49,23 @@ def request_rounds(con: duckdb.DuckDBPyConnection) -> list[RequestRounds]:
 
 
 def request_rounds_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    """``request_rounds`` as numpy columns (the SQL part: runs without the GIL)."""
+    """``request_rounds`` as columns: the SQL aggregate (runs without the GIL) returns plain
+    counts per position; the per-request lists are cut from one 2-D array in numpy."""
     k = _kmax(con)
-    pos = ", ".join(
-        f"count(*) FILTER (WHERE proposed >= {i}) AS p{i}, "
-        f"count(*) FILTER (WHERE accepted >= {i}) AS a{i}"
+    pos = "".join(
+        f", count(*) FILTER (WHERE proposed >= {i})::BIGINT AS p{i}"
+        f", count(*) FILTER (WHERE accepted >= {i})::BIGINT AS a{i}"
         for i in range(1, k + 1)
     )
-    hist = ", ".join(
-        f"count(*) FILTER (WHERE proposed > 0 AND accepted = {j}) AS h{j}" for j in range(k + 1)
+    hist = "".join(
+        f", count(*) FILTER (WHERE proposed > 0 AND accepted = {j})::BIGINT AS h{j}"
+        for j in range(k + 1)
     )
-
-    def as_list(prefix: str, start: int) -> str:
-        items = [f"{prefix}{i}" for i in range(start, k + 1)]
-        return f"[{', '.join(items)}]" if items else "[]::BIGINT[]"
-
     sql = f"""
-        SELECT a.run_id, a.arm, coalesce(q.phase, a.phase) AS phase,
-               coalesce(q.task_group, '') AS task_group, a.request_id, a.rounds, a.spec_rounds,
-               a.proposed, a.accepted, a.committed, a.draft_s, a.verify_s, a.overhead_s,
-               a.truncated_rounds, a.mean_batch_size,
-               list_slice({as_list("a.p", 1)}, 1, a.kmax) AS pos_proposed,
-               list_slice({as_list("a.a", 1)}, 1, a.kmax) AS pos_accepted,
-               CASE WHEN a.spec_rounds > 0 THEN list_slice({as_list("a.h", 0)}, 1, a.kmax + 1)
-                    ELSE []::BIGINT[] END AS accepted_hist
+        SELECT a.*, coalesce(q.phase, a.round_phase) AS phase,
+               coalesce(q.task_group, '') AS task_group
         FROM (
-            SELECT run_id, arm, request_id, any_value(phase) AS phase, count(*) AS rounds,
+            SELECT run_id, arm, request_id, any_value(phase) AS round_phase, count(*) AS rounds,
                    count(*) FILTER (WHERE proposed > 0) AS spec_rounds,
                    sum(proposed)::BIGINT AS proposed, sum(accepted)::BIGINT AS accepted,
                    sum(committed)::BIGINT AS committed,
@@ -82,14 +73,31 @@ def request_rounds_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
                    sum(verify_s / greatest(batch_size, 1)) AS verify_s,
                    sum(overhead_s / greatest(batch_size, 1)) AS overhead_s,
                    count(truncated) AS truncated_rounds, avg(batch_size) AS mean_batch_size,
-                   max(proposed) AS kmax{", " + pos if pos else ""}, {hist}
+                   max(proposed) AS kmax{pos}{hist}
             FROM rounds GROUP BY run_id, arm, request_id
         ) a
         LEFT JOIN requests q USING (run_id, arm, request_id)
         ORDER BY a.run_id, a.arm, a.request_id
     """
-    out: dict[str, Any] = con.execute(sql).fetchnumpy()
-    return out
+    cols: dict[str, Any] = con.execute(sql).fetchnumpy()
+    kmax = np.asarray(cols.pop("kmax"), dtype=np.int64).tolist()
+    spec = (np.asarray(cols["spec_rounds"]) > 0).tolist()
+
+    def lists(prefix: str, start: int, extra: int) -> list[list[int]]:
+        names = [f"{prefix}{i}" for i in range(start, k + 1)]
+        if not names:
+            return [[] for _ in kmax]
+        table = np.stack([np.asarray(cols.pop(n), dtype=np.int64) for n in names], axis=1)
+        full = k + 1 - start  # most requests use the arm's k: no copy then
+        return [
+            row if m + extra == full else row[: m + extra]
+            for row, m in zip(table.tolist(), kmax, strict=True)
+        ]
+
+    cols["pos_proposed"] = lists("p", 1, 0)
+    cols["pos_accepted"] = lists("a", 1, 0)
+    cols["accepted_hist"] = [h if s else [] for h, s in zip(lists("h", 0, 1), spec, strict=True)]
+    return cols
 
 
 def verify_costs(con: duckdb.DuckDBPyConnection) -> list[VerifyCostPoint]:
