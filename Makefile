@@ -9,7 +9,11 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo check bench clean
+# `make test` runs the test files on 2 pytest-xdist workers (one torch thread each, see
+# tests/conftest.py); PYTEST_WORKERS=0 runs them in one process with two threads.
+PYTEST_WORKERS ?= 2
+
+.PHONY: install test test-fast demo check bench clean
 
 install: $(STAMP) $(MODEL_STAMP)
 
@@ -29,7 +33,11 @@ $(MODEL_STAMP): | $(BIN)/python
 	touch $@
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+
+# Everything but the tests that load the real model (marked slow): the quick loop while editing.
+test-fast: install
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"
 
 demo: install
 	$(BIN)/specpilot demo

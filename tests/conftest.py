@@ -14,7 +14,10 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-torch.set_num_threads(2)
+# Two cores: one process uses both; under pytest-xdist (`make test` runs 2 workers) each worker
+# gets its share, since 2 workers x 2 threads on 2 cores make every torch op wait for a
+# descheduled thread.
+torch.set_num_threads(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 VOCAB = 49152
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from specpilot.errors import ConfigError
 from specpilot.workload import Constant, Gamma, Poisson, Steps, TraceReplay
 from specpilot.workload.trace import Trace
 
@@ -85,15 +86,19 @@ def test_steps_follow_their_rates():
     assert 70 < n1 < 130 and 520 < n3 < 680
     assert np.all(np.diff(t) >= 0)
     assert Steps([(2, 1.0), (2, 2.0)], kind="constant").times(3.0).tolist() == [0.0, 1.0, 2.0, 2.5]
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="need at least one step"):
         Steps([])
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="'uniform' is unknown"):
         Steps([(1, 1.0)], kind="uniform")
 
 
 def test_rates_must_be_positive():
-    for bad in (lambda: Poisson(0.0), lambda: Gamma(1.0, cv=0.0), lambda: Constant(-1.0)):
-        with pytest.raises(ValueError):
+    for bad, field in (
+        (lambda: Poisson(0.0), "rate"),
+        (lambda: Gamma(1.0, cv=0.0), "cv"),
+        (lambda: Constant(-1.0), "rate"),
+    ):
+        with pytest.raises(ConfigError, match=f"^{field} "):
             bad()
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
 from specpilot.analysis.rounds import (
     cost_per_token,
     expected_committed,
+    leviathan_alpha,
     leviathan_speedup,
+    mean_acceptance_length,
     window_metrics,
 )
 from specpilot.records import RoundRecord
@@ -59,13 +62,26 @@ def test_time_split_is_summed_and_batch_rows_share_the_round() -> None:
 
 
 def test_committed_is_not_candidates_times_acceptance() -> None:
-    # Two rounds, k=4: one accepts all (5 committed with the bonus), one rejects the first.
+    # Two rounds, k=4: one accepts all (5 committed with the bonus), one rejects the first
+    # (1 committed: the correction). 8 candidates x acceptance 0.5 would say 4 tokens; 6 came.
     r = [RoundRecord("r", 0, 4, 4, 5, 0, 0.1, 0), RoundRecord("r", 1, 4, 0, 1, 0, 0.1, 0)]
     w = window_metrics(r)
     assert w.acceptance_rate == 0.5
-    assert w.committed == 6 != 4 * 2 * w.acceptance_rate
-    assert w.mean_acceptance_length == 1 + w.accepted / w.rounds  # vLLM's convention
+    assert w.committed == 6
+    assert w.mean_acceptance_length == 3.0  # (5 + 1) / 2 rounds, bonus token included
+    assert mean_acceptance_length(r) == 3.0
     assert w.acceptance_per_position == (0.5, 0.5, 0.5, 0.5)
+    assert w.cost_per_token_s == pytest.approx(0.2 / 6)
+
+
+def test_mean_acceptance_length_counts_what_a_cut_round_committed() -> None:
+    # k=3, all accepted, but max_tokens cut the round after 2 tokens: 2 committed, not 4.
+    r = [
+        RoundRecord("r", 0, 3, 3, 4, 0, 0.1, 0),
+        RoundRecord("r", 1, 3, 3, 2, 0, 0.1, 0, truncated="length"),
+    ]
+    assert mean_acceptance_length(r) == 3.0  # (4 + 2) / 2; vLLM's 1 + 6/2 would say 4.0
+    assert mean_acceptance_length([]) is None
 
 
 def test_truncated_rounds_are_counted_and_plain_has_no_acceptance_rate() -> None:
@@ -84,9 +100,10 @@ def test_truncated_rounds_are_counted_and_plain_has_no_acceptance_rate() -> None
 def test_leviathan_formulas() -> None:
     assert expected_committed(0.0, 5) == 1.0
     assert expected_committed(1.0, 5) == 6.0
-    assert expected_committed(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
-    # T5-XXL/T5-small style figure: alpha 0.8, k 5, c 0.05 -> ~2.96x
-    assert leviathan_speedup(0.8, 5, 0.05) == pytest.approx((1 - 0.8**6) / 0.2 / 1.25)
+    # 1 + 0.8 + 0.64 + 0.512 + 0.4096, summed by hand
+    assert expected_committed(0.8, 4) == pytest.approx(3.3616, abs=1e-12)
+    # alpha 0.8, k 5, c 0.05: 3.68928 tokens per round / (5 x 0.05 + 1) = 2.951424x
+    assert leviathan_speedup(0.8, 5, 0.05) == pytest.approx(2.951424, abs=1e-9)
     assert math.isclose(leviathan_speedup(0.5, 1, 0.0), 1.5)
     with pytest.raises(ValueError, match="alpha"):
         expected_committed(1.5, 3)
@@ -108,13 +125,26 @@ def test_first_divergence_reports_the_reference_margin() -> None:
 
 
 def test_leviathan_alpha_is_not_the_acceptance_rate() -> None:
-    from specpilot.analysis.rounds import leviathan_alpha
-
     # k=4: accepted 4 (all), 1 (reject at 2), 0 (reject at 1): 5 accepts, 2 rejections.
     r = [RoundRecord("r", i, 4, a, a + 1, 0, 0.1, 0) for i, a in enumerate([4, 1, 0])]
     assert leviathan_alpha(r) == pytest.approx(5 / 7)
     assert window_metrics(r).acceptance_rate == pytest.approx(5 / 12)
-    # With alpha recovered this way, E[c] matches the observed mean acceptance length on
-    # average: (1 - a^5) / (1 - a) for a = 5/7 is ~2.9, observed 8/3 = 2.67.
-    assert expected_committed(5 / 7, 4) == pytest.approx((1 - (5 / 7) ** 5) / (2 / 7))
     assert leviathan_alpha([RoundRecord("r", 0, 0, 0, 1, 0, 0.1, 0)]) is None
+
+
+def test_alpha_recovers_an_iid_acceptance_and_predicts_tokens_per_round() -> None:
+    # Rounds drawn with a known per-token acceptance 0.7 (seeded): leviathan_alpha recovers
+    # it and E[c] predicts the observed tokens per round; the acceptance rate does neither.
+    rng = random.Random(7)
+    rs = []
+    for i in range(20000):
+        a = 0
+        while a < 4 and rng.random() < 0.7:
+            a += 1
+        rs.append(RoundRecord("r", i, 4, a, a + 1, 0, 0.1, 0))
+    alpha = leviathan_alpha(rs)
+    assert alpha == pytest.approx(0.7, abs=0.01)
+    mal = window_metrics(rs).mean_acceptance_length
+    assert expected_committed(alpha, 4) == pytest.approx(mal, rel=0.01)  # 2.7731 expected
+    rate = window_metrics(rs).acceptance_rate
+    assert rate is not None and abs(rate - 0.7) > 0.1  # ~0.44: not the Leviathan alpha

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import yaml
 
+from specpilot.errors import ConfigError, InputFileError
 from specpilot.workload import (
+    BM25Index,
     Schedule,
     StageRunner,
     WorkloadError,
@@ -97,13 +99,14 @@ def test_schedule_contents(tmp_path):
         sampled = r.temperature > 0
         assert (r.seed is not None) == sampled
         if r.group == "zh_business":
-            assert r.client_stages == {"retrieval": 0.0}
+            assert r.client_stages == {"retrieval": 0.0} and r.measured_stages == ["retrieval"]
             assert (
                 r.messages[0]["role"] == "system"
                 and "Reference material" in r.messages[0]["content"]
             )
         elif r.group == "code":
             assert set(r.client_stages) == {"tool"} and r.client_stages["tool"] > 0
+            assert r.measured_stages == []
         else:
             assert r.client_stages == {}
     # Group mix follows the weights (zh_business 2 of 5).
@@ -123,11 +126,11 @@ def test_json_round_trip_and_select(tmp_path):
     assert back.to_json() == s.to_json() and back.sha256() == s.sha256()
     assert {r.phase for r in back.select(["peak"])} == {"warmup", "peak"}
     assert {r.phase for r in back.select(["peak"], warmup=False)} == {"peak"}
-    with pytest.raises(ValueError, match="phases: warmup, off_peak"):
+    with pytest.raises(ConfigError, match="phases: warmup, off_peak"):
         back.phase("nope")
     d = json.loads(s.to_json())
     d["version"] = 99
-    with pytest.raises(ValueError, match="version"):
+    with pytest.raises(InputFileError, match="version"):
         Schedule.from_dict(d)
 
 
@@ -272,17 +275,44 @@ def test_stage_runner_times_real_and_simulated_stages(tmp_path):
         "stages": {
             "search": {"kind": "bm25", "docs": "kb", "top_k": 1},
             "tool": {"kind": "simulated", "dist": "fixed", "median_s": 0.01},
+            "pause": {"kind": "simulated", "dist": "fixed", "median_s": 0.0},
         },
         "phases": [{"name": "p", "duration_s": 3, "arrival": {"kind": "constant", "rate": 1}}],
     }
     s = build_schedule(_write(tmp_path, data))
     runner = StageRunner(s.stages, base_dir=s.base_dir)
     req = s.requests[0]
-    assert req.client_stages == {"search": 0.0, "tool": 0.01}
+    # A planned 0-second pause and a real search both wait 0.0 before sending; only the
+    # search is measured at send time, and the request says so.
+    assert req.client_stages == {"search": 0.0, "tool": 0.01, "pause": 0.0}
+    assert req.measured_stages == ["search"]
+    assert "Refunds" in req.messages[0]["content"]  # the passages retrieved at build time
     measured = asyncio.run(runner.run(req))
-    assert list(measured) == ["search", "tool"]
+    assert list(measured) == list(req.client_stages)  # in the schedule's order
     assert 0 < measured["search"] < 0.05 and 0.009 < measured["tool"] < 0.2
-    assert set(runner.run_sync(req)) == {"search", "tool"}
+    assert set(runner.run_sync(req)) == {"search", "tool", "pause"}
+
+
+def test_bm25_scores_agree_with_bm25s():
+    """The hand-written index (see stages' docstring for why) against the maintained library:
+    bm25s's Lucene variant has the same idf and leaves out the constant factor k1 + 1."""
+    import bm25s
+
+    from specpilot.workload.stages import tokenize
+
+    idx = BM25Index.builtin()
+    ref = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+    ref.index([tokenize(d.title + " " + d.text) for d in idx.docs], show_progress=False)
+    for query in (
+        "差旅住宿标准 超标部分",
+        "refund to the payment method",
+        "报销 发票 流程",
+        "API rate limits",
+    ):
+        terms = list(dict.fromkeys(tokenize(query)))  # a query term counts once here
+        want = 2.5 * ref.get_scores(terms)
+        assert np.allclose(idx.scores(query), want, rtol=1e-5, atol=1e-6), query
+        assert want.max() > 0, query  # the query matched something: the check is not vacuous
 
 
 @pytest.mark.skipif(

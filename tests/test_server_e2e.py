@@ -141,13 +141,14 @@ def test_greedy_through_server_equals_engine_plain_greedy(
     servers: dict[str, str], default_target: Any, stack: contextlib.ExitStack
 ) -> None:
     tok = default_target.tokenizer
+    before = torch.get_num_threads()
     torch.set_num_threads(1)  # the servers run one thread each; a busy 2-core machine hates 2x2
     ref = Engine(default_target.model, None, tokenizer=tok, max_slots=1, max_seq_len=1024)
     ids = chat_prompt_ids(tok, "Write a Python function that returns the n-th Fibonacci number.")
     try:
         want = ref.generate(ids, SamplingParams(max_tokens=20), k=0)
     finally:
-        torch.set_num_threads(2)
+        torch.set_num_threads(before)  # under pytest-xdist a worker keeps its one thread
     c = stack.enter_context(_client(servers["spec"]))
     msgs = [
         {

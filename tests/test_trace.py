@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specpilot.errors import ConfigError, InputFileError
 from specpilot.workload import find_windows, load_trace
 from specpilot.workload.trace import Trace, rate_series
 
@@ -62,17 +63,34 @@ def test_generic_csv_and_jsonl_and_unsorted_input(tmp_path):
     )
     assert load_trace(iso).t.tolist() == [0.0, 1.5]
     iso.write_text("time,context_tokens,generated_tokens\n2024-01-01T00:00:00,1,2\nyesterday,3,4\n")
-    with pytest.raises(ValueError, match="cannot parse timestamps"):
+    with pytest.raises(InputFileError, match="cannot parse timestamps") as err:
         load_trace(iso)
+    assert err.value.fix == "use seconds or ISO 8601"
 
 
 def test_missing_columns_name_the_accepted_names(tmp_path):
     f = tmp_path / "bad.csv"
     f.write_text("when,in,out\n1,2,3\n")
-    with pytest.raises(ValueError, match="no timestamp column; name it one of timestamp"):
+    with pytest.raises(
+        InputFileError, match=r"no timestamp column \(found: when, in, out\)"
+    ) as err:
         load_trace(f)
-    with pytest.raises(FileNotFoundError):
+    assert err.value.fix is not None and err.value.fix.startswith("name it one of timestamp, time")
+    with pytest.raises(InputFileError, match="trace not found"):
         load_trace(tmp_path / "none.csv")
+
+
+def test_malformed_jsonl_and_ragged_rows_name_the_line(tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"t": 0, "input_tokens": 1, "output_tokens": 2}\n{"t": 1, "input_tokens": 1,\n')
+    with pytest.raises(InputFileError, match=r"t\.jsonl:2: not valid JSON"):
+        load_trace(f)
+    f.write_text('{"t": 0, "input_tokens": 1, "output_tokens": 2}\n{"t": 1, "input_tokens": 1}\n')
+    with pytest.raises(InputFileError, match="row 2 has no 'output_tokens'"):
+        load_trace(f)
+    f.write_text("[1, 2]")
+    with pytest.raises(InputFileError, match="must be a JSON object"):
+        load_trace(f)
 
 
 def test_scaling_and_windows_of_a_synthetic_trace():
@@ -103,7 +121,7 @@ def test_scaling_and_windows_of_a_synthetic_trace():
     )
     starts, rates = rate_series(tr, 60.0)
     assert starts[0] == 0 and rates.max() > 3.5
-    with pytest.raises(ValueError, match="longer than the trace"):
+    with pytest.raises(ConfigError, match="longer than the trace"):
         find_windows(tr, window_s=5000)
 
 

@@ -3,17 +3,72 @@
 Each module in ``specpilot.commands`` defines ``register(subparsers)`` that adds its
 subcommand(s) with ``set_defaults(func=...)``; ``func(args) -> int`` runs it. Heavy imports
 (torch, fastapi) happen inside ``func`` so ``specpilot --help`` stays fast.
+
+Errors: a :class:`specpilot.errors.SpecpilotError` (bad config, bad input file, engine that
+would not start) is printed as ``specpilot CMD: error: MESSAGE`` (and ``fix: ...``) with exit
+code 2; anything else is a bug and shows its traceback (exit 1). ``SPECPILOT_TRACEBACK=1``
+shows the traceback of user errors too.
+
+    >>> from specpilot.cli import main
+    >>> main(["schedule", "/nonexistent/workload.yaml"])        # doctest: +SKIP
+    specpilot schedule: error: ...
+    2
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
+from types import TracebackType
 
 import specpilot.commands as commands_pkg
 from specpilot import __version__
+from specpilot.errors import SpecpilotError
+
+# User-error classes of modules that predate specpilot.errors, by qualified name (importing
+# them here would load torch/pydantic for `--help`). Their owners can make each one subclass
+# ConfigError / InputFileError / EngineStartError and then drop it from this set.
+LEGACY_USER_ERRORS = frozenset(
+    {
+        "specpilot.workload.config.WorkloadError",
+        "specpilot.engine.loader.ModelLoadError",
+        "specpilot.engine.loader.TokenizerMismatchError",
+        "specpilot.backends.base.BackendError",
+    }
+)
+# Modules whose plain ``raise ValueError`` still means "bad user input" until their owners
+# raise specpilot.errors classes instead. A ValueError raised anywhere else (a library, any
+# other module) is a bug and keeps its traceback. Shrink this set; never grow it.
+LEGACY_VALUEERROR_MODULES = frozenset(
+    {
+        "specpilot.commands.distill",
+        "specpilot.commands.generate",
+        "specpilot.commands.load",
+        "specpilot.commands.screen_drafts",
+        "specpilot.commands.serve",
+        "specpilot.engine.generate",
+        "specpilot.engine.runtime",
+        "specpilot.engine.sampling",
+        "specpilot.engine.scheduler",
+        "specpilot.backends",
+        "specpilot.backends.gguf_export",
+        "specpilot.backends.llamacpp",
+        "specpilot.loadgen.client",
+        "specpilot.loadgen.runner",
+        "specpilot.workload.groups",
+        "specpilot.draft.corpora",
+        "specpilot.draft.distill",
+        "specpilot.draft.model",
+        "specpilot.draft.recipe",
+        "specpilot.draft.screening",
+        "specpilot.store",
+    }
+)
+# A path the user named that is not there (or not a file): no traceback helps.
+_PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +84,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raising_module(tb: TracebackType | None) -> str | None:
+    """``__name__`` of the module whose code raised (the innermost Python frame)."""
+    name = None
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__")
+        tb = tb.tb_next
+    return name
+
+
+def user_error_text(exc: BaseException) -> str | None:
+    """What to print for a user error (message, and fix when known); None for a bug."""
+    if isinstance(exc, SpecpilotError):
+        return exc.describe()
+    names = {f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__}
+    if names & LEGACY_USER_ERRORS:
+        return str(exc)
+    if isinstance(exc, _PATH_ERRORS):
+        return str(exc)
+    if type(exc) is ValueError and _raising_module(exc.__traceback__) in LEGACY_VALUEERROR_MODULES:
+        return str(exc)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -40,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError) as exc:  # bad input: a clear message, no traceback
-        print(f"specpilot {args.command}: error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        text = user_error_text(exc)
+        if text is None or os.environ.get("SPECPILOT_TRACEBACK"):
+            raise  # a bug (or asked for): the traceback is the useful output
+        print(f"specpilot {args.command}: error: {text}", file=sys.stderr)
         return 2
 
 

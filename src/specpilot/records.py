@@ -116,13 +116,18 @@ class ScheduledRequest:
     stop: list[str] = field(default_factory=list)
     deadline_s: float | None = None  # E2E deadline from the group's SLO
     ttft_slo_s: float | None = None
-    client_stages: dict[str, float] = field(default_factory=dict)  # e.g. {"retrieval": 0.12}
+    # Seconds to wait before sending, per stage: planned for simulated stages; 0.0 for the
+    # stages in measured_stages (e.g. {"retrieval": 0.0, "tool": 0.31}).
+    client_stages: dict[str, float] = field(default_factory=dict)
     warmup: bool = False
     # Trace replay: ask the server to ignore EOS so the output length is the trace's (vLLM,
     # SGLang and llama.cpp accept ``ignore_eos``); and the input length the prompt was padded
     # towards (approximate, in tokens), for comparison with the measured prompt_tokens.
     ignore_eos: bool = False
     input_tokens_target: int | None = None
+    # Client stages that do real work at send time (a BM25 search) and are timed then: their
+    # client_stages entry is 0.0 because nothing is planned to wait, not because they take 0 s.
+    measured_stages: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -678,3 +683,11 @@ class PilotData:
     compat: list[CompatRecord] = field(default_factory=list)
     drills: list[DrillRecord] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
+    # Columnar copies a reader may hand over at scale instead of (or beside) the lists above:
+    # numpy arrays keyed by the record's field names, one row per record, numbers as floats
+    # with NaN for None. ``request_columns``: RequestRecord's fields (client stages as
+    # "client_stage:<name>" columns); ``request_rounds_columns``: RequestRounds' fields with
+    # pos_proposed / pos_accepted as 2-D (rows x positions) arrays. When set, analysis reads
+    # them and does not iterate ``requests`` / ``request_rounds`` (1M requests in seconds).
+    request_columns: dict[str, Any] | None = None
+    request_rounds_columns: dict[str, Any] | None = None

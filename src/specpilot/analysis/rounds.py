@@ -8,7 +8,8 @@ Definitions (printed by the report next to the numbers):
 - acceptance per position i (1-based) = P(accepted >= i) over rounds that proposed >= i
 - decode cost per committed token = sum(round time) / sum(committed), where round time =
   draft + verify + overhead, and a batched round charges each row 1/batch_size of its time
-- Leviathan: E[c] = (1 - a^(k+1)) / (1 - a); speed-up bound = E[c] / (k * c_ratio + 1)
+- Leviathan: E[c] = (1 - a^(k+1)) / (1 - a); speed-up bound = E[c] / (k * c_ratio + 1), or
+  with the measured verify-cost curve E[c] / (k * c_ratio + v(k+1)) (``analysis.leviathan``)
 
 The MISSION's worked example:
 
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specpilot.definitions import mean_acceptance_length  # noqa: F401  (re-exported: the one definition)
 from specpilot.records import RoundRecord
 
 
@@ -85,7 +87,7 @@ def window_metrics(rounds: Sequence[RoundRecord]) -> WindowMetrics:
         accepted=accepted,
         committed=committed,
         acceptance_rate=accepted / proposed if proposed else None,
-        mean_acceptance_length=committed / len(rounds),
+        mean_acceptance_length=committed / len(rounds),  # = definitions.mean_acceptance_length
         acceptance_per_position=tuple(per_pos),
         draft_s=draft,
         verify_s=verify,

@@ -86,7 +86,7 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
-class Progress:
+class TicketEvent:
     """A snapshot sent to the request's callback after prefill, each round, and at the end.
 
     ``text`` is the whole decoded output so far (stop strings already cut); ``new_ids`` and
@@ -112,7 +112,7 @@ class Ticket:
     k: int
     logprobs: int | None
     timeout_s: float | None
-    on_event: Callable[[Ticket, Progress], None] | None
+    on_event: Callable[[Ticket, TicketEvent], None] | None
     submitted_t: float
     status: str = QUEUED
     error: str | None = None
@@ -244,7 +244,7 @@ class Scheduler:
         request_id: str | None = None,
         logprobs: int | None = None,
         timeout_s: float | None = None,
-        on_event: Callable[[Ticket, Progress], None] | None = None,
+        on_event: Callable[[Ticket, TicketEvent], None] | None = None,
     ) -> Ticket:
         """Validate and queue. Raises ValueError, QueueFull or Draining (nothing queued then)."""
         self.engine.validate(prompt_ids, params, k)
@@ -420,7 +420,7 @@ class Scheduler:
             lps = tuple(st.token_logprobs[t._sent_logprobs :])
             t._sent_ids, t._sent_logprobs = n, len(st.token_logprobs)
             text = st.text
-        ev = Progress(text, n, ids, lps, done, t.status, t.finish_reason)
+        ev = TicketEvent(text, n, ids, lps, done, t.status, t.finish_reason)
         if t.on_event is not None:
             try:
                 t.on_event(t, ev)

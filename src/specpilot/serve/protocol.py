@@ -3,6 +3,11 @@
 Only request bodies are pydantic models (they validate untrusted input and name the bad
 parameter); responses are built as plain dicts by the app, in OpenAI's shapes.
 
+Every string of a request (also inside tool schemas and arguments) must be valid Unicode: JSON
+may carry a lone UTF-16 surrogate (``"\\ud800"``), which no tokenizer can encode, so it is a 400
+naming the field. ``model`` may be omitted (or null/empty): as vLLM, the server then serves its
+one model.
+
 Extensions over OpenAI, all optional and ignored by other servers:
 ``top_k`` and ``ignore_eos`` (as vLLM), ``tag`` (the task group: selects a strategy scope), and
 ``spec_metrics`` (``true`` | ``"summary"`` | ``"detailed"``: per-request speculative statistics in
@@ -11,11 +16,53 @@ the response's top-level ``metrics`` object).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 MAX_LOGPROBS = 20
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_text(v: str) -> str:
+    m = _SURROGATE.search(v)
+    if m is not None:
+        raise ValueError(
+            f"contains a lone UTF-16 surrogate (U+{ord(m.group()):04X} at index {m.start()}), "
+            "which is not Unicode text; send the character itself or drop it"
+        )
+    return v
+
+
+def _valid_json_text(v: Any) -> Any:
+    """Every key and string inside a JSON value is valid Unicode (tool schemas, arguments).
+
+    Iterative: a deeply nested value must not hit Python's recursion limit (a 500)."""
+    stack: list[tuple[str, Any]] = [("", v)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            if _SURROGATE.search(node):
+                raise ValueError(f"{path or 'a string'} contains a lone UTF-16 surrogate")
+            continue
+        items: Any = (
+            node.items()
+            if isinstance(node, dict)
+            else enumerate(node)
+            if isinstance(node, list)
+            else ()
+        )
+        for key, item in items:
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and _SURROGATE.search(key):
+                raise ValueError(f"key {where!r} contains a lone UTF-16 surrogate")
+            stack.append((where, item))
+    return v
+
+
+Text = Annotated[str, AfterValidator(_valid_text)]
+JSONObject = Annotated[dict[str, Any], AfterValidator(_valid_json_text)]
 
 
 class APIError(Exception):
@@ -45,7 +92,19 @@ def error_body(
     param: str | None = None,
     code: str | None = None,
 ) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return {
+        "error": {
+            "message": _encodable(message),
+            "type": type,
+            "param": None if param is None else _encodable(param),
+            "code": code,
+        }
+    }
+
+
+def _encodable(text: str) -> str:
+    """``text`` with lone surrogates escaped: an error that quotes bad input must still encode."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class _Model(BaseModel):
@@ -60,8 +119,8 @@ class StreamOptions(_Model):
 
 class FunctionDefinition(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
+    description: Text | None = None
+    parameters: JSONObject | None = None
     strict: bool | None = None
 
 
@@ -71,7 +130,7 @@ class ToolDefinition(_Model):
 
 
 class NamedFunction(_Model):
-    name: str
+    name: Text
 
 
 class NamedToolChoice(_Model):
@@ -80,27 +139,27 @@ class NamedToolChoice(_Model):
 
 
 class ToolCallFunction(_Model):
-    name: str
-    arguments: str | dict[str, Any] = "{}"
+    name: Text
+    arguments: Text | JSONObject = "{}"
 
 
 class ToolCallIn(_Model):
-    id: str | None = None
+    id: Text | None = None
     type: Literal["function"] = "function"
     function: ToolCallFunction
 
 
 class ContentPart(_Model):
-    type: str
-    text: str | None = None
+    type: Text
+    text: Text | None = None
 
 
 class ChatMessage(_Model):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
+    content: Text | list[ContentPart] | None = None
+    name: Text | None = None
     tool_calls: list[ToolCallIn] | None = None
-    tool_call_id: str | None = None
+    tool_call_id: Text | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -116,13 +175,13 @@ class ChatMessage(_Model):
 
 
 class _Sampling(_Model):
-    model: str
+    model: Text | None = None  # None or "": the served model (as vLLM)
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=100.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1)  # -1 or 0: off (vLLM uses -1)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
-    stop: str | list[str] | None = None
+    stop: Text | list[Text] | None = None
     n: int = Field(default=1, ge=1, le=1)  # one choice per request
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -130,8 +189,8 @@ class _Sampling(_Model):
     frequency_penalty: float = Field(default=0.0, ge=0.0, le=0.0)
     logit_bias: dict[str, float] | None = Field(default=None, max_length=0)
     ignore_eos: bool = False
-    user: str | None = None
-    tag: str | None = Field(default=None, max_length=128)
+    user: Text | None = None
+    tag: Text | None = Field(default=None, max_length=128)
     spec_metrics: bool | Literal["summary", "detailed"] | None = None
 
     @field_validator("stop")
@@ -151,7 +210,7 @@ class _Sampling(_Model):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: Text | list[int] | list[Text] | list[list[int]]
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     echo: bool = Field(default=False)
     best_of: int | None = Field(default=None, ge=1, le=1)
@@ -178,5 +237,5 @@ class ChatCompletionRequest(_Sampling):
 class StrategyUpdate(_Model):
     """Admin: set the strategy of one scope. ``k`` = 0 turns speculation off, null removes an override."""
 
-    scope: str = Field(pattern=r"^(default|model:.{1,128}|tag:.{1,128})$")
+    scope: Text = Field(pattern=r"^(default|model:.{1,128}|tag:.{1,128})$")
     k: int | None = Field(ge=0, le=64)

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from specpilot.errors import ConfigError, InputFileError
+
 
 @dataclass(frozen=True)
 class StrategyTable:
@@ -70,11 +72,11 @@ class StrategySwitch:
 
     def _check(self, k: int, scope: str) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= self.max_k:
-            raise ValueError(
+            raise ConfigError(
                 f"k for scope {scope!r} must be an integer in [0, {self.max_k}], got {k!r}"
             )
         if k > 0 and not self.has_draft:
-            raise ValueError(
+            raise ConfigError(
                 f"k={k} for scope {scope!r} needs a draft, and this server was started without one "
                 "(--no-draft): only k = 0 is possible"
             )
@@ -92,7 +94,7 @@ class StrategySwitch:
                 self._check(k, scope)
             if scope == "default":
                 if k is None:
-                    raise ValueError(
+                    raise ConfigError(
                         "the default scope cannot be removed; set k = 0 to turn speculation off"
                     )
                 default = k
@@ -101,7 +103,7 @@ class StrategySwitch:
             elif kind == "tag" and name:
                 _put(tags, name, k)
             else:
-                raise ValueError(
+                raise ConfigError(
                     f"scope must be 'default', 'model:NAME' or 'tag:NAME', got {scope!r}"
                 )
             self.table = StrategyTable(
@@ -112,10 +114,10 @@ class StrategySwitch:
     def load(self, data: dict[str, Any]) -> StrategyTable:
         """Replace the whole table from a mapping {default, models, tags} (all checked first)."""
         if not isinstance(data, dict):
-            raise ValueError("strategy config must be a mapping with keys default, models, tags")
+            raise ConfigError("strategy config must be a mapping with keys default, models, tags")
         unknown = set(data) - {"default", "models", "tags"}
         if unknown:
-            raise ValueError(f"unknown strategy config keys: {sorted(unknown)}")
+            raise ConfigError(f"unknown strategy config keys: {sorted(unknown)}")
         with self._lock:
             default = data.get("default", self.table.default)
             self._check(default, "default")
@@ -123,7 +125,7 @@ class StrategySwitch:
             for key in ("models", "tags"):
                 m = data.get(key) or {}
                 if not isinstance(m, dict):
-                    raise ValueError(f"{key} must be a mapping of name -> k")
+                    raise ConfigError(f"{key} must be a mapping of name -> k")
                 for name, k in m.items():
                     self._check(k, f"{key[:-1]}:{name}")
                 parts.append({str(n): int(k) for n, k in m.items()})
@@ -136,8 +138,12 @@ class StrategySwitch:
             return self.table
 
     def load_file(self, path: Path) -> StrategyTable:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        """Replace the table from a YAML/JSON file; a bad file changes nothing."""
+        try:
+            text = path.read_text(encoding="utf-8")
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+            raise InputFileError(f"strategy file {path}: {exc}") from None
         return self.load(data or {})
 
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from specpilot.errors import ConfigError
 from specpilot.workload.trace import Trace
 
 
@@ -42,7 +43,9 @@ class ArrivalProcess(Protocol):
 
 def _check_rate(rate: float) -> None:
     if not rate > 0:
-        raise ValueError(f"rate must be > 0 requests/s, got {rate}")
+        raise ConfigError(
+            f"rate must be > 0 requests/s, got {rate}", fix="use steps with rate 0 for a pause"
+        )
 
 
 def _renewal(gaps: Any, rate: float, duration_s: float) -> np.ndarray:
@@ -101,7 +104,9 @@ class Gamma:
     def __post_init__(self) -> None:
         _check_rate(self.rate)
         if not self.cv > 0:
-            raise ValueError(f"cv (burstiness) must be > 0, got {self.cv}")
+            raise ConfigError(
+                f"cv (burstiness) must be > 0, got {self.cv}", fix="1 is Poisson, above 1 bursty"
+            )
 
     @property
     def shape(self) -> float:
@@ -131,9 +136,13 @@ class Steps:
 
     def __post_init__(self) -> None:
         if self.kind not in ("constant", "poisson", "gamma"):
-            raise ValueError(f"steps kind {self.kind!r}: use constant, poisson or gamma")
+            raise ConfigError(
+                f"steps kind {self.kind!r} is unknown", fix="use constant, poisson or gamma"
+            )
         if not self.steps or any(d <= 0 or r < 0 for d, r in self.steps):
-            raise ValueError("steps need at least one (duration_s > 0, rate >= 0) pair")
+            raise ConfigError(
+                f"steps {list(self.steps)}: need at least one step, each duration_s > 0 and rate >= 0"
+            )
 
     @property
     def total_s(self) -> float:

@@ -19,8 +19,11 @@ Contract with the load generator (``specpilot.loadgen``) and the store:
   ``PhaseInfo.start_s`` is the nominal offset of each phase when they run back to back.
 - A warm-up phase named ``warmup`` (requests flagged ``warmup=True``) comes first when the
   YAML asks for warm-up requests; analysis excludes them.
-- ``client_stages`` maps a stage name to planned seconds (simulated stages) or ``0.0`` (real
-  stages measured at send time); ``Schedule.stages`` says which is which; run them with
+- ``client_stages`` maps each stage the request runs to the seconds to wait before sending:
+  drawn for a simulated stage, ``0.0`` for a real one. The real ones (a BM25 search, whose
+  passages are already in ``messages``) are listed in ``measured_stages``: they do their work
+  at send time and are timed then, so their ``0.0`` is "nothing planned", not a duration.
+  ``Schedule.stages`` holds each stage's spec; run them with
   :class:`specpilot.workload.stages.StageRunner`.
 - ``ignore_eos`` / ``input_tokens_target`` are set by trace-replay phases only.
 - ``seed`` is set for sampled groups (temperature > 0) so every arm samples with the same
@@ -36,40 +39,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from specpilot.errors import ConfigError, InputFileError
 from specpilot.records import ScheduledRequest
-from specpilot.workload.arrivals import ArrivalProcess, Constant, Gamma, Poisson, Steps, TraceReplay
-from specpilot.workload.config import (
-    BM25StageModel,
-    GroupModel,
-    PhaseModel,
-    TraceArrival,
-    WorkloadConfig,
-    load_workload,
-    parse_workload,
-)
-from specpilot.workload.groups import (
-    SLO,
-    LengthSpec,
-    Prompt,
-    Sampling,
-    TaskGroup,
-    import_prompts,
-    load_group,
-)
-from specpilot.workload.stages import BM25Index, context_message, load_index, sample_duration
-from specpilot.workload.trace import Trace, find_windows, load_trace
+from specpilot.workload.assign import RequestFactory
+from specpilot.workload.config import WorkloadConfig, load_workload, parse_workload
+from specpilot.workload.phases import ArrivalPlanner, plan_phases
+from specpilot.workload.resolve import groups_section, prompt_cycles, resolve_groups
+from specpilot.workload.stages import StagePlanner
 
 SCHEDULE_VERSION = 1
-_ARRIVALS, _GROUPS, _LENGTHS, _SEEDS, _STAGES, _PROMPTS = range(6)
-CHARS_PER_TOKEN = 4.0  # English filler text; padding is approximate, measured tokens are exact
 
 
 @dataclass(frozen=True)
@@ -114,7 +97,7 @@ class Schedule:
 
     def phase(self, name: str) -> list[ScheduledRequest]:
         if name not in self.phase_names:
-            raise ValueError(
+            raise ConfigError(
                 f"no phase {name!r} in the schedule (phases: {', '.join(self.phase_names)})"
             )
         return [r for r in self.requests if r.phase == name]
@@ -172,8 +155,9 @@ class Schedule:
     @classmethod
     def from_dict(cls, d: dict[str, Any], base_dir: str | None = None) -> Schedule:
         if d.get("version") != SCHEDULE_VERSION:
-            raise ValueError(
-                f"schedule version {d.get('version')!r}: this specpilot reads {SCHEDULE_VERSION}"
+            raise InputFileError(
+                f"schedule version {d.get('version')!r}: this specpilot reads {SCHEDULE_VERSION}",
+                fix="rebuild it with `specpilot schedule WORKLOAD.yaml --out FILE`",
             )
         return cls(
             name=d["name"],
@@ -192,141 +176,22 @@ class Schedule:
 
     @classmethod
     def load(cls, path: str | Path) -> Schedule:
+        """A schedule file written by :meth:`save` (``specpilot schedule --out``)."""
         p = Path(path)
-        return cls.from_json(p.read_text("utf-8"), base_dir=str(p.parent))
+        try:
+            return cls.from_json(p.read_text("utf-8"), base_dir=str(p.parent))
+        except InputFileError:
+            raise
+        except OSError as exc:
+            raise InputFileError(f"schedule {p}: {exc.strerror or exc}") from None
+        except (ValueError, KeyError, TypeError) as exc:  # json errors are ValueErrors
+            raise InputFileError(
+                f"schedule {p}: not a specpilot schedule ({type(exc).__name__}: {exc})",
+                fix="rebuild it with `specpilot schedule WORKLOAD.yaml --out FILE`",
+            ) from None
 
 
 # -- building -------------------------------------------------------------------------
-
-
-def _rng(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, *key]))
-
-
-def _stable(name: str) -> int:
-    return zlib.crc32(name.encode("utf-8"))
-
-
-def _resolve(path: str, base_dir: Path) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() else base_dir / p
-
-
-def resolve_group(name: str, g: GroupModel, base_dir: Path) -> TaskGroup:
-    """A configured group: the built-in one (or an import) with the YAML's overrides."""
-    if g.source is not None:
-        src = g.source
-        prompts = import_prompts(
-            _resolve(src.path, base_dir),
-            src.format,
-            name,
-            categories=src.categories,
-            limit=src.limit,
-        )
-        assert g.output is not None and g.slo is not None  # the config validator enforces it
-        base = TaskGroup(
-            name=name,
-            description=g.description or f"{src.format} prompts from {Path(src.path).name}",
-            prompts=tuple(prompts),
-            output=LengthSpec(**g.output.model_dump()),
-            sampling=Sampling(),
-            slo=SLO(**g.slo.model_dump()),
-        )
-    else:
-        base = load_group(name)
-    return TaskGroup(
-        name=name,
-        description=g.description or base.description,
-        prompts=base.prompts,
-        output=LengthSpec(**g.output.model_dump()) if g.output else base.output,
-        sampling=(
-            Sampling(g.sampling.temperature, g.sampling.top_p, tuple(g.sampling.stop))
-            if g.sampling
-            else base.sampling
-        ),
-        slo=SLO(**g.slo.model_dump()) if g.slo else base.slo,
-        input_tokens=base.input_tokens,
-        quality_checks=base.quality_checks,
-    )
-
-
-class _PromptCycle:
-    """A group's prompts in a seeded shuffled order, restarted (reshuffled) when used up."""
-
-    def __init__(self, prompts: Sequence[Prompt], seed: int, group: str) -> None:
-        if not prompts:
-            raise ValueError(f"group {group!r} has no prompts in the selected split")
-        self.prompts = list(prompts)
-        self.rng = _rng(seed, _PROMPTS, _stable(group))
-        self.order: list[int] = []
-
-    def next(self) -> Prompt:
-        if not self.order:
-            self.order = [int(i) for i in self.rng.permutation(len(self.prompts))]
-        return self.prompts[self.order.pop(0)]
-
-
-def _arrival(
-    p: PhaseModel, seed: int, base_dir: Path, traces: dict[Path, Trace]
-) -> tuple[ArrivalProcess, float, dict[str, Any] | None]:
-    a = p.arrival
-    if a.kind == "constant":
-        assert p.duration_s is not None
-        return Constant(a.rate), p.duration_s, None
-    if a.kind == "poisson":
-        assert p.duration_s is not None
-        return Poisson(a.rate, seed), p.duration_s, None
-    if a.kind == "gamma":
-        assert p.duration_s is not None
-        return Gamma(a.rate, a.cv, seed), p.duration_s, None
-    if a.kind == "steps":
-        st = Steps([(s.duration_s, s.rate) for s in a.steps], a.step_kind, a.cv, seed)
-        return st, p.duration_s or st.total_s, None
-    assert isinstance(a, TraceArrival)
-    path = _resolve(a.path, base_dir)
-    if path not in traces:
-        traces[path] = load_trace(path)
-    tr = traces[path]
-    window_info: dict[str, Any] | None = None
-    if a.window == "all":
-        window = None
-    elif isinstance(a.window, tuple):
-        window = (float(a.window[0]), float(a.window[1]))
-        if not window[0] < window[1]:
-            raise ValueError(f"phase {p.name!r}: window start must be before its end")
-    else:
-        found = find_windows(tr, a.window_s, a.burst_s, a.context_s)
-        if a.window not in found:
-            raise ValueError(f"phase {p.name!r}: no {a.window} window found in {tr.source}")
-        w = found[a.window]
-        window, window_info = (w.start_s, w.end_s), w.to_dict()
-    replay = TraceReplay(
-        tr,
-        time_scale=a.time_scale,
-        length_scale=a.length_scale,
-        target_rate=a.target_rate,
-        max_input_tokens=a.max_input_tokens,
-        max_output_tokens=a.max_output_tokens,
-        window=window,
-    )
-    dur = replay.duration_s if p.duration_s is None else min(p.duration_s, replay.duration_s)
-    return replay, dur, window_info
-
-
-def _source(g: GroupModel) -> dict[str, Any] | str:
-    return g.source.model_dump(mode="json") if g.source is not None else "builtin"
-
-
-def _filler_text(index: BM25Index, chars: int, offset: int) -> str:
-    """Deterministic English filler of about ``chars`` characters for input-length padding."""
-    docs = [d for d in index.docs if d.text.isascii()] or index.docs
-    parts, n, i = [], 0, offset
-    while n < chars:
-        d = docs[i % len(docs)]
-        parts.append(d.text)
-        n += len(d.text) + 1
-        i += 1
-    return " ".join(parts)[:chars]
 
 
 def build_schedule(
@@ -338,165 +203,54 @@ def build_schedule(
     """Build the schedule of a workload (a config, a dict, or a YAML path).
 
     ``seed`` overrides the config's seed; ``base_dir`` resolves relative paths (default: the
-    YAML's directory, or the current directory for a config object).
+    YAML's directory, or the current directory for a config object). The concerns live in
+    their own modules: groups (:mod:`.resolve`), arrivals per phase (:mod:`.phases`), prompts
+    and lengths per request (:mod:`.assign`), client stages (:mod:`.stages`).
     """
-    if isinstance(config, (str, Path)):
-        base = Path(base_dir) if base_dir is not None else Path(config).resolve().parent
-        cfg = load_workload(config)
-    else:
-        cfg = config if isinstance(config, WorkloadConfig) else parse_workload(config)
-        base = Path(base_dir) if base_dir is not None else Path.cwd()
+    cfg, base = _config(config, base_dir)
     seed = cfg.seed if seed is None else seed
-
-    groups = {name: resolve_group(name, g, base) for name, g in cfg.groups.items()}
-    cycles = {
-        name: _PromptCycle(groups[name].split(cfg.groups[name].split), seed, name)
-        for name in groups
-    }
-    stage_specs: dict[str, dict[str, Any]] = {
-        n: s.model_dump(mode="json") for n, s in cfg.stages.items()
-    }
-    indexes = {
-        n: load_index(s.docs, base) for n, s in cfg.stages.items() if isinstance(s, BM25StageModel)
-    }
-    filler_index = BM25Index.builtin()
-    traces: dict[Path, Trace] = {}
-
+    groups = resolve_groups(cfg, base)
+    cycles = prompt_cycles(cfg, groups, seed)
+    stage_specs = {n: s.model_dump(mode="json") for n, s in cfg.stages.items()}
+    factory = RequestFactory(cfg, groups, cycles, seed, StagePlanner(stage_specs, base))
+    arrivals = ArrivalPlanner(cfg, seed, base)
     requests: list[ScheduledRequest] = []
     phases: list[PhaseInfo] = []
-    plan: list[tuple[PhaseModel | None, int]] = []
-    if cfg.warmup.requests:
-        plan.append((None, 0))
-    plan.extend((p, i + 1) for i, p in enumerate(cfg.phases))
     start = 0.0
-    for p, key in plan:
-        weights = (p.groups if p is not None else None) or {
-            n: g.weight for n, g in cfg.groups.items()
-        }
-        names = [n for n, w in weights.items() if w > 0]
-        probs = np.array([weights[n] for n in names], dtype=np.float64)
-        probs /= probs.sum()
-        arrival_seed = int(np.random.SeedSequence([seed, key, _ARRIVALS]).generate_state(1)[0])
-        lengths: tuple[np.ndarray, np.ndarray] | None = None
-        trace_cfg: TraceArrival | None = None
-        window_info = None
-        if p is None:
-            n_warm = cfg.warmup.requests
-            proc: ArrivalProcess = Constant(cfg.warmup.rate)
-            duration = n_warm / cfg.warmup.rate
-            times = proc.times(duration)[:n_warm]
-            name, warm = "warmup", True
-        else:
-            proc, duration, window_info = _arrival(p, arrival_seed, base, traces)
-            if isinstance(proc, TraceReplay):
-                assert isinstance(p.arrival, TraceArrival)
-                trace_cfg = p.arrival
-                times, ins, outs = proc.events(duration)
-                lengths = (ins, outs)
-            else:
-                times = proc.times(duration)
-            name, warm = p.name, False
-        g_rng = _rng(seed, key, _GROUPS)
-        l_rng = _rng(seed, key, _LENGTHS)
-        s_rng = _rng(seed, key, _SEEDS)
-        st_rng = _rng(seed, key, _STAGES)
-        chosen = g_rng.choice(len(names), size=len(times), p=probs)
-        first = len(requests)
-        for j, (t, gi) in enumerate(zip(times, chosen, strict=True)):
-            gname = names[int(gi)]
-            group = groups[gname]
-            prompt = cycles[gname].next()
-            messages = [dict(m) for m in prompt.messages]
-            max_tokens = group.output.sample(l_rng)
-            req_seed = int(s_rng.integers(0, 2**31 - 1))  # drawn for every request: stable streams
-            ignore_eos, input_target = False, None
-            if lengths is not None and trace_cfg is not None:
-                if trace_cfg.use_lengths in ("output", "both"):
-                    max_tokens = int(lengths[1][j])
-                    ignore_eos = trace_cfg.ignore_eos
-                if trace_cfg.use_lengths == "both":
-                    input_target = int(lengths[0][j])
-            stages: dict[str, float] = {}
-            context: list[dict[str, Any]] = []
-            for sname, st in cfg.stages.items():
-                u = float(st_rng.random())  # drawn for every stage: stable streams
-                if (st.groups is not None and gname not in st.groups) or u >= st.probability:
-                    continue
-                if isinstance(st, BM25StageModel):
-                    hits = indexes[sname].search(prompt.text, st.top_k)
-                    if hits:
-                        context.append(context_message(indexes[sname], hits))
-                    stages[sname] = 0.0
-                else:
-                    stages[sname] = sample_duration(stage_specs[sname], st_rng)
-            if input_target is not None:
-                have = sum(len(str(m.get("content", ""))) for m in messages + context)
-                pad = int(input_target * CHARS_PER_TOKEN) - have
-                if pad > 0:
-                    context.append(
-                        {
-                            "role": "system",
-                            "content": "Background:\n" + _filler_text(filler_index, pad, j),
-                        }
-                    )
-            if context:
-                merged = "\n\n".join(str(c["content"]) for c in context)
-                messages = [{"role": "system", "content": merged}, *messages]
-            requests.append(
-                ScheduledRequest(
-                    index=len(requests),
-                    send_t=round(float(t), 6),
-                    phase=name,
-                    group=gname,
-                    prompt_id=prompt.id,
-                    messages=messages,
-                    max_tokens=max_tokens,
-                    temperature=group.sampling.temperature,
-                    top_p=group.sampling.top_p,
-                    seed=None if group.sampling.greedy else req_seed,
-                    stop=list(group.sampling.stop),
-                    deadline_s=group.slo.deadline_s,
-                    ttft_slo_s=group.slo.ttft_s,
-                    client_stages=stages,
-                    warmup=warm,
-                    ignore_eos=ignore_eos,
-                    input_tokens_target=input_target,
-                )
-            )
+    for plan in plan_phases(cfg):
+        arr = arrivals.arrivals(plan)
+        new = factory.phase_requests(arr, first_index=len(requests))
+        requests += new
         phases.append(
             PhaseInfo(
-                name=name,
+                name=plan.name,
                 start_s=round(start, 6),
-                duration_s=round(float(duration), 6),
-                requests=len(requests) - first,
-                arrival=proc.describe(),
-                groups={n: float(weights[n]) for n in names},
-                warmup=warm,
-                window=window_info,
+                duration_s=round(float(arr.duration_s), 6),
+                requests=len(new),
+                arrival=arr.process.describe(),
+                groups=dict(plan.weights),
+                warmup=plan.warmup,
+                window=arr.window,
             )
         )
-        start += float(duration)
-
-    group_info = {
-        n: {
-            "description": g.description,
-            "split": cfg.groups[n].split,
-            "prompts": len(cycles[n].prompts),
-            "output": asdict(g.output),
-            "sampling": {**asdict(g.sampling), "stop": list(g.sampling.stop)},
-            "slo": asdict(g.slo),
-            "quality_checks": list(g.quality_checks),
-            "source": _source(cfg.groups[n]),
-        }
-        for n, g in groups.items()
-    }
+        start += float(arr.duration_s)
     return Schedule(
         name=cfg.name,
         seed=seed,
         config_sha256=cfg.sha256(),
         phases=phases,
-        groups=group_info,
+        groups=groups_section(cfg, groups, cycles),
         stages=stage_specs,
         requests=requests,
         base_dir=str(base),
     )
+
+
+def _config(
+    config: WorkloadConfig | dict[str, Any] | str | Path, base_dir: str | Path | None
+) -> tuple[WorkloadConfig, Path]:
+    if isinstance(config, (str, Path)):
+        base = Path(base_dir) if base_dir is not None else Path(config).resolve().parent
+        return load_workload(config), base
+    cfg = config if isinstance(config, WorkloadConfig) else parse_workload(config)
+    return cfg, Path(base_dir) if base_dir is not None else Path.cwd()

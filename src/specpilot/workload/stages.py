@@ -10,8 +10,12 @@ Two kinds, declared under ``stages:`` in the workload YAML:
   ``{"id", "title", "text"}``, a directory of ``.txt``/``.md`` files, or ``builtin`` for the
   small bilingual knowledge base shipped with specpilot). The schedule is built with the
   retrieved passages already in the messages (a leading system message "Reference
-  material"), so every arm sends identical text; ``client_stages[name]`` is ``0.0`` and the
-  load generator re-runs the search at send time to measure it.
+  material"), so every arm sends identical text; the stage is listed in
+  ``ScheduledRequest.measured_stages`` (``client_stages[name]`` is ``0.0``: nothing planned
+  to wait) and the load generator re-runs the search at send time to measure it.
+
+:class:`StagePlanner` decides each request's stages when the schedule is built;
+:class:`StageRunner` runs and times them when it is sent.
 
 For the load generator, one call does both (and returns what to store in
 ``RequestRecord.client_stages``)::
@@ -20,7 +24,12 @@ For the load generator, one call does both (and returns what to store in
     measured = await runner.run(req)   # {"retrieval": 0.0012, "tool": 0.31}
 
 BM25 (Robertson/Sparck Jones, k1 = 1.5, b = 0.75) over tokens that are lower-cased ASCII words
-plus CJK character bigrams, so Chinese text needs no segmenter.
+plus CJK character bigrams, so Chinese text needs no segmenter. It is written here rather than
+taken from ``bm25s`` (the maintained fast BM25) on purpose: bm25s would put scipy into the core
+install that the load generator runs with, and its tokenizer splits on spaces, so this CJK
+tokenizer would stay anyway; for the ~25 builtin documents (or a few hundred of a user's) this
+index builds in ~20 ms and answers in ~0.5 ms. The tests check its scores against bm25s (same
+Lucene idf; bm25s leaves out the constant factor k1 + 1).
 
     >>> idx = BM25Index.builtin()
     >>> [d for d, _ in idx.search("差旅住宿标准 超标部分", k=1)]
@@ -36,13 +45,14 @@ import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from specpilot.errors import InputFileError
 from specpilot.records import ScheduledRequest
 
 _WORD = re.compile(r"[a-z0-9]+|[\u3400-\u9fff\uf900-\ufaff]+")
@@ -72,7 +82,9 @@ class BM25Index:
 
     def __init__(self, docs: Sequence[Document], k1: float = 1.5, b: float = 0.75) -> None:
         if not docs:
-            raise ValueError("BM25 needs at least one document")
+            raise InputFileError(
+                "the document set for BM25 is empty", fix="give .txt/.md files or JSONL lines"
+            )
         self.docs = list(docs)
         self.k1, self.b = k1, b
         self._tf = [Counter(tokenize(d.title + " " + d.text)) for d in self.docs]
@@ -92,7 +104,7 @@ class BM25Index:
             .joinpath("docs.jsonl")
             .read_text("utf-8")
         )
-        return cls(_parse_docs(text))
+        return cls(_parse_docs(text, "builtin docs.jsonl"))
 
     @classmethod
     def from_path(cls, path: str | Path) -> BM25Index:
@@ -103,8 +115,11 @@ class BM25Index:
             docs = [Document(str(f.relative_to(p)), f.stem, f.read_text("utf-8")) for f in files]
             return cls(docs)
         if not p.is_file():
-            raise FileNotFoundError(f"document set not found: {p}")
-        return cls(_parse_docs(p.read_text("utf-8")))
+            raise InputFileError(
+                f"document set not found: {p}",
+                fix="docs: builtin, a JSONL file or a directory (relative to the workload file)",
+            )
+        return cls(_parse_docs(p.read_text("utf-8"), str(p)))
 
     def scores(self, query: str) -> np.ndarray:
         q = tokenize(query)
@@ -128,14 +143,21 @@ class BM25Index:
         return next(d for d in self.docs if d.id == doc_id)
 
 
-def _parse_docs(text: str) -> list[Document]:
+def _parse_docs(text: str, where: str) -> list[Document]:
     docs = []
     for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
+        if not line.strip():
+            continue
+        try:
             obj = json.loads(line)
-            docs.append(
-                Document(str(obj.get("id", n)), str(obj.get("title", "")), str(obj["text"]))
+        except json.JSONDecodeError as exc:
+            raise InputFileError(f"{where}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+            raise InputFileError(
+                f"{where}:{n}: expected an object with a 'text' string",
+                fix='one document per line: {"id": ..., "title": ..., "text": ...}',
             )
+        docs.append(Document(str(obj.get("id", n)), str(obj.get("title", "")), obj["text"]))
     return docs
 
 
@@ -171,6 +193,56 @@ def context_message(index: BM25Index, hits: Sequence[tuple[str, float]]) -> dict
         d = index.get(doc_id)
         parts.append(f"[{d.id}] {d.title}\n{d.text}")
     return {"role": "system", "content": "Reference material:\n\n" + "\n\n".join(parts)}
+
+
+MEASURED_AT_SEND = 0.0  # client_stages value of a real stage: no planned wait (see records)
+
+
+@dataclass
+class PlannedStages:
+    """One request's stages, decided when the schedule is built."""
+
+    seconds: dict[str, float] = field(default_factory=dict)  # -> ScheduledRequest.client_stages
+    measured: list[str] = field(default_factory=list)  # -> ScheduledRequest.measured_stages
+    context: list[dict[str, str]] = field(default_factory=list)  # retrieved passages, as messages
+
+
+class StagePlanner:
+    """Build time: which stages a request runs, their simulated seconds, retrieved passages.
+
+    ``stages`` is ``Schedule.stages`` (name -> spec with ``kind``, ``groups``, ``probability``).
+    For every stage one uniform draw decides whether the request runs it (drawn even when the
+    group does not take part, so streams stay aligned); a simulated stage then draws its
+    duration, a BM25 stage searches the request's prompt text now so every arm sends the same
+    passages, and is timed again at send time by :class:`StageRunner`.
+    """
+
+    def __init__(
+        self, stages: Mapping[str, Mapping[str, Any]], base_dir: str | Path | None = None
+    ) -> None:
+        self.stages = {k: dict(v) for k, v in stages.items()}
+        self._indexes = {
+            name: load_index(str(spec.get("docs", "builtin")), base_dir)
+            for name, spec in self.stages.items()
+            if spec.get("kind") == "bm25"
+        }
+
+    def plan(self, group: str, query: str, rng: np.random.Generator) -> PlannedStages:
+        out = PlannedStages()
+        for name, spec in self.stages.items():
+            u = float(rng.random())  # drawn for every stage: stable streams
+            groups = spec.get("groups")
+            if (groups is not None and group not in groups) or u >= spec.get("probability", 1.0):
+                continue
+            if name in self._indexes:
+                hits = self._indexes[name].search(query, int(spec.get("top_k", 3)))
+                if hits:
+                    out.context.append(context_message(self._indexes[name], hits))
+                out.seconds[name] = MEASURED_AT_SEND
+                out.measured.append(name)
+            else:
+                out.seconds[name] = sample_duration(spec, rng)
+        return out
 
 
 def query_of(req: ScheduledRequest) -> str:

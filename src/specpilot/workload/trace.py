@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.errors import ConfigError, InputFileError
+
 _TIME_COLS = ("timestamp", "time", "t", "arrival_time", "arrival_timestamp")
 _IN_COLS = ("input_tokens", "prompt_tokens", "context_tokens", "contexttokens", "input_len")
 _OUT_COLS = (
@@ -118,7 +120,10 @@ class Trace:
     ) -> Trace:
         """Times multiplied by ``time_scale``, token counts by ``length_scale`` (then clipped)."""
         if time_scale <= 0 or length_scale <= 0:
-            raise ValueError("time_scale and length_scale must be > 0")
+            raise ConfigError(
+                f"time_scale={time_scale:g}, length_scale={length_scale:g}: both must be > 0",
+                fix="time_scale 2 replays at half speed; length_scale 0.5 halves token counts",
+            )
 
         def scale(x: np.ndarray, cap: int | None) -> np.ndarray:
             y = np.maximum(np.rint(x * length_scale), min_tokens).astype(np.int64)
@@ -159,32 +164,28 @@ def load_trace(path: str | Path) -> Trace:
     """Read an Azure trace CSV, or a generic CSV/JSONL trace (see the module docstring)."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"trace not found: {p}")
-    text = p.read_text("utf-8")
-    first = text.lstrip()[:1]
-    if first in ("{", "["):
-        if first == "[":
-            rows = json.loads(text)
-        else:
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    else:
-        rows = list(csv.DictReader(io.StringIO(text)))
+        raise InputFileError(
+            f"trace not found: {p}",
+            fix="check the path (relative paths start at the workload file's directory)",
+        )
+    rows = _read_rows(p)
     if not rows:
-        raise ValueError(f"{p}: empty trace")
+        raise InputFileError(f"{p}: empty trace", fix="give a CSV with a header row, or JSONL")
     keys = {k.strip().lower(): k for k in rows[0]}
 
     def col(names: tuple[str, ...], what: str) -> str:
         for name in names:
             if name in keys:
                 return keys[name]
-        raise ValueError(
-            f"{p}: no {what} column; name it one of {', '.join(names)} (found: {', '.join(rows[0])})"
+        raise InputFileError(
+            f"{p}: no {what} column (found: {', '.join(rows[0])})",
+            fix=f"name it one of {', '.join(names)}",
         )
 
     ms = "timestamp_ms" in keys
     tcol = keys["timestamp_ms"] if ms else col(_TIME_COLS, "timestamp")
     icol, ocol = col(_IN_COLS, "input-token"), col(_OUT_COLS, "output-token")
-    raw = [r[tcol] for r in rows]
+    raw = _column(rows, tcol, p)
     start_time = None
     try:
         t = np.array([float(x) for x in raw], dtype=np.float64) * (1e-3 if ms else 1.0)
@@ -193,11 +194,40 @@ def load_trace(path: str | Path) -> Trace:
         t = (stamps - stamps.min()).astype(np.int64) / 1e9
         start_time = str(stamps.min()).replace("T", " ")  # full precision: offsets add to it
     try:
-        ins = [int(float(r[icol])) for r in rows]
-        outs = [int(float(r[ocol])) for r in rows]
+        ins = [int(float(x)) for x in _column(rows, icol, p)]
+        outs = [int(float(x)) for x in _column(rows, ocol, p)]
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{p}: token counts must be numbers ({exc})") from None
+        raise InputFileError(f"{p}: token counts must be numbers ({exc})") from None
     return Trace.from_arrays(t, ins, outs, source=p.name, start_time=start_time)
+
+
+def _read_rows(p: Path) -> list[dict[str, Any]]:
+    """A JSON list, JSONL objects or CSV rows (by the first character)."""
+    text = p.read_text("utf-8")
+    first = text.lstrip()[:1]
+    if first not in ("{", "["):
+        return list(csv.DictReader(io.StringIO(text)))
+    lines = [text] if first == "[" else text.splitlines()
+    rows: list[Any] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            where = f"{p}:{n}" if first == "{" else str(p)
+            raise InputFileError(f"{where}: not valid JSON ({exc})") from None
+        rows.extend(obj if first == "[" else [obj])
+    if any(not isinstance(r, dict) for r in rows):
+        raise InputFileError(f"{p}: every trace row must be a JSON object")
+    return rows
+
+
+def _column(rows: list[dict[str, Any]], key: str, p: Path) -> list[Any]:
+    for n, r in enumerate(rows, 1):
+        if key not in r:
+            raise InputFileError(f"{p}: row {n} has no {key!r}", fix="give every row all columns")
+    return [r[key] for r in rows]
 
 
 def _parse_datetimes(raw: list[str], where: Path) -> np.ndarray:
@@ -216,8 +246,8 @@ def _parse_datetimes(raw: list[str], where: Path) -> np.ndarray:
             try:
                 d = dt.datetime.fromisoformat(v)
             except ValueError:
-                raise ValueError(
-                    f"{where}: cannot parse timestamp {v!r}; use seconds or ISO 8601"
+                raise InputFileError(
+                    f"{where}: cannot parse timestamp {v!r}", fix="use seconds or ISO 8601"
                 ) from None
             if d.tzinfo is not None:
                 d = d.astimezone(dt.UTC).replace(tzinfo=None)
@@ -226,8 +256,8 @@ def _parse_datetimes(raw: list[str], where: Path) -> np.ndarray:
     try:
         return np.array(vals, dtype="datetime64[ns]")
     except ValueError as exc:
-        raise ValueError(
-            f"{where}: cannot parse timestamps ({exc}); use seconds or ISO 8601"
+        raise InputFileError(
+            f"{where}: cannot parse timestamps ({exc})", fix="use seconds or ISO 8601"
         ) from None
 
 
@@ -324,11 +354,14 @@ def find_windows(
     ``burst_s`` for bursts) and lie entirely inside the trace.
     """
     if trace.n < 2:
-        raise ValueError("a trace needs at least two arrivals to find windows in")
+        raise InputFileError(
+            f"{trace.source or 'the trace'}: {trace.n} arrival(s); windows need at least two"
+        )
     dur = trace.duration_s
     if window_s > dur:
-        raise ValueError(
-            f"window_s={window_s:g} is longer than the trace ({dur:.1f} s); pick a shorter one"
+        raise ConfigError(
+            f"window_s={window_s:g} is longer than the trace ({dur:.1f} s)",
+            fix=f"pick window_s below {dur:.0f}",
         )
     t = trace.t
     step = step_s or window_s / 10

@@ -1,0 +1,211 @@
+"""Capacity, the crossover load, and the draft's memory budget (R4, R5, R6).
+
+- A load level (a phase, or a point of a rate sweep) meets the SLOs for an arm and group when
+  its on-time fraction (every scheduled request in the denominator) is at least
+  ``slo_attainment``. Capacity = the highest offered rate such that it and every lower level
+  met them.
+- Crossover: ordering the load levels by offered rate, the lowest rate from which the paired
+  comparison no longer says "faster"; below it speculation pays, above it it does not.
+- Memory budget of a speculative arm: draft weights + the draft's KV + workspace (the rest of
+  the extra peak RSS over the baseline), and how many more target sequences that memory would
+  hold at the baseline's KV bytes per sequence (the equal-budget arm's justification).
+
+    >>> from specpilot.analysis.load import LoadCell, Quantiles
+    >>> q = Quantiles(10, 10, 1.0, 1.0, 1.0)
+    >>> cells = [LoadCell("a", p, "g", r, 10.0, 10, {}, {}, 10, ot, 0, q, q, q)
+    ...          for p, r, ot in (("low", 1.0, 1.0), ("peak", 4.0, 0.97), ("burst", 8.0, 0.6))]
+    >>> capacity(cells, 0.95)[0].capacity_rps
+    4.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specpilot.analysis.load import LoadCell
+from specpilot.analysis.paired import PairedComparison
+from specpilot.records import ArmRecord, MetricSnapshot
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    phase: str
+    offered_rps: float
+    on_time_ratio: float | None
+    goodput_rps: float | None
+    e2e_p99_s: float | None
+    ttft_p99_s: float | None
+    scheduled: int
+    meets_slo: bool
+
+
+@dataclass(frozen=True)
+class Capacity:
+    arm: str
+    task_group: str
+    points: tuple[LoadPoint, ...]
+    capacity_rps: float | None  # None: not even the lowest level met the SLOs
+    limited_at: str | None  # the first phase that missed, with why
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def capacity(cells: Sequence[LoadCell], slo_attainment: float) -> list[Capacity]:
+    """Per (arm, group) including ``*``, over the load levels with an offered rate."""
+    by: dict[tuple[str, str], list[LoadCell]] = {}
+    for c in cells:
+        if c.offered_rate is not None:
+            by.setdefault((c.arm, c.task_group), []).append(c)
+    out = []
+    for (arm, group), cs in sorted(by.items()):
+        pts = tuple(
+            LoadPoint(
+                c.phase,
+                float(c.offered_rate or 0.0),
+                c.on_time_ratio,
+                c.goodput_rps,
+                c.e2e.p99,
+                c.ttft.p99,
+                c.scheduled,
+                (c.on_time_ratio or 0.0) >= slo_attainment,
+            )
+            for c in sorted(cs, key=lambda c: (c.offered_rate or 0.0, c.phase))
+        )
+        cap, limited = None, None
+        for p in pts:
+            if not p.meets_slo:
+                limited = f"{p.phase} at {p.offered_rps:g} req/s: on time {_pct(p.on_time_ratio)} < {slo_attainment:.0%}"
+                break
+            cap = p.offered_rps
+        out.append(Capacity(arm, group, pts, cap, limited))
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+@dataclass(frozen=True)
+class Crossover:
+    baseline_arm: str
+    candidate_arm: str
+    task_group: str
+    levels: tuple[tuple[str, float, str], ...]  # (phase, offered rate, outcome), by rate
+    pays_up_to_rps: float | None  # highest rate of the unbroken "faster" run from the bottom
+    crossover_rps: float | None  # lowest rate from which it no longer pays (None: pays throughout)
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def crossover(comparisons: Sequence[PairedComparison]) -> list[Crossover]:
+    """Per (baseline, candidate, group) from the paired comparisons at each load level."""
+    by: dict[tuple[str, str, str], list[PairedComparison]] = {}
+    for c in comparisons:
+        if c.offered_rate is not None:
+            by.setdefault((c.baseline_arm, c.candidate_arm, c.task_group), []).append(c)
+    out = []
+    for (base, cand, group), cs in sorted(by.items()):
+        cs = sorted(cs, key=lambda c: (c.offered_rate or 0.0, c.phase))
+        levels = tuple((c.phase, float(c.offered_rate or 0.0), c.outcome) for c in cs)
+        pays, cross = None, None
+        for _, rate, outcome in levels:
+            if outcome != "faster":
+                cross = rate
+                break
+            pays = rate
+        if pays is None:
+            summary = f"does not pay at any measured load (from {levels[0][1]:g} req/s)"
+        elif cross is None:
+            summary = f"pays at every measured load up to {pays:g} req/s"
+        else:
+            summary = f"pays up to {pays:g} req/s; stops paying by {cross:g} req/s"
+        out.append(Crossover(base, cand, group, levels, pays, cross, summary))
+    return out
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    candidate_arm: str
+    baseline_arm: str
+    draft_weight_bytes: int | None
+    draft_kv_bytes: int | None
+    workspace_bytes: int | None  # extra peak RSS not explained by the draft's weights and KV
+    total_bytes: int | None
+    baseline_peak_rss_bytes: int | None
+    candidate_peak_rss_bytes: int | None
+    kv_bytes_per_sequence: float | None
+    sequences_forgone: float | None  # target sequences the draft's memory would have held
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _max(snaps: Sequence[MetricSnapshot], attr: str) -> int | None:
+    vals = [getattr(s, attr) for s in snaps if getattr(s, attr) is not None]
+    return max(vals) if vals else None
+
+
+SLOT_KEYS = ("kv_slots", "max_batch_size", "max_num_seqs", "parallel", "slots")
+
+
+def _slots(snaps: Sequence[MetricSnapshot], arm: ArmRecord | None) -> float | None:
+    for s in snaps:
+        for k in ("kv_slots_total", "kv_slots"):
+            if s.metrics.get(k):
+                return float(s.metrics[k])
+    for k in SLOT_KEYS:
+        v = (arm.manifest if arm else {}).get(k)
+        if isinstance(v, int | float) and v > 0:
+            return float(v)
+    return None
+
+
+def memory_budget(
+    snapshots: Sequence[MetricSnapshot],
+    arms: Sequence[ArmRecord],
+    baseline: str,
+    candidate: str,
+) -> MemoryBudget:
+    """The draft's memory in the candidate arm and what it would buy in target sequences."""
+    base = [s for s in snapshots if s.arm == baseline]
+    cand = [s for s in snapshots if s.arm == candidate]
+    notes: list[str] = []
+    dw, dkv = _max(cand, "draft_weight_bytes"), _max(cand, "draft_kv_bytes")
+    b_rss, c_rss = _max(base, "rss_bytes"), _max(cand, "rss_bytes")
+    b_gpu, c_gpu = _max(base, "gpu_memory_bytes"), _max(cand, "gpu_memory_bytes")
+    if b_gpu is not None and c_gpu is not None:
+        b_rss, c_rss = b_gpu, c_gpu
+        notes.append("peak memory from the GPU")
+    work = None
+    if b_rss is not None and c_rss is not None:
+        work = max(0, c_rss - b_rss - (dw or 0) - (dkv or 0))
+    parts = [x for x in (dw, dkv, work) if x is not None]
+    total = sum(parts) if parts else None
+    if dw is None:
+        notes.append("the engine did not report the draft's weights")
+    kv = _max(base, "kv_allocated_bytes")
+    slots = _slots(base, next((a for a in arms if a.arm == baseline), None))
+    per_seq = kv / slots if kv and slots else None
+    if per_seq is None:
+        notes.append(
+            "KV bytes per sequence unknown (needs the baseline's KV allocation and slot count)"
+        )
+    return MemoryBudget(
+        candidate_arm=candidate,
+        baseline_arm=baseline,
+        draft_weight_bytes=dw,
+        draft_kv_bytes=dkv,
+        workspace_bytes=work,
+        total_bytes=total,
+        baseline_peak_rss_bytes=b_rss,
+        candidate_peak_rss_bytes=c_rss,
+        kv_bytes_per_sequence=per_seq,
+        sequences_forgone=total / per_seq if total and per_seq else None,
+        notes=tuple(notes),
+    )

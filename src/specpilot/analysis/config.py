@@ -1,0 +1,128 @@
+"""What the analysis may be told: thresholds, bootstrap settings, cost inputs (pydantic, an edge).
+
+The pilot config embeds ``AnalysisConfig`` under ``analysis:``; every field has a default, so an
+empty mapping is valid. Unknown keys are refused with the field named (``extra="forbid"``).
+
+    >>> cfg = AnalysisConfig.model_validate({"bootstrap_resamples": 500, "verdict": {"slo_attainment": 0.9}})
+    >>> cfg.verdict.slo_attainment, cfg.tune_k.min_runs, cfg.seed
+    (0.9, 3, 0)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TuneKConfig(_Model):
+    """vLLM's ``tune_speculative_k`` method (benchmarks/sweep): defaults as vLLM's CLI."""
+
+    min_runs: int = Field(
+        default=3, ge=1, description="runs per (k, group, load level) after rejection"
+    )
+    uncertainty_penalty: float = Field(
+        default=1.0, ge=0, description="score = median - p * 1.4826 * MAD"
+    )
+    relative_tolerance: float = Field(
+        default=0.01, ge=0, lt=1, description="ties prefer the smaller k"
+    )
+    max_relative_mad: float = Field(
+        default=0.1, ge=0, description="MAD / median above this: unstable"
+    )
+    objective: Literal["goodput", "output_tokens_per_s"] = "goodput"
+
+
+class VerdictConfig(_Model):
+    """The explicit thresholds of the verdict; SLOs themselves come from each request's group."""
+
+    slo_attainment: float = Field(
+        default=0.95,
+        gt=0,
+        le=1,
+        description="on-time fraction a load level must reach to meet the SLOs",
+    )
+    min_e2e_gain: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="a gain needs the CI of the relative task-time change entirely below -min_e2e_gain",
+    )
+    min_requests_per_group: int = Field(
+        default=30, ge=1, description="fewer paired requests in a group: PILOT_HYPOTHESIS"
+    )
+    max_ci_halfwidth: float = Field(
+        default=0.10,
+        gt=0,
+        description="relative task-time CI half-width above this: too few samples",
+    )
+    key_pass_tolerance: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="key-check pass rate may be this much below the baseline's",
+    )
+    min_decode_share: float = Field(
+        default=0.3, ge=0, le=1, description="decode share of task time below this: fix that first"
+    )
+    required_groups: list[str] = Field(
+        default_factory=list, description="task groups the verdict must cover"
+    )
+    representative_traffic: bool | None = Field(
+        default=None,
+        description="None: judged from the pilot config (trace arrivals, imported prompts)",
+    )
+
+
+class CostConfig(_Model):
+    """Inputs of the cost section (R8); none is required."""
+
+    device_hour_price: float | None = Field(default=None, ge=0)
+    currency: str = "USD"
+    business_value_per_on_time_task: float | None = Field(
+        default=None,
+        ge=0,
+        description="a confirmed business value: only then may a latency gain be a saving",
+    )
+    devices_per_arm: dict[str, float] = Field(
+        default_factory=dict,
+        description="devices an arm holds (default: its budget's devices, or 1)",
+    )
+    target_peak_rate: float | None = Field(
+        default=None,
+        gt=0,
+        description="req/s to provision for (default: the highest offered phase rate)",
+    )
+
+
+class RollbackConfig(_Model):
+    """How the rollback triggers are written as Prometheus alerting rules."""
+
+    rate_window: str = Field(default="5m", pattern=r"^[0-9]+[smhd]$")
+    hold_for: str = Field(default="10m", pattern=r"^[0-9]+[smhd]$")
+    group_selectors: dict[str, str] = Field(
+        default_factory=dict,
+        description='task group -> PromQL label matcher that isolates it, e.g. model_name="svc-code"',
+    )
+    group_slowdown_tolerance: float = Field(default=0.10, ge=0)
+    kv_usage_limit: float = Field(default=0.90, gt=0, le=1)
+    key_failure_ratio: float = Field(default=0.0, ge=0, le=1)
+
+
+class AnalysisConfig(_Model):
+    """Everything the analysis may be told; the pilot config's ``analysis:`` section."""
+
+    bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000)
+    ci_level: float = Field(default=0.95, gt=0.5, lt=1)
+    seed: int = 0
+    decode_speedup_for_amdahl: float = Field(
+        default=2.0, gt=0, description="decode speed-up assumed when recommending tasks from traces"
+    )
+    tune_k: TuneKConfig = Field(default_factory=lambda: TuneKConfig())
+    verdict: VerdictConfig = Field(default_factory=lambda: VerdictConfig())
+    cost: CostConfig = Field(default_factory=lambda: CostConfig())
+    rollback: RollbackConfig = Field(default_factory=lambda: RollbackConfig())

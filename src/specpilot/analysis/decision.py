@@ -1,0 +1,296 @@
+"""The verdict (R8): ADOPT / ADOPT_IN_WINDOWS / DO_NOT_ADOPT, written as the conditions that
+produced it, per task group first and then for the service.
+
+Rules, in order, for a candidate arm and a group (thresholds in ``VerdictConfig``):
+
+1. Quality first: a failed key-business or consistency gate makes the group DO_NOT_ADOPT,
+   whatever the speed.
+2. Amdahl next: when decode is less than ``min_decode_share`` of the group's task time on the
+   baseline (retrieval, long inputs, tools or queueing dominate), the group is DO_NOT_ADOPT
+   with that stage to fix first, whatever decode gains (the measured change is kept as a
+   condition).
+3. At each load level (phase, by offered rate) speculation *pays* when the paired comparison
+   with the baseline says "faster" (the relative task-time CI entirely below -min_e2e_gain,
+   on-time rate not significantly lower) and the equal-budget alternative, if measured, is not
+   faster than the candidate there (the candidate is not "slower" against it).
+4. Pays at every level: ADOPT over the measured load range. Pays in an unbroken run from the
+   lowest level: ADOPT_IN_WINDOWS below the first level where it stops. Pays only at some other
+   levels: ADOPT_IN_WINDOWS in those named phases. Pays nowhere: DO_NOT_ADOPT with the
+   bottleneck to fix first (``bottleneck``).
+5. The service: ADOPT when some group is ADOPT (scoped to those groups), else ADOPT_IN_WINDOWS
+   when some group is, else DO_NOT_ADOPT with the pooled bottleneck.
+6. PILOT_HYPOTHESIS when the traffic was not representative, a group has too few paired
+   requests or too wide a CI, a required or baseline group is missing, or only cold-start
+   requests were measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specpilot.analysis.config import VerdictConfig
+from specpilot.analysis.e2e import StageBreakdown
+from specpilot.analysis.leviathan import LeviathanGap
+from specpilot.analysis.paired import PairedComparison
+from specpilot.analysis.quality import QualityGate
+from specpilot.analysis.round_summary import RoundSummary
+
+ADOPT, WINDOWS, NO = "ADOPT", "ADOPT_IN_WINDOWS", "DO_NOT_ADOPT"
+VERIFY_COST_LIMIT = 1.3  # v(k+1) above this is named as the bottleneck when decode does not gain
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One fact the verdict rests on: metric op threshold, whether it holds, in words."""
+
+    kind: str
+    subject: dict[str, Any]
+    metric: str
+    value: Any
+    op: str
+    threshold: Any
+    holds: bool
+    text: str
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    task_group: str
+    verdict: str
+    load_range_rps: tuple[float, float] | None  # ADOPT: the measured range where it pays
+    below_rps: float | None  # ADOPT_IN_WINDOWS: only below this offered rate
+    windows: tuple[str, ...]  # ADOPT_IN_WINDOWS: the phases (queues) where it pays
+    bottleneck: str | None
+    conditions: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    candidate_arm: str
+    baseline_arm: str
+    alternative_arm: str | None
+    verdict: str
+    pilot_hypothesis: bool
+    hypothesis_reasons: tuple[str, ...]
+    groups_adopted: tuple[str, ...]
+    groups_in_windows: tuple[str, ...]
+    groups_rejected: tuple[str, ...]
+    load_range_rps: tuple[float, float] | None
+    bottleneck: str | None
+    summary: str
+    groups: tuple[GroupVerdict, ...]
+    conditions: tuple[Condition, ...] = field(default_factory=tuple)
+    rollback_triggers: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    candidate_arm: str
+    baseline_arm: str
+    alternative_arm: str | None
+    comparisons: Sequence[PairedComparison]  # candidate vs baseline
+    alt_comparisons: Sequence[PairedComparison]  # candidate vs alternative (baseline_arm = alt)
+    gates: Sequence[QualityGate]
+    stages: Sequence[StageBreakdown]  # the baseline's (current service) decomposition
+    rounds: Sequence[RoundSummary]  # the candidate's, pooled over phases, with decode_speedup
+    gaps: Sequence[LeviathanGap] = ()
+    verify_ratio: dict[str, tuple[float | None, str]] = field(
+        default_factory=dict
+    )  # group -> v(k+1)
+    hardware: str = ""
+    groups_expected: Sequence[str] = ()  # groups the baseline served
+    representative: bool = False
+    steady_requests: int = 0
+
+
+def _level_conditions(
+    inp: DecisionInputs, group: str, cfg: VerdictConfig
+) -> tuple[list[Condition], list[tuple[str, float, bool]]]:
+    """Per load level of a group: the E2E and alternative conditions, and whether it pays."""
+    alt = {(c.phase, c.task_group): c for c in inp.alt_comparisons}
+    conds, levels = [], []
+    mine = [c for c in inp.comparisons if c.task_group == group]
+    for c in sorted(mine, key=lambda c: (c.offered_rate or 0.0, c.phase)):
+        e = c.task_rel_change
+        subj = {"task_group": group, "phase": c.phase, "offered_rps": c.offered_rate}
+        txt = (
+            f"{group} at {c.phase} ({_rate(c.offered_rate)}): task time {_pct(e.estimate)} "
+            f"(CI {_pct(e.low)} to {_pct(e.high)}, {c.both_ok} of {c.pairs} pairs both ok), "
+            f"on-time {_pct(c.on_time_diff.estimate)} points -> {c.outcome}"
+        )
+        faster = c.outcome == "faster"
+        conds.append(
+            Condition(
+                "e2e_change",
+                subj,
+                "task_rel_change_ci_high",
+                e.high,
+                "<",
+                -cfg.min_e2e_gain,
+                faster,
+                txt,
+            )
+        )
+        a = alt.get((c.phase, group))
+        alt_ok = a is None or a.outcome != "slower"
+        if a is not None:
+            conds.append(
+                Condition(
+                    "alternative",
+                    {**subj, "alternative_arm": a.baseline_arm},
+                    "task_rel_change_vs_alternative",
+                    a.task_rel_change.estimate,
+                    "not slower",
+                    0.0,
+                    alt_ok,
+                    f"{group} at {c.phase}: against the equal-budget {a.baseline_arm} task time "
+                    f"{_pct(a.task_rel_change.estimate)} -> {a.outcome}",
+                )
+            )
+        levels.append((c.phase, float(c.offered_rate or 0.0), faster and alt_ok))
+    return conds, levels
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
+
+
+def _rate(x: float | None) -> str:
+    return "rate n/a" if x is None else f"{x:g} req/s"
+
+
+def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupVerdict:
+    """Rules 1-4 of the module docstring for one group (``*`` = all groups pooled)."""
+    conds: list[Condition] = []
+    gate = next((g for g in inp.gates if g.task_group == group), None)
+    if gate is not None:
+        conds.append(
+            Condition(
+                "quality_gate",
+                {"task_group": group},
+                "gates",
+                [gate.key_gate, gate.consistency_gate],
+                "no fail",
+                "pass",
+                not gate.failed,
+                f"{group}: key checks {gate.key_gate}, consistency {gate.consistency_gate}"
+                + (f" ({'; '.join(gate.reasons)})" if gate.reasons else ""),
+            )
+        )
+    level_conds, levels = _level_conditions(inp, group, cfg)
+    conds += level_conds
+    if gate is not None and gate.failed:
+        return GroupVerdict(
+            group, NO, None, None, (), f"quality: {'; '.join(gate.reasons)}", tuple(conds)
+        )
+    share_neck, share_cond = _decode_share(inp, group, cfg)
+    conds += share_cond
+    if share_neck is not None:
+        return GroupVerdict(group, NO, None, None, (), share_neck, tuple(conds))
+    pays = [lv for lv in levels if lv[2]]
+    if levels and len(pays) == len(levels):
+        rng = (levels[0][1], levels[-1][1])
+        return GroupVerdict(group, ADOPT, rng, None, (), None, tuple(conds))
+    neck, more = bottleneck(inp, group, cfg, levels)
+    conds += more
+    if not pays:
+        return GroupVerdict(group, NO, None, None, (), neck, tuple(conds))
+    prefix = 0
+    while prefix < len(levels) and levels[prefix][2]:
+        prefix += 1
+    below = levels[prefix][1] if 0 < prefix < len(levels) else None
+    windows = tuple(p for p, _, ok in levels if ok)
+    return GroupVerdict(group, WINDOWS, None, below, windows, neck, tuple(conds))
+
+
+def _decode_share(
+    inp: DecisionInputs, group: str, cfg: VerdictConfig
+) -> tuple[str | None, list[Condition]]:
+    """Rule 2: the bottleneck when decode is too small a share of the task, and its condition."""
+    st = next((s for s in inp.stages if s.task_group == group), None)
+    if st is None or st.decode_share is None:
+        return None, []
+    ok = st.decode_share >= cfg.min_decode_share
+    other = st.dominant_other_stage or "other"
+    oshare = st.mean_stage_s.get(other, 0.0) / st.mean_total_s if st.mean_total_s else 0.0
+    cond = Condition(
+        "decode_share",
+        {"task_group": group},
+        "decode_share",
+        st.decode_share,
+        ">=",
+        cfg.min_decode_share,
+        ok,
+        f"{group}: decode is {st.decode_share:.0%} of task time, {other} {oshare:.0%}",
+    )
+    if ok:
+        return None, [cond]
+    return (
+        f"fix {other} first: it is {oshare:.0%} of task time and decode only {st.decode_share:.0%}",
+        [cond],
+    )
+
+
+def bottleneck(
+    inp: DecisionInputs, group: str, cfg: VerdictConfig, levels: Sequence[tuple[str, float, bool]]
+) -> tuple[str, list[Condition]]:
+    """What to fix first when speculation does not pay (everywhere) for a group: the load level
+    where it stops, else decode itself (verification cost, acceptance, draft cost), else the
+    equal-budget alternative, else a gain too small to show end to end."""
+    conds: list[Condition] = []
+    if any(lv[2] for lv in levels):
+        first_bad = next(lv for lv in levels if not lv[2])
+        return f"load: speculation stops paying at {first_bad[0]} ({first_bad[1]:g} req/s)", conds
+    rs = next((r for r in inp.rounds if r.task_group == group), None)
+    s = rs.decode_speedup if rs else None
+    if rs is not None and s is not None:
+        conds.append(
+            Condition(
+                "decode_speedup",
+                {"task_group": group},
+                "decode_speedup",
+                s,
+                ">",
+                1.0,
+                s > 1.0,
+                f"{group}: decode speed-up {s:.2f}x (decode only, per committed token)",
+            )
+        )
+        if s <= 1.0:
+            return _decode_neck(inp, group, rs), conds
+    # The alternative is the reason only where speculation beat the baseline but lost to it.
+    beat_base = {
+        c.phase for c in inp.comparisons if c.task_group == group and c.outcome == "faster"
+    }
+    alt_better = [
+        c
+        for c in inp.alt_comparisons
+        if c.task_group == group and c.outcome == "slower" and c.phase in beat_base
+    ]
+    if alt_better:
+        return (
+            f"the equal-budget alternative {alt_better[0].baseline_arm} is faster: give the draft's resources to it",
+            conds,
+        )
+    return (
+        "the decode gain does not show end to end (task-time change within its confidence interval)",
+        conds,
+    )
+
+
+def _decode_neck(inp: DecisionInputs, group: str, rs: RoundSummary) -> str:
+    k = round(rs.k or 0)
+    v, src = inp.verify_ratio.get(group, (None, ""))
+    hw = f" on this hardware ({inp.hardware})" if inp.hardware else " on this hardware"
+    if v is not None and v >= VERIFY_COST_LIMIT:
+        return f"verification of {k + 1} tokens costs {v:.1f}x one{hw} ({src})"
+    mal = rs.mean_acceptance_length or 0.0
+    gap = next((g for g in inp.gaps if g.task_group == group), None)
+    if gap is not None and gap.c_ratio * k > 0.5 * mal:
+        return f"the draft costs {gap.c_ratio:.2f} of a target step per token at k={k}, for {mal:.2f} tokens per round"
+    return f"acceptance too low: {mal:.2f} tokens per round at k={k}"

@@ -1,0 +1,316 @@
+"""The whole analysis of one pilot: ``analyze(PilotData, AnalysisConfig) -> PilotAnalysis``.
+
+Pure: it reads records and returns dataclasses; the report renders them. Sections follow R9.
+
+    >>> from specpilot.records import ArmRecord, PilotData, PilotRecord
+    >>> a = analyze(PilotData(PilotRecord("p", "demo", {}, "", "0", 0.0)))
+    >>> a.verdicts, a.notes[0]
+    ([], 'no baseline arm: nothing to compare')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from specpilot.analysis import capacity as cap
+from specpilot.analysis import cost, e2e, load, paired, quality, rollback
+from specpilot.analysis.columns import ALL, quantiles
+from specpilot.analysis.config import AnalysisConfig
+from specpilot.analysis.decision import DecisionInputs, Verdict
+from specpilot.analysis.leviathan import LeviathanGap, compare
+from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
+from specpilot.analysis.requests import RequestTable
+from specpilot.analysis.round_summary import (
+    RoundsTable,
+    RoundSummary,
+    summarize_rounds,
+    with_plain,
+)
+from specpilot.analysis.tune_k import KChoice, KRun, choose_k
+from specpilot.analysis.verdict import decide, with_triggers
+from specpilot.analysis.verify_cost import VerifyCurve, curve_for, verify_curves
+from specpilot.records import ArmRecord, PilotData
+
+
+@dataclass
+class PilotAnalysis:
+    """Every result the report shows, in R9 order."""
+
+    data: PilotData
+    config: AnalysisConfig
+    plan: ArmPlan
+    hardware: str
+    verdicts: list[Verdict] = field(default_factory=list)
+    rollback_yaml: dict[str, str] = field(default_factory=dict)  # candidate -> rule file
+    load_cells: list[load.LoadCell] = field(default_factory=list)
+    rounds: list[RoundSummary] = field(default_factory=list)  # per arm, group, phase
+    rounds_pooled: list[RoundSummary] = field(default_factory=list)  # per arm, group
+    curves: list[VerifyCurve] = field(default_factory=list)
+    gaps: list[LeviathanGap] = field(default_factory=list)
+    k_choices: list[KChoice] = field(default_factory=list)
+    quality_cells: list[quality.QualityCell] = field(default_factory=list)
+    gates: list[quality.QualityGate] = field(default_factory=list)
+    stages: list[e2e.StageBreakdown] = field(default_factory=list)
+    recommendations: list[e2e.TaskRecommendation] = field(default_factory=list)
+    amdahl_checks: list[dict[str, Any]] = field(default_factory=list)
+    comparisons: list[paired.PairedComparison] = field(default_factory=list)
+    capacities: list[cap.Capacity] = field(default_factory=list)
+    crossovers: list[cap.Crossover] = field(default_factory=list)
+    memory: list[cap.MemoryBudget] = field(default_factory=list)
+    costs: list[cost.ArmCost] = field(default_factory=list)
+    cost_lines: list[cost.CostLine] = field(default_factory=list)
+    latency_cdf: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    scheduled: int = 0  # steady-state and cold-start requests analysed (warm-up excluded)
+    notes: list[str] = field(default_factory=list)
+
+
+def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis:
+    """Run every section; a section without inputs is empty, and ``notes`` says why."""
+    cfg = cfg or AnalysisConfig()
+    if data.request_columns is not None:
+        table = RequestTable.from_columns(data.request_columns, data.quality, data.arms)
+    else:
+        table = RequestTable.build(data.requests, data.quality, data.arms)
+    plan = plan_arms(data.arms, set(table.arm.tolist()))
+    a = PilotAnalysis(data, cfg, plan, hardware_text(data.pilot.hardware), notes=list(plan.notes))
+    a.scheduled = len(table)
+    if plan.baseline is None:
+        a.notes.insert(0, "no baseline arm: nothing to compare")
+        return a
+    a.load_cells = load.load_cells(table, data.phases, data.chunk_gaps, data.snapshots)
+    a.latency_cdf = latency_cdf(table)
+    _rounds(a, data)
+    _quality(a, data)
+    _comparisons(a, table)
+    _end_to_end(a, table)
+    a.capacities = cap.capacity(a.load_cells, cfg.verdict.slo_attainment)
+    a.crossovers = cap.crossover([c for c in a.comparisons if c.candidate_arm in plan.candidates])
+    a.memory = [cap.memory_budget(data.snapshots, data.arms, b, c) for b, c in plan.pairs]
+    a.k_choices = _tune_k(a, table, data)
+    _verdicts(a, table, data)
+    _costs(a)
+    return a
+
+
+def _rounds(a: PilotAnalysis, data: PilotData) -> None:
+    base = a.plan.baseline or ""
+    pairs = a.plan.pairs
+    if data.request_rounds_columns is not None:
+        rt = RoundsTable.from_columns(data.request_rounds_columns)
+    else:
+        rt = RoundsTable.build(data.request_rounds)
+    cells = summarize_rounds(rt)
+    pooled = summarize_rounds(rt, ("arm", "task_group"))
+    pooled += summarize_rounds(rt, ("arm",))  # task_group "*"
+    for b in {p[0] for p in pairs}:
+        mine = [c for _, c in pairs if _ == b]
+        cells = with_plain(cells, b, mine)
+        pooled = with_plain(pooled, b, mine)
+    a.rounds, a.rounds_pooled = cells, pooled
+    a.curves = verify_curves(data.verify_costs, base)
+    for b, c in pairs:
+        plain = {(r.task_group, r.phase): r for r in [*cells, *pooled] if r.arm == b}
+        for s in (r for r in [*cells, *pooled] if r.arm == c and r.k):
+            v, src = curve_for(a.curves, c, round(s.k or 0) + 1, s.mean_batch_size)
+            p = plain.get((s.task_group, s.phase))
+            gap = compare(s, p, v, src) if p else None
+            if gap is not None:
+                a.gaps.append(gap)
+    if len(rt) == 0:
+        a.notes.append("no round records: the per-round section is empty")
+
+
+def _quality(a: PilotAnalysis, data: PilotData) -> None:
+    a.quality_cells = quality.quality_cells(data.quality, data.consistency)
+    for b, c in a.plan.pairs:
+        a.gates += quality.quality_gates(a.quality_cells, b, c, a.config.verdict.key_pass_tolerance)
+
+
+def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
+    rates = {(p.arm, p.phase): p.offered_rate for p in a.data.phases}
+    kw = dict(
+        resamples=a.config.bootstrap_resamples,
+        seed=a.config.seed,
+        level=a.config.ci_level,
+        min_gain=a.config.verdict.min_e2e_gain,
+        offered_rates=rates,
+    )
+    pairs = list(a.plan.pairs)
+    if a.plan.alternative and a.plan.baseline:
+        pairs.append((a.plan.baseline, a.plan.alternative))
+        pairs += [(a.plan.alternative, c) for c in a.plan.candidates]
+    a.comparisons = paired.comparisons_for(table, pairs, **kw)
+
+
+def _end_to_end(a: PilotAnalysis, table: RequestTable) -> None:
+    base = a.plan.baseline or ""
+    speedups = {
+        (r.arm, r.task_group): r.decode_speedup for r in a.rounds_pooled if r.decode_speedup
+    }
+    main = a.plan.candidates[0] if a.plan.candidates else None
+    s_by_group = {g: s for (arm, g), s in speedups.items() if arm == main and s}
+    st = e2e.StageTable.from_requests(table, base)
+    a.stages = e2e.stage_breakdown(st, s_by_group or a.config.decode_speedup_for_amdahl)
+    a.recommendations = e2e.recommend(a.stages, a.config.verdict.min_decode_share)
+    for comp in a.comparisons:
+        s = speedups.get((comp.candidate_arm, comp.task_group))
+        if comp.baseline_arm != base or s is None or comp.task_rel_change.estimate is None:
+            continue
+        ph = e2e.stage_breakdown(e2e.StageTable.from_requests(table, base, comp.phase), s)
+        row = next((x for x in ph if x.task_group == comp.task_group), None)
+        if row is None or row.projection is None:
+            continue
+        e = comp.task_rel_change
+
+        def inv(x: float | None) -> float | None:
+            return 1 / (1 + x) if x is not None and x > -1 else None
+
+        a.amdahl_checks.append(
+            {
+                "candidate_arm": comp.candidate_arm,
+                "task_group": comp.task_group,
+                "phase": comp.phase,
+                "decode_speedup": s,
+                "decode_share": row.decode_share,
+                "projected_task_speedup": row.projection.overall_speedup,
+                "measured_task_speedup": inv(e.estimate),
+                "measured_task_ci": [inv(e.high), inv(e.low)],
+            }
+        )
+
+
+def latency_cdf(table: RequestTable, points: int = 101) -> dict[str, dict[str, list[Any]]]:
+    """Per arm: E2E and TTFT quantiles at ``points`` levels over all steady requests; a level
+    only failed requests reach is None (the curve stops short of 1 by the failed fraction)."""
+    out: dict[str, dict[str, list[Any]]] = {}
+    qs = np.linspace(0, 1, points).tolist()
+    for arm in sorted(set(table.arm.tolist())):
+        m = (table.arm == arm) & ~table.cold_start
+        out[arm] = {
+            "q": qs,
+            "e2e": quantiles(table.e2e[m], qs),
+            "ttft": quantiles(table.ttft[m], qs),
+        }
+    return out
+
+
+def _k_of(rec: ArmRecord) -> int | None:
+    if rec.strategy.kind == "none":
+        return 0
+    if rec.strategy.kind == "draft" and rec.strategy.k is not None:
+        return rec.strategy.k
+    return None
+
+
+def _tune_k(a: PilotAnalysis, table: RequestTable, data: PilotData) -> list[KChoice]:
+    """vLLM's k choice per group and phase over the runs of the main candidate's engine
+    (its plain and draft-model arms; each run is one KRun per cell)."""
+    cand = a.plan.record(a.plan.candidates[0]) if a.plan.candidates else None
+    if cand is None:
+        return []
+    runs_of = {r.run_id: r for r in data.arms if r.engine == cand.engine and _k_of(r) is not None}
+    by_run = table.select(np.isin(table.run_id, list(runs_of)))
+    by_run = replace(by_run, arm=by_run.run_id)  # one load cell per run
+    phases = [replace(p, arm=p.run_id) for p in data.phases if p.run_id in runs_of]
+    runs: dict[tuple[str, str], list[KRun]] = {}
+    for c in load.load_cells(by_run, phases):
+        obj = c.goodput_rps if a.config.tune_k.objective == "goodput" else c.throughput_tokens_s
+        if obj is not None:
+            failed = c.scheduled - c.counts["ok"]
+            k = _k_of(runs_of[c.arm]) or 0
+            runs.setdefault((c.task_group, c.phase), []).append(KRun(k, c.arm, obj, failed))
+    if len({r.k for rs in runs.values() for r in rs}) < 2:
+        a.notes.append(
+            "k was not tuned: the pilot measured a single k (the method needs several, >= 3 runs each)"
+        )
+        return []
+    return [
+        choose_k(rs, a.config.tune_k, task_group=g, phase=p) for (g, p), rs in sorted(runs.items())
+    ]
+
+
+def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
+    steady = int(np.count_nonzero(~table.cold_start))
+    base = a.plan.baseline or ""
+    rep = representative(data.pilot.config)
+    for b, c in a.plan.pairs:
+        inp = DecisionInputs(
+            candidate_arm=c,
+            baseline_arm=b,
+            alternative_arm=a.plan.alternative,
+            comparisons=[x for x in a.comparisons if (x.baseline_arm, x.candidate_arm) == (b, c)],
+            alt_comparisons=[
+                x
+                for x in a.comparisons
+                if (x.baseline_arm, x.candidate_arm) == (a.plan.alternative, c)
+            ],
+            gates=[g for g in a.gates if g.arm == c],
+            stages=a.stages,
+            rounds=[r for r in a.rounds_pooled if r.arm == c],
+            gaps=[g for g in a.gaps if g.arm == c and g.phase == ALL],
+            verify_ratio=_verify_ratios(a, c),
+            hardware=a.hardware,
+            groups_expected=sorted({x for x in table.task_group[table.arm == b].tolist()}),
+            representative=rep,
+            steady_requests=steady,
+        )
+        v = decide(inp, a.config.verdict)
+        scope = set(v.groups_adopted) | set(v.groups_in_windows) or set(inp.groups_expected)
+        trig = rollback.triggers(
+            _slos(a, table, base, scope), a.config.rollback, c, a.config.verdict.slo_attainment
+        )
+        a.verdicts.append(with_triggers(v, trig))
+        a.rollback_yaml[c] = rollback.rules_yaml(trig, c)
+
+
+def _verify_ratios(a: PilotAnalysis, cand: str) -> dict[str, tuple[float | None, str]]:
+    out = {}
+    for r in a.rounds_pooled:
+        if r.arm == cand and r.k:
+            out[r.task_group] = curve_for(a.curves, cand, round(r.k) + 1, r.mean_batch_size)
+    return out
+
+
+def _slos(
+    a: PilotAnalysis, t: RequestTable, base: str, groups: set[str]
+) -> dict[str, rollback.GroupSLO]:
+    out = {}
+    for g in sorted(groups):
+        m = (t.arm == base) & (t.task_group == g)
+        d, s = t.deadline_s[m], t.ttft_slo_s[m]
+        p50 = [c.e2e.p50 for c in a.load_cells if c.arm == base and c.task_group == g and c.e2e.p50]
+        out[g] = rollback.GroupSLO(
+            float(np.nanmedian(d)) if np.isfinite(d).any() else None,
+            float(np.nanmedian(s)) if np.isfinite(s).any() else None,
+            max(p50) if p50 else None,
+        )
+    return out
+
+
+def _costs(a: PilotAnalysis) -> None:
+    a.costs = cost.arm_costs(a.load_cells, a.capacities, a.plan.arms, a.config.cost)
+    by = {c.arm: c for c in a.costs}
+    for b, c in a.plan.pairs:
+        if b in by and c in by:
+            v = next((x for x in a.verdicts if x.candidate_arm == c), None)
+            scope = set(v.groups_adopted) | set(v.groups_in_windows) if v else set()
+            # equal quality where it would be switched on (everywhere when nowhere is adopted)
+            failed = any(
+                g.failed for g in a.gates if g.arm == c and (not scope or g.task_group in scope)
+            )
+            a.cost_lines.append(
+                cost.cost_line(
+                    by[b],
+                    by[c],
+                    a.config.cost.business_value_per_on_time_task,
+                    failed,
+                    a.config.cost.currency,
+                )
+            )
+
+
+__all__: Sequence[str] = ["PilotAnalysis", "analyze", "latency_cdf"]

@@ -1,0 +1,129 @@
+"""The service-level verdict from the group verdicts, and the PILOT_HYPOTHESIS flag (rules 4-5
+of ``analysis.decision``).
+
+    >>> from specpilot.analysis.config import VerdictConfig
+    >>> v = decide(DecisionInputs("spec", "base", None, [], [], [], [], []), VerdictConfig())
+    >>> v.verdict, v.pilot_hypothesis
+    ('DO_NOT_ADOPT', True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from specpilot.analysis.columns import ALL
+from specpilot.analysis.config import VerdictConfig
+from specpilot.analysis.decision import (
+    ADOPT,
+    NO,
+    WINDOWS,
+    Condition,
+    DecisionInputs,
+    GroupVerdict,
+    Verdict,
+    group_verdict,
+)
+
+
+def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
+    """Why the verdict can only be a pilot hypothesis (empty: it is a decision)."""
+    out = []
+    rep = (
+        cfg.representative_traffic if cfg.representative_traffic is not None else inp.representative
+    )
+    if not rep:
+        out.append(
+            "traffic was synthetic (no trace arrivals or imported prompts): not representative"
+        )
+    if inp.steady_requests == 0:
+        out.append("only cold-start requests were measured: no steady state")
+    seen = {c.task_group for c in inp.comparisons if c.task_group != ALL}
+    for g in sorted(set(cfg.required_groups) | set(inp.groups_expected)):
+        if g not in seen:
+            out.append(f"group {g} has no paired requests with the baseline: missing")
+    for c in inp.comparisons:
+        if c.task_group == ALL:
+            continue
+        where = f"{c.task_group} at {c.phase}"
+        if c.pairs < cfg.min_requests_per_group:
+            out.append(f"{where}: {c.pairs} paired requests < {cfg.min_requests_per_group}")
+        elif c.task_rel_change.low is not None and c.task_rel_change.high is not None:
+            half = (c.task_rel_change.high - c.task_rel_change.low) / 2
+            if half > cfg.max_ci_halfwidth:
+                out.append(
+                    f"{where}: task-time CI half-width {half:.1%} > {cfg.max_ci_halfwidth:.0%}: too few samples"
+                )
+    return out
+
+
+def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
+    """Group verdicts, then the service's (module docstring of ``analysis.decision``)."""
+    groups = sorted(
+        {c.task_group for c in inp.comparisons if c.task_group != ALL}
+        | {g.task_group for g in inp.gates}
+    )
+    gvs = [group_verdict(inp, g, cfg) for g in groups]
+    adopted = tuple(g.task_group for g in gvs if g.verdict == ADOPT)
+    windows = tuple(g.task_group for g in gvs if g.verdict == WINDOWS)
+    rejected = tuple(g.task_group for g in gvs if g.verdict == NO)
+    pooled = group_verdict(inp, ALL, cfg)
+    reasons = hypothesis_reasons(inp, cfg)
+    if adopted:
+        verdict = ADOPT
+        lo = min(g.load_range_rps[0] for g in gvs if g.load_range_rps)
+        hi = max(g.load_range_rps[1] for g in gvs if g.load_range_rps)
+        rng: tuple[float, float] | None = (lo, hi)
+        neck = None
+        summary = f"adopt for {', '.join(adopted)} at {lo:g}-{hi:g} req/s"
+        if windows:
+            summary += f"; only in windows for {', '.join(windows)}"
+    elif windows:
+        verdict, rng, neck = WINDOWS, None, None
+        parts = [_window_text(g) for g in gvs if g.verdict == WINDOWS]
+        summary = "adopt only " + "; ".join(parts)
+    else:
+        verdict, rng = NO, None
+        neck = (
+            pooled.bottleneck
+            or next((g.bottleneck for g in gvs if g.bottleneck), None)
+            or "no measured gain"
+        )
+        summary = f"do not adopt now; fix first: {neck}"
+    if rejected and verdict != NO:
+        summary += f"; not for {', '.join(rejected)}"
+    conds = [
+        c
+        for g in gvs
+        for c in g.conditions
+        if not c.holds or c.kind in ("quality_gate", "e2e_change")
+    ]
+    return Verdict(
+        candidate_arm=inp.candidate_arm,
+        baseline_arm=inp.baseline_arm,
+        alternative_arm=inp.alternative_arm,
+        verdict=verdict,
+        pilot_hypothesis=bool(reasons),
+        hypothesis_reasons=tuple(reasons),
+        groups_adopted=adopted,
+        groups_in_windows=windows,
+        groups_rejected=rejected,
+        load_range_rps=rng,
+        bottleneck=neck,
+        summary=summary + (" (PILOT_HYPOTHESIS)" if reasons else ""),
+        groups=(*gvs, pooled),
+        conditions=tuple(conds),
+    )
+
+
+def _window_text(g: GroupVerdict) -> str:
+    if g.below_rps is not None:
+        return f"{g.task_group} below {g.below_rps:g} req/s"
+    return f"{g.task_group} in {', '.join(g.windows)}"
+
+
+def with_triggers(v: Verdict, triggers: list[dict]) -> Verdict:
+    """The verdict with its rollback triggers attached."""
+    return replace(v, rollback_triggers=tuple(triggers))
+
+
+__all__ = ["Condition", "decide", "hypothesis_reasons", "with_triggers"]

@@ -1,0 +1,33 @@
+"""DESIGN.md's round metrics, each defined once, as pure functions over ``RoundRecord``s.
+
+A base module (like ``records``): the server's per-request summary and ``analysis`` both call
+these, so the number a response carries and the number the report prints cannot drift apart.
+
+    >>> from specpilot.records import RoundRecord
+    >>> rounds = [RoundRecord("r", 0, 4, 4, 5, 0, 0.1, 0), RoundRecord("r", 1, 4, 0, 1, 0, 0.1, 0)]
+    >>> mean_acceptance_length(rounds), acceptance_rate(rounds)
+    (3.0, 0.5)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specpilot.records import RoundRecord
+
+
+def mean_acceptance_length(rounds: Sequence[RoundRecord]) -> float | None:
+    """Tokens committed per round, the correction/bonus token included: sum(committed) / rounds.
+
+    vLLM's ``1 + accepted / drafts`` when no round was cut by EOS, a stop string or max_tokens;
+    a cut round counts what it actually committed. None for no rounds.
+    """
+    if not rounds:
+        return None
+    return sum(r.committed for r in rounds) / len(rounds)
+
+
+def acceptance_rate(rounds: Sequence[RoundRecord]) -> float | None:
+    """Accepted draft tokens / proposed draft tokens (None when nothing was proposed)."""
+    proposed = sum(r.proposed for r in rounds)
+    return sum(r.accepted for r in rounds) / proposed if proposed else None

@@ -1,0 +1,180 @@
+"""The report as one JSON document (schema: ``report.schema.json``), sections in R9 order.
+
+Everything the HTML and Markdown show comes from this document, so the JSON holds every figure:
+the numbers of every table and the data series of every plot (``figures``).
+
+    >>> from specpilot.analysis import analyze
+    >>> from specpilot.records import PilotData, PilotRecord
+    >>> doc = to_document(analyze(PilotData(PilotRecord("p", "empty", {}, "", "0", 0.0))))
+    >>> list(doc)[:4], doc["verdicts"]
+    (['schema_version', 'generated_by', 'pilot', 'verdicts'], [])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from specpilot import __version__
+from specpilot.analysis.pilot import PilotAnalysis
+from specpilot.records import PilotData
+from specpilot.report.definitions import DEFINITIONS
+from specpilot.report.figures import figure_data
+
+SCHEMA_VERSION = 1
+
+
+def clean(x: Any) -> Any:
+    """JSON-safe: dataclasses and tuples as dicts/lists, numpy scalars as Python, NaN/inf as null."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        d = x.to_dict() if hasattr(x, "to_dict") else dataclasses.asdict(x)
+        return clean(d)
+    if isinstance(x, dict):
+        return {str(k): clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [clean(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return [clean(v) for v in x.tolist()]
+    if isinstance(x, np.generic):
+        return clean(x.item())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _phases(data: PilotData) -> list[dict[str, Any]]:
+    out = []
+    for p in sorted(data.phases, key=lambda p: (p.arm, p.planned_start_s, p.phase)):
+        actual = None
+        if p.actual_start_t is not None and p.actual_end_t is not None:
+            actual = p.actual_end_t - p.actual_start_t
+        out.append(
+            {
+                "arm": p.arm,
+                "run_id": p.run_id,
+                "phase": p.phase,
+                "offered_rps": p.offered_rate,
+                "scheduled": p.scheduled,
+                "planned_s": p.planned_end_s - p.planned_start_s,
+                "actual_s": actual,
+                "status": p.status,
+                "warmup": p.warmup,
+            }
+        )
+    return out
+
+
+def _arms(a: PilotAnalysis) -> list[dict[str, Any]]:
+    runs: dict[str, list[str]] = {}
+    for r in a.data.arms:
+        runs.setdefault(r.arm, []).append(r.run_id)
+    out = []
+    for r in a.plan.arms:
+        out.append(
+            {
+                "arm": r.arm,
+                "role": r.role,
+                "engine": r.engine,
+                "strategy": r.strategy.to_dict(),
+                "budget": r.budget.to_dict(),
+                "manifest": r.manifest,
+                "manifest_sha256": r.manifest_sha256,
+                "cold_start_s": r.cold_start_s,
+                "status": r.status,
+                "runs": runs.get(r.arm, []),
+                "compared_with": next((b for b, c in a.plan.pairs if c == r.arm), None),
+            }
+        )
+    return out
+
+
+def _compat(a: PilotAnalysis) -> dict[str, Any]:
+    features = sorted({c.feature for c in a.data.compat})
+    arms = [r.arm for r in a.plan.arms]
+    cells = {(c.feature, c.arm): c for c in a.data.compat}
+    matrix = [
+        {
+            "feature": f,
+            "arm": arm,
+            "status": cells[(f, arm)].status if (f, arm) in cells else "not_run",
+            "evidence": cells[(f, arm)].evidence if (f, arm) in cells else "",
+        }
+        for f in features
+        for arm in arms
+    ]
+    return {"features": features, "arms": arms, "matrix": matrix}
+
+
+def _drills(a: PilotAnalysis) -> list[dict[str, Any]]:
+    out = [clean(d) for d in a.data.drills]
+    drilled = {d.arm for d in a.data.drills}
+    for arm in a.plan.candidates:
+        if arm not in drilled:
+            out.append(
+                {
+                    "arm": arm,
+                    "status": "not_drilled",
+                    "kind": "none",
+                    "reason": "no drill record in the pilot file",
+                }
+            )
+    return out
+
+
+def to_document(a: PilotAnalysis) -> dict[str, Any]:
+    """The whole report as JSON-able data (sections in R9 order, then definitions and figures)."""
+    p = a.data.pilot
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "generated_by": f"specpilot {__version__}",
+        "pilot": {
+            "pilot_id": p.pilot_id,
+            "name": p.name,
+            "status": p.status,
+            "created_unix": p.created_unix,
+            "finished_unix": p.finished_unix,
+            "config_sha256": p.config_sha256,
+            "specpilot_version": p.specpilot_version,
+            "notes": p.notes,
+            "config": clean(p.config),  # the pilot as given: re-run it after a model upgrade
+        },
+        "verdicts": [clean(v) for v in a.verdicts],
+        "load_range": {"phases": _phases(a.data)},
+        "hardware": {"summary": a.hardware, **clean(p.hardware)},
+        "arms": _arms(a),
+        "rounds": {
+            "cells": [clean(r) for r in a.rounds],
+            "pooled": [clean(r) for r in a.rounds_pooled],
+            "leviathan": [clean(g) for g in a.gaps],
+            "k_choice": [clean(k) for k in a.k_choices],
+        },
+        "verify_cost": {"curves": [clean(c) for c in a.curves]},
+        "quality": {
+            "cells": [clean(c) for c in a.quality_cells],
+            "gates": [clean(g) for g in a.gates],
+        },
+        "load": {"cells": [clean(c) for c in a.load_cells]},
+        "comparisons": [clean(c) for c in a.comparisons],
+        "end_to_end": {
+            "stages": [clean(s) for s in a.stages],
+            "recommendations": [clean(r) for r in a.recommendations],
+            "amdahl_checks": clean(a.amdahl_checks),
+        },
+        "capacity": {
+            "arms": [clean(c) for c in a.capacities],
+            "crossover": [clean(c) for c in a.crossovers],
+        },
+        "memory": [clean(m) for m in a.memory],
+        "cost": {"arms": [clean(c) for c in a.costs], "lines": [clean(c) for c in a.cost_lines]},
+        "compatibility": _compat(a),
+        "drills": _drills(a),
+        "rollback_rules": dict(a.rollback_yaml),
+        "analysis_config": a.config.model_dump(mode="json"),
+        "definitions": [{"name": n, "definition": d} for n, d in DEFINITIONS],
+        "notes": list(a.notes),
+    }
+    doc["figures"] = figure_data(doc, a)
+    return doc

@@ -1,0 +1,251 @@
+"""The data of every plot, kept in the JSON document (``figures``) and drawn by ``plots``.
+
+Each figure: ``id``, ``title``, ``caption`` (what it shows and over what), ``data``. Arms carry
+their role so the plots colour the baseline grey and the candidates in colour.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specpilot.analysis.pilot import PilotAnalysis
+
+FIGURE_IDS = (
+    "latency_cdf",
+    "load_curves",
+    "acceptance_position",
+    "acceptance_group",
+    "group_matrix",
+    "round_time_stack",
+    "stage_decomposition",
+    "verify_cost",
+)
+
+
+def _role(a: PilotAnalysis, arm: str) -> str:
+    if arm == a.plan.baseline:
+        return "baseline"
+    if arm == a.plan.alternative:
+        return "alternative"
+    rec = a.plan.record(arm)
+    return "candidate" if rec is not None and rec.strategy.kind != "none" else "plain"
+
+
+def _latency(a: PilotAnalysis) -> dict[str, Any]:
+    arms = [{"arm": arm, "role": _role(a, arm), **cdf} for arm, cdf in a.latency_cdf.items()]
+    return {"arms": arms}
+
+
+def _load(a: PilotAnalysis) -> dict[str, Any]:
+    arms = []
+    for c in a.capacities:
+        if c.task_group != "*":
+            continue
+        pts = [
+            {
+                "phase": p.phase,
+                "offered_rps": p.offered_rps,
+                "goodput_rps": p.goodput_rps,
+                "e2e_p99_s": p.e2e_p99_s,
+            }
+            for p in c.points
+        ]
+        arms.append(
+            {"arm": c.arm, "role": _role(a, c.arm), "capacity_rps": c.capacity_rps, "points": pts}
+        )
+    cross = [
+        {
+            "candidate_arm": x.candidate_arm,
+            "baseline_arm": x.baseline_arm,
+            "crossover_rps": x.crossover_rps,
+            "pays_up_to_rps": x.pays_up_to_rps,
+            "summary": x.summary,
+        }
+        for x in a.crossovers
+        if x.task_group == "*" and x.baseline_arm == a.plan.baseline
+    ]
+    return {"arms": arms, "crossover": cross}
+
+
+def _candidates_pooled(a: PilotAnalysis) -> list[Any]:
+    cands = set(a.plan.candidates)
+    return [r for r in a.rounds_pooled if r.arm in cands and r.task_group != "*"]
+
+
+def _acceptance_position(a: PilotAnalysis) -> dict[str, Any]:
+    return {
+        "series": [
+            {
+                "arm": r.arm,
+                "task_group": r.task_group,
+                "k": r.k,
+                "per_position": list(r.acceptance_per_position),
+            }
+            for r in _candidates_pooled(a)
+            if r.acceptance_per_position
+        ]
+    }
+
+
+def _acceptance_group(a: PilotAnalysis) -> dict[str, Any]:
+    return {
+        "bars": [
+            {
+                "arm": r.arm,
+                "task_group": r.task_group,
+                "mean_acceptance_length": r.mean_acceptance_length,
+                "acceptance_rate": r.acceptance_rate,
+                "per_request_mean_acceptance_rate": r.per_request_mean_acceptance_rate,
+                "per_request_hist": list(r.per_request_acceptance_hist),
+                "requests": r.requests,
+            }
+            for r in _candidates_pooled(a)
+        ]
+    }
+
+
+def _matrix(a: PilotAnalysis) -> dict[str, Any]:
+    if not a.plan.pairs:
+        return {"candidate_arm": None, "groups": [], "metrics": [], "values": []}
+    base, cand = a.plan.pairs[0]
+    metrics = [
+        "mean acceptance length",
+        "decode speed-up",
+        "end-to-end speed-up",
+        "key-check pass rate",
+    ]
+    rounds = {r.task_group: r for r in a.rounds_pooled if r.arm == cand}
+    quality = {q.task_group: q for q in a.quality_cells if q.arm == cand}
+    checks: dict[str, list[float]] = {}
+    for x in a.amdahl_checks:
+        if x["candidate_arm"] == cand and x["measured_task_speedup"] is not None:
+            checks.setdefault(x["task_group"], []).append(x["measured_task_speedup"])
+    comps: dict[str, list[float]] = {}
+    for c in a.comparisons:
+        if (c.baseline_arm, c.candidate_arm) == (
+            base,
+            cand,
+        ) and c.task_rel_change.estimate is not None:
+            comps.setdefault(c.task_group, []).append(1 / (1 + c.task_rel_change.estimate))
+    groups = sorted({*rounds, *quality, *comps} - {"*"})
+    values = []
+    for g in groups:
+        r, q = rounds.get(g), quality.get(g)
+        task = comps.get(g)
+        values.append(
+            [
+                r.mean_acceptance_length if r else None,
+                r.decode_speedup if r else None,
+                min(task) if task else None,  # the worst load level
+                q.key_pass_rate if q else None,
+            ]
+        )
+    return {"candidate_arm": cand, "groups": groups, "metrics": metrics, "values": values}
+
+
+def _round_stack(a: PilotAnalysis) -> dict[str, Any]:
+    bars = []
+    for r in a.rounds_pooled:
+        if r.task_group == "*" or not r.committed:
+            continue
+        bars.append(
+            {
+                "arm": r.arm,
+                "role": _role(a, r.arm),
+                "task_group": r.task_group,
+                "draft_ms": 1000 * r.draft_s / r.committed,
+                "verify_ms": 1000 * r.verify_s / r.committed,
+                "overhead_ms": 1000 * r.overhead_s / r.committed,
+            }
+        )
+    return {"bars": bars}
+
+
+def _stages(a: PilotAnalysis) -> dict[str, Any]:
+    return {
+        "arm": a.plan.baseline,
+        "groups": [
+            {
+                "task_group": s.task_group,
+                "mean_stage_s": s.mean_stage_s,
+                "decode_share": s.decode_share,
+                "tasks": s.tasks,
+            }
+            for s in a.stages
+        ],
+    }
+
+
+def _verify(a: PilotAnalysis) -> dict[str, Any]:
+    return {
+        "curves": [
+            {
+                "arm": c.arm,
+                "source": c.source,
+                "batch_size": c.batch_size,
+                "points": [
+                    {"tokens": p.tokens, "ratio": p.ratio} for p in c.points if p.ratio is not None
+                ],
+            }
+            for c in a.curves
+        ],
+        "hardware": a.hardware,
+    }
+
+
+def figure_data(doc: dict[str, Any], a: PilotAnalysis) -> list[dict[str, Any]]:
+    """Every plot's title, caption and data (in ``FIGURE_IDS`` order)."""
+    from specpilot.report.document import clean
+
+    n_req = a.scheduled
+    specs = {
+        "latency_cdf": (
+            "Latency CDFs per arm",
+            f"E2E and TTFT over every scheduled steady-state request ({n_req} records); failed requests never finish, so a curve stops short of 1 by its failed fraction.",
+            _latency,
+        ),
+        "load_curves": (
+            "Goodput and p99 E2E vs offered load",
+            "All groups pooled; the vertical line marks the crossover load from which speculation stops paying.",
+            _load,
+        ),
+        "acceptance_position": (
+            "Acceptance per draft position",
+            "P(accepted >= i | proposed >= i) per candidate arm and task group, all phases.",
+            _acceptance_position,
+        ),
+        "acceptance_group": (
+            "Acceptance per task group",
+            "Mean acceptance length (bonus token included) and the per-request acceptance distribution.",
+            _acceptance_group,
+        ),
+        "group_matrix": (
+            "Group x metric matrix",
+            "Main candidate: mean acceptance length, decode speed-up (decode only), end-to-end speed-up of the task (worst load level), key-check pass rate.",
+            _matrix,
+        ),
+        "round_time_stack": (
+            "Decode time per committed token",
+            "Draft, verify and overhead milliseconds per committed token, per arm and task group (each batched round's time shared over its rows).",
+            _round_stack,
+        ),
+        "stage_decomposition": (
+            "Where task time goes",
+            "Mean seconds per stage for the baseline arm's completed requests: client stages, queue, prefill, decode, other.",
+            _stages,
+        ),
+        "verify_cost": (
+            "Verify-cost curve",
+            "Target forward time for n new tokens / for one token, per arm, source and batch size; it depends on the hardware.",
+            _verify,
+        ),
+    }
+    return [
+        {
+            "id": fid,
+            "title": specs[fid][0],
+            "caption": specs[fid][1],
+            "data": clean(specs[fid][2](a)),
+        }
+        for fid in FIGURE_IDS
+    ]

@@ -1,0 +1,77 @@
+"""Number and table formatting shared by the HTML and Markdown renderers.
+
+>>> num(0.12345), pct(0.051), signed_pct(-0.125), mib(3 * 2**20), num(None)
+('0.123', '5.1%', '-12.5%', '3.0 MiB', 'n/a')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+NA = "n/a"
+
+
+def num(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return NA
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
+    return str(x)
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return NA if x is None else f"{x:.{digits}%}"
+
+
+def signed_pct(x: float | None, digits: int = 1) -> str:
+    return NA if x is None else f"{x:+.{digits}%}"
+
+
+def ms(x: float | None) -> str:
+    return NA if x is None else f"{x * 1000:.1f} ms"
+
+
+def seconds(x: float | None) -> str:
+    return NA if x is None else (f"{x:.3f} s" if x < 10 else f"{x:.1f} s")
+
+
+def mib(x: float | None) -> str:
+    return NA if x is None else f"{x / 2**20:,.1f} MiB"
+
+
+def interval(iv: dict[str, Any] | None, f: Any = signed_pct) -> str:
+    """'+1.2% [-0.5%, +3.0%]' from an Interval dict."""
+    if not iv or iv.get("estimate") is None:
+        return NA
+    return f"{f(iv['estimate'])} [{f(iv['low'])}, {f(iv['high'])}]"
+
+
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
+    """An HTML table; cells are escaped unless they are already markup (``Markup``)."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td>{c if isinstance(c, Markup) else escape(str(c))}</td>" for c in r)
+        + "</tr>"
+        for r in rows
+    )
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(c: Any) -> str:
+        return str(c).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+class Markup(str):
+    """A string that is already HTML (not escaped again by ``html_table``)."""

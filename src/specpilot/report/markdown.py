@@ -1,0 +1,123 @@
+"""The Markdown summary: the verdict with its conditions, then the figures a reader needs first.
+
+>>> from specpilot.analysis import analyze
+>>> from specpilot.records import PilotData, PilotRecord
+>>> from specpilot.report.document import to_document
+>>> render_markdown(to_document(analyze(PilotData(PilotRecord("p", "empty", {}, "", "0", 0.0))))).splitlines()[0]
+'# specpilot report: empty'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specpilot.report.fmt import interval, md_table, num, pct
+
+
+def _verdict(v: dict[str, Any]) -> list[str]:
+    out = [
+        f"## {v['verdict']}: {v['candidate_arm']} against {v['baseline_arm']}",
+        "",
+        v["summary"],
+        "",
+    ]
+    if v["pilot_hypothesis"]:
+        out += ["**PILOT_HYPOTHESIS**, because:", *[f"- {r}" for r in v["hypothesis_reasons"]], ""]
+    rows = []
+    for g in v["groups"]:
+        where = ""
+        if g["load_range_rps"]:
+            where = f"{g['load_range_rps'][0]:g}-{g['load_range_rps'][1]:g} req/s"
+        elif g["below_rps"] is not None:
+            where = f"below {g['below_rps']:g} req/s"
+        elif g["windows"]:
+            where = ", ".join(g["windows"])
+        rows.append([g["task_group"], g["verdict"], where, g["bottleneck"] or ""])
+    out += [
+        md_table(["group", "verdict", "where", "bottleneck to fix first"], rows),
+        "",
+        "Conditions:",
+        "",
+    ]
+    out += [f"- [{'x' if c['holds'] else ' '}] {c['text']}" for c in v["conditions"]]
+    out += ["", "Rollback triggers (Prometheus rules in report.json and the .rules.yml file):", ""]
+    out += [f"- `{t['alert']}`: {t['annotations']['summary']}" for t in v["rollback_triggers"]]
+    return [*out, ""]
+
+
+LOAD_HEAD = ["phase", "offered req/s", "arm", "scheduled", "on time", "goodput req/s", "p99 E2E s"]
+PAIR_HEAD = ["candidate", "baseline", "phase", "group", "pairs", "task time change [CI]", "outcome"]
+
+
+def _load(doc: dict[str, Any]) -> list[str]:
+    pooled = [c for c in doc["load"]["cells"] if c["task_group"] == "*"]
+    if not pooled:
+        return []
+    rows = [
+        [
+            c["phase"],
+            num(c["offered_rate"]),
+            c["arm"],
+            c["scheduled"],
+            pct(c["on_time_ratio"]),
+            num(c["goodput_rps"]),
+            "not reached" if c["e2e"]["p99"] is None else num(c["e2e"]["p99"]),
+        ]
+        for c in sorted(pooled, key=lambda c: (c["offered_rate"] or 0, c["arm"]))
+    ]
+    return ["## Load (all groups)", "", md_table(LOAD_HEAD, rows), ""]
+
+
+def _pairs(doc: dict[str, Any]) -> list[str]:
+    comps = [c for c in doc["comparisons"] if c["task_group"] != "*"]
+    if not comps:
+        return []
+    rows = [
+        [
+            c["candidate_arm"],
+            c["baseline_arm"],
+            c["phase"],
+            c["task_group"],
+            c["pairs"],
+            interval(c["task_rel_change"]),
+            c["outcome"],
+        ]
+        for c in comps
+    ]
+    return [
+        "## Paired comparisons",
+        "",
+        comps[0]["method"] + ".",
+        "",
+        md_table(PAIR_HEAD, rows),
+        "",
+    ]
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    p = doc["pilot"]
+    out = [
+        f"# specpilot report: {p['name']}",
+        "",
+        f"Pilot `{p['pilot_id']}`, {doc['generated_by']}.",
+        "",
+    ]
+    out += [f"Hardware: {doc['hardware']['summary']}", ""]
+    if not doc["verdicts"]:
+        out += ["No verdict: " + "; ".join(doc["notes"]), ""]
+    for v in doc["verdicts"]:
+        out += _verdict(v)
+    out += _load(doc) + _pairs(doc)
+    if doc["cost"]["lines"]:
+        out += [
+            "## Cost",
+            "",
+            *[f"- {c['candidate_arm']}: {c['text']}" for c in doc["cost"]["lines"]],
+            "",
+        ]
+    out += [
+        "The full report (every table, plot and metric definition) is report.html; "
+        "every figure is in report.json.",
+        "",
+    ]
+    return "\n".join(out)

@@ -1,0 +1,261 @@
+"""The report's middle sections: verify cost, quality, load, end to end, capacity."""
+
+from __future__ import annotations
+
+from html import escape
+
+from specpilot.report.fmt import html_table, interval, mib, num, pct, seconds
+from specpilot.report.sections import Doc, Svgs, figure, section
+
+
+def verify_cost(doc: Doc, svgs: Svgs) -> str:
+    rows = [
+        [
+            c["arm"],
+            c["source"],
+            c["batch_size"],
+            c["dtype"] or "",
+            c["reference"],
+            ", ".join(f"v({p['tokens']}) = {num(p['ratio'])}" for p in c["points"]),
+        ]
+        for c in doc["verify_cost"]["curves"]
+    ]
+    table = html_table(["arm", "source", "batch", "dtype", "1-token reference", "curve"], rows)
+    note = "<p>Whether speculation can pay is decided here: verifying k+1 tokens must cost little more than one.</p>"
+    return section(
+        "verify-cost", "Verify-cost curve", note + table + figure(doc, svgs, "verify_cost")
+    )
+
+
+def quality(doc: Doc, svgs: Svgs) -> str:
+    rows = [
+        [
+            c["arm"],
+            c["task_group"],
+            f"{c['key_passed']}/{c['key_checks']}",
+            pct(c["key_pass_rate"]),
+            f"{c['minor_passed']}/{c['minor_checks']}",
+            f"{c['identical']}/{c['consistency_prompts']}",
+            c["defects"],
+            c["near_tie_flips"],
+            "; ".join(f"{r} (x{n})" for r, n in c["top_reasons"]),
+        ]
+        for c in doc["quality"]["cells"]
+    ]
+    table = html_table(
+        [
+            "arm",
+            "group",
+            "key checks",
+            "key pass rate",
+            "minor checks",
+            "greedy identical",
+            "defects",
+            "near-tie flips",
+            "top failure reasons",
+        ],
+        rows,
+    )
+    gates = html_table(
+        ["candidate", "group", "key gate", "consistency gate", "why"],
+        [
+            [
+                g["arm"],
+                g["task_group"],
+                g["key_gate"],
+                g["consistency_gate"],
+                "; ".join(g["reasons"]),
+            ]
+            for g in doc["quality"]["gates"]
+        ],
+    )
+    body = (
+        (table if rows else "<p>No quality records in the pilot file.</p>")
+        + "<h3>Gates</h3>"
+        + gates
+    )
+    return section(
+        "quality", "Per-group quality and consistency", body + figure(doc, svgs, "group_matrix")
+    )
+
+
+def _q(q: dict | None) -> str:
+    if not q:
+        return "n/a"
+    vals = " / ".join(
+        "not reached" if q[k] is None else seconds(q[k]) for k in ("p50", "p90", "p99")
+    )
+    return f"{vals} (n={q['n']})"
+
+
+def _load_table(doc: Doc) -> str:
+    rows = []
+    for c in sorted(
+        doc["load"]["cells"],
+        key=lambda c: (c["phase"], c["task_group"] != "*", c["task_group"], c["arm"]),
+    ):
+        r = c["ratios"]
+        fails = ", ".join(f"{k} {pct(v)}" for k, v in r.items() if k != "ok" and v)
+        rows.append(
+            [
+                c["phase"],
+                num(c["offered_rate"]),
+                c["task_group"],
+                c["arm"],
+                c["scheduled"],
+                _q(c["ttft"]),
+                _q(c["tpot"]),
+                _q(c["itl_token"]),
+                _q(c["e2e"]),
+                num(c["goodput_rps"]),
+                pct(c["on_time_ratio"]),
+                fails or "none",
+                num(c["tokens_per_chunk"]),
+                mib(c["peak_rss_bytes"]),
+            ]
+        )
+    return html_table(
+        [
+            "phase",
+            "offered req/s",
+            "group",
+            "arm",
+            "scheduled",
+            "TTFT p50/p90/p99",
+            "TPOT p50/p90/p99",
+            "ITL p50/p90/p99",
+            "E2E p50/p90/p99",
+            "goodput req/s",
+            "on time",
+            "failure ratios",
+            "tokens/chunk",
+            "peak RSS",
+        ],
+        rows,
+    )
+
+
+def _comparison_table(doc: Doc) -> str:
+    return html_table(
+        [
+            "baseline",
+            "candidate",
+            "phase",
+            "group",
+            "pairs",
+            "task time change [CI]",
+            "E2E change [CI]",
+            "TTFT change [CI]",
+            "on-time difference [CI]",
+            "outcome",
+        ],
+        [
+            [
+                c["baseline_arm"],
+                c["candidate_arm"],
+                c["phase"],
+                c["task_group"],
+                f"{c['pairs']} ({c['both_ok']} both ok)",
+                interval(c["task_rel_change"]),
+                interval(c["e2e_rel_change"]),
+                interval(c["ttft_rel_change"]),
+                interval(c["on_time_diff"]),
+                c["outcome"],
+            ]
+            for c in doc["comparisons"]
+        ],
+    )
+
+
+def load(doc: Doc, svgs: Svgs) -> str:
+    table, comps = _load_table(doc), _comparison_table(doc)
+    method = doc["comparisons"][0]["method"] if doc["comparisons"] else ""
+    body = (
+        "<p>Every scheduled steady-state request is in every denominator; n is given with each figure.</p>"
+        + table
+        + f"<h3>Paired comparisons</h3><p>Method: {escape(method)}.</p>"
+        + comps
+        + figure(doc, svgs, "latency_cdf")
+    )
+    return section("load", "Peak and burst behaviour", body)
+
+
+def end_to_end(doc: Doc, svgs: Svgs) -> str:
+    e = doc["end_to_end"]
+    recs = html_table(
+        ["group", "tasks", "recommendation", "bottleneck", "why"],
+        [
+            [
+                r["task_group"],
+                r["numbers"].get("tasks", ""),
+                r["action"],
+                r["bottleneck"] or "",
+                r["reason"],
+            ]
+            for r in e["recommendations"]
+        ],
+    )
+    checks = html_table(
+        [
+            "candidate",
+            "group",
+            "phase",
+            "decode share",
+            "decode speed-up",
+            "projected end-to-end speed-up (Amdahl)",
+            "measured end-to-end speed-up [CI]",
+        ],
+        [
+            [
+                c["candidate_arm"],
+                c["task_group"],
+                c["phase"],
+                pct(c["decode_share"]),
+                num(c["decode_speedup"]),
+                num(c["projected_task_speedup"]),
+                f"{num(c['measured_task_speedup'])} [{num(c['measured_task_ci'][0])}, {num(c['measured_task_ci'][1])}]",
+            ]
+            for c in e["amdahl_checks"]
+        ],
+    )
+    body = (
+        recs
+        + "<h3>Amdahl projection next to the measured change</h3>"
+        + checks
+        + figure(doc, svgs, "stage_decomposition")
+    )
+    return section("end-to-end", "End to end: stages and decode share", body)
+
+
+def capacity(doc: Doc, svgs: Svgs) -> str:
+    caps = html_table(
+        ["arm", "group", "requests per load level", "capacity req/s", "limited at"],
+        [
+            [
+                c["arm"],
+                c["task_group"],
+                ", ".join(f"{p['phase']} {p['scheduled']}" for p in c["points"]),
+                num(c["capacity_rps"])
+                if c["capacity_rps"] is not None
+                else "below the lowest load",
+                c["limited_at"] or "met at every measured load",
+            ]
+            for c in doc["capacity"]["arms"]
+        ],
+    )
+    cross = html_table(
+        ["baseline", "candidate", "group", "crossover req/s", "summary"],
+        [
+            [
+                x["baseline_arm"],
+                x["candidate_arm"],
+                x["task_group"],
+                num(x["crossover_rps"]),
+                x["summary"],
+            ]
+            for x in doc["capacity"]["crossover"]
+        ],
+    )
+    return section(
+        "capacity", "Capacity and crossover", caps + cross + figure(doc, svgs, "load_curves")
+    )

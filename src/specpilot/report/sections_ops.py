@@ -1,0 +1,155 @@
+"""The report's closing sections: memory, cost, compatibility, rollback drills, definitions."""
+
+from __future__ import annotations
+
+from html import escape
+
+from specpilot.report.fmt import Markup, html_table, mib, num, seconds
+from specpilot.report.sections import Doc, Svgs, section
+
+
+def memory(doc: Doc, svgs: Svgs) -> str:
+    rows = [
+        [
+            m["candidate_arm"],
+            mib(m["draft_weight_bytes"]),
+            mib(m["draft_kv_bytes"]),
+            mib(m["workspace_bytes"]),
+            mib(m["total_bytes"]),
+            mib(m["kv_bytes_per_sequence"]),
+            num(m["sequences_forgone"]),
+            "; ".join(m["notes"]),
+        ]
+        for m in doc["memory"]
+    ]
+    table = html_table(
+        [
+            "candidate",
+            "draft weights",
+            "draft KV",
+            "workspace",
+            "total",
+            "target KV per sequence",
+            "target sequences that memory would hold",
+            "notes",
+        ],
+        rows,
+    )
+    return section("memory", "Memory budget of the draft", table)
+
+
+def cost(doc: Doc, svgs: Svgs) -> str:
+    arms = html_table(
+        [
+            "arm",
+            "devices",
+            "measured s",
+            "on-time tasks",
+            "device-s per 1,000 on-time",
+            "price per 1,000 on-time",
+            "capacity req/s",
+            "devices at target peak",
+        ],
+        [
+            [
+                c["arm"],
+                num(c["devices"]),
+                num(c["measured_s"]),
+                c["on_time"],
+                num(c["device_s_per_1000_on_time"]),
+                num(c["price_per_1000_on_time"]),
+                num(c["capacity_rps"]),
+                num(c["devices_at_peak"]),
+            ]
+            for c in doc["cost"]["arms"]
+        ],
+    )
+    lines = "".join(
+        f'<p class="cost-line cost-{escape(c["kind"])}">{escape(c["candidate_arm"])}: {escape(c["text"])}</p>'
+        for c in doc["cost"]["lines"]
+    )
+    lost = "".join(
+        f"<p>Capacity held by {escape(m['candidate_arm'])}'s draft: {mib(m['total_bytes'])}, "
+        f"{num(m['sequences_forgone'])} target sequences at the baseline's KV per sequence.</p>"
+        for m in doc["memory"]
+    )
+    also = (
+        "<p>Not measured by the pilot, to be added by the operator: tuning effort, regression "
+        "checks at each model upgrade, rollback maintenance.</p>"
+    )
+    return section("cost", "Cost at equal quality", lines + lost + arms + also)
+
+
+def compatibility(doc: Doc, svgs: Svgs) -> str:
+    c = doc["compatibility"]
+    if not c["features"]:
+        return section(
+            "compatibility",
+            "Compatibility matrix",
+            "<p>No compatibility records in the pilot file.</p>",
+        )
+    cell = {(m["feature"], m["arm"]): m for m in c["matrix"]}
+    rows = [
+        [
+            f,
+            *[
+                Markup(
+                    f'<span class="st-{cell[(f, a)]["status"]}" title="{escape(cell[(f, a)]["evidence"])}">{cell[(f, a)]["status"]}</span>'
+                )
+                for a in c["arms"]
+            ],
+        ]
+        for f in c["features"]
+    ]
+    return section(
+        "compatibility", "Compatibility matrix", html_table(["feature", *c["arms"]], rows)
+    )
+
+
+def drills(doc: Doc, svgs: Svgs) -> str:
+    rows = [
+        [
+            d["arm"],
+            d.get("kind", ""),
+            d["status"],
+            d.get("reason", ""),
+            seconds(d.get("switch_in_force_s")),
+            seconds(d.get("recovery_s"))
+            if d.get("recovery_s") is not None
+            else ("never recovered" if d["status"] == "done" else "n/a"),
+            num(d.get("interrupted")),
+            num(d.get("delayed")),
+        ]
+        for d in doc["drills"]
+    ]
+    table = html_table(
+        [
+            "arm",
+            "kind",
+            "status",
+            "reason",
+            "switch in force after",
+            "goodput recovered after",
+            "interrupted",
+            "delayed",
+        ],
+        rows,
+    )
+    rules = "".join(
+        f"<details><summary>Prometheus alerting rules for {escape(arm)}</summary><pre>{escape(text)}</pre></details>"
+        for arm, text in doc["rollback_rules"].items()
+    )
+    return section("drills", "Rollback drill records and triggers", table + rules)
+
+
+def definitions(doc: Doc, svgs: Svgs) -> str:
+    items = "".join(
+        f"<dt>{escape(d['name'])}</dt><dd>{escape(d['definition'])}</dd>"
+        for d in doc["definitions"]
+    )
+    notes = "".join(f"<li>{escape(n)}</li>" for n in doc["notes"])
+    return section(
+        "definitions",
+        "Metric definitions",
+        f"<dl>{items}</dl>" + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""),
+    )

@@ -1,0 +1,114 @@
+"""The admin endpoints: the runtime strategy switch (R8) and drain/resume.
+
+Loopback clients only, with ``Authorization: Bearer <admin token>`` (no token configured: 403).
+``GET|PUT /admin/strategy``, ``POST /admin/strategy/reload`` (re-read ``--strategy-file``; a bad
+file changes nothing), ``POST /admin/drain`` (503 to new requests, running ones finish),
+``POST /admin/resume``. A change applies to requests that arrive after it; the answer says how
+long it took to be in force (``in_force_after_s``).
+
+    >>> app.include_router(admin.router)                                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from specpilot.errors import SpecpilotError
+from specpilot.serve.protocol import APIError, StrategyUpdate
+from specpilot.serve.state import ServerState, State
+from specpilot.serve.strategy import StrategyTable
+
+log = logging.getLogger("specpilot.serve")
+
+
+def require_admin(request: Request, state: State) -> None:
+    cfg = state.cfg
+    host = request.client.host if request.client else ""
+    if host not in cfg.admin_hosts:
+        raise APIError(403, "admin endpoints answer loopback clients only", type="permission_error")
+    if not cfg.admin_token:
+        raise APIError(
+            403,
+            "admin endpoints are disabled (start the server with an admin token)",
+            type="permission_error",
+        )
+    got = request.headers.get("authorization", "")
+    if not hmac.compare_digest(got.encode(), f"Bearer {cfg.admin_token}".encode()):
+        raise APIError(
+            401,
+            "missing or wrong admin token (Authorization: Bearer ...)",
+            type="authentication_error",
+        )
+
+
+router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+
+
+def _view(state: ServerState) -> dict[str, Any]:
+    return {**state.switch.table.to_dict(), "draft": state.cfg.draft_name, "max_k": state.cfg.max_k}
+
+
+def _applied(state: ServerState, table: StrategyTable, t0: float) -> dict[str, Any]:
+    dt = time.perf_counter() - t0
+    state.metrics.switched(dt)
+    state.metrics.strategy(table.flat())
+    return {**_view(state), "in_force_after_s": dt}
+
+
+@router.get("/strategy")
+async def get_strategy(state: State) -> dict[str, Any]:
+    return _view(state)
+
+
+@router.put("/strategy")
+async def put_strategy(update: StrategyUpdate, state: State) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        table = state.switch.set(update.scope, update.k)
+    except SpecpilotError as exc:
+        raise APIError(400, str(exc), param="k", code="invalid_strategy") from None
+    out = _applied(state, table, t0)
+    log.info(
+        "strategy %s -> k=%s (version %d, in force after %.6fs)",
+        update.scope,
+        update.k,
+        table.version,
+        out["in_force_after_s"],
+    )
+    return out
+
+
+@router.post("/strategy/reload")
+async def reload_strategy(state: State) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    if state.cfg.strategy_file is None:
+        raise APIError(
+            400, "the server was started without --strategy-file", code="no_strategy_file"
+        )
+    try:
+        table = state.switch.load_file(state.cfg.strategy_file)
+    except SpecpilotError as exc:
+        raise APIError(400, f"strategy file not applied: {exc}", code="invalid_strategy") from None
+    return _applied(state, table, t0)
+
+
+@router.post("/drain")
+async def drain(state: State) -> dict[str, Any]:
+    state.draining = True
+    if state.scheduler is not None:
+        state.scheduler.drain()
+    running, waiting = state.scheduler.counts() if state.scheduler else (0, 0)
+    return {"status": "draining", "running": running, "waiting": waiting}
+
+
+@router.post("/resume")
+async def resume(state: State) -> dict[str, Any]:
+    state.draining = False
+    if state.scheduler is not None:
+        state.scheduler.resume()
+    return {"status": "ok"}

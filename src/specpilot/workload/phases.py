@@ -1,0 +1,148 @@
+"""Arrivals per phase: the plan's phases in order, and each one's arrival times.
+
+The plan is the warm-up phase (when ``warmup.requests`` > 0: that many requests at a constant
+rate) followed by the YAML's phases. Each phase gets its arrival process, seeded from the
+workload seed and the phase's position, and its duration: the configured one, the sum of its
+steps, or the replayed trace window's (time-scaled) length, whichever applies. A trace phase
+also yields each arrival's input and output token counts.
+
+    >>> from specpilot.workload import parse_workload
+    >>> cfg = parse_workload({"groups": {"code": {}}, "warmup": {"requests": 2},
+    ...     "phases": [{"name": "p", "duration_s": 3, "arrival": {"kind": "constant", "rate": 1}}]})
+    >>> [(a.plan.name, a.times.tolist()) for a in map(ArrivalPlanner(cfg, 0, Path(".")).arrivals,
+    ...                                                  plan_phases(cfg))]
+    [('warmup', [0.0, 1.0]), ('p', [0.0, 1.0, 2.0])]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specpilot.errors import ConfigError
+from specpilot.workload.arrivals import ArrivalProcess, Constant, Gamma, Poisson, Steps, TraceReplay
+from specpilot.workload.config import PhaseModel, TraceArrival, WorkloadConfig
+from specpilot.workload.resolve import resolve_path
+from specpilot.workload.seeds import ARRIVALS, derived_seed
+from specpilot.workload.trace import Trace, find_windows, load_trace
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """One phase of the plan: its name, its key in every seeded stream, its group mix."""
+
+    name: str
+    key: int  # 0: the warm-up phase; i + 1: the YAML's i-th phase
+    weights: dict[str, float]  # group -> weight, only groups with weight > 0, in YAML order
+    model: PhaseModel | None  # None: the warm-up phase
+
+    @property
+    def warmup(self) -> bool:
+        return self.model is None
+
+
+@dataclass(frozen=True)
+class PhaseArrivals:
+    """When a phase's requests arrive (seconds from the phase start), and trace lengths."""
+
+    plan: PhasePlan
+    process: ArrivalProcess
+    duration_s: float
+    times: np.ndarray
+    trace: TraceArrival | None = None  # set for trace replay, with ``lengths``
+    lengths: tuple[np.ndarray, np.ndarray] | None = None  # (input, output) tokens per arrival
+    window: dict[str, Any] | None = None  # the trace window that was found
+
+    def trace_lengths(self, j: int) -> tuple[int | None, int | None]:
+        """(input, output) tokens of arrival ``j`` to use, per the phase's ``use_lengths``."""
+        if self.trace is None or self.lengths is None or self.trace.use_lengths == "none":
+            return None, None
+        out = int(self.lengths[1][j])
+        return (int(self.lengths[0][j]) if self.trace.use_lengths == "both" else None), out
+
+
+def plan_phases(cfg: WorkloadConfig) -> list[PhasePlan]:
+    default = {n: g.weight for n, g in cfg.groups.items()}
+    plan = [PhasePlan("warmup", 0, _positive(default), None)] if cfg.warmup.requests else []
+    for i, p in enumerate(cfg.phases):
+        plan.append(PhasePlan(p.name, i + 1, _positive(p.groups or default), p))
+    return plan
+
+
+def _positive(weights: dict[str, float]) -> dict[str, float]:
+    return {n: float(w) for n, w in weights.items() if w > 0}
+
+
+class ArrivalPlanner:
+    """Arrivals of each phase of one workload (traces are read once and shared)."""
+
+    def __init__(self, cfg: WorkloadConfig, seed: int, base_dir: Path) -> None:
+        self.cfg, self.seed, self.base_dir = cfg, seed, base_dir
+        self._traces: dict[Path, Trace] = {}
+
+    def arrivals(self, plan: PhasePlan) -> PhaseArrivals:
+        if plan.model is None:
+            n, rate = self.cfg.warmup.requests, self.cfg.warmup.rate
+            warm = Constant(rate)
+            return PhaseArrivals(plan, warm, n / rate, warm.times(n / rate)[:n])
+        p = plan.model
+        seed = derived_seed(self.seed, plan.key, ARRIVALS)
+        a = p.arrival
+        if isinstance(a, TraceArrival):
+            return self._replay(plan, p, a)
+        if a.kind == "steps":
+            st = Steps([(s.duration_s, s.rate) for s in a.steps], a.step_kind, a.cv, seed)
+            duration = p.duration_s or st.total_s
+            return PhaseArrivals(plan, st, duration, st.times(duration))
+        assert p.duration_s is not None  # the config validator enforces it
+        proc: ArrivalProcess
+        if a.kind == "constant":
+            proc = Constant(a.rate)
+        elif a.kind == "poisson":
+            proc = Poisson(a.rate, seed)
+        else:
+            proc = Gamma(a.rate, a.cv, seed)
+        return PhaseArrivals(plan, proc, p.duration_s, proc.times(p.duration_s))
+
+    def _replay(self, plan: PhasePlan, p: PhaseModel, a: TraceArrival) -> PhaseArrivals:
+        path = resolve_path(a.path, self.base_dir)
+        if path not in self._traces:
+            self._traces[path] = load_trace(path)
+        tr = self._traces[path]
+        window, info = self._window(p.name, tr, a)
+        replay = TraceReplay(
+            tr,
+            time_scale=a.time_scale,
+            length_scale=a.length_scale,
+            target_rate=a.target_rate,
+            max_input_tokens=a.max_input_tokens,
+            max_output_tokens=a.max_output_tokens,
+            window=window,
+        )
+        dur = replay.duration_s if p.duration_s is None else min(p.duration_s, replay.duration_s)
+        times, ins, outs = replay.events(dur)
+        return PhaseArrivals(plan, replay, dur, times, a, (ins, outs), info)
+
+    @staticmethod
+    def _window(
+        phase: str, tr: Trace, a: TraceArrival
+    ) -> tuple[tuple[float, float] | None, dict[str, Any] | None]:
+        """The replayed span of the trace (None: all of it) and, when found, its description."""
+        if a.window == "all":
+            return None, None
+        if isinstance(a.window, tuple):
+            window = (float(a.window[0]), float(a.window[1]))
+            if not window[0] < window[1]:
+                raise ConfigError(f"phase {phase!r}: window start must be before its end")
+            return window, None
+        found = find_windows(tr, a.window_s, a.burst_s, a.context_s)
+        if a.window not in found:
+            raise ConfigError(
+                f"phase {phase!r}: no {a.window} window found in {tr.source}",
+                fix="a shorter burst_s or context_s, or window: peak",
+            )
+        w = found[a.window]
+        return (w.start_s, w.end_s), w.to_dict()

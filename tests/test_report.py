@@ -1,0 +1,152 @@
+"""The report: JSON against its schema, R9 order, honest wording, files and the CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+import specpilot.store as store
+from pilot_cases import Cell, case, full_case
+from specpilot.analysis import AnalysisConfig
+from specpilot.cli import main
+from specpilot.records import PilotData, PilotRecord
+from specpilot.report import build_report
+from specpilot.report.page import SECTIONS
+from specpilot.report.schema import validate
+
+CFG = AnalysisConfig(bootstrap_resamples=200)
+
+
+@pytest.fixture(scope="module")
+def report():
+    return build_report(full_case(), CFG, plots=False)
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_the_document_validates_and_a_broken_one_does_not(report) -> None:
+    doc = json.loads(report.files()["report.json"])  # what is written, NaN-free
+    assert validate(doc) == []
+    bad = copy.deepcopy(doc)
+    bad["verdicts"][0]["verdict"] = "MAYBE"
+    del bad["load"]["cells"][0]["e2e"]["p99"]
+    errs = validate(bad)
+    assert any("/verdicts/0/verdict" in e for e in errs) and any("p99" in e for e in errs)
+    empty = build_report(PilotData(PilotRecord("p", "empty", {}, "", "0", 0.0)), CFG, plots=False)
+    assert validate(json.loads(empty.files()["report.json"])) == []
+
+
+def test_sections_in_r9_order_with_the_verdict_on_top(report) -> None:
+    positions = [report.html.index(f'<section id="{sid}">') for sid, _, _ in SECTIONS]
+    assert positions == sorted(positions) and SECTIONS[0][0] == "verdict"
+    first = report.html.index("<section")
+    assert report.html.index('class="verdict-block verdict-ADOPT"') < report.html.index(
+        'id="load-range"'
+    )
+    assert first == report.html.index('<section id="verdict">')
+    # the hardware and its verify cost stand next to the verdict
+    verdict = report.html[first : report.html.index('<section id="load-range">')]
+    assert "Intel(R) Xeon(R) Processor" in verdict and "verify cost v(n)" in verdict
+
+
+def test_wording_rules_hold_in_every_rendered_format(report) -> None:
+    for name, body in (("html", text_of(report.html)), ("md", report.markdown)):
+        low = body.lower()
+        assert "accuracy" not in low, name  # acceptance rate is never answer quality
+        for m in re.finditer(r"(\S+)\s+speed-up", body):  # every speed-up says what it is of
+            assert m.group(1).lower() in ("decode", "end-to-end", "a"), (
+                name,
+                body[m.start() - 40 : m.end() + 20],
+            )
+        # latency improved, resources the same, no business value: never a saving
+        assert "saving" not in low, name
+    assert "latency change, no cost change" in report.markdown
+
+
+def test_a_saving_is_named_only_when_resources_go_down() -> None:
+    cs = {(g, p): Cell(spec=0.5) for g in ("code", "zh") for p in ("off_peak", "peak")}
+    d = case(cs)
+    for r in d.requests:
+        if r.arm in ("base", "alt") and r.phase == "peak" and r.done_t is not None:
+            r.done_t += 5.0
+    cfg = CFG.model_copy(
+        update={
+            "cost": CFG.cost.model_copy(update={"target_peak_rate": 4.0}),
+            "verdict": CFG.verdict.model_copy(update={"slo_attainment": 0.9}),
+        }
+    )
+    md = build_report(d, cfg, plots=False).markdown
+    assert "saving: 1 device(s) instead of 4 at the target peak rate (resources go down)" in md
+
+
+def test_quality_compat_and_drills_are_reported(report) -> None:
+    t = text_of(report.html)
+    assert "key checks passed 9/10 (90.0%; baseline 100.0%): amount field missing" in t
+    gates = report.document["quality"]["gates"]
+    assert {(g["task_group"], g["key_gate"]) for g in gates} == {("code", "fail"), ("zh", "pass")}
+    matrix = {
+        (m["feature"], m["arm"]): m["status"] for m in report.document["compatibility"]["matrix"]
+    }
+    assert (
+        matrix[("stop_in_round", "spec")] == "fail"
+        and matrix[("tool_call", "base")] == "unsupported"
+    )
+    assert "not_possible" in t and "arm given only by URL" in t
+    d = full_case()
+    d.drills = []
+    doc = build_report(d, CFG, plots=False).document
+    assert [(x["arm"], x["status"]) for x in doc["drills"]] == [("spec", "not_drilled")]
+
+
+def test_every_number_table_states_its_n(report) -> None:
+    for c in report.document["load"]["cells"]:
+        assert c["e2e"]["n"] == c["scheduled"]  # every scheduled request counted
+    assert "(n=40)" in text_of(report.html)
+
+
+def test_files_written(tmp_path, report) -> None:
+    paths = report.write(tmp_path / "out")
+    assert sorted(p.name for p in paths) == [
+        "report.html",
+        "report.json",
+        "report.md",
+        "rollback-spec.rules.yml",
+    ]
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["schema_version"] == 1
+
+
+def test_report_command(tmp_path, monkeypatch, capsys) -> None:
+    # The store's typed reader (read_pilot) is being written on the store branch; until it is
+    # on main this test stands a hand-built pilot in for the file it would read.
+    data = full_case()
+    data.pilot.config = {
+        **data.pilot.config,
+        "analysis": {"bootstrap_resamples": 150, "verdict": {"slo_attainment": 0.9}},
+    }
+    seen = {}
+
+    def read_pilot(path):
+        seen["path"] = str(path)
+        return data
+
+    monkeypatch.setattr(store, "read_pilot", read_pilot, raising=False)
+    pilot = tmp_path / "p.duckdb"
+    pilot.write_bytes(b"")
+    cfg = tmp_path / "a.yaml"
+    cfg.write_text("seed: 7\n")
+    assert main(["report", str(pilot), "--no-plots", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ADOPT: spec vs base") and seen["path"] == str(pilot)
+    doc = json.loads((tmp_path / "p-report" / "report.json").read_text())
+    assert (
+        doc["analysis_config"]["seed"] == 7 and doc["analysis_config"]["bootstrap_resamples"] == 150
+    )
+    cfg.write_text("verdict: {slo_atainment: 0.9}\n")
+    assert main(["report", str(pilot), "--no-plots", "--config", str(cfg)]) == 2
+    assert "verdict.slo_atainment" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing.duckdb")]) == 2

@@ -1,0 +1,109 @@
+"""The HTML report opened in headless Chromium (Debian ``chromium``): screenshot taken, verdict
+block and every plot present and rendered with a real size, nothing loaded from outside.
+
+The network is closed to the browser (every host name resolves to nothing) and the page's own
+resource timing is read back: an offline report loads no resource at all.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pilot_cases import full_case
+from specpilot.analysis import AnalysisConfig
+from specpilot.report import build_report
+from specpilot.report.figures import FIGURE_IDS
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)"
+)
+
+PROBE = """<script>
+(function () {
+  const box = (el) => { if (!el) return null; const b = el.getBoundingClientRect(); return {w: b.width, h: b.height}; };
+  const v = document.querySelector('#verdict .verdict-block');
+  const out = {
+    verdict: v ? {box: box(v), label: v.querySelector('.verdict-label').textContent} : null,
+    plots: [...document.querySelectorAll('figure.plot')].map((f) => {
+      const s = f.querySelector('svg');
+      return {id: f.dataset.plot, state: f.dataset.state, box: box(s),
+              marks: s ? s.querySelectorAll('path, rect, line, polyline, text, use').length : 0};
+    }),
+    resources: performance.getEntriesByType('resource').map((e) => e.name),
+    links: [...document.querySelectorAll('[src], [href]')].map((e) => e.getAttribute('src') || e.getAttribute('href')),
+    scripts: document.scripts.length,
+  };
+  const pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    cmd = [
+        CHROMIUM,
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--proxy-server=127.0.0.1:9",
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    build_report(full_case(drill_status="done"), AnalysisConfig(bootstrap_resamples=200)).write(out)
+    return out / "report.html"
+
+
+def test_report_renders_in_chromium_with_every_plot_and_nothing_external(page: Path) -> None:
+    source = page.read_text()
+    assert "<script" not in source and not re.search(r"https?://", source)  # static: no URL at all
+    probed = page.with_name("probe.html")
+    probed.write_text(source.replace("</body>", PROBE + "</body>"))
+    res = chromium(
+        "--window-size=1280,2000", "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()
+    )
+    m = re.search(r'<pre id="probe">(.*?)</pre>', res.stdout, re.S)
+    assert m, res.stderr[-2000:]
+    got = json.loads(html.unescape(m.group(1)))
+    assert got["verdict"]["label"] == "ADOPT" and got["verdict"]["box"]["h"] > 50
+    plots = {p["id"]: p for p in got["plots"]}
+    assert sorted(plots) == sorted(FIGURE_IDS)
+    for fid, p in plots.items():
+        assert p["state"] == "rendered", fid
+        assert p["box"]["w"] > 200 and p["box"]["h"] > 100, (fid, p["box"])
+        assert p["marks"] > 20, (fid, p["marks"])  # axes, ticks, lines: really drawn
+    assert got["resources"] == []  # nothing fetched: no font, image, style or script
+    assert all(link.startswith("#") for link in got["links"]), got["links"]
+    assert got["scripts"] == 1  # the probe itself
+
+
+def test_screenshot_of_the_report(page: Path) -> None:
+    from PIL import Image
+
+    shot = page.with_name("report.png")
+    res = chromium("--window-size=1280,3000", f"--screenshot={shot}", page.as_uri())
+    assert shot.exists(), res.stderr[-2000:]
+    img = Image.open(shot).convert("RGB")
+    assert img.size == (1280, 3000)
+    small = img.resize((128, 300))
+    assert len(set(small.getdata())) > 50  # not a blank page: text, tables, a coloured frame
+    # the verdict frame of an ADOPT is green (#2ca02c) near the top
+    top = img.crop((0, 0, 1280, 800))
+    greens = sum(1 for r, g, b in top.getdata() if g > 140 and r < 80 and b < 80)
+    assert greens > 500
