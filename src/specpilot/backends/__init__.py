@@ -37,6 +37,7 @@ from specpilot.backends.protocol import (
     ModelFile,
 )
 from specpilot.backends.scrape import MetricsSource, scrape
+from specpilot.errors import ConfigError
 from specpilot.records import MetricSnapshot, ResponseExtras
 
 ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")
@@ -45,7 +46,7 @@ ResponseParser = Callable[[Mapping[str, Any], Mapping[str, str] | None], Respons
 
 def _module(engine: str) -> Any:
     if engine not in ENGINES:
-        raise ValueError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
+        raise ConfigError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
     return importlib.import_module(f"specpilot.backends.{engine}")
 
 
@@ -107,7 +108,7 @@ def make_backend(engine: str, options: Mapping[str, Any] | None = None) -> Backe
         return LlamaCppBackend(LlamaCppConfig(**opts), mode=mode)
     classes = {"builtin": "BuiltinBackend", "vllm": "VllmBackend", "sglang": "SglangBackend"}
     if engine not in classes:
-        raise ValueError(
+        raise ConfigError(
             f"engine {engine!r} cannot be started by specpilot: builtin, llamacpp, vllm, sglang"
         )
     cls = getattr(_module(engine), classes[engine])
@@ -122,7 +123,7 @@ def _check_fields(
     names = [f.name for f in dataclasses.fields(cls) if f.init and f.name != "name"]
     unknown = sorted(set(opts) - set(names))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"{engine} engine options {', '.join(unknown)} unknown; "
             f"known: {', '.join(sorted([*names, *extra]))}"
         )

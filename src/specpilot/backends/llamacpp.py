@@ -41,6 +41,7 @@ from specpilot.backends.protocol import (
     Manifest,
 )
 from specpilot.backends.scrape import MetricsSource, Scraped, scrape
+from specpilot.errors import ConfigError
 from specpilot.records import MetricSnapshot, ResponseExtras
 
 SPEC_TYPES = {
@@ -73,9 +74,9 @@ class LlamaCppConfig:
     def effective_spec_type(self) -> str | None:
         if self.spec_type is not None:
             if self.spec_type not in SPEC_TYPES:
-                raise ValueError(f"spec_type {self.spec_type!r}: one of {', '.join(SPEC_TYPES)}")
+                raise ConfigError(f"spec_type {self.spec_type!r}: one of {', '.join(SPEC_TYPES)}")
             if self.spec_type == "draft-simple" and self.draft is None:
-                raise ValueError("spec_type draft-simple needs a draft model")
+                raise ConfigError("spec_type draft-simple needs a draft model")
             return self.spec_type
         return "draft-simple" if self.draft is not None else None
 
@@ -139,7 +140,7 @@ class LlamaCppConfig:
                 p.speculative.draft.p_min = self.draft_p_min
             if self.ngram:
                 if not st.startswith("ngram-") or st == "ngram-cache":
-                    raise ValueError(f"ngram parameters do not apply to spec_type {st!r}")
+                    raise ConfigError(f"ngram parameters do not apply to spec_type {st!r}")
                 sub = getattr(p.speculative, st.replace("-", "_"))
                 for k, v in self.ngram.items():
                     setattr(sub, k, v)
@@ -250,7 +251,7 @@ class LlamaCppBackend:
 
     def __init__(self, cfg: LlamaCppConfig, mode: str = "subprocess") -> None:
         if mode not in ("subprocess", "inprocess"):
-            raise ValueError("mode: subprocess | inprocess")
+            raise ConfigError("mode: subprocess | inprocess")
         cfg.effective_spec_type()  # validate early
         self.cfg = cfg
         self.cfg.port = cfg.port or free_port(cfg.host)

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from specpilot.errors import EngineStartError
 from specpilot.records import MetricSnapshot, ResponseExtras
 
 SPEC_ROUNDS = "spec_rounds"
@@ -44,7 +45,7 @@ SPEC_POS = "spec_accepted_pos_"  # + str(i), i >= 1
 START_TIMEOUT_S = 600.0
 
 
-class BackendError(RuntimeError):
+class BackendError(EngineStartError):
     """An engine that would not start, answer or stop; the message says why and where to look."""
 
 

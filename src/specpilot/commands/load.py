@@ -43,6 +43,8 @@ import time
 import uuid
 from typing import Any
 
+from specpilot.errors import ConfigError
+
 ENGINES = ["openai", "builtin", "llamacpp", "vllm", "sglang"]
 START_TIMEOUT_S = 600.0  # specpilot.backends.START_TIMEOUT_S (not imported: keeps --help fast)
 
@@ -158,7 +160,7 @@ def engine_options(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--engine-opt {item!r}: expected KEY=VALUE")
+            raise ConfigError(f"--engine-opt {item!r}: expected KEY=VALUE")
         out[key.strip().replace("-", "_")] = yaml.safe_load(value) if value else ""
     return out
 
@@ -227,7 +229,7 @@ def _pilot(store: Any, args: argparse.Namespace, sched: Any, options: dict[str, 
     if existing:
         pilot = existing[0]
         if pilot.config.get("workload_config_sha256") != sched.config_sha256:
-            raise ValueError(
+            raise ConfigError(
                 f"{args.out} holds the pilot {pilot.name!r} of another workload "
                 f"(config sha256 {pilot.config.get('workload_config_sha256')}): give another --out"
             )
@@ -272,14 +274,14 @@ def run(args: argparse.Namespace) -> int:
     from specpilot.store import PhaseRecorder, Store
 
     if args.start == (args.url is not None):
-        raise ValueError("give either an endpoint URL or --start (specpilot starts the engine)")
+        raise ConfigError("give either an endpoint URL or --start (specpilot starts the engine)")
     if args.engine_opt and not args.start:
-        raise ValueError("--engine-opt needs --start")
+        raise ConfigError("--engine-opt needs --start")
     if args.start and args.engine == "openai":
-        raise ValueError("--start needs --engine builtin, llamacpp, vllm or sglang")
+        raise ConfigError("--start needs --engine builtin, llamacpp, vllm or sglang")
     sched = _schedule(args)
     if not sched.select(args.phase, warmup=not args.no_warmup):
-        raise ValueError("the selection has no requests")
+        raise ConfigError("the selection has no requests")
     run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
     backend = None
     cold_start_s = None
@@ -306,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         with Store(args.out) as store:
             pilot = _pilot(store, args, sched, options)
             if any(a.run_id == run_id for a in store.records("arms")):
-                raise ValueError(f"run {run_id!r} already exists in {args.out}: pick another")
+                raise ConfigError(f"run {run_id!r} already exists in {args.out}: pick another")
             store.add_pilot(pilot)
             arm = _arm(
                 pilot, args, run_id, _manifest(args, backend, url), len(store.records("arms"))

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specpilot.errors import ConfigError
 from specpilot.records import ResponseExtras, ScheduledRequest
 
 PHASE_TIMINGS = ("schedule", "back_to_back")
@@ -80,7 +81,7 @@ class Design:
 
     def __post_init__(self) -> None:
         if self.phase_timing not in PHASE_TIMINGS:
-            raise ValueError(
+            raise ConfigError(
                 f"phase_timing {self.phase_timing!r}: one of {', '.join(PHASE_TIMINGS)}"
             )
 

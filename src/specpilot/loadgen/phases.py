@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from specpilot.errors import ConfigError
+
 PhaseHook = Callable[[str, str, float], None]  # (phase, "start" | "end", t)
 
 
@@ -54,7 +56,7 @@ def resolve_starts(names: list[str], given: Mapping[str, float] | None) -> dict[
     if missing and len(names) == 1:
         starts[missing[0]] = 0.0
     elif missing:
-        raise ValueError(
+        raise ConfigError(
             f"phases {', '.join(missing)} have no start time: set the phase_starts option "
             "(phase_starts_for(schedule.phases, ...)), use LoadRunner.for_schedule, or "
             "phase_timing='back_to_back'"

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from specpilot.errors import ConfigError
 from specpilot.loadgen.client import Outcome, Sink, new_record, request_id, send
 from specpilot.loadgen.config import LoadConfig, request_body
 from specpilot.loadgen.phases import PhaseEdges, PhaseHook, phase_starts_for, resolve_starts
@@ -84,7 +85,9 @@ class LoadRunner:
         self.sink = sink
         ids = [request_id(r) for r in self.schedule]
         if len(set(ids)) != len(ids):
-            raise ValueError("schedule has duplicate (phase, index) pairs")
+            raise ConfigError(
+                "schedule has duplicate (phase, index) pairs: each needs its own index"
+            )
         rng = random.Random(cfg.design.seed)
         self._cancel = {rid for rid in ids if rng.random() < cfg.design.cancel_fraction}
         self.phase_names = list(dict.fromkeys(r.phase for r in self.schedule))

@@ -40,12 +40,13 @@ import duckdb
 
 from specpilot import __version__
 from specpilot import records as R
+from specpilot.errors import InputFileError
 
 SCHEMA_VERSION = 2
 _SCALARS = {str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN"}
 
 
-class PilotFileError(ValueError):
+class PilotFileError(InputFileError):
     """A file that is not a pilot file this specpilot can use; the message says what to do."""
 
 
