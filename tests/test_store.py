@@ -231,6 +231,33 @@ def test_request_rounds_verify_costs_and_chunk_gaps_by_hand(tmp_path):
     assert sorted(g[("baseline", "burst", "zh_business")].gap_s) == pytest.approx([0.3, 0.5])
 
 
+def test_columns_for_analysis_at_scale_match_the_records(tmp_path):
+    """``read(columns=True)``: the same requests and round aggregates as numpy columns; the
+    analysis gives the same round summaries and load cells from either form."""
+    from specpilot.analysis.pilot import analyze
+
+    with Store(tmp_path / "p.duckdb") as st:
+        _fill(st)
+        st.sink(dataclasses.replace(_request("speculative", "peak", 7), status="not_sent",
+                                    sent_t=None, client_stages={}))  # fmt: skip
+        recs, cols = st.read(), st.read(columns=True)
+    assert cols.requests == [] and cols.request_rounds == []
+    rc = cols.request_columns
+    assert rc["request_id"].tolist() == [r.request_id for r in recs.requests]
+    assert rc["output_tokens"].tolist() == [float(r.output_tokens) for r in recs.requests]
+    sent = rc["sent_t"][rc["request_id"] == "peak-000007"]
+    assert np.isnan(sent).all() and "output_text" not in rc and "spec" not in rc
+    stage = rc["client_stage:retrieval"]
+    assert np.isnan(stage[rc["status"] == "not_sent"]).all()
+    assert (stage[rc["status"] != "not_sent"] == 0.001).all()
+    rr = cols.request_rounds_columns
+    spec = rr["arm"] == "speculative"
+    assert rr["pos_accepted"][spec].tolist()[0] == [2, 1, 1]
+    assert rr["pos_proposed"][~spec].sum() == 0 and rr["accepted_hist"].shape[1] == 4
+    a, b = analyze(recs), analyze(cols)
+    assert a.rounds and a.rounds == b.rounds and a.load_cells == b.load_cells
+
+
 def test_a_request_written_again_replaces_its_chunks_rounds_and_prefill(tmp_path):
     with Store(tmp_path / "p.duckdb") as st:
         req = _request("speculative", "peak", 1)

@@ -35,8 +35,9 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from specpilot.records import ChunkGaps, RequestRounds, VerifyCostPoint
+from specpilot.records import ChunkGaps, RequestRecord, RequestRounds, VerifyCostPoint
 from specpilot.store.codec import records_of, to_records
+from specpilot.store.schema import record_columns
 
 
 def _kmax(con: duckdb.DuckDBPyConnection) -> int:
@@ -45,12 +46,14 @@ def _kmax(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def request_rounds(con: duckdb.DuckDBPyConnection) -> list[RequestRounds]:
-    return records_of(RequestRounds, request_rounds_columns(con))
+    return records_of(RequestRounds, as_lists(request_rounds_columns(con)))
 
 
 def request_rounds_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    """``request_rounds`` as columns: the SQL aggregate (runs without the GIL) returns plain
-    counts per position; the per-request lists are cut from one 2-D array in numpy."""
+    """``request_rounds`` as columns (``PilotData.request_rounds_columns``): keys as object
+    arrays, sums as numbers, ``pos_proposed`` / ``pos_accepted`` / ``accepted_hist`` as 2-D
+    arrays (requests x positions, zero-padded) and ``kmax`` (each request's largest proposal).
+    The SQL aggregate runs without the GIL; ``as_lists`` cuts per-request lists from it."""
     k = _kmax(con)
     pos = "".join(
         f", count(*) FILTER (WHERE proposed >= {i})::BIGINT AS p{i}"
@@ -80,24 +83,79 @@ def request_rounds_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         ORDER BY a.run_id, a.arm, a.request_id
     """
     cols: dict[str, Any] = con.execute(sql).fetchnumpy()
-    kmax = np.asarray(cols.pop("kmax"), dtype=np.int64).tolist()
-    spec = (np.asarray(cols["spec_rounds"]) > 0).tolist()
+    n = len(cols["rounds"])
 
-    def lists(prefix: str, start: int, extra: int) -> list[list[int]]:
+    def table(prefix: str, start: int) -> np.ndarray:  # requests x positions, zero-padded
         names = [f"{prefix}{i}" for i in range(start, k + 1)]
         if not names:
-            return [[] for _ in kmax]
-        table = np.stack([np.asarray(cols.pop(n), dtype=np.int64) for n in names], axis=1)
-        full = k + 1 - start  # most requests use the arm's k: no copy then
+            return np.zeros((n, 0), dtype=np.int64)
+        return np.stack([np.asarray(cols.pop(nm), dtype=np.int64) for nm in names], axis=1)
+
+    cols["pos_proposed"] = table("p", 1)
+    cols["pos_accepted"] = table("a", 1)
+    cols["accepted_hist"] = table("h", 0)
+    cols["kmax"] = np.asarray(cols["kmax"], dtype=np.int64)
+    return cols
+
+
+def as_lists(cols: dict[str, Any]) -> dict[str, Any]:
+    """``request_rounds_columns`` with the 2-D position arrays cut into per-request lists as
+    long as each request's largest proposal (+1 for the histogram; empty without proposals)."""
+    out = dict(cols)
+    kmax = out.pop("kmax").tolist()
+    spec = (np.asarray(out["spec_rounds"]) > 0).tolist()
+
+    def cut(arr: np.ndarray, extra: int) -> list[list[int]]:
+        full = arr.shape[1]  # most requests use the arm's k: no copy then
         return [
             row if m + extra == full else row[: m + extra]
-            for row, m in zip(table.tolist(), kmax, strict=True)
+            for row, m in zip(arr.tolist(), kmax, strict=True)
         ]
 
-    cols["pos_proposed"] = lists("p", 1, 0)
-    cols["pos_accepted"] = lists("a", 1, 0)
-    cols["accepted_hist"] = [h if s else [] for h, s in zip(lists("h", 0, 1), spec, strict=True)]
-    return cols
+    out["pos_proposed"] = cut(out["pos_proposed"], 0)
+    out["pos_accepted"] = cut(out["pos_accepted"], 0)
+    hist = cut(out["accepted_hist"], 1)
+    out["accepted_hist"] = [h if s else [] for h, s in zip(hist, spec, strict=True)]
+    return out
+
+
+def request_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """The requests as columns for analysis at scale (``PilotData.request_columns``): text
+    fields as object arrays, numbers as float64 with NaN for NULL, flags as bool, and one
+    ``client_stage:<name>`` column per client stage (NaN where a request lacks it). ``spec``
+    and ``output_text`` are left out (read the records for them)."""
+    keys = [
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT unnest(json_keys(client_stages)) FROM requests ORDER BY 1"
+        ).fetchall()
+    ]
+    fields = [
+        (name, typ)
+        for name, typ in record_columns(RequestRecord).items()
+        if typ in ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN") and name != "output_text"
+    ]
+    sel = [f'"{name}"' for name, _ in fields]
+    sel += [
+        f"(client_stages->>'{key.replace(chr(39), chr(39) * 2)}')::DOUBLE AS \"client_stage:{key}\""
+        for key in keys
+    ]
+    order = "ORDER BY run_id, arm, scheduled_t, request_id"
+    cols: dict[str, Any] = con.execute(
+        f"SELECT {', '.join(sel)} FROM requests {order}"
+    ).fetchnumpy()
+    types = dict(fields)
+    out: dict[str, Any] = {}
+    for name, arr in cols.items():
+        typ = types.get(name, "DOUBLE")
+        if typ == "VARCHAR":
+            out[name] = np.asarray(np.ma.filled(arr, None) if np.ma.isMaskedArray(arr) else arr,
+                                   dtype=object)  # fmt: skip
+        elif typ == "BOOLEAN":
+            out[name] = np.asarray(np.ma.filled(arr, False), dtype=bool)
+        else:
+            out[name] = np.ma.filled(np.ma.asarray(arr, dtype=np.float64), np.nan)
+    return out
 
 
 def verify_costs(con: duckdb.DuckDBPyConnection) -> list[VerifyCostPoint]:

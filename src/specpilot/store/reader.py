@@ -19,6 +19,7 @@ import duckdb
 
 from specpilot.records import PilotData, RequestRounds
 from specpilot.store import aggregates, codec
+from specpilot.store.aggregates import as_lists
 from specpilot.store.schema import TABLES, PilotFileError, _tables
 
 
@@ -36,19 +37,24 @@ def _columns(cur: duckdb.DuckDBPyConnection, table: str) -> dict[str, Any]:
     return out
 
 
-def pilot_data(con: duckdb.DuckDBPyConnection, path: str, *, rounds: bool = False) -> PilotData:
+def pilot_data(
+    con: duckdb.DuckDBPyConnection, path: str, *, rounds: bool = False, columns: bool = False
+) -> PilotData:
     """Every record of the file. The big queries run on worker threads (DuckDB releases the
-    GIL) while this thread turns finished results into records."""
+    GIL) while this thread turns finished results into records. ``columns``: requests and
+    their round aggregates as numpy columns (``request_columns``, ``request_rounds_columns``)
+    instead of records, for analysis at scale."""
     pilots = codec.read(con, TABLES["pilots"])
     if len(pilots) != 1:
         raise PilotFileError(
             f"{path} holds {len(pilots)} pilot records; a pilot file holds exactly one "
             "(Store.add_pilot writes it)"
         )
-    big = ["requests", "prefills", *(["rounds"] if rounds else [])]
+    big = [*([] if columns else ["requests"]), "prefills", *(["rounds"] if rounds else [])]
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="read_pilot") as pool:
         cols = {t: pool.submit(_with_cursor, con, _columns, t) for t in big}
         rr = pool.submit(_with_cursor, con, aggregates.request_rounds_columns)
+        req = pool.submit(_with_cursor, con, aggregates.request_columns) if columns else None
         gaps = pool.submit(_with_cursor, con, aggregates.chunk_gaps)
         costs = pool.submit(_with_cursor, con, aggregates.verify_costs)
 
@@ -61,8 +67,12 @@ def pilot_data(con: duckdb.DuckDBPyConnection, path: str, *, rounds: bool = Fals
             pilot=pilots[0],
             arms=typed("arms"),
             phases=typed("phases"),
-            requests=typed("requests"),
-            request_rounds=codec.records_of(RequestRounds, rr.result()),
+            requests=[] if columns else typed("requests"),
+            request_rounds=[]
+            if columns
+            else codec.records_of(RequestRounds, as_lists(rr.result())),
+            request_columns=req.result() if req is not None else None,
+            request_rounds_columns=rr.result() if columns else None,
             prefills=typed("prefills"),
             verify_costs=costs.result(),
             chunk_gaps=gaps.result(),
@@ -76,12 +86,13 @@ def pilot_data(con: duckdb.DuckDBPyConnection, path: str, *, rounds: bool = Fals
         )
 
 
-def read_pilot(path: str | Path, *, rounds: bool = False) -> PilotData:
-    """Every record of the pilot in ``path`` (``rounds=True``: the raw rounds too)."""
+def read_pilot(path: str | Path, *, rounds: bool = False, columns: bool = False) -> PilotData:
+    """Every record of the pilot in ``path`` (``rounds=True``: the raw rounds too;
+    ``columns=True``: requests and round aggregates as numpy columns, see ``pilot_data``)."""
     from specpilot.store.store import Store
 
     with Store(path, read_only=True) as st:
-        return st.read(rounds=rounds)
+        return st.read(rounds=rounds, columns=columns)
 
 
 def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: str | Path) -> list[Path]:

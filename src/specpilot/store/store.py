@@ -261,13 +261,13 @@ class Store:
                     return getattr(result, name)()
             raise RuntimeError("this DuckDB has no Arrow export")
 
-    def read(self, *, rounds: bool = False) -> PilotData:
+    def read(self, *, rounds: bool = False, columns: bool = False) -> PilotData:
         """Every record of the pilot (``specpilot.store.read_pilot``)."""
         from specpilot.store.reader import pilot_data
 
         self.flush()
         with self._lock:
-            return pilot_data(self.con, str(self.path), rounds=rounds)
+            return pilot_data(self.con, str(self.path), rounds=rounds, columns=columns)
 
     def counts(self) -> dict[str, int]:
         """Rows per table."""
