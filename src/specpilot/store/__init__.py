@@ -36,9 +36,11 @@ API (``Store``; the load generator and the pilot write through it):
   load generator's sink); ``flush()`` waits for the queue; ``committed_requests`` counts what
   is durable. ``add_columns(table, numpy_columns)`` bulk-inserts big tables; ``delete(table,
   **where)`` clears a selection before a recompute.
-- Reads: ``read(rounds=False)`` / ``read_pilot(path)`` / ``open_pilot(path)`` -> typed
-  ``records.PilotData``; ``records(table, **where)`` typed rows; ``columns(sql)`` numpy
-  arrays; ``arrow(sql)`` a pyarrow table (if installed); ``query(sql)`` tuples;
+- Reads: ``read(rounds=False, columns=False)`` / ``read_pilot(path, ...)`` /
+  ``open_pilot(path, ...)`` -> typed ``records.PilotData`` (``columns=True``: requests and
+  per-request round aggregates as numpy columns, what ``analysis`` takes at scale: 1M
+  requests without 1M objects); ``records(table, **where)`` typed rows; ``columns(sql)``
+  numpy arrays; ``arrow(sql)`` a pyarrow table (if installed); ``query(sql)`` tuples;
   ``counts()``; ``export_parquet(dir)``.
 - ``PhaseRecorder(store, run_id, arm, scrape, durations).attach(runner)`` writes phases and
   snapshots at every phase edge of a ``loadgen.LoadRunner``.
