@@ -75,8 +75,8 @@ def child_ours(
     msgs = [{"role": "user", "content": "hello"}]
     sched = [ScheduledRequest(i, i / rate, "bench", "g", "p", msgs, tokens) for i in range(n)]
     errs: list[float] = []
-    cfg = LoadConfig(
-        url=url,
+    cfg = LoadConfig.build(
+        url,
         progress=False,
         timeout_s=30,
         on_event=lambda rid, t, o: errs.append(t - o["t_server"]) if "t_server" in o else None,

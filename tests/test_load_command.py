@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specpilot.cli import main
-from specpilot.loadgen.testserver import ServerConfig, TestServer
+from specpilot.loadgen.testserver import TestServer, TestServerConfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,8 +26,8 @@ phases:
 """
 
 
-def test_load_writes_every_request_to_the_store(tmp_path, capsys):
-    from specpilot.store import Store
+def test_load_writes_a_one_arm_pilot_file(tmp_path, capsys):
+    from specpilot.store import read_pilot
     from specpilot.workload import build_schedule
 
     wl = tmp_path / "w.yaml"
@@ -35,48 +35,64 @@ def test_load_writes_every_request_to_the_store(tmp_path, capsys):
     out = tmp_path / "run.duckdb"
     sched = build_schedule(str(wl))
     expected = sched.select(["peak"])
-    with TestServer(ServerConfig(max_queue=8, itl_s=0.001)) as srv:
-        rc = main(
-            [
-                "load",
-                srv.url,
-                "--workload",
-                str(wl),
-                "--out",
-                str(out),
-                "--phase",
-                "peak",
-                "--quiet",
-                "--run-id",
-                "r1",
-                "--cancel-fraction",
-                "0.1",
-            ]
-        )
-    assert rc == 0
-    printed = capsys.readouterr().out
+    with TestServer(TestServerConfig(max_queue=8, itl_s=0.001)) as srv:
+        argv = ["load", srv.url, "--workload", str(wl), "--out", str(out), "--phase", "peak"]
+        rc = main([*argv, "--quiet", "--run-id", "r1", "--cancel-fraction", "0.1"])
+        assert rc == 0
+        printed = capsys.readouterr().out
+        # a second arm of the same workload joins the same pilot
+        rc = main([*argv, "--quiet", "--run-id", "r2", "--arm", "speculative", "--back-to-back"])
+        assert rc == 0
     assert "run r1" in printed and "dispatch lag" in printed
-    with Store(out, read_only=True) as st:
-        recs = st.requests("r1")
-        chunks = st.chunks("r1")
-        runs = st.runs()
-        snaps = st.snapshots("r1")
+    data = read_pilot(out)
+    recs = [r for r in data.requests if r.run_id == "r1"]
     assert len(recs) == len(expected) > 20  # every scheduled request, warm-up included
     assert {r.request_id for r in recs} == {f"{r.phase}-{r.index:06d}" for r in expected}
     assert {r.phase for r in recs} == {"warmup", "peak"} and sum(r.warmup for r in recs) == 2
     assert all(r.status in ("ok", "rejected", "cancelled") for r in recs)
     assert any(r.status == "cancelled" for r in recs)
-    assert sum(r.chunks for r in recs) == len(chunks)
-    # phases on the schedule's timeline: peak starts when warm-up's 0.2 s are over, not drained
-    by_id = {f"{q.phase}-{q.index:06d}": q for q in expected}
+    assert all(r.output_text for r in recs if r.status == "ok")
+    # the pilot: this machine, the workload's schedule; two arms, in run order
+    assert data.pilot.hardware.cpu_logical_cores >= 1 and data.pilot.schedule is not None
+    assert data.pilot.config["workload_config_sha256"] == sched.config_sha256
+    assert [(a.run_id, a.arm, a.role, a.run_order) for a in data.arms] == [
+        ("r1", "baseline", "baseline", 0),
+        ("r2", "speculative", "speculative", 1),
+    ]
+    arm = data.arms[0]
+    assert arm.status == "complete" and arm.strategy.kind == "other"  # a URL: unknown engine
+    assert arm.load_summary["scheduled"] == len(expected) and len(arm.manifest_sha256) == 64
+    # phases on the schedule's timeline, with the clock anchor; snapshots at each edge
+    phases = {p.phase: p for p in data.phases if p.run_id == "r1"}
     starts = {p.name: p.start_s for p in sched.phases}
-    base = min(r.scheduled_t - starts[r.phase] - by_id[r.request_id].send_t for r in recs)
-    for r in recs:
+    assert phases["warmup"].warmup and not phases["peak"].warmup
+    assert phases["peak"].planned_start_s == starts["peak"] - starts["warmup"] == 0.2
+    for p in phases.values():
+        assert p.status == "complete" and p.t_run is not None and p.wall_t_run > 1.7e9
+        assert p.actual_end_t > p.actual_start_t >= p.t_run - 1e-3
+    by_id = {f"{q.phase}-{q.index:06d}": q for q in expected}
+    for r in recs:  # scheduled_t = t_run + phase start + send_t, exactly
         q = by_id[r.request_id]
-        assert r.scheduled_t - base == pytest.approx(starts[q.phase] + q.send_t, abs=1e-6)
-    run = next(r for r in runs if r["run_id"] == "r1")
-    assert run["status"] == "complete"
-    assert [s.label for s in snaps] == ["before", "after"]  # openai engine: empty metrics, recorded
+        want = phases[q.phase].t_run + phases[q.phase].planned_start_s + q.send_t
+        assert r.scheduled_t == pytest.approx(want, abs=1e-6)
+    snaps = [(s.phase, s.label) for s in data.snapshots if s.run_id == "r1"]
+    assert sorted(snaps) == sorted((p, lbl) for p in phases for lbl in ("before", "after"))
+    # the chunks are all there: per ok request, gaps = chunks - 1
+    gaps = sum(len(g.gap_s) for g in data.chunk_gaps if g.run_id == "r1")
+    assert gaps == sum(r.chunks - 1 for r in recs if r.status == "ok" and not r.warmup)
+
+
+def test_a_file_of_another_workload_is_refused(tmp_path, capsys):
+    wl = tmp_path / "w.yaml"
+    wl.write_text(WORKLOAD)
+    other = tmp_path / "o.yaml"
+    other.write_text(WORKLOAD.replace("seed: 3", "seed: 4"))
+    out = tmp_path / "run.duckdb"
+    with TestServer() as srv:
+        assert main(["load", srv.url, "--workload", str(wl), "--out", str(out), "--quiet",
+                     "--phase", "burst", "--no-warmup"]) == 0  # fmt: skip
+        rc = main(["load", srv.url, "--workload", str(other), "--out", str(out), "--quiet"])
+    assert rc == 2 and "of another workload" in capsys.readouterr().err
 
 
 def test_load_reports_a_bad_workload(tmp_path, capsys):

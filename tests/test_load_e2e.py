@@ -27,12 +27,13 @@ import yaml
 pytest.importorskip("xllamacpp")
 pytest.importorskip("fastapi")
 
+from specpilot.backends import response_extras_for
 from specpilot.backends.builtin import BuiltinBackend
 from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
 from specpilot.cli import main
 from specpilot.loadgen import LoadConfig, LoadRunner, quantile, run_schedule
-from specpilot.records import ScheduledRequest
-from specpilot.store import Store
+from specpilot.records import ArmRecord, PilotRecord, ScheduledRequest
+from specpilot.store import Store, read_pilot
 from specpilot.workload import build_schedule
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -100,7 +101,7 @@ def _ignore_eos_check(url: str, extras: Any) -> list[Any]:
         )
         for i, ie in enumerate((False, True))
     ]
-    cfg = LoadConfig(url=url, model=MODEL, progress=False, response_extras=extras)
+    cfg = LoadConfig.build(url, model=MODEL, progress=False, response_extras=extras)
     return run_schedule(items, cfg).records
 
 
@@ -128,14 +129,14 @@ class _Arm:
 
     def _run(self) -> None:
         try:
-            cfg = LoadConfig(
-                url=self.backend.endpoint,
+            cfg = LoadConfig.build(
+                self.backend.endpoint,
                 model=MODEL,
                 run_id=self.run_id,
                 arm=self.name,
                 timeout_s=15.0,
                 enforce_deadlines=True,
-                response_extras=self.backend.response_extras,
+                response_extras=response_extras_for(self.name, strict=True),
                 abort_after_connect_errors=3,
                 progress=False,
             )
@@ -272,23 +273,24 @@ def test_mixed_schedule_on_the_real_builtin_and_llamacpp_servers(tmp_path, capsy
         assert builtin.scrape().metrics is not None  # healthy and scrapable
         # ignore_eos is sent and honoured by both engines
         for be in (builtin, llama):
-            plain, forced = _ignore_eos_check(be.endpoint, be.response_extras)
+            plain, forced = _ignore_eos_check(
+                be.endpoint, response_extras_for(be.name, strict=True)
+            )
             assert plain.status == forced.status == "ok", (plain.error, forced.error)
             assert plain.finish_reason == "stop" and plain.output_tokens < 40, plain
             assert forced.finish_reason == "length" and forced.output_tokens == 40, forced
         manifests = {"builtin": builtin.describe(), "llamacpp": llama.describe()}
         store = Store(tmp_path / "run.duckdb")
-        run_id = store.start_run(
-            "e2e",
-            name=sched.name,
-            schedule=sched.to_dict(),
-            manifests={k: m.to_dict() for k, m in manifests.items()},
-        )
+        store.add_pilot(PilotRecord("e2e", sched.name, {}, "", "0", time.time(),
+                                    schedule=sched.to_dict()))  # fmt: skip
+        for n, (name, m) in enumerate(manifests.items()):  # one run per arm
+            store.add_arm(ArmRecord("e2e", f"e2e-{name}", name, "extra", name, m.to_dict(),
+                                    run_order=n))  # fmt: skip
         for name, be in (("builtin", builtin), ("llamacpp", llama)):
-            store.add_snapshot(be.scrape(run_id, name, "all", "before"))
+            store.add_snapshots([be.scrape(f"e2e-{name}", name, "all", "before")])
         arms = [
-            _Arm("builtin", builtin, sched, store, run_id),
-            _Arm("llamacpp", llama, sched, store, run_id),
+            _Arm("builtin", builtin, sched, store, "e2e-builtin"),
+            _Arm("llamacpp", llama, sched, store, "e2e-llamacpp"),
         ]
         for a in arms:
             a.thread.start()
@@ -297,24 +299,33 @@ def test_mixed_schedule_on_the_real_builtin_and_llamacpp_servers(tmp_path, capsy
             assert not a.thread.is_alive(), f"{a.name} run did not end"
             if a.error is not None:
                 raise a.error
-        store.finish_run(run_id, status="complete")
         store.close()
     finally:
         builtin.stop()
         llama.stop()
+    data = read_pilot(tmp_path / "run.duckdb")
+    figures: dict[str, Any] = {"startup_s": round(startup_s, 1)}
     with Store(tmp_path / "run.duckdb", read_only=True) as st:
-        figures = {"startup_s": round(startup_s, 1)}
         for a in arms:
-            final = st.requests(run_id, arm=a.name)
-            chunks = st.chunks(run_id, arm=a.name)
+            final = st.requests(a.run_id, arm=a.name)
+            chunks = st.records("chunks", run_id=a.run_id, arm=a.name)
             figures[a.name] = _check_arm(a, sched, final, chunks)
-        stored_manifests = st.manifests(run_id)
-        snaps = st.snapshots(run_id)
+    stored_manifests = {arm.arm: arm.manifest for arm in data.arms}
+    snaps = data.snapshots
     man = manifests["builtin"]
     assert man.models[0].role == "target" and len(man.models[0].sha256 or "") == 64
     assert man.speculative["draft"] is None and "--no-draft" in man.launch
-    assert set(stored_manifests) >= {"builtin", "llamacpp"}
+    assert set(stored_manifests) == {"builtin", "llamacpp"}
     assert {s.arm for s in snaps} == {"builtin", "llamacpp"}
+    # the builtin engine reports every round: one prefill per ok request, rounds add up
+    builtin_ok = [r for r in arms[0].result.records if r.status == "ok"]
+    prefills = {p.request_id for p in data.prefills if p.arm == "builtin"}
+    rounds = {rr.request_id: rr for rr in data.request_rounds if rr.arm == "builtin"}
+    assert builtin_ok and all(r.request_id in prefills for r in builtin_ok)
+    for r in builtin_ok:  # the prefill commits the first token, the rounds the others
+        assert 1 + (rounds[r.request_id].committed if r.request_id in rounds else 0) == (
+            r.output_tokens
+        ), r.request_id
     b = figures["builtin"]["status"]
     assert b.get("rejected", 0) >= 1  # the one-slot, one-queue server turned requests away
     assert all(
@@ -337,17 +348,18 @@ def test_load_command_starts_the_engine_for_a_full_manifest(tmp_path, capsys):
     argv += ["--engine-opt", "n_ctx=2048", "--workload", str(wl), "--out", str(out)]
     rc = main([*argv, "--quiet", "--run-id", "s1"])
     assert rc == 0, capsys.readouterr().err
-    with Store(out, read_only=True) as st:
-        man = st.manifests("s1")["baseline"]
-        recs = st.requests("s1")
-        snaps = st.snapshots("s1")
+    data = read_pilot(out)
+    man = data.arms[0].manifest
+    recs = data.requests
+    snaps = data.snapshots
     assert man["started_by_specpilot"] is True and man["engine"] == "llamacpp"
     assert len(man["models"][0]["sha256"]) == 64 and len(man["tokenizer_sha256"]) == 64
     assert man["launch"][0] == "llama-server" and man["hardware"]["cpu_logical_cores"] >= 1
     assert len(recs) == 3 and all(r.status == "ok" for r in recs)
     assert [s.label for s in snaps] == ["before", "after"]
     assert snaps[1].metrics["generation_tokens"] - snaps[0].metrics.get("generation_tokens", 0) >= 3
-    assert snaps[0].metrics["process_rss_bytes"] > 50e6  # the engine's own process, measured
+    assert snaps[0].rss_bytes > 50e6  # the engine's own process, measured
+    assert data.arms[0].cold_start_s > 0 and data.arms[0].strategy.kind == "none"
     # the engine was stopped: nothing listens on its endpoint any more
     with pytest.raises(httpx.HTTPError):
         httpx.get(man["endpoint"] + "/health", timeout=1.0)

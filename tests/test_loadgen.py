@@ -26,8 +26,8 @@ from specpilot.loadgen import (
     request_id,
     run_schedule,
 )
-from specpilot.loadgen.client import _Stream
-from specpilot.loadgen.testserver import ServerConfig, TestServer
+from specpilot.loadgen.sse import SseStream
+from specpilot.loadgen.testserver import TestServer, TestServerConfig
 from specpilot.records import RequestRecord, ScheduledRequest
 
 pytestmark = pytest.mark.timeout(60)
@@ -53,7 +53,7 @@ def sched(
 
 def cfg(url: str, **kw) -> LoadConfig:
     kw.setdefault("progress", False)
-    return LoadConfig(url=url, run_id="t", arm="a", **kw)
+    return LoadConfig.build(url, run_id="t", arm="a", **kw)
 
 
 def _rec() -> RequestRecord:
@@ -63,7 +63,7 @@ def _rec() -> RequestRecord:
 # -- SSE parsing -----------------------------------------------------------------------------
 def test_sse_events_split_across_reads_and_crlf():
     rec = _rec()
-    st = _Stream(rec, LoadConfig(url="x"), [])
+    st = SseStream(rec, [])
     ev1 = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\r\n\r\n'
     ev2 = b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\r\n\r\n'
     ev3 = b'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}\n\n'
@@ -71,14 +71,14 @@ def test_sse_events_split_across_reads_and_crlf():
     # split at every awkward place, including inside "\r\n"
     for cut in (3, len(ev1) - 1, len(ev1) + 5, len(ev1 + ev2) - 2):
         rec = _rec()
-        st = _Stream(rec, LoadConfig(url="x"), [])
+        st = SseStream(rec, [])
         st.feed(blob[:cut], 1.0)
         st.feed(blob[cut:], 2.0)
         assert st.done and "".join(st.text) == "Hello", cut
         assert rec.chunks == 2 and rec.finish_reason == "stop"
     # the role-only chunk is not content: TTFT starts at the first text
     rec = _rec()
-    st = _Stream(rec, LoadConfig(url="x"), [])
+    st = SseStream(rec, [])
     st.feed(ev1, 1.0)
     assert rec.first_content_t is None
     st.feed(ev2, 2.0)
@@ -87,7 +87,7 @@ def test_sse_events_split_across_reads_and_crlf():
 
 def test_tool_call_delta_counts_as_content_and_usage_deltas_count_tokens():
     rec = _rec()
-    st = _Stream(rec, LoadConfig(url="x"), [])
+    st = SseStream(rec, [])
     tool = {
         "choices": [
             {
@@ -111,7 +111,7 @@ def test_tool_call_delta_counts_as_content_and_usage_deltas_count_tokens():
 
 def test_completions_format_and_tokenizer_fallback():
     rec = _rec()
-    st = _Stream(rec, LoadConfig(url="x", count_tokens=lambda s: len(s.split())), [])
+    st = SseStream(rec, [], count_tokens=lambda s: len(s.split()))
     st.feed(
         b'data: {"choices":[{"index":0,"text":" a b c"}]}\n\ndata: {"choices":[{"index":0,"text":" d","finish_reason":"length"}]}\n\n',
         1.0,
@@ -134,7 +134,7 @@ def test_open_loop_timing_matches_the_server_timetable():
         if "t_server" in obj:
             errors.append(t - obj["t_server"])
 
-    with TestServer(ServerConfig(ttft_s=0.05, itl_s=0.01)) as srv:
+    with TestServer(TestServerConfig(ttft_s=0.05, itl_s=0.01)) as srv:
         res = run_schedule(sched(10, gap=0.02, max_tokens=5), cfg(srv.url, on_event=on_event))
     recs = res.records
     assert [r.status for r in recs] == ["ok"] * 10
@@ -178,11 +178,11 @@ def test_every_request_accounted_for_timeouts_rejections_errors_cancellations():
     seen = []
     lock = threading.Lock()
 
-    def sink(rec, chunks):
+    def sink(rec, chunks, rounds, prefill):
         with lock:
             seen.append(rec.request_id)
 
-    with TestServer(ServerConfig(max_queue=6, itl_s=0.01)) as srv:
+    with TestServer(TestServerConfig(max_queue=6, itl_s=0.01)) as srv:
         res = run_schedule(items, cfg(srv.url, timeout_s=0.4, cancel_fraction=0.3, seed=1), sink)
         server_requests = srv.stats.requests
     recs = res.records
@@ -243,16 +243,26 @@ def test_lagging_generator_is_flagged_untrustworthy():
 
 
 def test_stop_keeps_records_and_marks_the_rest():
-    items = sched(30, gap=0.05, content="[[sleep:0.3]]")
+    """Stopped after the third ok record (not after a wall-clock delay: a busy machine starts
+    slower): finished records stay ok, the in-flight ones are errors, the rest not_sent."""
+    items = sched(30, gap=0.1, content="[[sleep:0.3]]")
+    oks = []
     with TestServer() as srv:
         runner = LoadRunner(items, cfg(srv.url))
-        threading.Timer(0.6, runner.stop, args=("test stop",)).start()
+
+        def sink(rec, chunks, rounds, prefill):
+            oks.extend([rec.request_id] if rec.status == "ok" else [])
+            if len(oks) == 3:
+                runner.stop("test stop")
+
+        runner.sink = sink
         res = runner.run()
     counts = res.summary.status_counts
     assert len(res.records) == 30 and sum(counts.values()) == 30
     assert counts["ok"] >= 3 and counts["not_sent"] >= 15
     assert counts["error"] >= 1  # in flight at the stop (not a user interrupt)
     assert res.summary.stop_reason == "test stop" and not res.summary.trustworthy
+    assert [r.request_id for r in res.records if r.status == "ok"][:3] == oks[:3]
 
 
 def _free_port() -> int:
@@ -293,8 +303,16 @@ def test_server_killed_mid_run():
     try:
         _wait_health(url, proc)
         items = sched(60, gap=0.05, max_tokens=10)  # 3 s of arrivals; each request ~0.5 s
-        threading.Timer(1.0, proc.kill).start()
-        res = run_schedule(items, cfg(url, abort_after_connect_errors=5))
+        oks: list[str] = []
+
+        def kill_after_twelve_ok(rec, chunks, rounds, prefill):
+            # after confirmed records, not after a delay: a busy machine starts late
+            if rec.status == "ok":
+                oks.append(rec.request_id)
+                if len(oks) == 12:
+                    proc.kill()
+
+        res = run_schedule(items, cfg(url, abort_after_connect_errors=5), kill_after_twelve_ok)
     finally:
         proc.kill()
         proc.wait()
@@ -311,7 +329,8 @@ def test_server_killed_mid_run():
 
 
 def test_ctrl_c_stops_cleanly(tmp_path):
-    """SIGINT to a real process: it exits 0 with every request recorded."""
+    """SIGINT to a real process: it exits 0 with every request recorded. The signal comes after
+    the child reported five ok records (not after a delay: a busy machine starts late)."""
     script = tmp_path / "run.py"
     out = tmp_path / "out.json"
     script.write_text(
@@ -319,20 +338,22 @@ def test_ctrl_c_stops_cleanly(tmp_path):
             f"""
             import json, sys
             from specpilot.loadgen import LoadConfig, run_schedule
-            from specpilot.loadgen.testserver import TestServer, ServerConfig
+            from specpilot.loadgen.testserver import TestServer
             from specpilot.records import ScheduledRequest
             items = [ScheduledRequest(i, i * 0.05, "p", "g", "x", [{{"role": "user", "content": "[[sleep:1]]"}}], 4)
                      for i in range(100)]
+            def sink(rec, chunks, rounds, prefill):
+                if rec.status == "ok":
+                    print("ok", flush=True)
             with TestServer() as srv:
-                print("ready", flush=True)
-                res = run_schedule(items, LoadConfig(url=srv.url, progress=False))
+                res = run_schedule(items, LoadConfig.build(srv.url, progress=False), sink)
             json.dump(res.summary.to_dict(), open({str(out)!r}, "w"))
             """
         )
     )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    time.sleep(1.5)
+    for _ in range(5):
+        assert proc.stdout.readline().strip() == "ok"
     proc.send_signal(signal.SIGINT)
     assert proc.wait(20) == 0
     proc.stdout.close()
@@ -344,7 +365,7 @@ def test_ctrl_c_stops_cleanly(tmp_path):
 
 def test_progress_quiet_without_tty(capfd):
     with TestServer() as srv:
-        run_schedule(sched(3), LoadConfig(url=srv.url))
+        run_schedule(sched(3), LoadConfig.build(srv.url))
     assert capfd.readouterr().err == ""
 
 
@@ -362,7 +383,7 @@ def test_client_stages_run_in_each_request_before_its_send():
         8, gap=0.02, content="差旅住宿标准是什么？", client_stages={"retrieval": 0.0, "tool": 0.3}
     )
     items += sched(2, gap=0.02, phase="bare")  # no stages: sent at once
-    with TestServer(ServerConfig(record=True)) as srv:
+    with TestServer(TestServerConfig(record=True)) as srv:
         runner = LoadRunner(items, cfg(srv.url, stages=STAGES, phase_timing="back_to_back"))
         res = runner.run()
         arrivals = sorted(t for t, _ in srv.stats.received)
@@ -395,17 +416,18 @@ def test_stages_not_run_keep_planned_seconds_and_a_stop_during_stages_is_not_sen
         runner = LoadRunner(sched(1, client_stages={"tool": 5.0}), cfg(srv.url))
         threading.Timer(0.3, runner.stop, args=("test stop",)).start()
         rec = runner.run().records[0]
+        unspecified = run_schedule(sched(1, client_stages={"x": 0.1}), cfg(srv.url))
     assert rec.status == "not_sent" and rec.sent_t is None and rec.client_stages == {}
-    runner = LoadRunner(sched(1, client_stages={"x": 0.1}), cfg("http://x"))
-    assert "x have no spec" in runner._notes[0]
+    assert "x have no spec" in unspecified.summary.notes[0]
+    assert unspecified.records[0].client_stages["x"] >= 0.1  # run as a wait of its seconds
 
 
 def test_ignore_eos_is_sent_only_when_scheduled():
     plain, trace = sched(1)[0], sched(1, ignore_eos=True)[0]
-    c = LoadConfig(url="x")
+    c = LoadConfig.build("x")
     assert "ignore_eos" not in json.loads(request_body(c, plain))
     assert json.loads(request_body(c, trace))["ignore_eos"] is True
-    with TestServer(ServerConfig(record=True)) as srv:
+    with TestServer(TestServerConfig(record=True)) as srv:
         run_schedule(
             [plain, *sched(1, phase="q", ignore_eos=True)],
             cfg(srv.url, phase_timing="back_to_back"),
@@ -477,10 +499,10 @@ def test_for_schedule_takes_starts_and_stages_from_the_workload():
     sch = build_schedule(wl)
     assert phase_starts_for(sch.phases) == {p.name: p.start_s for p in sch.phases}
     full = LoadRunner.for_schedule(sch, cfg("http://x"))
-    assert full.cfg.phase_starts == {"warmup": 0.0, "off": 0.2, "peak": 30.2}
-    assert full.cfg.stages == sch.stages and full.cfg.stages_base_dir == sch.base_dir
+    assert full.phase_starts == {"warmup": 0.0, "off": 0.2, "peak": 30.2}
+    assert full.cfg.stages.specs == sch.stages and full.cfg.stages.base_dir == sch.base_dir
     peak = LoadRunner.for_schedule(sch, cfg("http://x"), phases=["peak"])
-    assert peak.cfg.phase_starts == {"warmup": 0.0, "peak": 0.2}  # off-peak skipped, not waited
+    assert peak.phase_starts == {"warmup": 0.0, "peak": 0.2}  # off-peak skipped, not waited
     assert {r.phase for r in peak.schedule} == {"warmup", "peak"}
 
 

@@ -121,8 +121,8 @@ def test_files_written(tmp_path, report) -> None:
 
 
 def test_report_command(tmp_path, monkeypatch, capsys) -> None:
-    # The store's typed reader (read_pilot) is being written on the store branch; until it is
-    # on main this test stands a hand-built pilot in for the file it would read.
+    # The command reads through the store's typed reader (tested in test_store.py); here it is
+    # handed a hand-built pilot whose verdict is known, in place of the file it would read.
     data = full_case()
     data.pilot.config = {
         **data.pilot.config,
@@ -130,8 +130,8 @@ def test_report_command(tmp_path, monkeypatch, capsys) -> None:
     }
     seen = {}
 
-    def read_pilot(path):
-        seen["path"] = str(path)
+    def read_pilot(path, **kw):
+        seen["path"], seen["kw"] = str(path), kw
         return data
 
     monkeypatch.setattr(store, "read_pilot", read_pilot, raising=False)
@@ -142,6 +142,7 @@ def test_report_command(tmp_path, monkeypatch, capsys) -> None:
     assert main(["report", str(pilot), "--no-plots", "--config", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("ADOPT: spec vs base") and seen["path"] == str(pilot)
+    assert seen["kw"] == {"columns": True}  # 1M requests arrive as numpy columns
     doc = json.loads((tmp_path / "p-report" / "report.json").read_text())
     assert (
         doc["analysis_config"]["seed"] == 7 and doc["analysis_config"]["bootstrap_resamples"] == 150

@@ -1,255 +1,427 @@
-"""The DuckDB result store: round trips, incremental writes that survive a kill, Parquet."""
+"""The pilot file: typed round trips, three arms x three phases, SQL aggregates against values
+computed by hand, rewrites, the one writer thread, older files, and a kill mid-run."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import duckdb
+import numpy as np
 import pytest
 
-from specpilot.records import ChunkTiming, MetricSnapshot, PrefillRecord, RequestRecord, RoundRecord
-from specpilot.store import SCHEMA_VERSION, Store
+from specpilot import records as R
+from specpilot.records import ChunkTiming, PrefillRecord, RequestRecord, RoundRecord
+from specpilot.store import SCHEMA_VERSION, TABLES, PilotFileError, Store, export_file, read_pilot
+
+ARMS = (("baseline", 0), ("speculative", 3), ("alternative", 0))
+PHASES = ("off_peak", "peak", "burst")
 
 
-def _req(i: int, run: str = "r1", arm: str = "baseline", status: str = "ok") -> RequestRecord:
-    return RequestRecord(
-        run_id=run,
-        arm=arm,
-        phase="peak",
-        task_group="code",
-        request_id=f"peak-{i:06d}",
-        scheduled_t=100.0 + i,
-        status=status,
-        sent_t=100.001 + i,
-        first_content_t=100.2 + i,
-        done_t=101.0 + i,
-        http_status=200,
-        prompt_tokens=42,
-        output_tokens=16,
-        chunks=4,
-        finish_reason="length",
-        deadline_s=25.0,
-        ttft_slo_s=1.0,
-        client_stages={"retrieval": 0.0012},
-        spec={"draft_n": 12, "draft_n_accepted": 7},
+def _pilot() -> R.PilotRecord:
+    hw = R.HardwareFacts("Xeon", ["avx2", "avx512_bf16"], 2, 2, 24 * 2**30, [], "Linux", "3.11")
+    return R.PilotRecord("p1", "three-arm", {"seed": 1}, "ab" * 32, "0.1.0", 1.0e9, hardware=hw)
+
+
+def _arm(name: str, k: int, order: int) -> R.ArmRecord:
+    strategy = R.StrategySpec("draft", k, "d4", "cd" * 32) if k else R.StrategySpec()
+    budget = R.ResourceBudget(8 * 2**30, 2, ["cpu"], "speculative", ["draft weights 28 MB"])
+    return R.ArmRecord(
+        "p1",
+        f"run-{name}",
+        name,
+        name,
+        "builtin",
+        {"engine": "specpilot-builtin"},
+        "ef" * 32,
+        strategy,
+        budget,
+        run_order=order,
+        status="complete",
+        load_summary={"trustworthy": True},
     )
 
 
-def test_round_trip_of_every_record_type(tmp_path):
-    path = tmp_path / "run.duckdb"
+def _request(arm: str, phase: str, i: int, status: str = "ok", **kw) -> RequestRecord:
+    return RequestRecord(
+        run_id=f"run-{arm}",
+        arm=arm,
+        phase=phase,
+        task_group="code" if i % 2 else "zh_business",
+        request_id=f"{phase}-{i:06d}",
+        scheduled_t=10.0 * i,
+        status=status,
+        sent_t=10.0 * i,
+        first_content_t=10.0 * i + 0.2,
+        done_t=10.0 * i + 1.0,
+        http_status=200,
+        prompt_tokens=20,
+        output_tokens=7,
+        chunks=3,
+        prompt_id=f"p{i}",
+        client_stages={"retrieval": 0.001},
+        spec={"rounds": 2, "raw": {"x": [1, 2]}},
+        served_k=3,
+        output_text="你好 world",
+        **kw,
+    )
+
+
+def _rounds(req: RequestRecord, k: int) -> list[RoundRecord]:
+    # proposed k, accepted 3, 1, 0 (k=3): committed 4, 2, 1; plain: 3 rounds of 1 token
+    acc = [3, 1, 0] if k else [0, 0, 0]
+    return [
+        RoundRecord(
+            req.request_id,
+            j,
+            k,
+            a,
+            a + 1,
+            0.002 * k,
+            0.020 + 0.001 * k,
+            0.001,
+            batch_size=1 + j % 2,
+            t_start=req.sent_t + j,
+            run_id=req.run_id,
+            arm=req.arm,
+            phase=req.phase,
+        )
+        for j, a in enumerate(acc)
+    ]
+
+
+def _chunks(req: RequestRecord) -> list[ChunkTiming]:
+    # gaps 0.3 and 0.5 s; 1, 2 and 4 tokens
+    return [
+        ChunkTiming(req.request_id, req.first_content_t + dt, n, req.run_id, j)
+        for j, (dt, n) in enumerate(((0.0, 1), (0.3, 2), (0.8, 4)))
+    ]
+
+
+def _fill(st: Store) -> list[RequestRecord]:
+    st.add_pilot(_pilot())
+    reqs = []
+    for order, (arm, k) in enumerate(ARMS):
+        st.add_arm(_arm(arm, k, order))
+        st.add_phases(
+            R.PhaseRecord(
+                f"run-{arm}",
+                arm,
+                ph,
+                30.0 * n,
+                30.0 * n + 30,
+                0.1,
+                3,
+                5.0,
+                1.7e9,
+                5.0 + 30 * n,
+                35.0 + 30 * n,
+                "complete",
+            )
+            for n, ph in enumerate(PHASES)
+        )
+        for ph in PHASES:
+            for i in range(3):
+                status = "timeout" if i == 2 else "ok"
+                req = _request(arm, ph, i, status)
+                pre = PrefillRecord(
+                    req.request_id, 20, 0.05, 0.01, 1, req.sent_t, req.run_id, arm, ph
+                )
+                st.sink(req, _chunks(req), _rounds(req, k), pre)
+                reqs.append(req)
+    return reqs
+
+
+def test_three_arms_three_phases_round_trip_typed(tmp_path):
+    path = tmp_path / "pilot.duckdb"
     with Store(path) as st:
-        run = st.start_run(
-            "r1",
-            name="pilot",
-            config={"seed": 1},
-            schedule={"version": 1, "requests": []},
-            manifests={"baseline": {"engine": "builtin"}},
-        )
-        assert st.schema_version == SCHEMA_VERSION
-        st.add_requests([_req(0), _req(1, status="timeout")])
-        st.add_chunks(
-            [ChunkTiming("peak-000000", 100.2 + k * 0.05, 4, run) for k in range(4)], arm="baseline"
-        )
-        rounds = [
-            RoundRecord(
-                "peak-000000", k, 4, 2, 3, 0.01, 0.03, 0.002, 1, 100.2 + k, None, run, "baseline"
-            )
-            for k in range(3)
-        ]
-        st.add_rounds(rounds)
-        st.add_prefills([PrefillRecord("peak-000000", 42, 0.12, 0.02, 1, 100.0, run, "baseline")])
-        st.add_snapshot(
-            MetricSnapshot(
-                run,
-                "baseline",
-                "peak",
-                "before",
-                99.0,
-                "builtin",
-                {"spec_decode_num_drafts": 0.0},
-                "# raw",
-            )
-        )
-        st.add_quality(
-            [
-                {
-                    "run_id": run,
-                    "arm": "baseline",
-                    "group": "code",
-                    "request_id": "peak-000000",
-                    "check": "tests_pass",
-                    "passed": True,
-                    "score": 1.0,
-                    "detail": {"failed": []},
-                }
-            ]
-        )
-        st.add_compat(
-            [
-                {
-                    "run_id": run,
-                    "arm": "baseline",
-                    "feature": "stop",
-                    "passed": False,
-                    "why": "ignored",
-                }
-            ]
-        )
-        st.add_drills(
-            [
-                {
-                    "run_id": run,
-                    "arm": "speculative",
-                    "kind": "rollback",
-                    "passed": True,
-                    "interruption_s": 2.5,
-                }
-            ]
-        )
-        st.add_manifest(run, "speculative", {"engine": "builtin", "draft": "d4"})
-        st.finish_run(run, "complete")
-    with Store(path, read_only=True) as st:
-        assert st.requests("r1") == [_req(0), _req(1, status="timeout")]
-        assert st.requests("r1", phase="nope") == []
-        assert [c.t for c in st.chunks("r1", "baseline")] == pytest.approx(
-            [100.2, 100.25, 100.3, 100.35]
-        )
-        assert st.rounds("r1") == rounds
-        assert st.prefills()[0].target_s == 0.12
-        snap = st.snapshots("r1")[0]
-        assert snap.metrics == {"spec_decode_num_drafts": 0.0} and snap.raw == "# raw"
-        assert st.quality("r1")[0]["detail"] == {"failed": []}
-        assert st.compat()[0]["why"] == "ignored" and st.drills()[0]["interruption_s"] == 2.5
-        assert st.manifests("r1") == {
-            "baseline": {"engine": "builtin"},
-            "speculative": {"engine": "builtin", "draft": "d4"},
-        }
-        runs = st.runs()
-        assert (
-            runs[0]["status"] == "complete"
-            and runs[0]["config"] == {"seed": 1}
-            and runs[0]["finished_at"]
-        )
-        assert st.schedule("r1") == {"version": 1, "requests": []}
-        assert st.counts()["requests"] == 2
-        with pytest.raises(duckdb.Error):
-            st.add_requests([_req(3)])  # read-only
+        reqs = _fill(st)
+        snap = R.MetricSnapshot("run-speculative", "speculative", "peak", "after", 12.5, "builtin",
+                                {"spec_rounds": 12.0}, "# raw", rss_bytes=300_000_000,
+                                kv_allocated_bytes=2**20, kv_used_bytes=2**18)  # fmt: skip
+        q = R.QualityRecord("run-baseline", "baseline", "code", "p1", "tests_pass", "code_tests",
+                            "key", False, ["tests fail: test_empty"], detail={"stderr": "x"})  # fmt: skip
+        out = R.OutputRecord("run-baseline", "baseline", "code", "p1", 0, 7, 0.7, "def f(): ...",
+                             ["def", " f"], [-0.1, -0.2], [[["def", -0.1], ["class", -2.3]]])  # fmt: skip
+        con = R.ConsistencyRecord("p1", "code", "p1", "baseline", "speculative", False, 4, "a",
+                                  "b", -0.5, -0.6, 0.1, 0.5)  # fmt: skip
+        comp = R.CompatRecord("run-speculative", "speculative", "stop_in_round", "pass", "ok", 0.2)
+        drill = R.DrillRecord("run-speculative", "speculative", "peak", "runtime_switch", "done",
+                              events=[{"t": 1.0, "event": "requested"}])  # fmt: skip
+        st.add_snapshots([snap])
+        st.add_quality([q])
+        st.add_outputs([out])
+        st.add_consistency([con])
+        st.add_compat([comp])
+        st.add_drills([drill])
+    data = read_pilot(path, rounds=True)
+    assert data.pilot == _pilot()
+    assert data.arms == [_arm(a, k, n) for n, (a, k) in enumerate(ARMS)]
+    # ordered by run, then planned start
+    assert [(p.arm, p.phase) for p in data.phases] == [
+        (a, p) for a in sorted(dict(ARMS)) for p in PHASES
+    ]
+    key = lambda r: (r.run_id, r.arm, r.scheduled_t, r.request_id)  # noqa: E731
+    assert data.requests == sorted(reqs, key=key)
+    assert data.snapshots == [snap] and data.quality == [q] and data.outputs == [out]
+    assert data.consistency == [con] and data.compat == [comp] and data.drills == [drill]
+    assert len(data.rounds) == 27 * 3 and len(data.prefills) == 27
+    # typed columns, not JSON text: SQL can use them directly
+    with duckdb.connect(str(path), read_only=True) as db:
+        types = dict(db.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                "WHERE table_name = 'requests'").fetchall())  # fmt: skip
+        assert types["prompt_tokens"] == "BIGINT" and types["served_k"] == "BIGINT"
+        assert types["client_stages"] == "JSON" and types["warmup"] == "BOOLEAN"
+        flags = db.execute("SELECT hardware.cpu_flags FROM pilots").fetchone()[0]
+        assert flags == ["avx2", "avx512_bf16"]
+        k = db.execute("SELECT strategy.k FROM arms WHERE arm = 'speculative'").fetchone()[0]
+        assert k == 3
 
 
-def test_duplicate_run_and_last_write_wins(tmp_path):
-    with Store(tmp_path / "s.duckdb") as st:
-        st.start_run("a")
-        with pytest.raises(ValueError, match="already exists"):
-            st.start_run("a")
-        st.add_requests([_req(0, run="a")])
-        st.add_requests([_req(0, run="a", status="error")])
-        st.add_requests([_req(0, run="a", arm="speculative")])
-        assert [(r.arm, r.status) for r in st.requests("a")] == [
-            ("baseline", "error"),
-            ("speculative", "ok"),
-        ]
-        generated = st.start_run()
-        assert generated != "a" and len(st.runs()) == 2
-
-
-def test_sink_group_commit_from_a_writer_thread(tmp_path):
-    st = Store(tmp_path / "s.duckdb")
-    st.start_run("r1")
-
-    def writer():
-        for i in range(300):
-            st.sink(_req(i), [ChunkTiming(f"peak-{i:06d}", 1.0 + k, 1, "r1") for k in range(5)])
-
-    th = threading.Thread(target=writer)
-    th.start()
-    th.join()
-    st.flush()
-    assert st.counts()["requests"] == 300 and st.counts()["chunks"] == 1500
-    assert {c.request_id for c in st.chunks("r1", "baseline")} == {
-        f"peak-{i:06d}" for i in range(300)
+def test_no_column_is_a_reserved_sql_keyword():
+    reserved = {
+        name
+        for name, cat in duckdb.sql(
+            "SELECT keyword_name, keyword_category FROM duckdb_keywords()"
+        ).fetchall()
+        if cat == "reserved"
     }
+    cols = {c for t in TABLES.values() for c in t.columns}
+    assert "task_group" in cols and "check_name" in cols
+    assert not cols & reserved, cols & reserved
+
+
+def test_request_rounds_verify_costs_and_chunk_gaps_by_hand(tmp_path):
+    with Store(tmp_path / "p.duckdb") as st:
+        _fill(st)
+        warm = _request("speculative", "warmup", 9, warmup=True)
+        st.sink(warm, _chunks(warm), _rounds(warm, 3))  # excluded from gaps and verify costs
+        data = st.read()
+    spec = [rr for rr in data.request_rounds if rr.arm == "speculative" and rr.phase == "peak"]
+    rr = next(r for r in spec if r.request_id == "peak-000001")
+    counts = (rr.rounds, rr.spec_rounds, rr.proposed, rr.accepted, rr.committed)
+    assert counts == (3, 3, 9, 4, 7) and all(type(c) is int for c in counts)
+    assert rr.task_group == "code" and rr.truncated_rounds == 0
+    # batch sizes 1, 2, 1: the request's share of draft time 0.006 * (1 + 1/2 + 1)
+    assert rr.draft_s == pytest.approx(0.006 * 2.5) and rr.verify_s == pytest.approx(0.023 * 2.5)
+    assert rr.mean_batch_size == pytest.approx(4 / 3)
+    assert rr.pos_proposed == [3, 3, 3]  # every round proposed 3
+    assert rr.pos_accepted == [2, 1, 1]  # accepted 3, 1, 0: >=1 twice, >=2 once, >=3 once
+    assert rr.accepted_hist == [1, 1, 0, 1]
+    plain = next(r for r in data.request_rounds if r.arm == "baseline")
+    assert plain.spec_rounds == 0 and plain.pos_proposed == [] and plain.accepted_hist == []
+    assert plain.committed == 3
+    # verify cost: speculative rows (tokens 4) at batch 1 (rounds 0 and 2 of 9 requests) vs 2
+    vc = {(v.arm, v.tokens, v.batch_size): v for v in data.verify_costs}
+    assert vc[("speculative", 4, 1)].samples == 18 and vc[("speculative", 4, 2)].samples == 9
+    assert vc[("speculative", 4, 1)].median_s == pytest.approx(0.023)
+    assert vc[("baseline", 1, 1)].median_s == pytest.approx(0.020)
+    assert {v.source for v in data.verify_costs} == {"rounds"}
+    # gaps: ok, non-warm-up requests only; per request 0.3 and 0.5 s with 2 and 4 tokens
+    g = {(c.arm, c.phase, c.task_group): c for c in data.chunk_gaps}
+    assert len(g) == 3 * 3 * 2  # timeouts (i == 2) are excluded; groups code / zh_business
+    cell = g[("speculative", "peak", "code")]
+    pairs = sorted(zip(np.round(cell.gap_s, 9).tolist(), cell.tokens.tolist(), strict=True))
+    assert pairs == [(0.3, 2), (0.5, 4)]
+    assert sorted(g[("baseline", "burst", "zh_business")].gap_s) == pytest.approx([0.3, 0.5])
+
+
+def test_columns_for_analysis_at_scale_match_the_records(tmp_path):
+    """``read(columns=True)``: the same requests and round aggregates as numpy columns; the
+    analysis gives the same round summaries and load cells from either form."""
+    from specpilot.analysis.pilot import analyze
+
+    with Store(tmp_path / "p.duckdb") as st:
+        _fill(st)
+        st.sink(dataclasses.replace(_request("speculative", "peak", 7), status="not_sent",
+                                    sent_t=None, client_stages={}))  # fmt: skip
+        recs, cols = st.read(), st.read(columns=True)
+    assert cols.requests == [] and cols.request_rounds == []
+    rc = cols.request_columns
+    assert rc["request_id"].tolist() == [r.request_id for r in recs.requests]
+    assert rc["output_tokens"].tolist() == [float(r.output_tokens) for r in recs.requests]
+    sent = rc["sent_t"][rc["request_id"] == "peak-000007"]
+    assert np.isnan(sent).all() and "output_text" not in rc and "spec" not in rc
+    stage = rc["client_stage:retrieval"]
+    assert np.isnan(stage[rc["status"] == "not_sent"]).all()
+    assert (stage[rc["status"] != "not_sent"] == 0.001).all()
+    rr = cols.request_rounds_columns
+    spec = rr["arm"] == "speculative"
+    assert rr["pos_accepted"][spec].tolist()[0] == [2, 1, 1]
+    assert rr["pos_proposed"][~spec].sum() == 0 and rr["accepted_hist"].shape[1] == 4
+    a, b = analyze(recs), analyze(cols)
+    assert a.rounds and a.rounds == b.rounds and a.load_cells == b.load_cells
+
+
+def test_a_request_written_again_replaces_its_chunks_rounds_and_prefill(tmp_path):
+    with Store(tmp_path / "p.duckdb") as st:
+        req = _request("speculative", "peak", 1)
+        st.sink(req, _chunks(req), _rounds(req, 3), PrefillRecord(req.request_id, 20, 0.1, 0.0))
+        again = dataclasses.replace(req, status="error", chunks=1)
+        st.sink(again, _chunks(again)[:1], _rounds(again, 3)[:1])
+        st.flush()
+        assert st.committed_requests == 2
+        assert [r.status for r in st.requests()] == ["error"]
+        assert len(st.records("chunks")) == 1 and len(st.records("rounds")) == 1
+        assert st.records("prefills") == []
+        # the same request in another arm is another request
+        st.sink(dataclasses.replace(req, arm="baseline"), _chunks(req))
+        assert len(st.records("chunks")) == 4
+
+
+def test_one_writer_thread_takes_sinks_from_threads_and_isolates_a_bad_write(tmp_path):
+    st = Store(tmp_path / "p.duckdb")
+
+    def writer(t: int) -> None:
+        for i in range(150):
+            req = _request("a", f"t{t}", i)
+            st.sink(req, _chunks(req), _rounds(req, 3))
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(2)]
+    for th in threads:
+        th.start()
+    bad = dataclasses.replace(_request("a", "peak", 0), run_id=None)  # NULL key: refused
+    with pytest.raises(duckdb.Error):
+        st.add_requests([bad])
+    for th in threads:
+        th.join()
+    st.flush()
+    counts = st.counts()
+    assert counts["requests"] == 300 and counts["chunks"] == 900 and counts["rounds"] == 900
+    assert st.committed_requests == 300
     st.close()
     with pytest.raises(ValueError, match="closed"):
-        st.sink(_req(1), [])
+        st.sink(_request("a", "p", 1))
 
 
-def test_a_new_record_field_becomes_a_column(tmp_path):
-    path = tmp_path / "old.duckdb"
+def test_bulk_columns_compute_chunk_gaps_like_the_sink(tmp_path):
+    with Store(tmp_path / "p.duckdb") as st:
+        st.add_pilot(_pilot())
+        st.add_requests([_request("a", "peak", 1), _request("a", "peak", 3)])
+        n = st.add_columns("chunks", {
+            "request_id": np.array(["peak-000001"] * 3 + ["peak-000003"] * 2, dtype=object),
+            "t": np.array([1.0, 1.25, 2.0, 5.0, 5.5]), "index": np.array([0, 1, 2, 0, 1]),
+            "tokens_in_chunk": np.array([1, 2, 3, 1, 1]), "run_id": "run-a", "arm": "a",
+        })  # fmt: skip
+        assert n == 5
+        gaps = st.read().chunk_gaps[0]
+    pairs = sorted(zip(np.round(gaps.gap_s, 9).tolist(), gaps.tokens.tolist(), strict=True))
+    assert pairs == [(0.25, 2), (0.5, 1), (0.75, 3)]
+
+
+def test_a_version_1_file_is_refused_with_the_fix_and_still_exports(tmp_path):
+    old = tmp_path / "old.duckdb"
+    with duckdb.connect(str(old)) as db:  # the layout the run store of version 1 wrote
+        db.execute("CREATE TABLE schema_version (version INTEGER, specpilot_version VARCHAR, "
+                   "applied_at TIMESTAMP, note VARCHAR)")  # fmt: skip
+        db.execute("INSERT INTO schema_version VALUES (1, '0.1.0', now(), 'created')")
+        db.execute("CREATE TABLE runs (run_id VARCHAR, config JSON)")
+        db.execute("CREATE TABLE manifests (run_id VARCHAR, arm VARCHAR, manifest JSON)")
+        db.execute("INSERT INTO runs VALUES ('r1', '{}')")
+    for read_only in (True, False):
+        with pytest.raises(PilotFileError) as err:
+            Store(old, read_only=read_only)
+        msg = str(err.value)
+        assert "schema version 1" in msg and f"version {SCHEMA_VERSION}" in msg
+        assert "specpilot load" in msg and "specpilot export" in msg
+    rows = {p.name: n for p, n in export_file(old, tmp_path / "pq").items()}
+    assert rows["runs.parquet"] == 1 and "manifests.parquet" in rows
+    with duckdb.connect(str(old), read_only=True) as db:  # untouched by the refusal
+        assert db.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 1
+
+
+def test_other_files_newer_versions_and_new_record_fields(tmp_path):
+    other = tmp_path / "other.duckdb"
+    with duckdb.connect(str(other)) as db:
+        db.execute("CREATE TABLE t (x INTEGER)")
+    with pytest.raises(PilotFileError, match="not a specpilot pilot file"):
+        Store(other)
+    path = tmp_path / "p.duckdb"
     with Store(path) as st:
-        st.start_run("r1")
-        st.add_requests([_req(0)])
-    con = duckdb.connect(str(path))
-    con.execute(
-        'ALTER TABLE requests DROP COLUMN "spec"'
-    )  # a file written before the field existed
-    con.close()
+        st.add_requests([_request("a", "peak", 1)])
+    with duckdb.connect(str(path)) as db:  # written before RequestRecord.output_text existed
+        db.execute('ALTER TABLE requests DROP COLUMN "output_text"')
+    with Store(path, read_only=True) as st:  # reading an older file: the field's default
+        assert st.requests()[0].output_text is None
+    with Store(path) as st:  # writing: the column is added and noted
+        notes = [r[0] for r in st.query("SELECT note FROM schema_version ORDER BY applied_unix")]
+        assert notes == ["created", "added requests.output_text"]
+    with duckdb.connect(str(path)) as db:
+        db.execute("INSERT INTO schema_version VALUES (3, '9.0', 0, 'future')")
+    with pytest.raises(PilotFileError, match="newer specpilot"):
+        Store(path, read_only=True)
+
+
+def test_read_pilot_needs_exactly_one_pilot_and_parquet_export(tmp_path):
+    path = tmp_path / "p.duckdb"
     with Store(path) as st:
-        assert st.requests("r1")[0].spec is None
-        notes = [r[0] for r in st.query("SELECT note FROM schema_version ORDER BY applied_at")]
-        assert notes == ["created", "added requests.spec"]
-
-
-def test_parquet_export(tmp_path):
-    with Store(tmp_path / "s.duckdb") as st:
-        st.start_run("r1")
-        st.add_requests([_req(i) for i in range(5)])
+        st.add_requests([_request("a", "peak", i) for i in range(5)])
         paths = st.export_parquet(tmp_path / "pq")
-    names = {p.name for p in paths}
-    assert {"requests.parquet", "chunks.parquet", "runs.parquet", "schema_version.parquet"} <= names
-    n = duckdb.sql(
-        f"SELECT count(*) FROM read_parquet('{tmp_path / 'pq' / 'requests.parquet'}')"
-    ).fetchall()[0][0]
-    assert n == 5
+    with pytest.raises(PilotFileError, match="0 pilot records"):
+        read_pilot(path)
+    assert {"requests.parquet", "chunks.parquet", "pilots.parquet"} <= {p.name for p in paths}
+    pq = tmp_path / "pq" / "requests.parquet"
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{pq}')").fetchall()[0][0] == 5
 
 
 CHILD = textwrap.dedent(
     """
-    import sys
-    from specpilot.records import ChunkTiming, RequestRecord
-    from specpilot.store import Store
+    import sys, threading, time
+    from specpilot.loadgen import LoadConfig, LoadRunner
+    from specpilot.loadgen.testserver import TestServer, TestServerConfig
+    from specpilot.records import ScheduledRequest
+    from specpilot.store import PhaseRecorder, Store
+    msg = [{"role": "user", "content": "hi"}]
+    items = [ScheduledRequest(i, i * 0.02, "steady", "g", "p", msg, 6) for i in range(40)]
+    items += [ScheduledRequest(40 + i, i * 0.02, "burst", "g", "p", msg, 6) for i in range(2000)]
     st = Store(sys.argv[1])
-    st.start_run("crash")
-    i = 0
-    while True:
-        rec = RequestRecord("crash", "b", "peak", "g", f"peak-{i:06d}", float(i), "ok")
-        st.sink(rec, [ChunkTiming(rec.request_id, float(i) + k / 10, 1) for k in range(10)])
-        if i % 20 == 19:
-            st.flush()
-            print(i + 1, flush=True)   # everything up to here is committed
-        i += 1
+    with TestServer(TestServerConfig(itl_s=0.005)) as srv:
+        cfg = LoadConfig.build(srv.url, run_id="crash", arm="spec", progress=False,
+                               phase_timing="back_to_back")
+        runner = LoadRunner(items, cfg, st.sink)
+        PhaseRecorder(st, "crash", "spec", None, {"steady": 0.8, "burst": 40.0}).attach(runner)
+        def report():
+            while True:
+                st.flush()
+                print(st.committed_requests, flush=True)  # durable up to here
+                time.sleep(0.05)
+        threading.Thread(target=report, daemon=True).start()
+        runner.run()
     """
 )
 
 
-def test_a_killed_writer_loses_at_most_the_in_flight_records(tmp_path):
+def test_a_kill_mid_run_keeps_every_confirmed_record_and_shows_the_cut(tmp_path):
+    """SIGKILL to a process running a real load into a pilot file, in its second phase."""
     path = tmp_path / "crash.duckdb"
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE, text=True
     )
-    committed = 0
-    deadline = time.monotonic() + 20
+    confirmed = 0
     assert proc.stdout is not None
-    while committed < 200 and time.monotonic() < deadline:
+    while confirmed < 120:  # the steady phase (40) is over; the burst is under way
         line = proc.stdout.readline()
-        if not line:
-            break
-        committed = int(line)
-    os.kill(proc.pid, signal.SIGKILL)  # mid-write: the child never stops writing on its own
+        assert line, "the child ended before the kill"
+        confirmed = int(line)
+    os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
-    assert committed >= 200, "the child did not get far enough to test anything"
-    with Store(path) as st:
+    with Store(path, read_only=True) as st:
         reqs = st.requests("crash")
-        assert len(reqs) >= committed
-        # Each request was committed with its chunks in one transaction: none is half there.
-        per = {}
-        for c in st.chunks("crash"):
-            per[c.request_id] = per.get(c.request_id, 0) + 1
-        assert set(per) == {r.request_id for r in reqs} and set(per.values()) == {10}
-        assert st.runs()[0]["status"] == "running"  # never finished: visible as such
+        chunks = st.records("chunks", run_id="crash")
+        phases = {p.phase: p for p in st.records("phases")}
+    assert confirmed <= len(reqs) < 2040  # every confirmed request survived; the run was cut
+    per: dict[str, int] = {}
+    for c in chunks:
+        per[c.request_id] = per.get(c.request_id, 0) + 1
+    for r in reqs:  # each request was committed with all its chunks, none half there
+        assert per.get(r.request_id, 0) == r.chunks and r.status == "ok"
+    assert phases["steady"].status == "complete" and phases["steady"].actual_end_t is not None
+    assert phases["burst"].status == "running" and phases["burst"].actual_start_t is not None
+    assert phases["burst"].actual_end_t is None  # the cut: started, never ended
+    assert phases["steady"].t_run == phases["burst"].t_run is not None

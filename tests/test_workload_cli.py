@@ -70,8 +70,7 @@ def test_trace_windows(tmp_path, capsys):
 
 def test_export(tmp_path, capsys):
     db = tmp_path / "run.duckdb"
-    with Store(db) as st:
-        st.start_run("r")
+    with Store(db) as st:  # a pilot file (specpilot.store); export needs no pilot record
         st.add_requests([RequestRecord("r", "a", "p", "g", "p-000000", 0.0, "ok")])
     assert main(["export", str(db), "--parquet", str(tmp_path / "pq")]) == 0
     out = capsys.readouterr().out

@@ -36,7 +36,6 @@ LEGACY_USER_ERRORS = frozenset(
         "specpilot.workload.config.WorkloadError",
         "specpilot.engine.loader.ModelLoadError",
         "specpilot.engine.loader.TokenizerMismatchError",
-        "specpilot.backends.base.BackendError",
     }
 )
 # Modules whose plain ``raise ValueError`` still means "bad user input" until their owners
@@ -46,25 +45,19 @@ LEGACY_VALUEERROR_MODULES = frozenset(
     {
         "specpilot.commands.distill",
         "specpilot.commands.generate",
-        "specpilot.commands.load",
         "specpilot.commands.screen_drafts",
         "specpilot.commands.serve",
         "specpilot.engine.generate",
         "specpilot.engine.runtime",
         "specpilot.engine.sampling",
         "specpilot.engine.scheduler",
-        "specpilot.backends",
         "specpilot.backends.gguf_export",
-        "specpilot.backends.llamacpp",
-        "specpilot.loadgen.client",
-        "specpilot.loadgen.runner",
         "specpilot.workload.groups",
         "specpilot.draft.corpora",
         "specpilot.draft.distill",
         "specpilot.draft.model",
         "specpilot.draft.recipe",
         "specpilot.draft.screening",
-        "specpilot.store",
     }
 )
 # A path the user named that is not there (or not a file): no traceback helps.

@@ -257,7 +257,7 @@ class MetricSnapshot:
     rollback drill's events (``label`` "drill:<event>"). Memory is typed (bytes; None when the
     engine does not tell): process RSS; weights of the target and the draft; KV cache
     allocated and in use; the draft's share of the KV cache; GPU memory. ``metrics`` holds the
-    normalised counters (``backends.base`` names), ``raw`` the exposition text as scraped.
+    normalised counters (``backends.protocol`` names), ``raw`` the exposition text as scraped.
     """
 
     run_id: str
@@ -372,6 +372,8 @@ class ArmRecord:
     sampling defaults, context limit, parallelism, threads, dtype. ``manifest_sha256`` hashes
     the frozen part, so quality results compare like with like after a model upgrade.
     cold_start_s: start to healthy (model load), timed apart from the steady state.
+    load_summary: the load generator's own account of the run (``LoadSummary.to_dict()``:
+    dispatch lag, trustworthy and why not, stop reason, cut phases).
     """
 
     pilot_id: str
@@ -390,6 +392,7 @@ class ArmRecord:
     started_unix: float | None = None
     finished_unix: float | None = None
     error: str | None = None
+    load_summary: dict[str, Any] = field(default_factory=dict)
     completed_steps: list[str] = field(default_factory=list)  # load, drill, compat, quality
 
     def to_dict(self) -> dict[str, Any]:
@@ -403,8 +406,9 @@ class PhaseRecord:
     planned_start_s / planned_end_s: seconds from the run's timeline start (``t_run``).
     actual_start_t / actual_end_t: monotonic (``time.perf_counter``) like every request time;
     ``actual_end_t`` is when the phase's last request ended (None: cut by an interruption,
-    ``status`` says so). ``t_run`` is the monotonic instant of schedule time 0 and
-    ``wall_t_run`` the same instant in Unix time: wall = wall_t_run + (t - t_run).
+    ``status`` says so, and ``cut_t`` is when the cut came). ``t_run`` is the monotonic instant
+    of schedule time 0 and ``wall_t_run`` the same instant in Unix time:
+    wall = wall_t_run + (t - t_run).
     """
 
     run_id: str
@@ -420,6 +424,7 @@ class PhaseRecord:
     actual_end_t: float | None = None
     status: str = "planned"  # planned | running | complete | interrupted
     warmup: bool = False
+    cut_t: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

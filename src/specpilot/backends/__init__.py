@@ -1,50 +1,84 @@
-"""Engine backends behind one Protocol: start, stop, endpoint, describe, scrape.
+"""Engine backends behind one Protocol: start, stop, kill, endpoint, describe, scrape.
 
 One small module per engine: ``builtin`` (``specpilot serve`` as a subprocess), ``llamacpp``
 (xllamacpp, real, runs here), ``vllm`` and ``sglang`` (launch commands and parsers; need a
-GPU), ``openai`` (any endpoint; delivery metrics only). Counters are normalised to DESIGN.md's
-definitions (see ``backends.base``); ``response_extras`` turns an engine's per-response stats
-into ``RequestRecord`` fields and is what the load generator gets (it never imports an engine).
+GPU), ``openai`` (any endpoint; delivery metrics only). Shared pieces: ``protocol`` (the
+Protocol, manifest, normalised names), ``facts`` (hashes, hardware, memory), ``process``
+(subprocess lifecycle), ``scrape`` (one scraper over a parser per engine), ``extras`` (what
+response parsers share). ``response_extras`` turns an engine's per-response stats into a
+``ResponseExtras``; it is what the load generator gets (it never imports an engine).
 
     >>> from specpilot.backends import response_extras_for
-    >>> response_extras_for("llamacpp")({"timings": {"draft_n": 8, "draft_n_accepted": 6}})["spec"]["accepted"]
+    >>> parse = response_extras_for("llamacpp", strict=True)
+    >>> parse({"timings": {"draft_n": 8, "draft_n_accepted": 6}}, {}).spec["accepted"]
     6
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from specpilot.backends.base import (
+from specpilot.backends.extras import UnknownFieldError
+from specpilot.backends.facts import hardware_facts, hardware_info, model_file
+from specpilot.backends.protocol import (
     SPEC_ACCEPTED,
     SPEC_COMMITTED,
     SPEC_POS,
     SPEC_PROPOSED,
     SPEC_ROUNDS,
+    START_TIMEOUT_S,
     Backend,
     BackendError,
     Manifest,
     ModelFile,
-    hardware_info,
 )
+from specpilot.backends.scrape import MetricsSource, scrape
+from specpilot.errors import ConfigError
+from specpilot.records import MetricSnapshot, ResponseExtras
 
 ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")
+ResponseParser = Callable[[Mapping[str, Any], Mapping[str, str] | None], ResponseExtras]
 
 
-def response_extras_for(engine: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """The per-response parser for an engine name (what ``LoadConfig.response_extras`` takes)."""
-    if engine in ("vllm", "builtin"):
-        from specpilot.backends.vllm import response_extras
-    elif engine == "llamacpp":
-        from specpilot.backends.llamacpp import response_extras
-    elif engine == "sglang":
-        from specpilot.backends.sglang import response_extras
-    elif engine == "openai":
-        return lambda obj: {}
-    else:
-        raise ValueError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
-    return response_extras
+def _module(engine: str) -> Any:
+    if engine not in ENGINES:
+        raise ConfigError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
+    return importlib.import_module(f"specpilot.backends.{engine}")
+
+
+def response_extras_for(engine: str, *, strict: bool = False) -> ResponseParser:
+    """The per-response parser of an engine (what ``LoadConfig``'s ``response_extras`` takes).
+
+    ``strict``: an unknown key in the engine's payload raises ``UnknownFieldError`` (tests).
+    """
+    fn = _module(engine).response_extras
+    parser: ResponseParser = functools.partial(fn, strict=strict)
+    return parser
+
+
+def metrics_source(engine: str) -> MetricsSource | None:
+    """What ``scrape`` reads for an engine (None: ``openai``, which exposes nothing)."""
+    source: MetricsSource | None = getattr(_module(engine), "METRICS", None)
+    return source
+
+
+def scrape_endpoint(
+    engine: str, url: str, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
+) -> MetricSnapshot:
+    """Scrape an engine someone else started (``specpilot load URL``): counters, no process."""
+    return scrape(
+        metrics_source(engine),
+        url,
+        run_id=run_id,
+        arm=arm,
+        phase=phase,
+        label=label,
+        engine=engine,
+    )
 
 
 def make_backend(engine: str, options: Mapping[str, Any] | None = None) -> Backend:
@@ -62,13 +96,7 @@ def make_backend(engine: str, options: Mapping[str, Any] | None = None) -> Backe
     opts = dict(options or {})
     if "extra_args" in opts:
         opts["extra_args"] = [str(a) for a in opts["extra_args"]]
-    if engine == "builtin":
-        from specpilot.backends.builtin import BuiltinBackend as cls
-    elif engine == "vllm":
-        from specpilot.backends.vllm import VllmBackend as cls  # type: ignore[assignment]
-    elif engine == "sglang":
-        from specpilot.backends.sglang import SglangBackend as cls  # type: ignore[assignment]
-    elif engine == "llamacpp":
+    if engine == "llamacpp":
         from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
 
         mode = str(opts.pop("mode", "subprocess"))
@@ -78,10 +106,12 @@ def make_backend(engine: str, options: Mapping[str, Any] | None = None) -> Backe
 
             opts["model"] = str(default_target_path())
         return LlamaCppBackend(LlamaCppConfig(**opts), mode=mode)
-    else:
-        raise ValueError(
+    classes = {"builtin": "BuiltinBackend", "vllm": "VllmBackend", "sglang": "SglangBackend"}
+    if engine not in classes:
+        raise ConfigError(
             f"engine {engine!r} cannot be started by specpilot: builtin, llamacpp, vllm, sglang"
         )
+    cls = getattr(_module(engine), classes[engine])
     _check_fields(engine, cls, opts)
     backend: Backend = cls(**opts)
     return backend
@@ -90,43 +120,13 @@ def make_backend(engine: str, options: Mapping[str, Any] | None = None) -> Backe
 def _check_fields(
     engine: str, cls: Any, opts: Mapping[str, Any], extra: tuple[str, ...] = ()
 ) -> None:
-    import dataclasses
-
     names = [f.name for f in dataclasses.fields(cls) if f.init and f.name != "name"]
     unknown = sorted(set(opts) - set(names))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"{engine} engine options {', '.join(unknown)} unknown; "
             f"known: {', '.join(sorted([*names, *extra]))}"
         )
-
-
-def normaliser_for(engine: str) -> Callable[[str], dict[str, float]] | None:
-    """The ``/metrics`` text normaliser of an engine (None: the engine has no counters we read)."""
-    import importlib
-
-    module = {"vllm": "vllm", "builtin": "builtin", "llamacpp": "llamacpp", "sglang": "sglang"}.get(
-        engine
-    )
-    if module is None:
-        return None
-    fn: Callable[[str], dict[str, float]] = importlib.import_module(
-        f"specpilot.backends.{module}"
-    ).normalise_metrics
-    return fn
-
-
-def scrape_endpoint(
-    engine: str, url: str, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
-) -> Any:
-    """Scrape ``url``/metrics of an engine someone else started (``specpilot load URL``)."""
-    from specpilot.backends.base import get_text, snapshot
-
-    norm = normaliser_for(engine)
-    if norm is None:
-        return snapshot(engine, {}, "", run_id, arm, phase, label)
-    text = get_text(url.rstrip("/") + "/metrics")
-    return snapshot(engine, norm(text), text, run_id, arm, phase, label)
 
 
 __all__ = [
@@ -136,13 +136,17 @@ __all__ = [
     "SPEC_POS",
     "SPEC_PROPOSED",
     "SPEC_ROUNDS",
+    "START_TIMEOUT_S",
     "Backend",
     "BackendError",
     "Manifest",
     "ModelFile",
+    "UnknownFieldError",
+    "hardware_facts",
     "hardware_info",
     "make_backend",
-    "normaliser_for",
+    "metrics_source",
+    "model_file",
     "response_extras_for",
     "scrape_endpoint",
 ]

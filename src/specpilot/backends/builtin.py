@@ -1,58 +1,212 @@
-"""Our own server (``specpilot serve``) as a subprocess.
+"""Our own server (``specpilot serve``) as a subprocess, and its metrics and responses.
 
-It exposes vLLM's metric names and per-request ``metrics.speculative_decoding``, so the vLLM
-parsers read it; its own ``specpilot_*`` series (round time, committed tokens, memory) are
-added under their names.
+``/metrics`` carries vLLM's counter names (read with vLLM's normaliser) plus ``specpilot_*``
+series: round time by part, committed tokens by mode, prefill and queue seconds, and memory by
+part (``specpilot_memory_bytes{part=target_weights|draft_weights|target_kv_allocated|
+draft_kv_allocated|process_rss|process_peak_rss}``), which become the snapshot's typed memory:
+``kv_allocated_bytes`` = target + draft KV allocated, ``draft_kv_bytes`` = the draft's,
+``kv_used_bytes`` = allocated x ``vllm:kv_cache_usage_perc`` (tokens in use / capacity).
+
+A response's ``metrics`` (``serve/app.py:spec_metrics``) holds vLLM's
+``speculative_decoding`` and ``specpilot`` (timings, strategy, and with
+``--per-request-spec-decode-metrics detailed``, the backend's default, every round as
+``round_records`` and the prefill as ``prefill_record``); headers ``X-Request-Id`` and
+``X-Specpilot-Strategy: k=3; scope=default; version=0`` say who served it and how.
+
+    >>> x = response_extras({"metrics": {"specpilot": {"queue_s": 0.5, "round_records": [
+    ...     {"round_index": 0, "proposed": 3, "accepted": 2, "committed": 3, "draft_s": 0.01,
+    ...      "verify_s": 0.02, "overhead_s": 0.001, "batch_size": 1, "truncated": None,
+    ...      "t_start": 10.0}]}}}, {"X-Specpilot-Strategy": "k=3; scope=code; version=2"})
+    >>> x.queue_s, x.rounds[0].committed, (x.served_k, x.served_scope, x.strategy_version)
+    (0.5, 3, (3, 'code', 2))
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
 from specpilot.backends import prom, vllm
-from specpilot.backends.base import (
-    BackendError,
-    Manifest,
-    ServerProcess,
-    SubprocessLifecycle,
-    free_port,
-    get_text,
-    hardware_info,
-    model_file,
-    process_memory,
-    snapshot,
-    tokenizer_sha256,
+from specpilot.backends.extras import check_keys, header, strategy_header
+from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
+from specpilot.backends.process import ServerProcess, SubprocessLifecycle, free_port
+from specpilot.backends.protocol import Manifest
+from specpilot.backends.scrape import MetricsSource, Scraped, scrape
+from specpilot.records import MetricSnapshot, PrefillRecord, ResponseExtras, RoundRecord
+
+OWN_KEYS = (
+    "strategy",
+    "rounds",
+    "drafted",
+    "accepted",
+    "committed",
+    "draft_s",
+    "verify_s",
+    "overhead_s",
+    "mean_batch_size",
+    "queue_s",
+    "prefill_s",
+    "decode_s",
+    "status",
+    "round_records",  # detailed
+    "prefill_record",  # detailed
 )
-from specpilot.records import MetricSnapshot
+STRATEGY_KEYS = ("k", "draft", "scope")
+ROUND_KEYS = (
+    "round_index",
+    "proposed",
+    "accepted",
+    "committed",
+    "draft_s",
+    "verify_s",
+    "overhead_s",
+    "batch_size",
+    "truncated",
+    "t_start",
+)
+PREFILL_KEYS = ("prompt_tokens", "target_s", "draft_s", "batch_size", "t_start")
 
 
-def normalise_metrics(text: str) -> dict[str, float]:
+def parse_metrics(texts: Mapping[str, str]) -> Scraped:
+    """vLLM-named counters, specpilot's own series, and memory by part (bytes)."""
+    text = texts["/metrics"]
     out = vllm.normalise_metrics(text)
     s = prom.parse(text)
     for ours, theirs in (
-        ("decode_rounds", "specpilot_decode_rounds"),
-        ("round_seconds", "specpilot_round_seconds"),
-        ("committed_tokens", "specpilot_committed_tokens"),
-        ("prefill_seconds", "specpilot_prefill_seconds"),
-        ("queue_seconds", "specpilot_queue_seconds"),
+        ("decode_rounds", "specpilot_decode_rounds_total"),
+        ("prefill_seconds", "specpilot_prefill_seconds_total"),
+        ("queue_seconds", "specpilot_queue_seconds_total"),
     ):
-        v = prom.total(s, theirs + "_total", theirs)
+        v = prom.total(s, theirs)
         if v is not None:
             out[ours] = v
-    for sample in s:
-        if sample.name == "specpilot_memory_bytes":
-            key = "_".join(
-                v for k, v in sorted(sample.labels.items()) if k not in ("model_name", "engine")
-            )
-            out[f"server_memory_bytes_{key}" if key else "server_memory_bytes"] = sample.value
+    for label, ours, theirs in (
+        ("part", "round_seconds_", "specpilot_round_seconds_total"),
+        ("mode", "committed_tokens_", "specpilot_committed_tokens_total"),
+    ):
+        for value, n in prom.by_label(s, label, theirs).items():
+            out[ours + value] = n
+    part = prom.by_label(s, "part", "specpilot_memory_bytes")
+    for name, n in part.items():
+        out[f"memory_{name}_bytes"] = n
+    memory: dict[str, int] = {}
+    for ours, theirs in (
+        ("rss_bytes", "process_rss"),
+        ("target_weight_bytes", "target_weights"),
+        ("draft_weight_bytes", "draft_weights"),
+        ("draft_kv_bytes", "draft_kv_allocated"),
+    ):
+        if theirs in part:
+            memory[ours] = int(part[theirs])
+    kv = [part[p] for p in ("target_kv_allocated", "draft_kv_allocated") if p in part]
+    if kv:
+        memory["kv_allocated_bytes"] = int(sum(kv))
+        if "kv_cache_usage" in out:
+            memory["kv_used_bytes"] = int(sum(kv) * out["kv_cache_usage"])
+    return Scraped(out, memory)
+
+
+METRICS = MetricsSource("builtin", ("/metrics",), parse_metrics)
+
+
+def _round(d: Mapping[str, Any], strict: bool) -> RoundRecord:
+    check_keys(d, ROUND_KEYS, "builtin metrics.specpilot.round_records[]", strict)
+    return RoundRecord(
+        request_id="",
+        round_index=int(d["round_index"]),
+        proposed=int(d["proposed"]),
+        accepted=int(d["accepted"]),
+        committed=int(d["committed"]),
+        draft_s=float(d["draft_s"]),
+        verify_s=float(d["verify_s"]),
+        overhead_s=float(d["overhead_s"]),
+        batch_size=int(d.get("batch_size") or 1),
+        t_start=float(d.get("t_start") or 0.0),
+        truncated=d.get("truncated"),
+    )
+
+
+def _prefill(d: Mapping[str, Any], strict: bool) -> PrefillRecord:
+    check_keys(d, PREFILL_KEYS, "builtin metrics.specpilot.prefill_record", strict)
+    return PrefillRecord(
+        request_id="",
+        prompt_tokens=int(d["prompt_tokens"]),
+        target_s=float(d["target_s"]),
+        draft_s=float(d["draft_s"]),
+        batch_size=int(d.get("batch_size") or 1),
+        t_start=float(d.get("t_start") or 0.0),
+    )
+
+
+def response_extras(
+    obj: Mapping[str, Any], headers: Mapping[str, str] | None = None, *, strict: bool = False
+) -> ResponseExtras:
+    """The builtin server's ``metrics`` and headers -> ``ResponseExtras`` (rounds included).
+
+    Rounds and the prefill carry no request id here: the load generator relabels them with its
+    own (``request_id``, ``run_id``, ``arm``, ``phase``).
+    """
+    k, scope, version = strategy_header(header(headers, "x-specpilot-strategy"))
+    out = ResponseExtras(
+        server_request_id=header(headers, "x-request-id") or obj.get("id"),
+        served_k=k,
+        served_scope=scope,
+        strategy_version=version,
+    )
+    metrics = obj.get("metrics")
+    if not isinstance(metrics, Mapping):
+        return out
+    unknown = check_keys(metrics, ("speculative_decoding", "specpilot"), "builtin metrics", strict)
+    own = metrics.get("specpilot")
+    if isinstance(own, Mapping):
+        unknown += check_keys(own, OWN_KEYS, "builtin metrics.specpilot", strict)
+        strategy = own.get("strategy")
+        if isinstance(strategy, Mapping):
+            unknown += check_keys(strategy, STRATEGY_KEYS, "builtin strategy", strict)
+            out.served_k = out.served_k if out.served_k is not None else strategy.get("k")
+            out.served_scope = out.served_scope or strategy.get("scope")
+        out.queue_s, out.prefill_s, out.decode_s = (
+            own.get("queue_s"),
+            own.get("prefill_s"),
+            own.get("decode_s"),
+        )
+        out.rounds = [_round(r, strict) for r in own.get("round_records") or ()]
+        if own.get("prefill_record"):
+            out.prefill = _prefill(own["prefill_record"], strict)
+    sd = metrics.get("speculative_decoding")
+    if isinstance(sd, Mapping):
+        out.spec = vllm.spec_from(sd, "builtin", strict)
+        summary = {
+            k: v for k, v in (own or {}).items() if k not in ("round_records", "prefill_record")
+        }
+        out.spec["raw"] = {"speculative_decoding": dict(sd), "specpilot": summary}
+        if unknown:
+            out.spec["unknown_keys"] = unknown + out.spec.get("unknown_keys", [])
     return out
+
+
+def _draft_path(spec: str | None) -> str | None:
+    """The files behind a ``--draft`` value: a path, a shipped draft's directory (hashed
+    like any model), or None for a layer-truncated copy of the target (no files of its own)."""
+    if spec is None or spec.startswith("truncate:"):
+        return None
+    if spec.startswith("shipped:"):
+        import specpilot
+
+        return str(Path(specpilot.__file__).parent / "data" / "drafts" / spec.split(":", 1)[1])
+    return spec
 
 
 @dataclass
 class BuiltinBackend(SubprocessLifecycle):
-    """``specpilot serve`` with the given options (``--target``, ``--draft``, ``-k``...)."""
+    """``specpilot serve`` with the given options (``--target``, ``--draft``, ``-k``...).
+
+    ``per_request_metrics`` defaults to ``detailed``: every round and prefill comes back with
+    its response and is persisted.
+    """
 
     target: str | None = None
     draft: str | None = None  # a path or "truncate:I,J,..."; None: the server's default
@@ -60,10 +214,9 @@ class BuiltinBackend(SubprocessLifecycle):
     k: int | None = None
     host: str = "127.0.0.1"
     port: int = 0
-    per_request_metrics: str = "summary"
+    per_request_metrics: str = "detailed"
     extra_args: list[str] = field(default_factory=list)
     name: str = "builtin"
-    start_timeout_s: ClassVar[float] = 300.0
 
     def __post_init__(self) -> None:
         self.port = self.port or free_port(self.host)
@@ -74,16 +227,8 @@ class BuiltinBackend(SubprocessLifecycle):
         return f"http://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        argv = [
-            sys.executable,
-            "-m",
-            "specpilot.cli",
-            "serve",
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-        ]
+        argv = [sys.executable, "-m", "specpilot.cli", "serve", "--host", self.host]
+        argv += ["--port", str(self.port)]
         if self.target:
             argv += ["--target", self.target]
         if self.no_draft:
@@ -104,15 +249,11 @@ class BuiltinBackend(SubprocessLifecycle):
                 from specpilot.engine.loader import default_target_path
 
                 target = str(default_target_path())
-            except Exception:
+            except Exception:  # no default target installed: the manifest says so
                 target = None
-        draft_is_file = self.draft is not None and not self.draft.startswith("truncate:")
         models = tuple(
             m
-            for m in (
-                model_file("target", target),
-                model_file("draft", self.draft if draft_is_file else None),
-            )
+            for m in (model_file("target", target), model_file("draft", _draft_path(self.draft)))
             if m
         )
         spec: dict[str, Any] = {
@@ -133,15 +274,11 @@ class BuiltinBackend(SubprocessLifecycle):
     def scrape(
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
     ) -> MetricSnapshot:
-        try:
-            text = get_text(self.endpoint + "/metrics")
-        except Exception as exc:
-            raise BackendError(
-                f"builtin server /metrics unreachable at {self.endpoint}: {exc}"
-            ) from exc
-        metrics = normalise_metrics(text)
-        metrics.update(process_memory(self._server.pid if self._server else None))
-        return snapshot("builtin", metrics, text, run_id, arm, phase, label)
+        return scrape(
+            METRICS, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase, label=label
+        )
 
-    def response_extras(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return vllm.response_extras(obj)
+    def response_extras(
+        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> ResponseExtras:
+        return response_extras(obj, headers)

@@ -21,30 +21,28 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specpilot.backends import prom
-from specpilot.backends.base import (
+from specpilot.backends.extras import check_keys, header, seconds, spec_summary
+from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
+from specpilot.backends.process import ServerProcess, free_port, wait_healthy
+from specpilot.backends.protocol import (
     SPEC_ACCEPTED,
     SPEC_COMMITTED,
     SPEC_POS,
     SPEC_PROPOSED,
     SPEC_ROUNDS,
+    START_TIMEOUT_S,
     BackendError,
     Manifest,
-    ServerProcess,
-    free_port,
-    get_text,
-    hardware_info,
-    model_file,
-    process_memory,
-    snapshot,
-    spec_summary,
-    tokenizer_sha256,
 )
-from specpilot.records import MetricSnapshot
+from specpilot.backends.scrape import MetricsSource, Scraped, scrape
+from specpilot.errors import ConfigError
+from specpilot.records import MetricSnapshot, ResponseExtras
 
 SPEC_TYPES = {
     "draft-simple": "COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE",
@@ -76,9 +74,9 @@ class LlamaCppConfig:
     def effective_spec_type(self) -> str | None:
         if self.spec_type is not None:
             if self.spec_type not in SPEC_TYPES:
-                raise ValueError(f"spec_type {self.spec_type!r}: one of {', '.join(SPEC_TYPES)}")
+                raise ConfigError(f"spec_type {self.spec_type!r}: one of {', '.join(SPEC_TYPES)}")
             if self.spec_type == "draft-simple" and self.draft is None:
-                raise ValueError("spec_type draft-simple needs a draft model")
+                raise ConfigError("spec_type draft-simple needs a draft model")
             return self.spec_type
         return "draft-simple" if self.draft is not None else None
 
@@ -142,7 +140,7 @@ class LlamaCppConfig:
                 p.speculative.draft.p_min = self.draft_p_min
             if self.ngram:
                 if not st.startswith("ngram-") or st == "ngram-cache":
-                    raise ValueError(f"ngram parameters do not apply to spec_type {st!r}")
+                    raise ConfigError(f"ngram parameters do not apply to spec_type {st!r}")
                 sub = getattr(p.speculative, st.replace("-", "_"))
                 for k, v in self.ngram.items():
                     setattr(sub, k, v)
@@ -194,24 +192,53 @@ def normalise_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def response_extras(obj: dict[str, Any]) -> dict[str, Any]:
-    """A response's ``timings`` -> prefill/decode seconds and ``RequestRecord.spec``."""
+TIMING_KEYS = (
+    "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+    "draft_n",
+    "draft_n_accepted",
+)
+
+
+def parse_metrics(texts: Mapping[str, str]) -> Scraped:
+    """llama.cpp's /metrics: counters (memory comes from the process table)."""
+    return Scraped(normalise_metrics(texts["/metrics"]))
+
+
+METRICS = MetricsSource("llamacpp", ("/metrics",), parse_metrics)
+
+
+def response_extras(
+    obj: Mapping[str, Any], headers: Mapping[str, str] | None = None, *, strict: bool = False
+) -> ResponseExtras:
+    """A response's ``timings`` -> prefill/decode seconds and ``RequestRecord.spec``.
+
+    ``draft_n`` / ``draft_n_accepted`` give proposed and accepted drafts but no step count, so
+    the summary's ``rounds`` (and committed) stay None: counters give them per phase.
+    """
+    out = ResponseExtras(server_request_id=header(headers, "x-request-id") or obj.get("id"))
     t = obj.get("timings")
-    if not isinstance(t, dict):
-        return {}
-    out: dict[str, Any] = {}
-    if t.get("prompt_ms") is not None:
-        out["prefill_s"] = float(t["prompt_ms"]) / 1e3
-    if t.get("predicted_ms") is not None:
-        out["decode_s"] = float(t["predicted_ms"]) / 1e3
+    if not isinstance(t, Mapping):
+        return out
+    unknown = check_keys(t, TIMING_KEYS, "llamacpp timings", strict)
+    out.prefill_s = seconds(t.get("prompt_ms"))
+    out.decode_s = seconds(t.get("predicted_ms"))
     if "draft_n" in t:
-        out["spec"] = spec_summary(
+        out.spec = spec_summary(
             "llamacpp",
             "timings",
             proposed=t.get("draft_n"),
             accepted=t.get("draft_n_accepted"),
             rounds=None,
             raw=t,
+            unknown=unknown,
         )
     return out
 
@@ -224,7 +251,7 @@ class LlamaCppBackend:
 
     def __init__(self, cfg: LlamaCppConfig, mode: str = "subprocess") -> None:
         if mode not in ("subprocess", "inprocess"):
-            raise ValueError("mode: subprocess | inprocess")
+            raise ConfigError("mode: subprocess | inprocess")
         cfg.effective_spec_type()  # validate early
         self.cfg = cfg
         self.cfg.port = cfg.port or free_port(cfg.host)
@@ -244,7 +271,8 @@ class LlamaCppBackend:
             else (os.getpid() if self._inproc else None)
         )
 
-    def start(self, timeout_s: float = 120.0) -> None:
+    def start(self, timeout_s: float | None = None) -> None:
+        timeout_s = START_TIMEOUT_S if timeout_s is None else timeout_s
         if self.mode == "subprocess":
             argv = [sys.executable, "-m", "specpilot.backends.llamacpp_child", self.cfg.to_json()]
             self._server = ServerProcess(argv, self.endpoint)
@@ -253,8 +281,7 @@ class LlamaCppBackend:
             import xllamacpp as xl
 
             self._inproc = xl.Server(self.cfg.common_params())
-            probe = ServerProcess([], self.endpoint)
-            probe.wait_healthy(timeout_s)
+            wait_healthy(self.endpoint + "/health", timeout_s)
 
     def stop(self) -> None:
         if self._server is not None:
@@ -308,16 +335,14 @@ class LlamaCppBackend:
     def scrape(
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
     ) -> MetricSnapshot:
-        try:
-            text = get_text(self.endpoint + "/metrics")
-        except Exception as exc:
-            raise BackendError(f"llama.cpp /metrics unreachable at {self.endpoint}: {exc}") from exc
-        metrics = normalise_metrics(text)
-        metrics.update(process_memory(self.pid))
-        return snapshot("llamacpp", metrics, text, run_id, arm, phase, label)
+        return scrape(
+            METRICS, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase, label=label
+        )
 
-    def response_extras(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return response_extras(obj)
+    def response_extras(
+        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> ResponseExtras:
+        return response_extras(obj, headers)
 
     def __enter__(self) -> LlamaCppBackend:
         self.start()

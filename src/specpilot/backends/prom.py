@@ -1,20 +1,27 @@
-"""A small parser for the Prometheus text exposition format (version 0.0.4), enough for the
-counters and gauges engines expose; histograms come back as their ``_bucket/_sum/_count`` samples.
+"""Prometheus text exposition -> samples, through ``prometheus_client``'s own parser.
+
+The parser is ``prometheus_client.parser.text_string_to_metric_families`` (the reference
+implementation, shipped with the client the server uses): escaped labels, ``NaN``/``+Inf``,
+timestamps and ``_total``/``_created`` suffixes are handled there. A text it cannot parse is an
+error naming the engine's endpoint, never a silently shorter list.
 
     >>> s = parse('vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 12.0\\n')
     >>> s[0].name, s[0].labels["engine"], s[0].value
     ('vllm:spec_decode_num_drafts_total', '0', 12.0)
+    >>> total(s, "vllm:spec_decode_num_drafts_total")
+    12.0
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+from prometheus_client.parser import text_string_to_metric_families
+
+
+class ExpositionError(ValueError):
+    """Text that is not the Prometheus exposition format."""
 
 
 @dataclass(frozen=True)
@@ -24,37 +31,16 @@ class Sample:
     labels: dict[str, str] = field(default_factory=dict, hash=False)
 
 
-def _unescape(v: str) -> str:
-    return v.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
-
-
-def _value(v: str) -> float:
-    low = v.lower()
-    if low in ("+inf", "inf"):
-        return math.inf
-    if low == "-inf":
-        return -math.inf
-    if low == "nan":
-        return math.nan
-    return float(v)
-
-
-def parse(text: str) -> list[Sample]:
-    """Every sample line, in order; comments and malformed lines are skipped."""
-    out: list[Sample] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        labels = {k: _unescape(v) for k, v in _LABEL.findall(m.group(3) or "")}
-        try:
-            out.append(Sample(m.group(1), _value(m.group(4)), labels))
-        except ValueError:
-            continue
-    return out
+def parse(text: str, source: str = "/metrics") -> list[Sample]:
+    """Every sample, in order (``_created`` series included: filter by name)."""
+    try:
+        return [
+            Sample(s.name, float(s.value), dict(s.labels))
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
+    except ValueError as exc:
+        raise ExpositionError(f"{source}: not Prometheus text format: {exc}") from exc
 
 
 def total(samples: Iterable[Sample], *names: str) -> float | None:

@@ -19,25 +19,58 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot.backends import prom
-from specpilot.backends.base import (
-    BackendError,
-    Manifest,
-    ServerProcess,
-    SubprocessLifecycle,
-    free_port,
-    get_text,
-    hardware_info,
-    model_file,
-    process_memory,
-    snapshot,
-    spec_summary,
-    tokenizer_sha256,
+from specpilot.backends.extras import check_keys, header, spec_summary
+from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
+from specpilot.backends.process import ServerProcess, SubprocessLifecycle, free_port
+from specpilot.backends.protocol import Manifest
+from specpilot.backends.scrape import MetricsSource, Scraped, scrape
+from specpilot.records import MetricSnapshot, ResponseExtras
+
+# meta_info keys of a native /generate response (tokenizer_manager.py and the public field list
+# of SGLang's own benchmark scripts); the spec_* ones are read, the others known and ignored.
+META_KEYS = (
+    "id",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "cached_tokens",
+    "cached_tokens_details",
+    "num_retractions",
+    "queue_time",
+    "e2e_latency",
+    "decode_throughput",
+    "weight_version",
+    "forward_entry_time",
+    "prefill_finished_time",
+    "api_server_dispatch_finish_ts",
+    "request_received_ts",
+    "request_finished_ts",
+    "response_sent_to_client_ts",
+    "spec_accept_rate",
+    "spec_accept_length",
+    "spec_verify_ct",
+    "spec_accept_token_num",
+    "spec_draft_token_num",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_accepted_drafts",
+    "spec_proposed_drafts",
+    "spec_accept_histogram",
+    "spec_correct_drafts_histogram",
+    "input_token_logprobs",
+    "output_token_logprobs",
+    "input_top_logprobs",
+    "output_top_logprobs",
+    "input_token_ids_logprobs",
+    "output_token_ids_logprobs",
+    "hidden_states",
 )
-from specpilot.records import MetricSnapshot
 
 
 def normalise_server_info(info: dict[str, Any]) -> dict[str, float]:
@@ -46,7 +79,7 @@ def normalise_server_info(info: dict[str, Any]) -> dict[str, float]:
     if states and isinstance(states[0], dict):
         s0 = states[0]
         if s0.get("avg_spec_accept_length") is not None:
-            out["spec_mean_accept_length_since_start"] = float(s0["avg_spec_accept_length"])
+            out["spec_mean_acceptance_length_since_start"] = float(s0["avg_spec_accept_length"])
         if s0.get("last_gen_throughput") is not None:
             out["generation_throughput_tok_s"] = float(s0["last_gen_throughput"])
     return out
@@ -56,7 +89,7 @@ def normalise_metrics(text: str) -> dict[str, float]:
     s = prom.parse(text)
     out: dict[str, float] = {}
     for ours, theirs in (
-        ("spec_mean_accept_length_gauge", "sglang:spec_accept_length"),
+        ("spec_mean_acceptance_length_gauge", "sglang:spec_accept_length"),
         ("spec_accept_rate_gauge", "sglang:spec_accept_rate"),
         ("requests_running", "sglang:num_running_reqs"),
         ("requests_waiting", "sglang:num_queue_reqs"),
@@ -75,11 +108,32 @@ def normalise_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def response_extras(obj: dict[str, Any]) -> dict[str, Any]:
+def parse_metrics(texts: Mapping[str, str]) -> Scraped:
+    """``/get_server_info`` (required) and ``/metrics`` (with ``--enable-metrics``).
+
+    Neither holds counters of speculative rounds: a phase's acceptance comes from the
+    requests' ``meta_info``; these are gauges and running averages.
+    """
+    metrics = normalise_server_info(json.loads(texts["/get_server_info"]))
+    if "/metrics" in texts:
+        metrics.update(normalise_metrics(texts["/metrics"]))
+    return Scraped(metrics)
+
+
+METRICS = MetricsSource("sglang", ("/get_server_info", "/metrics"), parse_metrics)
+
+
+def response_extras(
+    obj: Mapping[str, Any], headers: Mapping[str, str] | None = None, *, strict: bool = False
+) -> ResponseExtras:
     """``meta_info`` of a native ``/generate`` response -> ``RequestRecord.spec``."""
+    out = ResponseExtras(server_request_id=header(headers, "x-request-id") or obj.get("id"))
     mi = obj.get("meta_info")
-    if not isinstance(mi, dict) or "spec_verify_ct" not in mi:
-        return {}
+    if not isinstance(mi, Mapping):
+        return out
+    unknown = check_keys(mi, META_KEYS, "sglang meta_info", strict)
+    if "spec_verify_ct" not in mi:
+        return out
     rounds = mi.get("spec_verify_ct")
     accepted = mi.get(
         "spec_accept_token_num", mi.get("spec_num_correct_drafts", mi.get("spec_accepted_drafts"))
@@ -88,14 +142,18 @@ def response_extras(obj: dict[str, Any]) -> dict[str, Any]:
         "spec_draft_token_num", mi.get("spec_num_proposed_drafts", mi.get("spec_proposed_drafts"))
     )
     if accepted is None and rounds and mi.get("completion_tokens") is not None:
-        accepted = (
-            mi["completion_tokens"] - rounds
-        )  # accept_length = completion / steps, bonus included
-    return {
-        "spec": spec_summary(
-            "sglang", "meta_info", proposed=proposed, accepted=accepted, rounds=rounds, raw=mi
-        )
-    }
+        # spec_accept_length = completion_tokens / spec_verify_ct (bonus token included)
+        accepted = mi["completion_tokens"] - rounds
+    out.spec = spec_summary(
+        "sglang",
+        "meta_info",
+        proposed=proposed,
+        accepted=accepted,
+        rounds=rounds,
+        raw=mi,
+        unknown=unknown,
+    )
+    return out
 
 
 @dataclass
@@ -159,24 +217,11 @@ class SglangBackend(SubprocessLifecycle):
     def scrape(
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
     ) -> MetricSnapshot:
-        metrics: dict[str, float] = {}
-        raw: dict[str, Any] = {}
-        try:
-            info = json.loads(get_text(self.endpoint + "/get_server_info"))
-            raw["server_info"] = info
-            metrics.update(normalise_server_info(info))
-        except Exception as exc:
-            raise BackendError(
-                f"sglang /get_server_info unreachable at {self.endpoint}: {exc}"
-            ) from exc
-        try:
-            text = get_text(self.endpoint + "/metrics")
-            raw["metrics"] = text
-            metrics.update(normalise_metrics(text))
-        except Exception:
-            pass  # /metrics only with --enable-metrics
-        metrics.update(process_memory(self._server.pid if self._server else None))
-        return snapshot("sglang", metrics, json.dumps(raw, default=str), run_id, arm, phase, label)
+        return scrape(
+            METRICS, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase, label=label
+        )
 
-    def response_extras(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return response_extras(obj)
+    def response_extras(
+        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> ResponseExtras:
+        return response_extras(obj, headers)

@@ -1,6 +1,7 @@
-"""vLLM: launch command, ``/metrics`` counters and per-request speculative metrics.
+"""vLLM: launch command, ``/metrics`` counters and per-request ``metrics`` of a response.
 
-Formats copied from vLLM's sources (the tests replay them):
+Formats copied from vLLM's sources and docs (the tests replay them):
+
 - ``vllm/v1/spec_decode/metrics.py`` (``SpecDecodingProm``): counters
   ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``, ``..._num_accepted_tokens`` and
   ``..._num_accepted_tokens_per_pos{position="0".."k-1"}``, labelled ``model_name``/``engine``;
@@ -10,11 +11,21 @@ Formats copied from vLLM's sources (the tests replay them):
 - ``docs/features/speculative_decoding/acceptance_metrics.md``: with
   ``--per-request-spec-decode-metrics summary`` a response (the final usage chunk when
   streaming) carries ``metrics.speculative_decoding`` with ``num_spec_steps``,
-  ``num_draft_tokens``, ``num_accepted_draft_tokens`` (bonus excluded), ``acceptance_histogram``.
+  ``num_draft_tokens``, ``num_accepted_draft_tokens`` (bonus excluded), ``acceptance_histogram``,
+  ``acceptance_histogram_by_draft_length``, ``mean_acceptance_length``, ``draft_acceptance_rate``,
+  ``num_spec_tokens``; ``detailed`` adds ``per_step_accepted`` / ``per_step_drafted``. These are
+  per-step counts without times, so they stay in the request's ``spec.raw`` (no RoundRecords).
+- ``docs/features/per_request_metrics.md`` (``--enable-per-request-metrics``): ``metrics``
+  also holds ``queue_time_ms`` (-> ``queue_s``), ``time_to_first_token_ms`` (scheduled to first
+  token: -> ``prefill_s``), ``generation_time_ms`` (first to last token: -> ``decode_s``),
+  ``mean_itl_ms``, ``tokens_per_second`` and ``output_token_metrics``.
 - Launch: ``vllm serve MODEL --speculative-config '{"model": D, "num_speculative_tokens": k,
   "method": "draft_model"}'`` (``docs/features/speculative_decoding/draft_model.md``).
 
-Our own server (``specpilot serve``) exposes the same names, so ``builtin`` reuses these parsers.
+    >>> x = response_extras({"metrics": {"queue_time_ms": 12.0, "speculative_decoding": {
+    ...     "num_spec_steps": 4, "num_draft_tokens": 12, "num_accepted_draft_tokens": 6}}})
+    >>> x.queue_s, x.spec["committed"], x.spec["mean_acceptance_length"]
+    (0.012, 10, 2.5)
 """
 
 from __future__ import annotations
@@ -22,34 +33,49 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot.backends import prom
-from specpilot.backends.base import (
+from specpilot.backends.extras import check_keys, header, seconds, spec_summary
+from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
+from specpilot.backends.process import ServerProcess, SubprocessLifecycle, free_port
+from specpilot.backends.protocol import (
     SPEC_ACCEPTED,
     SPEC_COMMITTED,
     SPEC_POS,
     SPEC_PROPOSED,
     SPEC_ROUNDS,
-    BackendError,
     Manifest,
-    ServerProcess,
-    SubprocessLifecycle,
-    free_port,
-    get_text,
-    hardware_info,
-    model_file,
-    process_memory,
-    snapshot,
-    spec_summary,
-    tokenizer_sha256,
 )
-from specpilot.records import MetricSnapshot
+from specpilot.backends.scrape import MetricsSource, Scraped, scrape
+from specpilot.records import MetricSnapshot, ResponseExtras
+
+SPEC_KEYS = (
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+    "acceptance_histogram",
+    "acceptance_histogram_by_draft_length",
+    "num_spec_steps",
+    "num_accepted_draft_tokens",
+    "num_draft_tokens",
+    "num_spec_tokens",
+    "per_step_accepted",  # detailed
+    "per_step_drafted",  # detailed
+)
+TIMING_KEYS = (
+    "time_to_first_token_ms",
+    "generation_time_ms",
+    "queue_time_ms",
+    "mean_itl_ms",
+    "tokens_per_second",
+    "output_token_metrics",
+)
 
 
 def normalise_metrics(text: str, prefix: str = "vllm:") -> dict[str, float]:
-    """vLLM-style exposition text -> our normalised counter names (see ``backends.base``)."""
+    """vLLM-style exposition text -> our normalised counter names (``backends.protocol``)."""
     s = prom.parse(text)
 
     def tot(name: str) -> float | None:
@@ -98,22 +124,50 @@ def normalise_metrics(text: str, prefix: str = "vllm:") -> dict[str, float]:
     return out
 
 
-def response_extras(obj: dict[str, Any]) -> dict[str, Any]:
-    """``metrics.speculative_decoding`` of a (final) response object -> ``RequestRecord.spec``."""
+def parse_metrics(texts: Mapping[str, str]) -> Scraped:
+    """vLLM's /metrics: counters only (GPU memory comes from nvidia-smi when vLLM runs here)."""
+    return Scraped(normalise_metrics(texts["/metrics"]))
+
+
+METRICS = MetricsSource("vllm", ("/metrics",), parse_metrics)
+
+
+def spec_from(
+    sd: Mapping[str, Any], engine: str, strict: bool, extra_known: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``metrics.speculative_decoding`` -> ``RequestRecord.spec`` (our definitions)."""
+    where = f"{engine} metrics.speculative_decoding"
+    unknown = check_keys(sd, SPEC_KEYS + extra_known, where, strict)
+    return spec_summary(
+        engine,
+        "metrics.speculative_decoding",
+        proposed=sd.get("num_draft_tokens"),
+        accepted=sd.get("num_accepted_draft_tokens"),
+        rounds=sd.get("num_spec_steps"),
+        histogram=sd.get("acceptance_histogram"),
+        raw=sd,
+        unknown=unknown,
+    )
+
+
+def response_extras(
+    obj: Mapping[str, Any], headers: Mapping[str, str] | None = None, *, strict: bool = False
+) -> ResponseExtras:
+    """The response's ``metrics`` (timings and ``speculative_decoding``) -> ``ResponseExtras``."""
     metrics = obj.get("metrics")
-    sd = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
-    if not isinstance(sd, dict):
-        return {}
-    return {
-        "spec": spec_summary(
-            "vllm",
-            "metrics.speculative_decoding",
-            proposed=sd.get("num_draft_tokens"),
-            accepted=sd.get("num_accepted_draft_tokens"),
-            rounds=sd.get("num_spec_steps"),
-            raw=sd,
-        )
-    }
+    out = ResponseExtras(server_request_id=header(headers, "x-request-id") or obj.get("id"))
+    if not isinstance(metrics, Mapping):
+        return out
+    unknown = check_keys(metrics, (*TIMING_KEYS, "speculative_decoding"), "vllm metrics", strict)
+    out.queue_s = seconds(metrics.get("queue_time_ms"))
+    out.prefill_s = seconds(metrics.get("time_to_first_token_ms"))
+    out.decode_s = seconds(metrics.get("generation_time_ms"))
+    sd = metrics.get("speculative_decoding")
+    if isinstance(sd, Mapping):
+        out.spec = spec_from(sd, "vllm", strict)
+        if unknown:
+            out.spec["unknown_keys"] = unknown + out.spec.get("unknown_keys", [])
+    return out
 
 
 @dataclass
@@ -132,7 +186,10 @@ class VllmBackend(SubprocessLifecycle):
     host: str = "127.0.0.1"
     port: int = 0
     served_model_name: str | None = None
-    per_request_metrics: str | None = None  # "summary" | "detailed" (recent vLLM only)
+    # Per-request statistics in each response (recent vLLM; None / False for older releases,
+    # which refuse the flags): speculative counts ("summary" | "detailed") and timings.
+    per_request_metrics: str | None = "detailed"
+    per_request_timings: bool = True
     extra_args: list[str] = field(default_factory=list)
     executable: str | None = None
     name: str = "vllm"
@@ -163,8 +220,10 @@ class VllmBackend(SubprocessLifecycle):
         sc = self.spec_config()
         if sc is not None:
             argv += ["--speculative-config", json.dumps(sc, sort_keys=True)]
-        if self.per_request_metrics:
-            argv += ["--per-request-spec-decode-metrics", self.per_request_metrics]
+            if self.per_request_metrics:
+                argv += ["--per-request-spec-decode-metrics", self.per_request_metrics]
+        if self.per_request_timings:
+            argv += ["--enable-per-request-metrics"]
         return argv + list(self.extra_args)
 
     def version(self) -> str:
@@ -193,13 +252,11 @@ class VllmBackend(SubprocessLifecycle):
     def scrape(
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
     ) -> MetricSnapshot:
-        try:
-            text = get_text(self.endpoint + "/metrics")
-        except Exception as exc:
-            raise BackendError(f"vllm /metrics unreachable at {self.endpoint}: {exc}") from exc
-        metrics = normalise_metrics(text)
-        metrics.update(process_memory(self._server.pid if self._server else None))
-        return snapshot("vllm", metrics, text, run_id, arm, phase, label)
+        return scrape(
+            METRICS, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase, label=label
+        )
 
-    def response_extras(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return response_extras(obj)
+    def response_extras(
+        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> ResponseExtras:
+        return response_extras(obj, headers)

@@ -1,8 +1,13 @@
 """``specpilot load [URL] --workload FILE.yaml --out RUN.duckdb [--phase NAME] [--seed S]``.
 
 Replays a workload's deterministic schedule open-loop against an OpenAI-compatible endpoint
-and writes every request (one record each, whatever happened) and its chunk timings to the
-run's DuckDB file as they finish. The workload may also be a schedule JSON
+and writes a pilot file (``specpilot.store``) of one arm: the pilot (config, schedule, this
+machine's hardware with its CPU flags), the arm (role, engine, frozen manifest, strategy), each
+phase (planned and actual edges, clock anchor), every request as it finishes (one record each,
+whatever happened) with its chunk timings and, for engines that report them (the builtin
+server), every decode round and prefill; counters and memory are scraped at every phase edge.
+Loading into a file that already holds a pilot of the same workload adds another arm to it
+(``--arm``/``--role``). The workload may also be a schedule JSON
 (``specpilot schedule FILE.yaml --json``).
 
 Two ways to name the engine:
@@ -13,8 +18,8 @@ Two ways to name the engine:
 - ``specpilot load --start --engine E [--engine-opt KEY=VALUE ...]``: specpilot starts the
   engine through its backend (``builtin``, ``llamacpp``, ``vllm``, ``sglang``), records the
   backend's full ``describe()`` manifest (model files with sha256, tokenizer hash, engine
-  version, launch flags, speculative config, hardware), scrapes its counters and process
-  memory before and after, and stops it at the end. Options are the backend's fields, values
+  version, launch flags, speculative config, hardware), scrapes its counters and memory at
+  every phase edge, and stops it at the end. Options are the backend's fields, values
   in YAML syntax::
 
       specpilot load --start --engine builtin --engine-opt no_draft=true \\
@@ -23,18 +28,25 @@ Two ways to name the engine:
           --engine-opt threads=2 --workload w.yaml --out run.duckdb
 
 Phases follow the schedule's start times on one open-loop timeline (``--back-to-back``: each
-phase starts when the previous one has drained); client-side stages (retrieval, tool calls) run
+phase starts when the previous one has drained, and per-phase counter deltas are exact);
+client-side stages (retrieval, tool calls) run
 before each request's model call and are measured (``--no-stages``: keep the planned seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
+import time
 import uuid
 from typing import Any
 
+from specpilot.errors import ConfigError
+
 ENGINES = ["openai", "builtin", "llamacpp", "vllm", "sglang"]
+START_TIMEOUT_S = 600.0  # specpilot.backends.START_TIMEOUT_S (not imported: keeps --help fast)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,13 +63,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000 (not with --start)",
     )
     p.add_argument("--workload", required=True, help="workload YAML, or a schedule JSON")
-    p.add_argument("--out", required=True, help="DuckDB file of the run (created or appended to)")
+    p.add_argument(
+        "--out", required=True, help="pilot file (DuckDB; created, or a new arm appended)"
+    )
     p.add_argument(
         "--phase", action="append", default=None, help="only this phase (repeatable; warm-up kept)"
     )
     p.add_argument("--seed", type=int, default=None, help="override the workload's seed")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up requests")
     p.add_argument("--arm", default="baseline", help="arm label stored with every record")
+    p.add_argument(
+        "--role",
+        default=None,
+        choices=["baseline", "speculative", "alternative", "extra"],
+        help="the arm's role in the pilot (default: the arm's name if it is a role, else extra)",
+    )
     p.add_argument("--run-id", default=None, help="run id (default: a new one)")
     p.add_argument(
         "--engine",
@@ -78,7 +98,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a backend option for --start (repeatable; VALUE in YAML syntax)",
     )
     p.add_argument(
-        "--start-timeout", type=float, default=300.0, help="seconds to wait for --start's engine"
+        "--start-timeout",
+        type=float,
+        default=START_TIMEOUT_S,
+        help="seconds to wait for --start's engine",
     )
     p.add_argument(
         "--model",
@@ -137,7 +160,7 @@ def engine_options(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--engine-opt {item!r}: expected KEY=VALUE")
+            raise ConfigError(f"--engine-opt {item!r}: expected KEY=VALUE")
         out[key.strip().replace("-", "_")] = yaml.safe_load(value) if value else ""
     return out
 
@@ -153,118 +176,169 @@ def served_model(url: str) -> str:
         return "default"
 
 
-def run(args: argparse.Namespace) -> int:
-    from specpilot.backends import (
-        BackendError,
-        make_backend,
-        response_extras_for,
-        scrape_endpoint,
+def _manifest(args: argparse.Namespace, backend: Any, url: str) -> dict[str, Any]:
+    from specpilot.backends import hardware_info
+
+    if backend is not None:
+        return {**backend.describe().to_dict(), "started_by_specpilot": True}
+    return {
+        "engine": args.engine,
+        "endpoint": url,
+        "started_by_specpilot": False,
+        "note": "endpoint given by URL: model files and flags are not known to the load "
+        "command (use --start for the full manifest)",
+        "client_hardware": hardware_info(),
+    }
+
+
+def _config(args: argparse.Namespace, sched: Any, url: str, backend: Any, run_id: str) -> Any:
+    from specpilot.backends import response_extras_for
+    from specpilot.loadgen import LoadConfig
+
+    return LoadConfig.build(
+        url,
+        api=args.api,
+        model=args.model or served_model(url),
+        run_id=run_id,
+        arm=args.arm,
+        timeout_s=args.timeout,
+        enforce_deadlines=args.enforce_deadlines,
+        cancel_fraction=args.cancel_fraction,
+        max_concurrency=args.max_concurrency,
+        lag_threshold_s=args.lag_threshold_ms / 1e3,
+        include_usage=not args.no_usage,
+        response_extras=(
+            backend.response_extras if backend is not None else response_extras_for(args.engine)
+        ),
+        seed=sched.seed,
+        cold_start_requests=args.cold_start,
+        phase_timing="back_to_back" if args.back_to_back else "schedule",
+        run_stages=not args.no_stages,
+        progress=False if args.quiet else None,
     )
-    from specpilot.backends.base import hardware_info
-    from specpilot.loadgen import LoadConfig, LoadRunner
-    from specpilot.store import Store
+
+
+def _pilot(store: Any, args: argparse.Namespace, sched: Any, options: dict[str, Any]) -> Any:
+    """The file's pilot (a new one, or the existing one when it replays the same workload)."""
+    from specpilot import __version__
+    from specpilot.backends import hardware_facts
+    from specpilot.records import PilotRecord
+
+    config = {"load": options, "workload_config_sha256": sched.config_sha256}
+    existing = store.records("pilots")
+    if existing:
+        pilot = existing[0]
+        if pilot.config.get("workload_config_sha256") != sched.config_sha256:
+            raise ConfigError(
+                f"{args.out} holds the pilot {pilot.name!r} of another workload "
+                f"(config sha256 {pilot.config.get('workload_config_sha256')}): give another --out"
+            )
+        return pilot
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return PilotRecord(
+        pilot_id=f"pilot-{uuid.uuid4().hex[:12]}",
+        name=sched.name,
+        config=config,
+        config_sha256=hashlib.sha256(blob).hexdigest(),
+        specpilot_version=__version__,
+        created_unix=time.time(),
+        hardware=hardware_facts(),
+        schedule=sched.to_dict(),
+    )
+
+
+def _arm(
+    pilot: Any, args: argparse.Namespace, run_id: str, manifest: dict[str, Any], n: int
+) -> Any:
+    from specpilot.backends.freeze import frozen_sha256, strategy_of
+    from specpilot.records import ARM_ROLES, ArmRecord
+
+    return ArmRecord(
+        pilot_id=pilot.pilot_id,
+        run_id=run_id,
+        arm=args.arm,
+        role=args.role or (args.arm if args.arm in ARM_ROLES else "extra"),
+        engine=args.engine,
+        manifest=manifest,
+        manifest_sha256=frozen_sha256(manifest),
+        strategy=strategy_of(manifest),
+        run_order=n,
+        status="running",
+        started_unix=time.time(),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from specpilot.backends import BackendError, make_backend, scrape_endpoint
+    from specpilot.loadgen import LoadRunner
+    from specpilot.store import PhaseRecorder, Store
 
     if args.start == (args.url is not None):
-        raise ValueError("give either an endpoint URL or --start (specpilot starts the engine)")
+        raise ConfigError("give either an endpoint URL or --start (specpilot starts the engine)")
     if args.engine_opt and not args.start:
-        raise ValueError("--engine-opt needs --start")
+        raise ConfigError("--engine-opt needs --start")
+    if args.start and args.engine == "openai":
+        raise ConfigError("--start needs --engine builtin, llamacpp, vllm or sglang")
     sched = _schedule(args)
-    requests = sched.select(args.phase, warmup=not args.no_warmup)
-    if not requests:
-        raise ValueError("the selection has no requests")
+    if not sched.select(args.phase, warmup=not args.no_warmup):
+        raise ConfigError("the selection has no requests")
     run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
     backend = None
+    cold_start_s = None
     if args.start:
-        if args.engine == "openai":
-            raise ValueError("--start needs --engine builtin, llamacpp, vllm or sglang")
         backend = make_backend(args.engine, engine_options(args.engine_opt))
         print(f"starting {args.engine} at {backend.endpoint} ...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
         try:
             backend.start(args.start_timeout)
         except BackendError as exc:
             print(f"specpilot load: the {args.engine} engine did not start: {exc}", file=sys.stderr)
             return 1
+        cold_start_s = time.perf_counter() - t0
     try:
         url = backend.endpoint if backend is not None else args.url.rstrip("/").removesuffix("/v1")
-        if backend is not None:
-            manifest = {**backend.describe().to_dict(), "started_by_specpilot": True}
-        else:
-            manifest = {
-                "engine": args.engine,
-                "endpoint": url,
-                "started_by_specpilot": False,
-                "note": "endpoint given by URL: model files and flags are not known to the load "
-                "command (use --start for the full manifest)",
-                "client_hardware": hardware_info(),
-            }
-        cfg = LoadConfig(
-            url=url,
-            api=args.api,
-            model=args.model or served_model(url),
-            run_id=run_id,
-            arm=args.arm,
-            timeout_s=args.timeout,
-            enforce_deadlines=args.enforce_deadlines,
-            cancel_fraction=args.cancel_fraction,
-            max_concurrency=args.max_concurrency,
-            lag_threshold_s=args.lag_threshold_ms / 1e3,
-            include_usage=not args.no_usage,
-            response_extras=(
-                backend.response_extras if backend is not None else response_extras_for(args.engine)
-            ),
-            seed=sched.seed,
-            cold_start_requests=args.cold_start,
-            phase_timing="back_to_back" if args.back_to_back else "schedule",
-            run_stages=not args.no_stages,
-            progress=False if args.quiet else None,
-        )
+        cfg = _config(args, sched, url, backend, run_id)
         runner = LoadRunner.for_schedule(sched, cfg, None, args.phase, warmup=not args.no_warmup)
-        loadgen_cfg: dict[str, Any] = {
+        options: dict[str, Any] = {
             k: v
             for k, v in vars(args).items()
-            if k not in ("func",) and isinstance(v, (str, int, float, bool, list, type(None)))
+            if k != "func" and isinstance(v, (str, int, float, bool, list, type(None)))
         }
-        loadgen_cfg["model"] = cfg.model
-        loadgen_cfg["phase_starts"] = runner.cfg.phase_starts
+        options.update(model=cfg.endpoint.model, phase_starts=runner.phase_starts)
         with Store(args.out) as store:
-            store.start_run(
-                run_id,
-                name=sched.name,
-                config={"load": loadgen_cfg, "workload_config_sha256": sched.config_sha256},
-                schedule=sched.to_dict(),
-                manifests={args.arm: manifest},
+            pilot = _pilot(store, args, sched, options)
+            if any(a.run_id == run_id for a in store.records("arms")):
+                raise ConfigError(f"run {run_id!r} already exists in {args.out}: pick another")
+            store.add_pilot(pilot)
+            arm = _arm(
+                pilot, args, run_id, _manifest(args, backend, url), len(store.records("arms"))
             )
-            label_phase = ",".join(sorted({r.phase for r in requests}))
-
-            def scrape(label: str) -> None:
-                try:
-                    if backend is not None:
-                        snap = backend.scrape(run_id, args.arm, label_phase, label)
-                    else:
-                        snap = scrape_endpoint(
-                            args.engine, url, run_id, args.arm, label_phase, label
-                        )
-                    store.add_snapshot(snap)
-                except Exception as exc:  # a missing /metrics is recorded, not fatal
-                    print(
-                        f"warning: could not scrape {url}/metrics {label} the run: {exc}",
-                        file=sys.stderr,
-                    )
-
-            scrape("before")
+            arm.cold_start_s = cold_start_s
+            store.add_arm(arm)
+            scrape = (
+                backend.scrape
+                if backend is not None
+                else lambda r, a, p, lbl: scrape_endpoint(args.engine, url, r, a, p, lbl)
+            )
+            durations = {p.name: p.duration_s for p in sched.phases}
+            PhaseRecorder(store, run_id, args.arm, scrape, durations).attach(runner)
             runner.sink = store.sink
             result = runner.run()
-            scrape("after")
             s = result.summary
-            status = (
-                "interrupted"
-                if s.interrupted
-                else ("complete" if s.stop_reason is None else "stopped")
-            )
-            store.finish_run(run_id, status=status, meta={"load_summary": s.to_dict()})
+            status = "interrupted" if s.interrupted or s.stop_reason else "complete"
+            arm.status, arm.finished_unix, arm.load_summary = status, time.time(), s.to_dict()
+            store.add_arm(arm)
+            pilot.status, pilot.finished_unix = status, time.time()
+            store.add_pilot(pilot)
     finally:
         if backend is not None:
             backend.stop()
+    _report(args, run_id, result)
+    return 130 if s.interrupted else 0
+
+
+def _report(args: argparse.Namespace, run_id: str, result: Any) -> None:
+    s = result.summary
     counts = "  ".join(f"{k} {v}" for k, v in s.status_counts.items() if v)
     lag = s.dispatch_lag_p99_s
     print(f"run {run_id} -> {args.out}: {s.scheduled} requests  {counts}")
@@ -272,9 +346,10 @@ def run(args: argparse.Namespace) -> int:
         f"dispatch lag p50 {1e3 * (s.dispatch_lag_p50_s or 0):.2f} ms  p99 {1e3 * (lag or 0):.2f} ms  "
         f"max {1e3 * (s.dispatch_lag_max_s or 0):.2f} ms  max in flight {s.max_in_flight}"
     )
+    if result.rounds:
+        print(f"rounds {len(result.rounds)}  prefills {len(result.prefills)} (engine-reported)")
     for note in s.notes:
         print(f"note: {note}", file=sys.stderr)
     if not s.trustworthy:
         for reason in s.reasons:
             print(f"NOT TRUSTWORTHY: {reason}", file=sys.stderr)
-    return 130 if s.interrupted else 0

@@ -13,6 +13,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from specpilot.errors import ConfigError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="analyse a pilot file: verdict, HTML/Markdown/JSON report")
@@ -34,26 +36,21 @@ def analysis_config(pilot_config: dict[str, Any], path: str | None) -> Any:
     if path:
         loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping of AnalysisConfig fields")
+            raise ConfigError(f"{path}: expected a mapping of AnalysisConfig fields")
         merged.update(loaded)
     try:
         return AnalysisConfig.model_validate(merged)
     except ValidationError as exc:
         where = path or "the pilot config's analysis section"
         fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"{where}: {fields}") from None
+        raise ConfigError(f"{where}: {fields}") from None
 
 
 def read(path: Path) -> Any:
-    """The pilot's records through the store's typed reader."""
-    import specpilot.store as store
+    """The pilot's records through the store's typed reader (big tables as numpy columns)."""
+    from specpilot.store import read_pilot
 
-    reader = getattr(store, "read_pilot", None)
-    if reader is None:
-        raise ValueError(
-            "this build's store cannot read pilot files yet (specpilot.store.read_pilot is missing)"
-        )
-    return reader(path)
+    return read_pilot(path, columns=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from specpilot.errors import ConfigError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             smap = StageMap.model_validate(yaml.safe_load(Path(args.stage_map).read_text()) or {})
         except ValidationError as exc:
             fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"{args.stage_map}: {fields}") from None
+            raise ConfigError(f"{args.stage_map}: {fields}") from None
     st = parse_csv(text) if fmt == "csv" else parse_otlp(text, smap)
     rows = stage_breakdown(st, args.decode_speedup)
     recs = recommend(rows, args.min_decode_share)

@@ -1,6 +1,9 @@
 """A live progress line (sent / done / failed / rate) on stderr; silent in CI or without a TTY.
 
 Refreshed from the event loop at 2 Hz (no refresh thread competing with the sender).
+
+    >>> ProgressDisplay(10, False, {"sent": 0, "done": 0, "failed": 0}).enabled
+    False
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ def progress_enabled(requested: bool | None) -> bool:
     return not os.environ.get("CI") and sys.stderr.isatty()
 
 
-class Progress:
+class ProgressDisplay:
+    """The load run's progress line (``rich``), fed by the runner's counts."""
+
     def __init__(self, total: int, requested: bool | None, counts: dict[str, int]) -> None:
         self.total = total
         self.counts = counts

@@ -10,7 +10,7 @@ shared by all processes, so a client on the same machine can measure its own tim
     $ curl -N localhost:8123/v1/chat/completions -d '{"messages":[{"role":"user",
     ...   "content":"hi"}],"max_tokens":4,"stream":true}'
 
-In-process (tests): ``with TestServer(ServerConfig(max_queue=2)) as srv: srv.url``.
+In-process (tests): ``with TestServer(TestServerConfig(max_queue=2)) as srv: srv.url``.
 
 Directives in the last message's content change one request's behaviour:
 ``[[hang]]`` never answers, ``[[sleep:S]]`` waits S seconds before the first token,
@@ -34,8 +34,10 @@ _DIRECTIVE = re.compile(r"\[\[(\w+)(?::([\d.]+))?\]\]")
 
 
 @dataclass
-class ServerConfig:
+class TestServerConfig:
     """How the fake engine behaves. Times in seconds; 0 means "as fast as possible"."""
+
+    __test__ = False  # not a pytest test class
 
     host: str = "127.0.0.1"
     port: int = 0
@@ -74,7 +76,7 @@ def _chunk(payload: bytes) -> bytes:
 
 
 class _Handler:
-    def __init__(self, cfg: ServerConfig) -> None:
+    def __init__(self, cfg: TestServerConfig) -> None:
         self.cfg = cfg
         self.stats = ServerStats()
 
@@ -288,7 +290,9 @@ class _Handler:
 
 
 async def serve(
-    cfg: ServerConfig, ready: threading.Event | None = None, holder: dict[str, Any] | None = None
+    cfg: TestServerConfig,
+    ready: threading.Event | None = None,
+    holder: dict[str, Any] | None = None,
 ) -> None:
     handler = _Handler(cfg)
     server = await asyncio.start_server(handler.handle, cfg.host, cfg.port, backlog=4096)
@@ -310,8 +314,8 @@ class TestServer:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, cfg: ServerConfig | None = None) -> None:
-        self.cfg = cfg or ServerConfig()
+    def __init__(self, cfg: TestServerConfig | None = None) -> None:
+        self.cfg = cfg or TestServerConfig()
         self._holder: dict[str, Any] = {}
         self._thread: threading.Thread | None = None
 
@@ -366,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--max-queue", type=int, default=None)
     a = ap.parse_args(argv)
-    cfg = ServerConfig(
+    cfg = TestServerConfig(
         a.host, a.port, a.ttft, a.itl, a.output_tokens, a.tokens_per_chunk, a.max_queue
     )
     with contextlib.suppress(KeyboardInterrupt):

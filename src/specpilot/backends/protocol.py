@@ -1,0 +1,108 @@
+"""What every backend is: the Protocol, its error, the frozen manifest, the normalised names.
+
+A backend starts, stops, kills, describes and scrapes one engine; the load generator sees only
+its ``endpoint`` and its per-response parser (``response_extras``).
+
+Normalised counter names (``MetricSnapshot.metrics``) follow DESIGN.md's definitions, whatever
+the engine's own convention:
+
+- ``spec_rounds``: verification steps that carried a draft (vLLM ``num_drafts``, llama.cpp
+  ``num_drafts``, SGLang ``spec_verify_ct``).
+- ``spec_proposed_tokens``: draft tokens proposed (sum of k).
+- ``spec_accepted_tokens``: draft tokens accepted, the bonus/correction token *excluded*.
+- ``spec_committed_tokens``: tokens those rounds appended = accepted + rounds (bonus included).
+- ``spec_accepted_pos_{i}`` (i from 1): rounds that accepted at least i drafts, so
+  P(a >= i) = spec_accepted_pos_i / spec_rounds.
+- ``generation_tokens``, ``prompt_tokens``, ``requests_running``, ``requests_waiting``,
+  ``kv_cache_usage`` (0..1).
+
+    >>> from specpilot.backends.protocol import Backend
+    >>> from specpilot.backends.openai import OpenAIBackend
+    >>> isinstance(OpenAIBackend("https://api.example.com/v1"), Backend)
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from specpilot.errors import EngineStartError
+from specpilot.records import MetricSnapshot, ResponseExtras
+
+SPEC_ROUNDS = "spec_rounds"
+SPEC_PROPOSED = "spec_proposed_tokens"
+SPEC_ACCEPTED = "spec_accepted_tokens"
+SPEC_COMMITTED = "spec_committed_tokens"
+SPEC_POS = "spec_accepted_pos_"  # + str(i), i >= 1
+
+# One default for every engine: how long starting (loading the model) may take before the
+# backend gives up. A server that exits early fails at once; this bounds a hang. A large model
+# on a GPU engine (weights, CUDA graphs) can take minutes: pass more to ``start()`` if needed.
+START_TIMEOUT_S = 600.0
+
+
+class BackendError(EngineStartError):
+    """An engine that would not start, answer or stop; the message says why and where to look."""
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    role: str  # "target" | "draft"
+    path: str
+    sha256: str | None
+    bytes: int | None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The frozen description of one arm's engine (R6: freeze and record everything)."""
+
+    engine: str
+    engine_version: str
+    endpoint: str
+    models: tuple[ModelFile, ...]
+    tokenizer_sha256: str | None
+    launch: tuple[str, ...]  # the command line, or its llama-server equivalent
+    speculative: dict[str, Any]
+    hardware: dict[str, Any]
+    notes: tuple[str, ...] = ()
+    created_unix: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(json.loads(json.dumps(asdict(self), default=str)))
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Start, stop, kill, describe and scrape one engine.
+
+    ``start(timeout_s=None)`` waits up to ``START_TIMEOUT_S`` (or ``timeout_s``) for /health;
+    ``kill()`` ends the engine as a crash would (SIGKILL), for failure drills; ``scrape`` returns
+    counters and memory at one moment; ``response_extras(obj, headers)`` parses what one response
+    says beyond the OpenAI format (see :class:`specpilot.records.ResponseExtras`).
+    """
+
+    name: str
+
+    @property
+    def endpoint(self) -> str: ...
+
+    def start(self, timeout_s: float | None = None) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def describe(self) -> Manifest: ...
+
+    def scrape(
+        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
+    ) -> MetricSnapshot: ...
+
+    def response_extras(
+        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> ResponseExtras: ...

@@ -1,0 +1,100 @@
+"""Scraping an engine: one implementation for every engine, over a parser per engine.
+
+An engine module declares a :class:`MetricsSource` (the paths to read and a parser from their
+texts to normalised counters and typed memory); :func:`scrape` reads the paths, runs the
+parser, adds the process tree's RSS and GPU memory when the engine runs here, and returns a
+``MetricSnapshot``. Backends' ``scrape()`` methods and ``specpilot load URL`` both call it.
+
+    >>> src = MetricsSource("demo", ("/metrics",), lambda texts: Scraped({"n": 1.0}))
+    >>> src.parse({"/metrics": "n 1"}).metrics
+    {'n': 1.0}
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from specpilot.backends.facts import process_memory
+from specpilot.backends.process import get_text
+from specpilot.backends.protocol import BackendError
+from specpilot.records import MetricSnapshot
+
+MEMORY_FIELDS = (
+    "rss_bytes",
+    "target_weight_bytes",
+    "draft_weight_bytes",
+    "kv_allocated_bytes",
+    "kv_used_bytes",
+    "draft_kv_bytes",
+    "gpu_memory_bytes",
+)
+
+
+@dataclass
+class Scraped:
+    """What a parser found: normalised counters, and memory by ``MetricSnapshot`` field name."""
+
+    metrics: dict[str, float]
+    memory: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.memory) - set(MEMORY_FIELDS)
+        if unknown:
+            raise ValueError(f"memory fields {sorted(unknown)}: one of {', '.join(MEMORY_FIELDS)}")
+
+
+@dataclass(frozen=True)
+class MetricsSource:
+    """How one engine exposes its state: the paths to GET (the first is required) and a parser
+    from ``{path: text}`` of the paths that answered."""
+
+    engine: str
+    paths: tuple[str, ...]
+    parse: Callable[[Mapping[str, str]], Scraped]
+
+
+def scrape(
+    source: MetricsSource | None,
+    endpoint: str,
+    *,
+    pid: int | None = None,
+    run_id: str = "",
+    arm: str = "",
+    phase: str = "",
+    label: str = "",
+    engine: str = "",
+) -> MetricSnapshot:
+    """Read ``source.paths`` from ``endpoint`` now; ``pid``: the engine's process, when local.
+
+    Memory the engine reports itself wins over the process table (the builtin server knows its
+    weights and KV cache; for others RSS and GPU memory come from ``psutil``/``nvidia-smi``).
+    ``source`` None (an endpoint without metrics) gives a snapshot with empty metrics.
+    """
+    t = time.perf_counter()
+    name = source.engine if source is not None else (engine or "unknown")
+    texts: dict[str, str] = {}
+    scraped = Scraped({})
+    if source is not None:
+        for i, path in enumerate(source.paths):
+            try:
+                texts[path] = get_text(endpoint.rstrip("/") + path)
+            except Exception as exc:  # only the first path is required
+                if i == 0:
+                    raise BackendError(f"{name} {path} unreachable at {endpoint}: {exc}") from exc
+        scraped = source.parse(texts)
+    memory: dict[str, int] = {**process_memory(pid), **scraped.memory}
+    raw = next(iter(texts.values())) if len(texts) == 1 else json.dumps(texts) if texts else ""
+    return MetricSnapshot(
+        run_id=run_id,
+        arm=arm,
+        phase=phase,
+        label=label,
+        t=t,
+        engine=name,
+        metrics=scraped.metrics,
+        raw=raw,
+        **{k: memory.get(k) for k in MEMORY_FIELDS},
+    )

@@ -1,0 +1,109 @@
+"""``PhaseRecorder``: at every phase edge of a load run, scrape the engine and write the phase.
+
+Orchestration-neutral: it needs a store, a run id and arm, a way to scrape (a backend's
+``scrape``, ``backends.scrape_endpoint`` bound to a URL, or None) and the phases' planned
+durations. ``attach(runner)`` writes each phase as ``planned`` and hooks the runner; then each
+start writes the phase as ``running`` with the clock anchor (``t_run``, ``wall_t_run``) and a
+``before`` snapshot, each end ``complete`` (or ``interrupted`` with ``cut_t`` when a stop cut
+it) and an ``after`` snapshot. A phase that never started stays ``planned``. A failed scrape
+is written as a snapshot whose ``raw`` says why (the run goes on).
+
+    >>> from specpilot.loadgen import LoadConfig, LoadRunner             # doctest: +SKIP
+    >>> runner = LoadRunner.for_schedule(schedule, cfg, sink=store.sink)  # doctest: +SKIP
+    >>> PhaseRecorder(store, "run-1", "speculative", backend.scrape,      # doctest: +SKIP
+    ...               {p.name: p.duration_s for p in schedule.phases}).attach(runner)
+    >>> result = runner.run()                                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from specpilot.records import MetricSnapshot, PhaseRecord
+from specpilot.store.store import Store
+
+Scrape = Callable[[str, str, str, str], MetricSnapshot]  # (run_id, arm, phase, label)
+
+
+class PhaseRecorder:
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        arm: str,
+        scrape: Scrape | None,
+        durations: Mapping[str, float],
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.arm = arm
+        self.scrape = scrape
+        self.durations = dict(durations)
+        self.phases: dict[str, PhaseRecord] = {}
+        self.snapshots: list[MetricSnapshot] = []
+        self._runner: Any = None
+        self._lock = threading.Lock()
+
+    def attach(self, runner: Any) -> PhaseRecorder:
+        """Write the runner's phases as planned and call ``on_phase`` at each edge."""
+        self._runner = runner
+        starts = dict(runner.phase_starts)
+        t = 0.0
+        for name in runner.phase_names:  # back-to-back timing: nominal offsets in plan order
+            starts.setdefault(name, t)
+            t = starts[name] + self.durations.get(name, 0.0)
+        for name in runner.phase_names:
+            duration = float(self.durations.get(name, 0.0))
+            scheduled = int(runner.phase_sizes[name])
+            self.phases[name] = PhaseRecord(
+                run_id=self.run_id,
+                arm=self.arm,
+                phase=name,
+                planned_start_s=starts[name],
+                planned_end_s=starts[name] + duration,
+                offered_rate=scheduled / duration if duration > 0 else 0.0,
+                scheduled=scheduled,
+                warmup=all(r.warmup for r in runner.schedule if r.phase == name),
+            )
+        self.store.add_phases(self.phases.values())
+        runner.on_phase = self.on_phase
+        return self
+
+    def on_phase(self, name: str, edge: str, t: float) -> None:
+        """The runner's hook: scrape now, then write the phase's new state and the snapshot."""
+        snap = self._scrape(name, "before" if edge == "start" else "after")
+        runner = self._runner
+        with self._lock:
+            rec = self.phases[name]
+            if edge == "start":
+                rec = dataclasses.replace(
+                    rec,
+                    status="running",
+                    actual_start_t=t,
+                    t_run=getattr(runner, "t_run", None),
+                    wall_t_run=getattr(runner, "wall_t_run", None),
+                )
+            elif name in getattr(runner, "cut_phases", ()):
+                rec = dataclasses.replace(rec, status="interrupted", cut_t=t)
+            else:
+                rec = dataclasses.replace(rec, status="complete", actual_end_t=t)
+            self.phases[name] = rec
+        self.store.add_phases([rec])
+        if snap is not None:
+            self.snapshots.append(snap)
+            self.store.add_snapshots([snap])
+
+    def _scrape(self, phase: str, label: str) -> MetricSnapshot | None:
+        if self.scrape is None:
+            return None
+        try:
+            return self.scrape(self.run_id, self.arm, phase, label)
+        except Exception as exc:  # recorded, not fatal: the phase's counters are then unknown
+            return MetricSnapshot(
+                self.run_id, self.arm, phase, label, time.perf_counter(), "unknown", {},
+                f"scrape failed: {type(exc).__name__}: {exc}",
+            )  # fmt: skip
