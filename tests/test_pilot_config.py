@@ -155,12 +155,13 @@ def test_the_gpu_example_parses_and_launches_exactly_these_commands():
     cfg = load_pilot(EXAMPLES / "pilot-vllm-gpu.yaml")
     plans = plan_arms(cfg, resolve_files=False)
     check_one_switch(plans)
-    cmds = {p.name: make_backend(p, admin_token="t", port=8000).command() for p in plans}
+    cmds = {p.name: make_backend(p, port=8000).command() for p in plans}
     tail = lambda c: c[c.index("serve") :]  # noqa: E731  (the interpreter path varies)
     model = "meta-llama/Llama-3.1-8B-Instruct"
     common = ["--dtype", "bfloat16", "--max-model-len", "8192"]
     assert tail(cmds["baseline"]) == [
-        "serve", model, "--host", "127.0.0.1", "--port", "8000", *common,
+        "serve", model, "--host", "127.0.0.1", "--port", "8000", "--enable-per-request-metrics",
+        *common,
         "--max-num-seqs", "128", "--gpu-memory-utilization", "0.85",
     ]  # fmt: skip
     spec = tail(cmds["speculative"])
@@ -188,7 +189,7 @@ def test_an_arm_given_by_url_is_not_started_nor_drilled():
     plans = _check(arms)
     remote = plans[-1]
     assert remote.url and not remote.drill and "target" in remote.unknown
-    be = make_backend(remote, admin_token="t")
+    be = make_backend(remote)
     assert be.endpoint == "http://h:1" and not be.describe()["started_by_specpilot"]
 
 

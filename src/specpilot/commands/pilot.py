@@ -51,7 +51,7 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
     schedule = build_schedule(wl) if isinstance(wl, str) else build_schedule(wl, base_dir=base_dir)
     arms = []
     for p in plans:
-        backend = make_backend(p, admin_token="<generated>")
+        backend = make_backend(p)
         command = backend.command() if hasattr(backend, "command") else None
         if p.engine == "llamacpp" and p.url is None:
             command = backend.cfg.flags()

@@ -25,7 +25,6 @@ from specpilot.pilot.drill import (
 from specpilot.records import ArmRecord, DrillRecord, RequestRecord
 
 LOAD_STEP = "load"
-PER_REQUEST_TABLES = ("requests", "chunks", "rounds", "prefills")
 
 
 def load_config(
@@ -111,20 +110,17 @@ def run_phases(ctx: Any, run: Any, backend: Any, url: str, model: str, arm_rec: 
     ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
     result = runner.run()
     store.flush()
-    arm_rec.load_summary = result.summary.to_dict()
     return result
 
 
 def _clear_phases(store: Any, run_id: str, phases: list[str]) -> None:
     """Delete every per-request record of ``phases`` of a run (a cut phase's partial data)."""
     ids = [r.request_id for r in store.records("requests", run_id=run_id) if r.phase in phases]
-    for table in PER_REQUEST_TABLES:
-        if table == "requests":
-            for p in phases:
-                store.delete("requests", run_id=run_id, phase=p)
-        else:
-            for rid in ids:
-                store.delete(table, run_id=run_id, request_id=rid)
+    for rid in ids:
+        store.delete("chunks", run_id=run_id, request_id=rid)
+    for table in ("requests", "rounds", "prefills", "snapshots"):
+        for p in phases:
+            store.delete(table, run_id=run_id, phase=p)
 
 
 def backend_extras(backend: Any, engine: str) -> Any:
@@ -196,6 +192,7 @@ def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) 
     events: list[dict[str, Any]] = []
     marks: dict[str, float] = {}
     errors: list[str] = []
+    cfg = cfg.with_options(stages=dict(ctx.schedule.stages), stages_base_dir=ctx.schedule.base_dir)
     runner = LoadRunner(requests, cfg, ProgressSink(ctx.store.sink, ctx.progress, len(requests)))
 
     def act() -> None:

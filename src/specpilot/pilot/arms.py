@@ -149,14 +149,14 @@ def frozen_of(
 
 
 def _content_hash(path: str) -> str:
-    from specpilot.backends.base import model_file
+    from specpilot.backends.facts import model_file
 
     mf = model_file("target", path)
     return f"sha256:{mf.sha256}" if mf is not None and mf.sha256 else path
 
 
 def _tokenizer_hash(path: str) -> str | None:
-    from specpilot.backends.base import tokenizer_sha256
+    from specpilot.backends.facts import tokenizer_sha256
 
     try:
         return tokenizer_sha256(path)

@@ -24,7 +24,7 @@ def cache_dir() -> Path:
 
 
 def _fingerprint(draft_path: Path, target: Path) -> str:
-    from specpilot.backends.base import model_file
+    from specpilot.backends.facts import model_file
 
     h = hashlib.sha256()
     for role, p in (("draft", draft_path), ("target", target)):

@@ -115,7 +115,8 @@ class VllmOptions(_Model):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     tensor_parallel_size: int | None = Field(None, ge=1)
     served_model_name: str | None = None
-    per_request_metrics: Literal["summary", "detailed"] | None = "summary"
+    per_request_metrics: Literal["summary", "detailed"] | None = "detailed"  # recent vLLM
+    per_request_timings: bool = True  # --enable-per-request-metrics (recent vLLM)
     executable: str | None = None
     extra_args: list[str] = Field(default_factory=list)
 

@@ -10,7 +10,7 @@ what is unknown, counters only if its engine's ``/metrics`` parser is known, no 
     ...   {"name": "s", "role": "speculative", "engine": "vllm",
     ...    "options": {"model": "m", "draft": "d", "k": 4, "max_num_seqs": 64}}]})
     >>> plans = plan_arms(cfg, resolve_files=False)
-    >>> cmd = make_backend(plans[1], admin_token="t").command()
+    >>> cmd = make_backend(plans[1]).command()
     >>> cmd[cmd.index("--speculative-config") + 1], cmd[cmd.index("--max-num-seqs") + 1]
     ('{"method": "draft_model", "model": "d", "num_speculative_tokens": 4}', '64')
 """
@@ -25,10 +25,10 @@ from typing import Any
 from specpilot.pilot.arms import ArmPlan
 
 
-def _builtin_args(o: Any, admin_token: str, dtype: str | None) -> list[str]:
+def _builtin_args(o: Any, dtype: str | None) -> list[str]:
     args = ["--dtype", dtype or o.dtype, "--max-slots", str(o.max_slots)]
     args += ["--max-seq-len", str(o.max_seq_len), "--max-queued", str(o.max_queued)]
-    args += ["--queue-timeout", str(o.queue_timeout_s), "--admin-token", admin_token]
+    args += ["--queue-timeout", str(o.queue_timeout_s)]  # admin token: $SPECPILOT_ADMIN_TOKEN
     if o.threads is not None:
         args += ["--threads", str(o.threads)]
     if o.max_batch_size is not None:
@@ -53,7 +53,6 @@ def _vllm_args(o: Any) -> list[str]:
 def make_backend(
     plan: ArmPlan,
     *,
-    admin_token: str,
     dtype: str | None = None,
     llamacpp_draft: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
@@ -76,7 +75,7 @@ def make_backend(
             no_draft=o.draft is None,
             k=o.k if o.draft is not None else None,
             per_request_metrics="detailed",
-            extra_args=_builtin_args(o, admin_token, dtype),
+            extra_args=_builtin_args(o, dtype),
             port=port or 0,
         )
     if plan.engine == "llamacpp":
@@ -111,7 +110,8 @@ def make_backend(
             method=o.method,
             speculative_config=o.speculative_config,
             served_model_name=o.served_model_name,
-            per_request_metrics=o.per_request_metrics if plan.strategy.kind != "none" else None,
+            per_request_metrics=o.per_request_metrics,
+            per_request_timings=o.per_request_timings,
             executable=o.executable,
             extra_args=_vllm_args(o),
             port=port or 0,
@@ -156,7 +156,7 @@ class Endpoint:
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.5)
-        from specpilot.backends.base import BackendError
+        from specpilot.backends.protocol import BackendError
 
         raise BackendError(
             f"arm {self.plan.name!r}: {self.endpoint}/v1/models not reachable ({last})"

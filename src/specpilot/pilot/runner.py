@@ -90,7 +90,9 @@ class Pilot:
         self.out_dir = Path(out_dir)
         self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
         self.progress = progress or PilotProgress()
-        self.admin_token = secrets.token_hex(16)
+        # the admin switch's token reaches the builtin servers through their environment, so it
+        # stays out of launch lines and manifests
+        self.admin_token = os.environ.setdefault("SPECPILOT_ADMIN_TOKEN", secrets.token_hex(16))
         self.pinned_dtype: str | None = None
         self.llamacpp_drafts: dict[str, Path] = {}
         self.durations: list[float] = []
@@ -251,7 +253,6 @@ class Pilot:
             over.update(plain_overrides(plan))
         return make_backend(
             plan,
-            admin_token=self.admin_token,
             dtype=self.pinned_dtype,
             llamacpp_draft=None if plain else self.llamacpp_drafts.get(plan.name),
             overrides=over,
@@ -267,29 +268,37 @@ class Pilot:
         return over
 
     def manifest(self, backend: Any, plan: ArmPlan, overrides: dict[str, Any]) -> dict[str, Any]:
-        """The backend's description plus the frozen settings (R6) and their hash."""
-        from specpilot.backends.freeze import frozen_sha256
+        """The backend's description plus the frozen settings (R6) and the manifest's hash.
+
+        The strategy the engine reports must be the one the config asked for: a builtin server
+        that silently fell back to plain decoding would otherwise pass as speculative.
+        """
+        from specpilot.backends.freeze import frozen_sha256, strategy_of
 
         d = backend.describe()
         described = d if isinstance(d, dict) else d.to_dict()
+        if plan.url is None:
+            served = strategy_of(described)
+            if (served.kind == "none") != (plan.strategy.kind == "none"):
+                raise PilotConfigError(
+                    f"arm {plan.name!r}: the engine reports strategy {served.kind!r} but the "
+                    f"config asks for {plan.strategy.kind!r}"
+                )
         frozen = dict(plan.frozen)
-        engine_dtype = described.get("dtype") or described.get("engine_dtype")
+        engine_dtype = described.get("dtype") or (described.get("weights") or {}).get("format")
         if plan.engine == "builtin" and engine_dtype and self.pinned_dtype is None:
             self.pinned_dtype = str(engine_dtype)  # every later arm uses the first arm's format
         if self.pinned_dtype is not None and plan.engine == "builtin":
             frozen["dtype"] = self.pinned_dtype
-        out = {
+        capacity = {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}}
+        return {
             **described,
             "frozen": frozen,
-            "capacity": {
-                **plan.capacity,
-                **{k: v for k, v in overrides.items() if k in plan.capacity},
-            },
+            "capacity": capacity,
             "overrides": overrides,
             "unknown": plan.unknown,
+            "frozen_sha256": frozen_sha256(described),
         }
-        out["frozen_sha256"] = frozen_sha256(frozen)
-        return out
 
     def _run_arm(self, run: RunPlan, rec: ArmRecord) -> None:
         from specpilot.pilot.steps import ArmSteps
@@ -353,7 +362,7 @@ def derive_kv_slots(store: Any, plan: ArmPlan, plans: list[ArmPlan]) -> dict[str
 
 
 def _sha256(path: Path) -> str:
-    from specpilot.backends.base import model_file
+    from specpilot.backends.facts import model_file
 
     mf = model_file("draft", path)
     return mf.sha256 if mf is not None and mf.sha256 else ""
