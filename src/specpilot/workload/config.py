@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from specpilot.workload.groups import BUILTIN_GROUPS
 
@@ -107,15 +114,16 @@ class RegexCheck(_Check):
     multiline: bool = False
     dotall: bool = False
 
-    @model_validator(mode="after")
-    def _compiles(self) -> RegexCheck:
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
         import re
 
         try:
-            re.compile(self.pattern)
+            re.compile(v)
         except re.error as exc:
-            raise ValueError(f"pattern does not compile: {exc}") from None
-        return self
+            raise ValueError(f"does not compile: {exc}") from None
+        return v
 
 
 class RequiredCheck(_Check):

@@ -40,7 +40,8 @@ Quality checks (run by ``specpilot.quality.checks``) are declared per group in `
 (mappings in the workload's ``CheckModel`` form; ``quality_checks`` are their names) and may be
 added per prompt (``checks`` in the data file). Group declarations read per-prompt values with
 ``meta:KEY`` from each prompt's ``meta``: ``figures`` (zh_business amounts, dates, times,
-phone numbers), ``entry_point``/``tests``/``reference`` (code), ``schema``/``expected``
+phone numbers) and ``key_terms`` (facts without digits, for prompts without figures),
+``entry_point``/``tests``/``reference`` (code), ``schema``/``expected``
 (structured; ``expected`` is null for "generate" prompts, which skip that check),
 ``target_length``/``length_unit`` (longform).
 """
@@ -172,6 +173,8 @@ _CHECKS: dict[str, tuple[dict[str, Any], ...]] = {
     "zh_business": (
         # Every amount, date, time and phone number of the instruction, unchanged.
         {"kind": "numeric", "name": "figures_preserved", "values": "meta:figures"},
+        # Facts without digits (两个工作日, 周四, 人才库) where a prompt has no figures.
+        {"kind": "required", "name": "key_terms", "all_of": "meta:key_terms"},
         {
             "kind": "regex",
             "name": "answer_in_chinese",
