@@ -134,8 +134,9 @@ class SandboxLimits:
 
 @dataclass
 class SandboxResult:
-    """status: ok (harness ran; see ``tests``) | load_error (the code raised at import) |
-    timeout (wall) | killed (a limit or signal ended it) | error (the harness printed nothing)."""
+    """status: ok (the harness ran; see ``tests``) | load_error (the code raised when loaded)
+    | timeout (the wall limit) | no_result (it ended without reporting: a CPU or memory
+    limit, a signal, or the code's own exit)."""
 
     status: str
     isolation: str
@@ -145,6 +146,7 @@ class SandboxResult:
     duration_s: float = 0.0
     stdout: str = ""
     stderr: str = ""
+    uid: int | None = None  # the throw-away uid it ran under (None: not root, own uid)
 
     @property
     def passed(self) -> list[str]:
@@ -296,26 +298,36 @@ def available_isolation() -> tuple[str, ...]:
     return (*found, "rlimits")
 
 
-def _kill_uid(uid: int | None, proc: subprocess.Popen[bytes]) -> None:
-    """Kill the session and every process left under the throw-away uid."""
+def _alive(uid: int) -> list[Any]:
+    """Processes of ``uid`` that still run (zombies wait for their parent: not counted)."""
     import psutil
 
+    out = []
+    for p in psutil.process_iter(["uids", "status"]):
+        info = p.info
+        if info["uids"] and info["uids"].real == uid and info["status"] != psutil.STATUS_ZOMBIE:
+            out.append(p)
+    return out
+
+
+def _kill_uid(uid: int | None, proc: subprocess.Popen[bytes]) -> None:
+    """Kill the session, then every process left under the throw-away uid: ``kill -KILL -1``
+    run *as that uid* signals all of them at once (a fork bomb cannot outrun it)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     if uid is None:
         return
-    for _ in range(3):
-        left = [
-            p
-            for p in psutil.process_iter(["uids"])
-            if p.info["uids"] and p.info["uids"].real == uid
-        ]
-        if not left:
+
+    def as_uid() -> None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+    for _ in range(20):
+        if not _alive(uid):
             return
-        for p in left:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        time.sleep(0.05)
+        subprocess.run(["kill", "-KILL", "-1"], preexec_fn=as_uid, capture_output=True, check=False)
+        time.sleep(0.02)
 
 
 def run_tests(
@@ -369,8 +381,9 @@ def run_tests(
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
     res = SandboxResult(
-        status="timeout" if timed_out else "error",
+        status="timeout" if timed_out else "no_result",
         isolation=mode,
+        uid=uid,
         returncode=proc.returncode,
         duration_s=time.perf_counter() - t0,
         stdout=out[: lim.output_bytes].decode("utf-8", "replace"),
@@ -383,19 +396,11 @@ def _parse(res: SandboxResult, out: str, marker: str, timed_out: bool) -> Sandbo
     at = out.rfind(marker)
     got: dict[str, Any] = {}
     if at >= 0 and not timed_out:
-        try:
+        with contextlib.suppress(json.JSONDecodeError, IndexError):
             got = json.loads(out[at + len(marker) :].splitlines()[0])
-        except (json.JSONDecodeError, IndexError):
-            got = {}
     if got:
         res.tests = dict(got.get("tests") or {})
         res.load_error = got.get("load")
         res.status = "load_error" if res.load_error else "ok"
         res.stdout = out[:at][-4096:]
-    elif (
-        not timed_out
-        and res.returncode is not None
-        and (res.returncode < 0 or res.returncode > 128)
-    ):
-        res.status = "killed"  # a signal: CPU limit (SIGXCPU/SIGKILL), memory, or the code's own
     return res
