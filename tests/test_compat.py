@@ -6,7 +6,6 @@ not failed; what the builtin server promises must pass."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -75,3 +74,44 @@ def test_builtin_server_passes_every_feature(builtin_url, arm):
     assert not failing, failing
     assert got["cancellation"].detail["running_during"] >= 1
     assert got["cancellation"].detail["fell_after_s"] is not None
+
+
+# -- llama.cpp (xllamacpp), three arms ---------------------------------------------------------
+
+SPEC_FEATURES = ("streaming", "stop_in_round", "length", "logprobs", "cancellation", "concurrent")
+LLAMA_ARMS = {
+    "plain": {},
+    "draft": {"draft": "target", "draft_n_max": 3},  # the target as its own draft model
+    "ngram": {"spec_type": "ngram-mod"},
+}
+
+
+@pytest.mark.parametrize("arm", list(LLAMA_ARMS))
+def test_llamacpp_arms_record_every_feature(arm):
+    pytest.importorskip("xllamacpp")
+    from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
+    from specpilot.engine.loader import default_target_path
+
+    target = default_target_path()
+    kw = dict(LLAMA_ARMS[arm])
+    if kw.get("draft") == "target":
+        kw["draft"] = target
+    cfg = LlamaCppConfig(model=target, threads=2, n_parallel=4, n_ctx=4096, **kw)
+    with LlamaCppBackend(cfg) as be:
+        recs = run_compat(be.endpoint, arm=arm)
+    got = {r.feature: r for r in recs}
+    assert list(got) == list(FEATURES)
+    print({f: (r.status, r.evidence[:80]) for f, r in got.items()})
+    must = (
+        "streaming",
+        "include_usage",
+        "stop_in_round",
+        "length",
+        "eos",
+        "cancellation",
+        "concurrent",
+        "seed",
+    )
+    failing = {f: got[f].evidence for f in must if got[f].status != "pass"}
+    assert not failing, failing
+    assert all(r.status in ("pass", "fail", "unsupported") and r.evidence for r in recs)

@@ -210,7 +210,9 @@ def f_eos(c: Client, o: CompatOptions) -> Outcome:
 
 
 def _tool_kw(o: CompatOptions) -> dict[str, Any]:
-    return dict(tools=TOOLS, tool_choice="required", temperature=0, max_tokens=max(40, o.max_tokens))
+    return dict(
+        tools=TOOLS, tool_choice="required", temperature=0, max_tokens=max(40, o.max_tokens)
+    )
 
 
 def _parse_args(args: str) -> str | None:
@@ -221,10 +223,23 @@ def _parse_args(args: str) -> str | None:
     return None if isinstance(v, dict) else f"arguments are not an object: {args[:60]!r}"
 
 
+def _tools_ignored(c: Client, resp: dict[str, Any]) -> bool:
+    """True when the server left the tools out of the prompt (same prompt size without them)."""
+    bare = c.chat(TOOL_CHAT, temperature=0, max_tokens=1)
+    return int(resp["usage"]["prompt_tokens"]) <= int(bare["usage"]["prompt_tokens"])
+
+
 def f_tool_call(c: Client, o: CompatOptions) -> Outcome:
-    ch = _choice(c.chat(TOOL_CHAT, **_tool_kw(o)))
+    resp = c.chat(TOOL_CHAT, **_tool_kw(o))
+    ch = _choice(resp)
     calls = (ch.get("message") or {}).get("tool_calls") or []
     if not calls:
+        if _tools_ignored(c, resp):
+            return (
+                "unsupported",
+                "tools were accepted but not put into the prompt (no tool call)",
+                {},
+            )
         return (
             "fail",
             f"no tool call (finish {ch.get('finish_reason')}): {_text({'choices': [ch]})[:80]!r}",
@@ -233,11 +248,8 @@ def f_tool_call(c: Client, o: CompatOptions) -> Outcome:
     fn = calls[0].get("function") or {}
     err = _parse_args(str(fn.get("arguments")))
     ok = err is None and fn.get("name") == "get_weather" and ch.get("finish_reason") == "tool_calls"
-    return (
-        ("pass" if ok else "fail"),
-        err or f"{fn.get('name')}({fn.get('arguments')}), finish {ch.get('finish_reason')}",
-        {},
-    )
+    ev = err or f"{fn.get('name')}({fn.get('arguments')}), finish {ch.get('finish_reason')}"
+    return ("pass" if ok else "fail"), ev, {}
 
 
 def f_tool_call_stream(c: Client, o: CompatOptions) -> Outcome:
@@ -248,6 +260,8 @@ def f_tool_call_stream(c: Client, o: CompatOptions) -> Outcome:
     ]
     s = c.stream(TOOL_CHAT, **_tool_kw(o))
     got = s.tool_calls()
+    if not got and not want and _tools_ignored(c, c.chat(TOOL_CHAT, **_tool_kw(o))):
+        return "unsupported", "tools were accepted but not put into the prompt (no tool call)", {}
     if not got:
         return "fail", f"no streamed tool-call delta (finish {s.finish_reasons})", {}
     err = _parse_args(got[0]["arguments"])
@@ -321,8 +335,11 @@ def f_logprobs(c: Client, o: CompatOptions) -> Outcome:
         problems.append(f"tokens join to {joined[:40]!r}, text {text[:40]!r}")
     for i, x in enumerate(content):
         tops = [t.get("logprob", 0.0) for t in x.get("top_logprobs") or []]
-        if tops != sorted(tops, reverse=True) or not tops:
-            problems.append(f"position {i}: alternatives missing or unsorted")
+        if not tops:
+            problems.append(f"position {i}: no alternatives (top_logprobs asked)")
+            break
+        if tops != sorted(tops, reverse=True):
+            problems.append(f"position {i}: alternatives not sorted: {tops}")
             break
         if x.get("token") != x["top_logprobs"][0].get("token"):
             problems.append(f"position {i}: greedy token {x.get('token')!r} is not the top-1")
