@@ -59,7 +59,7 @@ FEATURES = (
 )
 PROSE = [{"role": "user", "content": "Write a short paragraph about the history of bicycles."}]
 ONE_WORD = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -74,7 +74,7 @@ TOOLS = [
     }
 ]
 # One worked tool round trip in the history (small models follow the example).
-TOOL_CHAT = [
+TOOL_CHAT: list[dict[str, Any]] = [
     {"role": "user", "content": "What is the weather in London?"},
     {
         "role": "assistant",
