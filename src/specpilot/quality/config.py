@@ -3,13 +3,22 @@
 
 Defaults are sized for the default pilot: about 6 arms on 2 CPU cores inside a 10-minute
 pilot, so each arm's quality pass must stay near 30-60 s at SmolLM2 speed (~55 tokens/s at
-batch 1). Per arm: 3 prompts x 2 greedy groups at the group's own length (~1,000 tokens;
-the business checks need whole answers), and 3 prompts x 12 seeded samples x 2 sampled
-groups capped at 24 tokens (~1,700 tokens, sent 4 at a time) for the distribution tests.
-The key-error pass rates of sampled groups come from the load phases' full answers (every
-scheduled request has its own seed, the same in every arm); at the sizes a 10-minute pilot
-gives (tens of answers per group and arm) the non-inferiority test with a 10-point margin has
-little power, and the results say ``underpowered`` with the n that 80% power needs.
+batch 1). Per arm: 3 prompts x 2 greedy groups at the group's own length (~750 tokens
+measured; the business checks need whole answers), and 2 prompts x 12 seeded samples x 2
+sampled groups capped at 24 tokens (1,152 tokens, sent 4 at a time) for the distribution
+tests: ~1,900 tokens, 123 s measured for the 3-prompt variant (2,463 tokens) on a loaded
+machine (Intel Xeon, 2 cores, load ~5), so ~35 s on a quiet one: provisional.
+
+Power at these sizes. Distribution tests: a wrong acceptance rule (min(1, q/p)) with the
+shipped draft lowered the samples' mean target log-prob by 1.0-2.8 nats and their top-1 rate
+from 0.51-0.74 to 0.30-0.50 (N = 12, 3 prompts per group, bf16): p at the permutation floor
+(0.0005) in both sampled groups; the correct rule gave p >= 0.5 against plain (the tests in
+``tests/test_quality_sampled.py`` keep this honest). The per-position token tests see only
+large distortions at this N (position 0 comes from prefill and never differs). Key-error pass
+rates of sampled groups come from the load phases' full answers (each scheduled request has
+its own seed, the same in every arm); the Newcombe non-inferiority test with a 10-point
+margin needs ~300 answers per arm at a 50% pass rate (~25 at 0% or 100%) for 80% power, so a
+10-minute pilot usually reports ``underpowered`` with the n it would need.
 
     >>> QualityConfig().samples, QualityConfig(samples=4).sandbox.cpu_s
     (12, 10)
@@ -54,7 +63,7 @@ class QualityConfig(_Model):
     greedy_max_tokens: int | None = Field(
         default=None, ge=1, description="None: the group's own length"
     )
-    sampled_prompts: int = Field(default=3, ge=0, description="eval prompts per sampled group")
+    sampled_prompts: int = Field(default=2, ge=0, description="eval prompts per sampled group")
     samples: int = Field(
         default=12, ge=1, description="N seeded samples per sampled prompt per arm"
     )

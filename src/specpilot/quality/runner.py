@@ -11,7 +11,7 @@ statistics need them). A failed request becomes an ``OutputRecord`` with ``error
     >>> from specpilot.workload.groups import load_group
     >>> plan = plan_quality([load_group("code"), load_group("longform")], QualityConfig())
     >>> sum(r.temperature == 0 for r in plan), sum(r.temperature > 0 for r in plan)
-    (3, 36)
+    (3, 24)
     >>> outs = run_quality_pass("http://127.0.0.1:8000", "m", plan, arm="baseline")  # doctest: +SKIP
 """
 
