@@ -96,7 +96,7 @@ def test_llamacpp_arms_record_every_feature(arm):
     kw = dict(LLAMA_ARMS[arm])
     if kw.get("draft") == "target":
         kw["draft"] = target
-    cfg = LlamaCppConfig(model=target, threads=2, n_parallel=4, n_ctx=4096, **kw)
+    cfg = LlamaCppConfig(model=target, threads=1, n_parallel=4, n_ctx=4096, **kw)
     with LlamaCppBackend(cfg) as be:
         recs = run_compat(be.endpoint, arm=arm)
     got = {r.feature: r for r in recs}
