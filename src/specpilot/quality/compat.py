@@ -34,7 +34,6 @@ with the message as evidence.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.quality.compat_http import Client, Streamed, Unsupported
+from specpilot.quality.compat_tools import f_tool_call, f_tool_call_stream
 from specpilot.records import CompatRecord
 
 FEATURES = (
@@ -59,38 +59,6 @@ FEATURES = (
 )
 PROSE = [{"role": "user", "content": "Write a short paragraph about the history of bicycles."}]
 ONE_WORD = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the current weather for a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
-# One worked tool round trip in the history (small models follow the example).
-TOOL_CHAT: list[dict[str, Any]] = [
-    {"role": "user", "content": "What is the weather in London?"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "c1",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": '{"city": "London"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "c1", "content": '{"temp_c": 12}'},
-    {"role": "assistant", "content": "It is 12 degrees in London."},
-    {"role": "user", "content": "What is the weather in Paris?"},
-]
 CONCURRENT = ["apples", "the ocean", "trains"]
 SPECIAL = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
 
@@ -207,70 +175,6 @@ def f_eos(c: Client, o: CompatOptions) -> Outcome:
         f"ended after {n} tokens ({text.strip()[:40]!r}); special text: {leaked}",
         {},
     )
-
-
-def _tool_kw(o: CompatOptions) -> dict[str, Any]:
-    return dict(
-        tools=TOOLS, tool_choice="required", temperature=0, max_tokens=max(40, o.max_tokens)
-    )
-
-
-def _parse_args(args: str) -> str | None:
-    try:
-        v = json.loads(args)
-    except json.JSONDecodeError as exc:
-        return f"arguments do not parse: {exc.msg}: {args[:60]!r}"
-    return None if isinstance(v, dict) else f"arguments are not an object: {args[:60]!r}"
-
-
-def _tools_ignored(c: Client, resp: dict[str, Any]) -> bool:
-    """True when the server left the tools out of the prompt (same prompt size without them)."""
-    bare = c.chat(TOOL_CHAT, temperature=0, max_tokens=1)
-    return int(resp["usage"]["prompt_tokens"]) <= int(bare["usage"]["prompt_tokens"])
-
-
-def f_tool_call(c: Client, o: CompatOptions) -> Outcome:
-    resp = c.chat(TOOL_CHAT, **_tool_kw(o))
-    ch = _choice(resp)
-    calls = (ch.get("message") or {}).get("tool_calls") or []
-    if not calls:
-        if _tools_ignored(c, resp):
-            return (
-                "unsupported",
-                "tools were accepted but not put into the prompt (no tool call)",
-                {},
-            )
-        return (
-            "fail",
-            f"no tool call (finish {ch.get('finish_reason')}): {_text({'choices': [ch]})[:80]!r}",
-            {},
-        )
-    fn = calls[0].get("function") or {}
-    err = _parse_args(str(fn.get("arguments")))
-    ok = err is None and fn.get("name") == "get_weather" and ch.get("finish_reason") == "tool_calls"
-    ev = err or f"{fn.get('name')}({fn.get('arguments')}), finish {ch.get('finish_reason')}"
-    return ("pass" if ok else "fail"), ev, {}
-
-
-def f_tool_call_stream(c: Client, o: CompatOptions) -> Outcome:
-    ch = _choice(c.chat(TOOL_CHAT, **_tool_kw(o)))
-    want = [
-        {"name": str(t["function"]["name"]), "arguments": str(t["function"]["arguments"])}
-        for t in (ch.get("message") or {}).get("tool_calls") or []
-    ]
-    s = c.stream(TOOL_CHAT, **_tool_kw(o))
-    got = s.tool_calls()
-    if not got and not want and _tools_ignored(c, c.chat(TOOL_CHAT, **_tool_kw(o))):
-        return "unsupported", "tools were accepted but not put into the prompt (no tool call)", {}
-    if not got:
-        return "fail", f"no streamed tool-call delta (finish {s.finish_reasons})", {}
-    err = _parse_args(got[0]["arguments"])
-    same = [(g["name"], json.loads(g["arguments"]) if err is None else None) for g in got] == [
-        (w["name"], json.loads(w["arguments"]) if _parse_args(w["arguments"]) is None else None)
-        for w in want
-    ]
-    ok = err is None and same and s.finish_reasons[-1:] == ["tool_calls"]
-    return ("pass" if ok else "fail"), err or f"assembled {got} vs non-streamed {want}", {}
 
 
 def f_cancellation(c: Client, o: CompatOptions) -> Outcome:
@@ -398,8 +302,8 @@ CHECKS: dict[str, Callable[[Client, CompatOptions], Outcome]] = {
     "stop_in_round": f_stop_in_round,
     "length": f_length,
     "eos": f_eos,
-    "tool_call": f_tool_call,
-    "tool_call_stream": f_tool_call_stream,
+    "tool_call": lambda c, o: f_tool_call(c, o.max_tokens),
+    "tool_call_stream": lambda c, o: f_tool_call_stream(c, o.max_tokens),
     "cancellation": f_cancellation,
     "logprobs": f_logprobs,
     "seed": f_seed,
