@@ -345,6 +345,11 @@ def test_workload_check_errors_name_the_field(tmp_path):
         WorkloadError, match=r"groups\.mine\.checks\[0\]\.patern: .*did you mean 'pattern'"
     ):
         parse_workload(_workload(tmp_path, [{"kind": "regex", "pattern": "x", "patern": "y"}]))
+    with pytest.raises(
+        WorkloadError,
+        match=r"groups\.mine\.checks\[0\]\.values: not a meta reference -> .*meta:KEY",
+    ):
+        parse_workload(_workload(tmp_path, [{"kind": "numeric", "values": "amount"}]))
     w = _workload(tmp_path, [{"kind": "numeric", "values": "meta:amount"}])
     with pytest.raises(CheckError, match=r"prompt m1 has no meta\.amount"):
         resolve_groups(w, tmp_path)

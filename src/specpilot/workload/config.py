@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -389,13 +390,16 @@ _TAGS = frozenset(
 )
 
 
+_MEMBER = re.compile(r"^(list|dict|str|int|float|bool|constrained-str|union)(\[.*\])?$")
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in _TAGS:
-            continue  # the discriminator's branch name: not part of the user's path
+        elif part in _TAGS or _MEMBER.match(str(part)):
+            continue  # a discriminator's branch or a union member's type: not the user's path
         else:
             out += ("." if out else "") + str(part)
     return out or "(top level)"
@@ -414,6 +418,13 @@ def format_errors(exc: ValidationError, where: str = "workload") -> str:
     for e in exc.errors():
         msg = e["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(e["type"])
+        if e["type"] == "string_pattern_mismatch" and "meta:" in str(
+            (e.get("ctx") or {}).get("pattern")
+        ):
+            msg, fix = (
+                "not a meta reference",
+                "write the value itself, or meta:KEY to read it from each prompt",
+            )
         if e["type"] == "extra_forbidden" and e["loc"]:
             close = difflib.get_close_matches(str(e["loc"][-1]), sorted(_field_names()), n=1)
             fix = f"did you mean {close[0]!r}?" if close else fix
