@@ -117,3 +117,22 @@ def test_non_inferiority_conclusions():
     assert ni.conclusion == "non_inferior" and ni.power > 0.99
     [ni] = non_inferiority(rates(300, 250, 320), "base", margin=0.10, alpha=0.05)
     assert ni.conclusion == "inferior_not_excluded" and math.isclose(ni.diff, -50 / 320)
+
+
+def test_gate_notes_what_it_cannot_conclude():
+    from specpilot.quality.summary import gate
+
+    recs = [_q("base", i, True) for i in range(20)] + [_q("cand", i, True) for i in range(20)]
+    recs.append(
+        QualityRecord(
+            "r", "cand", "mine", "m1", "consistency_only", "consistency_only", "minor", True
+        )
+    )
+    sandboxed = QualityRecord(
+        "r", "cand", "code", "c1", "tests_pass", "code_tests", "key", True, isolation="rlimits"
+    )
+    v = gate([*recs, sandboxed], [], baseline_arm="base", candidate_arm="cand")
+    assert v.passed and v.reasons == []
+    assert any(n.startswith("g: n = 20 per arm gives power") for n in v.notes)
+    assert "mine: no checks declared, compared between arms only" in v.notes
+    assert any(n.startswith("code: code ran under resource limits only") for n in v.notes)

@@ -15,8 +15,8 @@ Layers, strongest available first (``available_isolation()`` probes once per pro
 Always, in every mode: the child runs under a fresh unprivileged user id (root is exempt from
 ``RLIMIT_NPROC``, so a fork bomb needs a real uid), with CPU-time, address-space, file-size,
 process-count and open-file limits, no core files, an empty environment, its own session, and
-a wall timeout; afterwards every process of that uid is killed. The harness (stdlib only, run
-with ``python -I -S``) executes the code, then each test with a per-test time limit, and prints
+a wall timeout; afterwards every process of that uid is killed. The harness (the standard
+library only: model code cannot import site packages; run with ``python -I -S``) executes the code, then each test with a per-test time limit, and prints
 one JSON line of results. The verdict comes from the same process as the code: the sandbox
 contains side effects, it does not make a deliberately forged verdict impossible.
 

@@ -116,6 +116,11 @@ def gate(
                 f"{ni.task_group}: n = {min(ni.n_baseline, ni.n_candidate)} per arm gives power "
                 f"{ni.power:.2f} for a {ni.margin:.0%} margin; {ni.n_for_80 or '> 2000'} per arm needed"
             )
+    weak = sorted({q.task_group for q in quality if q.isolation == "rlimits" and q.arm in arms})
+    v.notes += [
+        f"{g}: code ran under resource limits only (no network or file isolation here)"
+        for g in weak
+    ]
     only = sorted({q.task_group for q in quality if q.kind == "consistency_only" and q.arm in arms})
     v.notes += [f"{g}: no checks declared, compared between arms only" for g in only]
     _compat(compat, baseline_arm, candidate_arm, v)
