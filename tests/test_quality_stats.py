@@ -136,3 +136,18 @@ def test_gate_notes_what_it_cannot_conclude():
     assert any(n.startswith("g: n = 20 per arm gives power") for n in v.notes)
     assert "mine: no checks declared, compared between arms only" in v.notes
     assert any(n.startswith("code: code ran under resource limits only") for n in v.notes)
+
+
+def test_top1_rate_is_skipped_when_an_engine_omits_alternatives():
+    from specpilot.quality.sampled import distribution_tests
+    from specpilot.records import OutputRecord
+
+    def o(arm: str, i: int, tops: bool) -> OutputRecord:
+        toks = ["a", "b"]
+        alt = [[["a", -0.1]], [["b", -0.2]]] if tops else [[["a", -0.1]], []]
+        return OutputRecord("r", arm, "g", "p", i, i, 0.8, "ab", toks, [-0.1, -0.2], alt)
+
+    outs = [o("base", i, True) for i in range(6)] + [o("cand", i, False) for i in range(6)]
+    tests = {t.test: t for t in distribution_tests(outs, "base", "cand", permutations=99)}
+    assert "top1_rate" not in tests  # no candidate sample has it: nothing to compare
+    assert not tests["mean_logprob"].differs and tests["mean_logprob"].samples == (6, 6)

@@ -187,10 +187,9 @@ def _features(o: OutputRecord, positions: Sequence[int], span: int) -> dict[str,
     if lps:
         f["mean_logprob"] = float(np.mean(lps))
     tops = o.top_logprobs[:span]
-    if tops and len(tops) == len(o.tokens[:span]):
-        hits = [
-            bool(t) and str(t[0][0]) == tok for t, tok in zip(tops, o.tokens[:span], strict=True)
-        ]
+    # only when every position lists alternatives (llama.cpp omits them for drafted tokens)
+    if tops and all(tops) and len(tops) == len(o.tokens[:span]):
+        hits = [str(t[0][0]) == tok for t, tok in zip(tops, o.tokens[:span], strict=True)]
         f["top1_rate"] = float(np.mean(hits))
     return f
 
@@ -228,7 +227,7 @@ def distribution_tests(
             strata = []
             for pid in sorted(prompts):
                 rows = [(lab, f[name]) for lab, f in prompts[pid] if name in f]
-                if rows:
+                if len({lab for lab, _ in rows}) == 2:  # both arms, or nothing to compare
                     strata.append(([lab for lab, _ in rows], [v for _, v in rows]))
             if not strata:
                 continue
