@@ -1,8 +1,8 @@
 """``specpilot quality RUN.duckdb``: recheck + gate from a pilot's records.
 
-The pilot-file reader (``specpilot.store.read_pilot``) is being built on another branch, so
-these tests hand the command a ``PilotData`` through that one name; everything after it
-(checks, sandbox, gate, report, exit code) runs for real.
+A hand-built pilot (three arms' answers, one of them broken) is written to a real pilot file;
+the command reads it back through the store's reader and everything after it (checks,
+sandbox, gate, report, exit code, ``--write``) runs for real.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import json
 
 import pytest
 
-import specpilot.store as store_mod
 from specpilot.cli import main
 from specpilot.records import ArmRecord, OutputRecord, PilotData, PilotRecord, RequestRecord
 from specpilot.workload.groups import group_prompts
@@ -63,10 +62,17 @@ def _data() -> PilotData:
 
 
 @pytest.fixture
-def pilot_file(tmp_path, monkeypatch):
+def pilot_file(tmp_path):
+    from specpilot.store import Store
+
     path = tmp_path / "pilot.duckdb"
-    path.write_bytes(b"")
-    monkeypatch.setattr(store_mod, "read_pilot", lambda p: _data(), raising=False)
+    data = _data()
+    with Store(path) as st:
+        st.add_pilot(data.pilot)
+        for arm in data.arms:
+            st.add_arm(arm)
+        st.add_requests(data.requests)
+        st.add_outputs(data.outputs)
     return str(path)
 
 
@@ -91,7 +97,20 @@ def test_quality_command_rechecks_and_gates_each_arm(pilot_file, capsys):
     assert {tuple(q["reasons"]) for q in broken} == {
         (f"entry point {group_prompts('code')[0].meta['entry_point']} not defined",)
     }
-    assert [v["passed"] for v in got["verdicts"]] == [True, False]
+    assert {v["candidate_arm"]: v["passed"] for v in got["verdicts"]} == {
+        "speculative": True,
+        "broken": False,
+    }
+    assert main(["quality", pilot_file, "--write"]) == 1
+    capsys.readouterr()
+    from specpilot.store import read_pilot
+
+    stored = read_pilot(pilot_file).quality
+    assert len(stored) == len(got["quality"]) and {q.arm for q in stored} == {
+        "baseline",
+        "speculative",
+        "broken",
+    }
 
 
 def test_quality_command_errors(tmp_path, capsys):

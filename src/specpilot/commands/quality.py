@@ -37,12 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _read(path: str) -> Any:
     if not Path(path).is_file():
         raise FileNotFoundError(f"pilot file not found: {path}")
-    try:
-        from specpilot.store import read_pilot  # type: ignore[attr-defined]
-    except ImportError:
-        raise ValueError(
-            "this specpilot's store has no read_pilot(): update specpilot (the pilot-file store)"
-        ) from None
+    from specpilot.store import read_pilot
+
     return read_pilot(path)
 
 

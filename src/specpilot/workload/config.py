@@ -32,10 +32,11 @@ from pydantic import (
     model_validator,
 )
 
+from specpilot.errors import ConfigError
 from specpilot.workload.groups import BUILTIN_GROUPS
 
 
-class WorkloadError(ValueError):
+class WorkloadError(ConfigError):
     """A workload file that does not validate; the message lists field -> fix."""
 
 
