@@ -118,16 +118,18 @@ def test_which_exceptions_count_as_user_errors():
     )
     assert user_error_text(EngineStartError("llama-server exited 1")) == "llama-server exited 1"
     # A module that still raises plain ValueError for user input (listed until it migrates) ...
-    legacy = _raise_in("specpilot.commands.load", ValueError("--engine-opt needs --start"))
-    assert user_error_text(legacy) == "--engine-opt needs --start"
+    legacy = _raise_in("specpilot.commands.generate", ValueError("--prompt is empty"))
+    assert user_error_text(legacy) == "--prompt is empty"
+    # a module that migrated is off the list: its plain ValueError is a bug again
+    assert user_error_text(_raise_in("specpilot.commands.load", ValueError("x"))) is None
     # ... but the same ValueError from any other module, or from a library, is a bug.
     assert user_error_text(_raise_in("specpilot.analysis.rounds", ValueError("x"))) is None
     assert user_error_text(_raise_in("numpy", ValueError("x"))) is None
     assert user_error_text(KeyError("phase")) is None
     # Legacy error classes are recognised by name without importing their (heavy) modules.
-    legacy_cls = type("WorkloadError", (ValueError,), {"__module__": "specpilot.workload.config"})
-    assert user_error_text(legacy_cls("phases[0].rate: required")) == "phases[0].rate: required"
-    assert user_error_text(type("WorkloadError", (ValueError,), {})("x")) is None
+    legacy_cls = type("ModelLoadError", (ValueError,), {"__module__": "specpilot.engine.loader"})
+    assert user_error_text(legacy_cls("not a GGUF file")) == "not a GGUF file"
+    assert user_error_text(type("ModelLoadError", (ValueError,), {})("x")) is None
 
 
 def test_user_errors_stay_catchable_as_before_and_survive_pickling():

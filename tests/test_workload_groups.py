@@ -46,7 +46,8 @@ def test_builtin_group_has_40_prompts_and_a_held_out_split(name):
         assert max(_jaccard(sh, t) for t in train) < 0.7, p.id
     assert g.slo.ttft_s > 0 and g.slo.deadline_s > g.slo.ttft_s
     assert g.output.upper >= g.output.min
-    assert g.quality_checks  # placeholders the quality issue fills
+    assert g.quality_checks == tuple(c["name"] for c in g.checks)  # names of its declarations
+    assert any(c.get("severity", "key") == "key" for c in g.checks)
     for p in g.prompts:
         assert p.messages[-1]["role"] == "user" and p.text.strip()
         assert p.checks == ()

@@ -33,7 +33,6 @@ from specpilot.errors import SpecpilotError
 # ConfigError / InputFileError / EngineStartError and then drop it from this set.
 LEGACY_USER_ERRORS = frozenset(
     {
-        "specpilot.workload.config.WorkloadError",
         "specpilot.engine.loader.ModelLoadError",
         "specpilot.engine.loader.TokenizerMismatchError",
     }

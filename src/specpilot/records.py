@@ -491,6 +491,7 @@ class OutputRecord:
     finish_reason: str | None = None
     manifest_sha256: str = ""
     error: str | None = None
+    max_tokens: int | None = None  # the request's cap (a capped sample is not business-checked)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

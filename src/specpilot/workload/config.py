@@ -18,16 +18,25 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from specpilot.errors import ConfigError
 from specpilot.workload.groups import BUILTIN_GROUPS
 
 
-class WorkloadError(ValueError):
+class WorkloadError(ConfigError):
     """A workload file that does not validate; the message lists field -> fix."""
 
 
@@ -61,6 +70,148 @@ class SourceModel(_Model):
     limit: int | None = Field(None, ge=1)
 
 
+# -- quality checks a group declares (R7); ``specpilot.quality.checks`` runs them ------------
+# A string value "meta:KEY" (dotted for nested keys) is read from each prompt's ``meta``: one
+# declaration serves every prompt (its schema, its tests, its figures). A prompt whose value is
+# null skips that check.
+MetaRef = Annotated[str, Field(pattern=r"^meta:[A-Za-z0-9_.]+$")]
+
+
+class _Check(_Model):
+    name: str | None = Field(None, min_length=1, max_length=80)
+    severity: Literal["key", "minor"] = "key"
+
+
+class JsonSchemaCheck(_Check):
+    """The answer holds one JSON value (a fenced block is fine) that validates."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    kind: Literal["json_schema"]
+    json_schema: dict[str, Any] | MetaRef = Field(alias="schema")
+
+
+class JsonFieldsCheck(_Check):
+    """Fields of the answer's JSON equal the expected ones (strings compared case- and
+    whitespace-insensitively unless case_sensitive; numbers within tolerance)."""
+
+    kind: Literal["json_fields"]
+    expected: dict[str, Any] | list[Any] | MetaRef
+    tolerance: float = Field(0.0, ge=0.0)
+    case_sensitive: bool = False
+
+
+class CodeTestsCheck(_Check):
+    """The answer's Python code block compiles and passes the tests (run in the sandbox)."""
+
+    kind: Literal["code_tests"]
+    tests: list[str] | dict[str, str] | MetaRef
+    entry_point: str | None = None
+
+
+class RegexCheck(_Check):
+    kind: Literal["regex"]
+    pattern: str = Field(min_length=1)
+    must_match: bool = True  # false: the pattern is forbidden
+    ignore_case: bool = False
+    multiline: bool = False
+    dotall: bool = False
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        import re
+
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"does not compile: {exc}") from None
+        return v
+
+
+class RequiredCheck(_Check):
+    kind: Literal["required"]
+    all_of: list[str] | MetaRef = Field(default_factory=list)
+    any_of: list[str] | MetaRef = Field(default_factory=list)
+    case_sensitive: bool = False
+
+
+class ForbiddenCheck(_Check):
+    kind: Literal["forbidden"]
+    terms: list[str] = Field(default_factory=list)
+    patterns: list[str] = Field(default_factory=list)
+    case_sensitive: bool = False
+
+
+class NumericValue(_Model):
+    value: float
+    unit: str = ""
+    tolerance: float = Field(0.0, ge=0.0)  # absolute
+    rel_tolerance: float = Field(0.0, ge=0.0)
+    label: str | None = None  # e.g. "contract amount"
+
+
+class NumericCheck(_Check):
+    """Figures must appear in the answer, unchanged: strings such as "5000元", "11月18日",
+    "8:30" (exact after normalisation) or values with a unit and a tolerance."""
+
+    kind: Literal["numeric"]
+    values: list[str | NumericValue] | MetaRef
+
+
+class LengthCheck(_Check):
+    """The answer's length within [min, max] in ``unit`` (``auto``: words for Latin text, chars
+    for CJK); ``min_fraction``/``max_fraction`` of ``of`` (e.g. the prompt's target length)."""
+
+    kind: Literal["length"]
+    unit: Literal["chars", "words", "auto"] | MetaRef = "auto"
+    min: int | None = Field(None, ge=0)
+    max: int | None = Field(None, ge=1)
+    min_fraction: float | None = Field(None, ge=0.0)
+    max_fraction: float | None = Field(None, gt=0.0)
+    of: int | MetaRef | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> LengthCheck:
+        if (self.min_fraction is not None or self.max_fraction is not None) and self.of is None:
+            raise ValueError("min_fraction/max_fraction need 'of' (a number or meta:KEY)")
+        if self.min is None and self.max is None and self.min_fraction is self.max_fraction is None:
+            raise ValueError("a length check needs min, max, min_fraction or max_fraction")
+        return self
+
+
+class LinesCheck(_Check):
+    """Non-empty lines of the answer within [min, max]."""
+
+    kind: Literal["lines"]
+    min: int | None = Field(None, ge=0)
+    max: int | None = Field(None, ge=1)
+
+
+CheckModel = Annotated[
+    JsonSchemaCheck
+    | JsonFieldsCheck
+    | CodeTestsCheck
+    | RegexCheck
+    | RequiredCheck
+    | ForbiddenCheck
+    | NumericCheck
+    | LengthCheck
+    | LinesCheck,
+    Field(discriminator="kind"),
+]
+CHECK_KINDS = (
+    "json_schema",
+    "json_fields",
+    "code_tests",
+    "regex",
+    "required",
+    "forbidden",
+    "numeric",
+    "length",
+    "lines",
+)
+
+
 class GroupModel(_Model):
     weight: float = Field(1.0, ge=0.0)
     split: Literal["eval", "dev", "train", "train+dev", "all"] = "eval"
@@ -69,6 +220,9 @@ class GroupModel(_Model):
     output: LengthModel | None = None
     sampling: SamplingModel | None = None
     slo: SLOModel | None = None
+    # Quality checks for every prompt of the group (added to a built-in group's own). An
+    # imported group without checks is compared between arms for consistency only.
+    checks: list[CheckModel] = Field(default_factory=list)
 
 
 class SimulatedStageModel(_Model):
@@ -221,6 +375,7 @@ _FIXES = {
     "literal_error": "use one of the listed values",
     "union_tag_invalid": "set kind to one of the listed values",
     "union_tag_not_found": "add 'kind:'",
+    "string_type": "write a string",
     "greater_than": "use a larger value",
     "greater_than_equal": "use a larger value",
     "less_than_equal": "use a smaller value",
@@ -231,13 +386,21 @@ _FIXES = {
 }
 
 
+_TAGS = frozenset(
+    ("constant", "poisson", "gamma", "steps", "trace", "simulated", "bm25", *CHECK_KINDS)
+)
+
+
+_MEMBER = re.compile(r"^(list|dict|str|int|float|bool|constrained-str|union)(\[.*\])?$")
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("constant", "poisson", "gamma", "steps", "trace", "simulated", "bm25"):
-            continue  # the discriminator's branch name: not part of the user's path
+        elif part in _TAGS or _MEMBER.match(str(part)):
+            continue  # a discriminator's branch or a union member's type: not the user's path
         else:
             out += ("." if out else "") + str(part)
     return out or "(top level)"
@@ -256,6 +419,13 @@ def format_errors(exc: ValidationError, where: str = "workload") -> str:
     for e in exc.errors():
         msg = e["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(e["type"])
+        if e["type"] == "string_pattern_mismatch" and "meta:" in str(
+            (e.get("ctx") or {}).get("pattern")
+        ):
+            msg, fix = (
+                "not a meta reference",
+                "write the value itself, or meta:KEY to read it from each prompt",
+            )
         if e["type"] == "extra_forbidden" and e["loc"]:
             close = difflib.get_close_matches(str(e["loc"][-1]), sorted(_field_names()), n=1)
             fix = f"did you mean {close[0]!r}?" if close else fix

@@ -36,10 +36,14 @@ Users add their own groups from three formats (see :func:`import_prompts`):
 Imported prompts without an explicit split get one from a hash of their text (1 in 3 ``eval``),
 so a prompt keeps its split when the file is reordered or grows.
 
-Quality checks are placeholders here (``checks`` per prompt, ``quality_checks`` per group); the
-``meta`` of each prompt holds what a check needs: ``figures`` (zh_business amounts and dates),
-``entry_point``/``tests``/``reference`` (code), ``schema``/``expected`` (structured),
-``target_length`` (longform).
+Quality checks (run by ``specpilot.quality.checks``) are declared per group in ``checks``
+(mappings in the workload's ``CheckModel`` form; ``quality_checks`` are their names) and may be
+added per prompt (``checks`` in the data file). Group declarations read per-prompt values with
+``meta:KEY`` from each prompt's ``meta``: ``figures`` (zh_business amounts, dates, times,
+phone numbers) and ``key_terms`` (facts without digits, for prompts without figures),
+``entry_point``/``tests``/``reference`` (code), ``schema``/``expected``
+(structured; ``expected`` is null for "generate" prompts, which skip that check),
+``target_length``/``length_unit`` (longform).
 """
 
 from __future__ import annotations
@@ -144,7 +148,8 @@ class TaskGroup:
     sampling: Sampling
     slo: SLO
     input_tokens: tuple[int, int] = (0, 0)  # approximate range of the prompts (SmolLM2 tokens)
-    quality_checks: tuple[str, ...] = ()  # placeholder names, filled in by the quality issue
+    quality_checks: tuple[str, ...] = ()  # the names of ``checks``
+    checks: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
 
     def split(self, selector: str = "eval") -> list[Prompt]:
         return select_split(self.prompts, selector)
@@ -161,6 +166,69 @@ def select_split(prompts: Iterable[Prompt], selector: str) -> list[Prompt]:
     return [p for p in prompts if p.split in wanted]
 
 
+# The built-in groups' quality checks (R7: key errors first). Severity "key" fails the answer,
+# "minor" is reported only.
+_CJK = "[\u4e00-\u9fff]"
+_CHECKS: dict[str, tuple[dict[str, Any], ...]] = {
+    "zh_business": (
+        # Every amount, date, time and phone number of the instruction, unchanged.
+        {"kind": "numeric", "name": "figures_preserved", "values": "meta:figures"},
+        # Facts without digits (两个工作日, 周四, 人才库) where a prompt has no figures.
+        {"kind": "required", "name": "key_terms", "all_of": "meta:key_terms"},
+        {
+            "kind": "regex",
+            "name": "answer_in_chinese",
+            "pattern": f"{_CJK}(.*?{_CJK}){{9}}",
+            "dotall": True,
+        },
+        {
+            "kind": "forbidden",
+            "name": "no_placeholders",
+            "severity": "minor",
+            "patterns": [
+                r"[\[【(（]\s*(XX+|xx+|某某|姓名|日期|公司名称|部门名称)\s*[\]】)）]",
+                r"X{3,}",
+            ],
+        },
+    ),
+    "code": (
+        {
+            "kind": "code_tests",
+            "name": "tests_pass",
+            "tests": "meta:tests",
+            "entry_point": "meta:entry_point",
+        },
+        {
+            "kind": "regex",
+            "name": "code_block",
+            "severity": "minor",
+            "pattern": r"```(python|py)\s*\n",
+        },
+    ),
+    "structured": (
+        {"kind": "json_schema", "name": "schema_valid", "schema": "meta:schema"},
+        {"kind": "json_fields", "name": "expected_fields", "expected": "meta:expected"},
+        {
+            "kind": "regex",
+            "name": "json_only",
+            "severity": "minor",
+            "pattern": r"\A\s*(```(json)?\s*\n)?\s*[\[{][\s\S]*[\]}]\s*(```)?\s*\Z",
+        },
+    ),
+    "longform": (
+        # A quarter of the asked length: the group's max_tokens (384-640) cannot hold the whole
+        # 600-1000 words, so the check is what a full-budget answer must at least reach.
+        {
+            "kind": "length",
+            "name": "length_reached",
+            "unit": "meta:length_unit",
+            "min_fraction": 0.25,
+            "of": "meta:target_length",
+        },
+        {"kind": "lines", "name": "paragraphs", "severity": "minor", "min": 2},
+    ),
+}
+
 # Defaults per built-in group. Input ranges: min and max over the prompts, measured with the
 # SmolLM2 tokenizer on the user message (chat template not included). The SLOs are starting
 # points for a 2-core CPU pilot; a workload YAML overrides them.
@@ -171,7 +239,6 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         sampling=Sampling(temperature=0.7, top_p=0.9),
         slo=SLO(ttft_s=1.5, deadline_s=20.0),
         input_tokens=(95, 195),
-        quality_checks=("figures_preserved", "non_empty"),
     ),
     "code": dict(
         description="Python functions: a stub with a docstring and tests to satisfy",
@@ -179,7 +246,6 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         sampling=Sampling(temperature=0.0),
         slo=SLO(ttft_s=1.0, deadline_s=25.0),
         input_tokens=(121, 214),
-        quality_checks=("code_block", "tests_pass"),
     ),
     "structured": dict(
         description="Extract or produce JSON that matches a given JSON Schema",
@@ -187,7 +253,6 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         sampling=Sampling(temperature=0.0),
         slo=SLO(ttft_s=1.0, deadline_s=12.0),
         input_tokens=(118, 317),
-        quality_checks=("json_parses", "schema_valid", "expected_fields"),
     ),
     "longform": dict(
         description="Long English or Chinese prose: stories, essays, reports",
@@ -195,9 +260,11 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         sampling=Sampling(temperature=0.8, top_p=0.95),
         slo=SLO(ttft_s=2.0, deadline_s=60.0),
         input_tokens=(21, 104),
-        quality_checks=("non_empty", "length_reached"),
     ),
 }
+for _name, _spec in _BUILTIN.items():
+    _spec["checks"] = _CHECKS[_name]
+    _spec["quality_checks"] = tuple(c["name"] for c in _CHECKS[_name])
 
 
 def builtin_group_names() -> list[str]:

@@ -74,6 +74,7 @@ def resolve_group(name: str, g: GroupModel, base_dir: Path) -> TaskGroup:
         slo=SLO(**g.slo.model_dump()) if g.slo else base.slo,
         input_tokens=base.input_tokens,
         quality_checks=base.quality_checks,
+        checks=base.checks,
     )
 
 
