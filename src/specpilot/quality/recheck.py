@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +50,11 @@ def resolve_groups(
     if workload is None:
         return {name: group_checks(load_group(name)) for name in BUILTIN_GROUPS}
     cfg = workload if isinstance(workload, WorkloadConfig) else parse_workload(dict(workload))
-    from specpilot.workload.schedule import resolve_group
+    from specpilot.workload.resolve import resolve_group
 
     out = {}
     for name, gm in cfg.groups.items():
         group = resolve_group(name, gm, Path(base_dir))
-        if name in BUILTIN_GROUPS and gm.source is None:  # resolve_group keeps names only
-            group = replace(group, checks=load_group(name).checks)
         out[name] = group_checks(group, gm.checks)
         out[name].validate()
     return out
