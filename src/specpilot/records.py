@@ -548,6 +548,7 @@ class CompatRecord:
 
 
 DRILL_STATUSES = ("done", "failed", "not_possible")
+DRILL_PHASE = "drill"  # the drill replays a phase under this name: never in load comparisons
 
 
 @dataclass

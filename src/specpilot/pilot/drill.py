@@ -32,9 +32,7 @@ from typing import Any
 
 import httpx
 
-from specpilot.records import DrillRecord, RequestRecord, ScheduledRequest
-
-DRILL_PHASE = "drill"
+from specpilot.records import DRILL_PHASE, DrillRecord, RequestRecord, ScheduledRequest
 FAILED = ("error", "timeout", "rejected", "cancelled")
 
 
