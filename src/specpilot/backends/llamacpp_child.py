@@ -11,6 +11,9 @@ import threading
 
 def main(argv: list[str] | None = None) -> int:
     from specpilot.backends.llamacpp import LlamaCppConfig
+    from specpilot.backends.process import die_with_parent
+
+    die_with_parent()
 
     args = sys.argv[1:] if argv is None else argv
     cfg = LlamaCppConfig(**json.loads(args[0]))

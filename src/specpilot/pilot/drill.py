@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 from specpilot.records import DRILL_PHASE, DrillRecord, RequestRecord, ScheduledRequest
+
 FAILED = ("error", "timeout", "rejected", "cancelled")
 
 
