@@ -110,7 +110,9 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     # the report: the three formats, the verdict block, the drill outside the load cells
     doc = json.loads((out / "report.json").read_text())
     assert doc["verdicts"] and {v["candidate_arm"] for v in doc["verdicts"]} >= {"speculative"}
-    assert all(v["verdict"] in ("ADOPT", "ADOPT_IN_WINDOWS", "DO_NOT_ADOPT") for v in doc["verdicts"])
+    assert all(
+        v["verdict"] in ("ADOPT", "ADOPT_IN_WINDOWS", "DO_NOT_ADOPT") for v in doc["verdicts"]
+    )
     assert "drill" not in {c["phase"] for c in doc["load"]["cells"]}
     html = (out / "report.html").read_text()
     assert 'id="verdict"' in html and (out / "report.md").is_file()

@@ -547,7 +547,7 @@ class CompatRecord:
         return asdict(self)
 
 
-DRILL_STATUSES = ("done", "failed", "not_possible")
+DRILL_STATUSES = ("done", "failed", "not_possible", "not_drilled")
 DRILL_PHASE = "drill"  # the drill replays a phase under this name: never in load comparisons
 
 
@@ -567,7 +567,7 @@ class DrillRecord:
     arm: str
     phase: str
     kind: str
-    status: str  # done | failed | not_possible
+    status: str  # done | failed | not_possible | not_drilled (not asked for: ``reason``)
     reason: str = ""
     requested_t: float | None = None
     in_force_t: float | None = None

@@ -247,6 +247,21 @@ def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) 
     return rec
 
 
+def not_drilled(run_id: str, plan: Any) -> DrillRecord:
+    """The record of a candidate arm the pilot did not drill, saying why."""
+    if plan.url is not None:
+        return not_possible(
+            run_id,
+            plan.name,
+            "the arm is given by URL: specpilot cannot switch it off or restart it, so its "
+            "rollback was not drilled",
+        )
+    return DrillRecord(
+        run_id, plan.name, DRILL_PHASE, "none", "not_drilled",
+        reason="drill: false for this arm (by default the pilot drills the speculative arm)",
+    )  # fmt: skip
+
+
 def _wait_for(get: Callable[[], float | None], timeout_s: float = 60.0) -> float:
     deadline = time.monotonic() + timeout_s
     while (value := get()) is None:

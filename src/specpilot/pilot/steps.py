@@ -55,13 +55,11 @@ class ArmSteps:
             if armrun.LOAD_STEP not in steps:
                 armrun.run_phases(p, self.run, backend, url, model, self.rec)
                 self.done(armrun.LOAD_STEP)
-            if "drill" not in steps and (plan.drill or plan.url is not None):
+            if "drill" not in steps and plan.strategy.kind != "none":
                 if plan.drill:
                     armrun.run_drill(p, self.run, holder, url, model)
-                elif plan.strategy.kind != "none":
-                    p.store.add_drills([armrun.not_possible(self.run.run_id, plan.name,
-                        "the arm is given by URL: specpilot cannot switch it off or restart it, "
-                        "so its rollback was not drilled")])  # fmt: skip
+                else:
+                    p.store.add_drills([armrun.not_drilled(self.run.run_id, plan)])
                 self.done("drill")
             if p.cfg.compat.enabled and "compat" not in steps:
                 p.progress.step(plan.name, "compatibility suite")
