@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.loadgen.testserver import ServerConfig, TestServer
+from specpilot.loadgen.testserver import TestServer, TestServerConfig
 from specpilot.quality.config import QualityConfig
 from specpilot.quality.runner import parse_choice, plan_quality, run_quality_pass, sample_seed
 from specpilot.workload.groups import BUILTIN_GROUPS, load_group
@@ -37,7 +37,7 @@ def test_runner_records_text_tokens_and_errors():
         [load_group("structured"), load_group("zh_business")],
         QualityConfig(sampled_prompts=1, samples=3),
     )
-    with TestServer(ServerConfig()) as srv:
+    with TestServer(TestServerConfig()) as srv:
         outs = run_quality_pass(srv.url, "m", plan, arm="a", run_id="r1", manifest_sha256="abc")
     assert [(o.prompt_id, o.sample_index) for o in outs] == [
         (r.prompt_id, r.sample_index) for r in plan

@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from specpilot.errors import ConfigError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compat", help="run the functional-compatibility suite against endpoints")
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     arms = args.arm or [f"arm{i + 1}" for i in range(len(args.urls))]
     if len(arms) != len(args.urls):
-        raise ValueError(
+        raise ConfigError(
             f"{len(args.urls)} URL(s) but {len(arms)} --arm name(s): give one --arm per URL"
         )
     features = (

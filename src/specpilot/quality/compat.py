@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from specpilot.errors import ConfigError
 from specpilot.quality.compat_http import Client, Streamed, Unsupported
 from specpilot.quality.compat_tools import f_tool_call, f_tool_call_stream
 from specpilot.records import CompatRecord
@@ -324,7 +325,7 @@ def run_compat(
     server's behaviour)."""
     unknown = [f for f in features if f not in CHECKS]
     if unknown:
-        raise ValueError(f"unknown compat feature(s) {unknown}: choose from {', '.join(FEATURES)}")
+        raise ConfigError(f"unknown compat feature(s) {unknown}: choose from {', '.join(FEATURES)}")
     o = options or CompatOptions()
     client = Client(url, model)
     out = []
