@@ -285,11 +285,17 @@ class Pilot:
                     f"config asks for {plan.strategy.kind!r}"
                 )
         frozen = dict(plan.frozen)
-        engine_dtype = described.get("dtype") or (described.get("weights") or {}).get("format")
-        if plan.engine == "builtin" and engine_dtype and self.pinned_dtype is None:
-            self.pinned_dtype = str(engine_dtype)  # every later arm uses the first arm's format
-        if self.pinned_dtype is not None and plan.engine == "builtin":
-            frozen["dtype"] = self.pinned_dtype
+        if plan.engine == "builtin" and plan.url is None:
+            from specpilot.backends.builtin import calibration_from_metrics
+            from specpilot.backends.process import get_text
+
+            cal = calibration_from_metrics(get_text(backend.endpoint + "/metrics"))
+            described["calibration"] = cal
+            chosen = (cal.get("formats") or {}).get("target")
+            if chosen and self.pinned_dtype is None:
+                self.pinned_dtype = str(chosen)  # every later arm uses the first arm's format
+            if chosen:
+                frozen["dtype"] = str(chosen)
         capacity = {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}}
         return {
             **described,
