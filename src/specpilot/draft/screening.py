@@ -103,7 +103,7 @@ def step_time(model: Transformer, n_tokens: int, context: int = 128, repeats: in
 def full_head_weight(draft: Transformer) -> torch.Tensor:
     """The draft's head over the whole vocabulary (a restricted head's rows come from the target's
     head, so that is its unrestricted version)."""
-    from specpilot.draft.model import RestrictedHead
+    from specpilot.engine.draft_format import RestrictedHead
 
     if isinstance(draft.lm_head, RestrictedHead):
         return draft.lm_head.full_weight

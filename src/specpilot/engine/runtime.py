@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from specpilot.engine.draft_format import draft_spec_path, is_draft_dir, load_draft_dir
 from specpilot.engine.generate import Engine
 from specpilot.engine.loader import (
     LoadedModel,
@@ -64,8 +65,6 @@ def load_draft(spec: str | None, target: LoadedModel, dtype: torch.dtype) -> Tra
         except ValueError:
             raise ValueError(f"draft {spec!r}: use truncate:I,J,... with layer indices") from None
         return layer_truncated_copy(target.model, layers)
-    from specpilot.draft.model import draft_spec_path, is_draft_dir, load_draft_dir
-
     path = draft_spec_path(spec)
     if is_draft_dir(path):  # a distilled draft: only its own layers, on the target's embedding
         return load_draft_dir(path, target, dtype)
