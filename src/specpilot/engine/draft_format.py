@@ -65,6 +65,7 @@ class RestrictedHead(nn.Module):
         self._full = [full_weight]  # the target's head (a list: not registered, not copied)
         self.register_buffer("ids", ids, persistent=False)
         self.weight = nn.Parameter(full_weight.detach()[ids].clone(), requires_grad=False)
+        self.proj: nn.Module | None = None  # a quantised weight format's packed copy of weight
 
     @property
     def full_weight(self) -> torch.Tensor:
@@ -73,6 +74,9 @@ class RestrictedHead(nn.Module):
 
     def forward_small(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., dim) -> logits over the subset (..., N), in ``ids`` order."""
+        if self.proj is not None:
+            out: torch.Tensor = self.proj(x)
+            return out
         return F.linear(x, self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

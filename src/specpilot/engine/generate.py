@@ -149,6 +149,8 @@ class Engine:
             eos_ids = [eos] if eos is not None else []
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         self.free_slots = list(range(max_slots))
+        # set by runtime.build_engine: formats measured, chosen and why (engine.calibration)
+        self.calibration: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ requests
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams, k: int) -> None:

@@ -110,13 +110,17 @@ class Attention(nn.Module):
         self.wq = nn.Linear(cfg.dim, cfg.n_heads * hd, bias=False)
         self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
-        self.wo = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
+        self.wo: nn.Module = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
         self.cache: KVCache | None = None
         self.wqkv: torch.Tensor | None = None  # set by fuse(): one matmul instead of three
+        # set by a quantized weight format (engine.formats): q/k/v in one packed projection
+        self.packed_qkv: nn.Module | None = None
 
     def fuse(self) -> None:
         """Store q/k/v weights in one tensor; wq/wk/wv become views of it (no extra memory)."""
-        if self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr():
+        if self.packed_qkv is not None or (
+            self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr()
+        ):
             return
         fused = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight]).detach().contiguous()
         nq, nk = self.wq.weight.shape[0], self.wk.weight.shape[0]
@@ -127,11 +131,14 @@ class Attention(nn.Module):
         self.wqkv = fused
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr():
-            nq, nk = self.n_heads * self.hd, self.n_kv * self.hd
+        nq, nk = self.n_heads * self.hd, self.n_kv * self.hd
+        if self.packed_qkv is not None:
+            qkv = self.packed_qkv(x)
+        elif self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr():
             qkv = F.linear(x, self.wqkv)
-            return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
-        return self.wq(x), self.wk(x), self.wv(x)
+        else:
+            return self.wq(x), self.wk(x), self.wv(x)
+        return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
 
     def forward(
         self,
@@ -185,12 +192,13 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w_gate = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
         self.w_up = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
-        self.w_down = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+        self.w_down: nn.Module = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
         self.w_gate_up: torch.Tensor | None = None
+        self.packed_gate_up: nn.Module | None = None  # set by a quantized weight format
 
     def fuse(self) -> None:
         """gate and up projections in one tensor (views keep the module layout)."""
-        if (
+        if self.packed_gate_up is not None or (
             self.w_gate_up is not None
             and self.w_gate.weight.data_ptr() == self.w_gate_up.data_ptr()
         ):
@@ -202,6 +210,9 @@ class FeedForward(nn.Module):
         self.w_gate_up = fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed_gate_up is not None:
+            gate, up = self.packed_gate_up(x).chunk(2, dim=-1)
+            return self.w_down(F.silu(gate) * up)
         fused = self.w_gate_up
         if fused is not None and self.w_gate.weight.data_ptr() == fused.data_ptr():
             gate, up = F.linear(x, fused).chunk(2, dim=-1)
@@ -235,6 +246,7 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
+        self.weight_format = "fp32"  # set by engine.formats.apply_format; others are inference-only
         self.max_seq_len = 0
         self.max_slots = 0
         if max_seq_len is not None:
@@ -321,6 +333,10 @@ class Transformer(nn.Module):
         tokens: (B, T) -> final-norm hidden states (B, T, dim), autograd-enabled. The cached
         ``forward`` is untouched; both compute the same function (tested).
         """
+        if self.weight_format not in ("fp32", "bf16"):
+            raise RuntimeError(
+                f"a {self.weight_format} model is inference-only; train in fp32/bf16"
+            )
         t = tokens.shape[1]
         cos, sin = rope_tables(self.cfg.head_dim, t, self.cfg.rope_theta)
         dtype, device = self.embed.weight.dtype, self.embed.weight.device
