@@ -279,3 +279,28 @@ def test_build_engine_auto_calibrates_once_then_reads_the_cache(
     assert fc["mode"] == "fixed" and not fc["cached"] and fc["target"]["chosen"] == "bf16"
     out = forced.generate([1, 2, 3], SamplingParams(max_tokens=4, ignore_eos=True))
     assert out.output_tokens == 4
+
+
+def test_server_metrics_expose_the_calibration() -> None:
+    from specpilot.serve.metrics import ServerMetrics
+
+    m = ServerMetrics("m")
+    cal = _calibration().to_dict()
+    cal["hardware"]["kind"] = "cpu-amx"
+    m.calibration(cal)
+    text = m.exposition().decode()
+    assert (
+        'specpilot_calibration_verify_cost_ratio{batch="4",model_name="m",tokens="4"} 1.5' in text
+    )
+    assert (
+        'specpilot_weight_format_info{format="bf16",hardware="cpu-amx",mode="measured",'
+        'model_name="m",role="target"} 1.0'
+    ) in text
+    assert (
+        'specpilot_calibration_forward_seconds{batch="1",model_name="m",tokens="2"} 0.021' in text
+    )
+    cal["target"]["chosen"] = "int8-bf16"
+    cal["key"] = "another"
+    m.calibration(cal)  # a new calibration replaces the old series
+    text = m.exposition().decode()
+    assert 'format="int8-bf16"' in text and 'format="bf16"' not in text
