@@ -93,13 +93,14 @@ class KVCache(nn.Module):
         self.k[b_idx, :, pos] = k.transpose(1, 2)  # indexed view is (B, T, n_kv, hd)
         self.v[b_idx, :, pos] = v.transpose(1, 2)
 
-    def view(self, slots: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys/values of ``slots`` for positions [0, length): a view when slots are contiguous."""
-        first = int(slots[0])
-        n = slots.numel()
-        if n == 1 or bool((slots == torch.arange(first, first + n, device=slots.device)).all()):
-            return self.k[first : first + n, :, :length], self.v[first : first + n, :, :length]
-        return self.k[slots, :, :length], self.v[slots, :, :length]
+    def view(self, rows: slice | torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys/values of the batch's slots for positions [0, length): a view for a ``slice`` of
+        contiguous slots, else a gather of just those columns (no host sync)."""
+        if isinstance(rows, slice):
+            return self.k[rows, :, :length], self.v[rows, :, :length]
+        return self.k[:, :, :length].index_select(0, rows), self.v[:, :, :length].index_select(
+            0, rows
+        )
 
 
 class Attention(nn.Module):
@@ -149,7 +150,10 @@ class Attention(nn.Module):
         pos: torch.Tensor,
         mask: torch.Tensor,
         attn_len: int,
+        rows: slice | torch.Tensor,
     ) -> torch.Tensor:
+        """mask: (B, 1, g*T, S) for the query heads folded per KV head (g = nh / nkv, see below);
+        rows: the slots' cache rows (``KVCache.view``)."""
         bsz, t, _ = x.shape  # (B, T, dim)
         xq, xk, xv = self._qkv(x)
         q = xq.reshape(bsz, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
@@ -158,18 +162,15 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         assert self.cache is not None, "call Transformer.setup_cache() first"
         self.cache.update(slots, pos, k, v)
-        keys, values = self.cache.view(slots, attn_len)  # (B, nkv, S, hd)
-        if self.n_kv != self.n_heads:
-            # grouped-query attention with the g query heads of a KV head folded into the query
-            # length: (B, nkv, g*T, hd) against (B, nkv, S, hd). Same arithmetic per row as
-            # SDPA's enable_gqa, but one plain SDPA, which is much faster on CPU in bf16: the target
-            # step went from 21.9 to 17.4 ms (benchmarks/engine_speed.py).
-            g = self.n_heads // self.n_kv
-            qf = q.reshape(bsz, self.n_kv, g * t, self.hd)
-            y = F.scaled_dot_product_attention(qf, keys, values, attn_mask=mask.repeat(1, 1, g, 1))
-            y = y.view(bsz, self.n_heads, t, self.hd)
-        else:
-            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, nh, T, hd)
+        keys, values = self.cache.view(rows, attn_len)  # (B, nkv, S, hd)
+        # grouped-query attention with the g query heads of a KV head folded into the query
+        # length: (B, nkv, g*T, hd) against (B, nkv, S, hd). Same arithmetic per row as SDPA's
+        # enable_gqa, but one plain SDPA, which is much faster on CPU in bf16: the target step
+        # went from 21.9 to 17.4 ms (benchmarks/engine_speed.py). g = 1 without GQA.
+        g = self.n_heads // self.n_kv
+        qf = q.reshape(bsz, self.n_kv, g * t, self.hd)
+        y = F.scaled_dot_product_attention(qf, keys, values, attn_mask=mask)  # (B, nkv, g*T, hd)
+        y = y.view(bsz, self.n_heads, t, self.hd)
         return self.wo(y.transpose(1, 2).reshape(bsz, t, self.n_heads * self.hd))
 
     def forward_train(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -304,24 +305,37 @@ class Transformer(nn.Module):
         pos: torch.Tensor,
         slots: torch.Tensor,
         last: torch.Tensor | None = None,
+        attn_len: int | None = None,
     ) -> torch.Tensor:
         """tokens, pos: (B, T) int64; slots: (B,). Pads have pos == max_seq_len.
 
         Returns logits (B, T, V), or (B, 1, V) at index ``last[b]`` of each row when ``last``
         is given (a prefill needs only its last position: the head is a third of the FLOPs).
+        ``attn_len``: attend over this many cache columns, a static size at least the longest
+        real position + 1 (CUDA graphs): then nothing here reads a tensor on the host. Default:
+        exactly that length, read from ``pos``.
         """
         if self.max_seq_len == 0:
             raise RuntimeError("call setup_cache() before forward()")
-        real = pos < self.max_seq_len
-        attn_len = int(pos[real].max()) + 1 if bool(real.any()) else 1
+        rows: slice | torch.Tensor = slots
+        if attn_len is None:  # eager: two small host reads, once per forward
+            real = pos < self.max_seq_len
+            attn_len = int(pos[real].max()) + 1 if bool(real.any()) else 1
+            first, n = int(slots[0]), slots.numel()
+            if n == 1 or bool((slots == torch.arange(first, first + n, device=slots.device)).all()):
+                rows = slice(first, first + n)
         cols = torch.arange(attn_len, device=pos.device)
-        # (B, 1, T, S): a query at position p sees columns 0..p of its own slot.
+        # (B, 1, T, S): a query at position p sees columns 0..p of its own slot; repeated for the
+        # g query heads folded into each KV head's query length (Attention.forward).
         mask = (cols[None, None, :] <= pos[:, :, None])[:, None]
+        g = self.cfg.n_heads // self.cfg.n_kv_heads
+        if g > 1:
+            mask = mask.repeat(1, 1, g, 1)
         cos = self.rope_cos[pos][:, None]  # (B, 1, T, hd)
         sin = self.rope_sin[pos][:, None]
         x = self.embed(tokens)  # (B, T, dim)
         for layer in self.layers:
-            x = layer(x, cos, sin, slots, pos, mask, attn_len)
+            x = layer(x, cos, sin, slots, pos, mask, attn_len, rows)
         if last is not None:
             x = x[torch.arange(x.shape[0]), last][:, None]  # (B, 1, dim)
         logits: torch.Tensor = self.lm_head(self.norm(x))

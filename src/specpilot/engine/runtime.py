@@ -115,8 +115,10 @@ def build_engine(
     if not tpath.exists():
         raise ModelLoadError(f"--target {tpath} does not exist")
     tgt = load_model(tpath, dtype=torch.float32)
-    tgt.model.to(dev)
     d = load_draft(draft, tgt, torch.float32)
+    tgt.model.to(dev)
+    if d is not None:
+        d.to(dev)  # modules shared with the target are already there
     kk = k if k is not None else (3 if d is not None else 0)
     plan = calibration_plan(dtype, dev, batches=sorted({1, max_slots}), k=kk)
     cal = formats_for(tpath, draft if d is not None else None, tgt, d, plan, calibration, log)
