@@ -178,3 +178,30 @@ def test_bf16_activation_formats_part_only_at_near_ties(name: str) -> None:
     same, runs, margins = _divergence_margins(name)
     assert same + len(margins) == runs
     assert all(m <= 0.0625 for m in margins), margins
+
+
+@pytest.mark.slow
+def test_q4_target_on_the_real_model_parts_only_at_near_ties(default_target, chat_ids) -> None:
+    """SmolLM2 with its GGUF's own Q4_1 blocks (q4-bf16), a 4-layer truncated draft, k = 3:
+    where greedy speculative output parts from plain output of the same format, plain decoding's
+    top-2 margin is within two bf16 steps of its logits (|logit| ~16-32: steps of 0.125-0.25)."""
+    import copy
+
+    fp32 = copy.deepcopy(default_target.model)
+    draft = layer_truncated_copy(fp32, [0, 1, 28, 29])
+    memo: dict = {}
+    target = apply_format(fp32, parse_format("q4-bf16"), memo)
+    apply_format(draft, parse_format("q4-bf16"), memo)
+    e = Engine(target, draft, tokenizer=default_target.tokenizer, max_seq_len=512)
+    sp = SamplingParams(max_tokens=24)
+    same, margins = 0, []
+    for ids in chat_ids[::6]:
+        plain = e.generate(ids, sp, 0, logprobs=2)
+        spec = e.generate(ids, sp, 3).output_ids
+        if spec == plain.output_ids:
+            same += 1
+            continue
+        i = next(j for j, (x, y) in enumerate(zip(spec, plain.output_ids, strict=False)) if x != y)
+        top = plain.token_logprobs[i].top
+        margins.append(top[0][1] - top[1][1])
+    assert same >= 2 and all(m <= 0.5 for m in margins), (same, margins)
