@@ -67,7 +67,7 @@ def rope_tables(head_dim: int, length: int, theta: float) -> tuple[torch.Tensor,
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: (B, nh, T, hd); cos/sin: (B, 1, T, hd)
+    # x: (..., hd), e.g. (B, T, heads, hd) with cos/sin (B, T, 1, hd), or (B, nh, T, hd) with (1, 1, T, hd)
     half = x.shape[-1] // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rot * sin
@@ -86,12 +86,24 @@ class KVCache(nn.Module):
         self.register_buffer("v", torch.zeros(shape, dtype=dtype), persistent=False)
 
     def update(
-        self, slots: torch.Tensor, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        slots: torch.Tensor,
+        pos: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        run: tuple[int, int] | None = None,
     ) -> None:
-        # slots: (B,), pos: (B, T), k/v: (B, n_kv, T, hd)
+        """slots: (B,), pos: (B, T), k/v: (B, T, n_kv, hd). ``run`` = (slot, first position)
+        when the batch is one row of consecutive positions: a plain slice copy, no scatter."""
+        if run is not None:
+            s, p0 = run
+            t = pos.shape[1]
+            self.k[s, :, p0 : p0 + t] = k[0].transpose(0, 1)  # (n_kv, T, hd)
+            self.v[s, :, p0 : p0 + t] = v[0].transpose(0, 1)
+            return
         b_idx = slots[:, None].expand_as(pos)
-        self.k[b_idx, :, pos] = k.transpose(1, 2)  # indexed view is (B, T, n_kv, hd)
-        self.v[b_idx, :, pos] = v.transpose(1, 2)
+        self.k[b_idx, :, pos] = k  # the indexed view is (B, T, n_kv, hd)
+        self.v[b_idx, :, pos] = v
 
     def view(self, rows: slice | torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys/values of the batch's slots for positions [0, length): a view for a ``slice`` of
@@ -131,15 +143,14 @@ class Attention(nn.Module):
         self.wv.weight = nn.Parameter(fused[nq + nk :], requires_grad=rg)
         self.wqkv = fused
 
-    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        nq, nk = self.n_heads * self.hd, self.n_kv * self.hd
+    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, dim) -> (B, T, (nh + 2 nkv) hd): the q, k and v projections side by side."""
         if self.packed_qkv is not None:
-            qkv = self.packed_qkv(x)
-        elif self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr():
-            qkv = F.linear(x, self.wqkv)
-        else:
-            return self.wq(x), self.wk(x), self.wv(x)
-        return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
+            out: torch.Tensor = self.packed_qkv(x)
+            return out
+        if self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr():
+            return F.linear(x, self.wqkv)
+        return torch.cat([self.wq(x), self.wk(x), self.wv(x)], dim=-1)
 
     def forward(
         self,
@@ -151,17 +162,19 @@ class Attention(nn.Module):
         mask: torch.Tensor,
         attn_len: int,
         rows: slice | torch.Tensor,
+        run: tuple[int, int] | None = None,
     ) -> torch.Tensor:
-        """mask: (B, 1, g*T, S) for the query heads folded per KV head (g = nh / nkv, see below);
-        rows: the slots' cache rows (``KVCache.view``)."""
+        """cos/sin: (B, T, 1, hd); mask: (B, 1, g*T, S) for the query heads folded per KV head
+        (g = nh / nkv, see below); rows, run: where the batch's keys live (``KVCache``)."""
         bsz, t, _ = x.shape  # (B, T, dim)
-        xq, xk, xv = self._qkv(x)
-        q = xq.reshape(bsz, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
-        k = xk.reshape(bsz, t, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
-        v = xv.reshape(bsz, t, self.n_kv, self.hd).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        nh, nkv, hd = self.n_heads, self.n_kv, self.hd
+        qkv = self._qkv(x)
+        # rotary embedding on q and k in one call: (B, T, nh + nkv, hd)
+        qk = apply_rope(qkv[..., : (nh + nkv) * hd].view(bsz, t, nh + nkv, hd), cos, sin)
+        v = qkv[..., (nh + nkv) * hd :].view(bsz, t, nkv, hd)
         assert self.cache is not None, "call Transformer.setup_cache() first"
-        self.cache.update(slots, pos, k, v)
+        self.cache.update(slots, pos, qk[:, :, nh:], v, run)
+        q = qk[:, :, :nh].transpose(1, 2)  # (B, nh, T, hd)
         keys, values = self.cache.view(rows, attn_len)  # (B, nkv, S, hd)
         # grouped-query attention with the g query heads of a KV head folded into the query
         # length: (B, nkv, g*T, hd) against (B, nkv, S, hd). Same arithmetic per row as SDPA's
@@ -318,12 +331,16 @@ class Transformer(nn.Module):
         if self.max_seq_len == 0:
             raise RuntimeError("call setup_cache() before forward()")
         rows: slice | torch.Tensor = slots
-        if attn_len is None:  # eager: two small host reads, once per forward
+        run: tuple[int, int] | None = None
+        if attn_len is None:  # eager: a few small host reads, once per forward
             real = pos < self.max_seq_len
             attn_len = int(pos[real].max()) + 1 if bool(real.any()) else 1
             first, n = int(slots[0]), slots.numel()
             if n == 1 or bool((slots == torch.arange(first, first + n, device=slots.device)).all()):
                 rows = slice(first, first + n)
+            p0, t = int(pos[0, 0]), pos.shape[1]
+            if n == 1 and torch.equal(pos[0], torch.arange(p0, p0 + t, device=pos.device)):
+                run = (first, p0)  # one row of consecutive positions: slice writes
         cols = torch.arange(attn_len, device=pos.device)
         # (B, 1, T, S): a query at position p sees columns 0..p of its own slot; repeated for the
         # g query heads folded into each KV head's query length (Attention.forward).
@@ -331,11 +348,11 @@ class Transformer(nn.Module):
         g = self.cfg.n_heads // self.cfg.n_kv_heads
         if g > 1:
             mask = mask.repeat(1, 1, g, 1)
-        cos = self.rope_cos[pos][:, None]  # (B, 1, T, hd)
-        sin = self.rope_sin[pos][:, None]
+        cos = self.rope_cos[pos][:, :, None]  # (B, T, 1, hd)
+        sin = self.rope_sin[pos][:, :, None]
         x = self.embed(tokens)  # (B, T, dim)
         for layer in self.layers:
-            x = layer(x, cos, sin, slots, pos, mask, attn_len, rows)
+            x = layer(x, cos, sin, slots, pos, mask, attn_len, rows, run)
         if last is not None:
             x = x[torch.arange(x.shape[0]), last][:, None]  # (B, 1, dim)
         logits: torch.Tensor = self.lm_head(self.norm(x))
