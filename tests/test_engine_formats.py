@@ -13,10 +13,12 @@ from specpilot.engine.formats import (
     FORMATS,
     Int8Linear,
     Q4Linear,
+    Q8Linear,
     apply_format,
     int8_quantize,
     parse_format,
     q4_1_quantize,
+    q8_0_quantize,
     unavailable_reason,
 )
 from specpilot.engine.generate import Engine
@@ -62,6 +64,34 @@ def test_q4_recovers_the_ggufs_own_q4_1_blocks() -> None:
     s = w.reshape(*d.shape, 32).abs().amax(-1, keepdim=True) / 7
     sym = (torch.round(w.reshape(*d.shape, 32) / s).clamp(-8, 7) * s).reshape(w.shape)
     assert (sym - w).abs().max() > 100 * (rebuilt - w).abs().max() + 1e-3
+
+
+def _gguf_tensor(name: str) -> tuple[torch.Tensor, object]:
+    import gguf
+
+    from specpilot.engine.loader import default_target_path
+
+    reader = gguf.GGUFReader(str(default_target_path()))
+    t = next(t for t in reader.tensors if t.name == name)
+    shape = [int(x) for x in reversed(t.shape)]
+    deq = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type)).reshape(shape)
+    return torch.from_numpy(deq.copy()), t.tensor_type
+
+
+def test_q8_recovers_the_ggufs_q8_0_embedding_and_runs_it_exactly() -> None:
+    import gguf
+
+    w, qtype = _gguf_tensor("token_embd.weight")
+    assert qtype == gguf.GGMLQuantizationType.Q8_0
+    w = w[:512]  # the first 512 token rows are enough
+    q, d = q8_0_quantize(w)
+    rebuilt = (q.reshape(*d.shape, 32).float() * d[..., None]).reshape(w.shape)
+    torch.testing.assert_close(rebuilt, w.float(), rtol=0, atol=1e-6)
+    x = torch.randn(3, w.shape[1], generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(Q8Linear(w, torch.float32)(x), x @ w.float().T, rtol=1e-5, atol=1e-4)
+    # a per-row int8 copy of the same rows is further off: the group scales matter
+    per_row = Int8Linear(w, torch.float32)(x)
+    assert (per_row - x @ w.float().T).abs().max() > 10 * 1e-4
 
 
 @pytest.mark.parametrize("rows", [1, 3, 40])  # 40 >= DEQUANT_ROWS: the dequantising GEMM path
@@ -128,7 +158,7 @@ def test_a_truncated_draft_reuses_the_targets_packed_head() -> None:
     fmt = parse_format("int8-bf16")
     apply_format(target, fmt, memo)
     apply_format(draft, fmt, memo)
-    assert isinstance(target.lm_head, Int8Linear) and draft.lm_head is target.lm_head
+    assert isinstance(target.lm_head, Q8Linear) and draft.lm_head is target.lm_head
     assert draft.embed is target.embed and target.embed.weight.dtype == torch.bfloat16
 
 

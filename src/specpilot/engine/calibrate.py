@@ -17,6 +17,7 @@ one token per step, over the formats with the target's activation dtype.
 from __future__ import annotations
 
 import copy
+import itertools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -70,7 +71,8 @@ CONVERSATIONS = (
     ),
 )
 MAX_QUALITY_TOKENS = 96
-PREFILL_TOKENS = 128
+QUALITY_PREFILL, QUALITY_CHUNK = 32, 16
+PREFILL_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -119,15 +121,26 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def logprobs(model: Transformer, seqs: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-    """Per sequence: log-softmax of every position's logits, (T, V) float32 on the CPU."""
+    """Per sequence: log-softmax of every position's logits, (T, V) float32 on the CPU.
+
+    The first ``QUALITY_PREFILL`` tokens go in as one prefill, the rest teacher-forced in chunks
+    of ``QUALITY_CHUNK`` (fewer rows than a format's prefill path takes): both the prefill path
+    and the few-row decode kernels of a format are compared with fp32.
+    """
     dev = _device(model)
     model.setup_cache(max(len(s) for s in seqs), 1)
     slot = torch.zeros(1, dtype=torch.long, device=dev)
     out = []
     for s in seqs:
-        tokens = torch.tensor([list(s)], device=dev)
-        pos = torch.arange(len(s), device=dev)[None]
-        out.append(torch.log_softmax(model(tokens, pos, slot)[0].float(), -1).cpu())
+        parts = []
+        edges = [0, *range(QUALITY_PREFILL, len(s), QUALITY_CHUNK), len(s)]
+        for a, b in itertools.pairwise(edges):
+            if b <= a:
+                continue
+            tokens = torch.tensor([list(s[a:b])], device=dev)
+            pos = torch.arange(a, b, device=dev)[None]
+            parts.append(model(tokens, pos, slot)[0].float())
+        out.append(torch.log_softmax(torch.cat(parts), -1).cpu())
     return out
 
 
@@ -197,16 +210,26 @@ def _measure(
     plan: CalibrationPlan,
     best: float | None,
 ) -> None:
-    """Objective points (stop once clearly slower than ``best``), then the prefill."""
+    """Objective points (stop once clearly slower than ``best``), then the prefill.
+
+    The warm-up call of a point already prunes when it alone is over twice the limit, so a
+    slow reference kernel costs one call.
+    """
     spent = 0.0
+    limit = plan.prune_factor * best if best is not None else float("inf")
     for b, n in points:
-        r.curve[(b, n)] = timer.median(b, n, plan.reps)
+        warm = timer.once(b, n)
+        if spent + warm > 2 * limit:
+            r.status = PRUNED
+            r.note = f"first call at b={b},n={n} over {2 * plan.prune_factor}x the best objective"
+            return
+        r.curve[(b, n)] = statistics.median(timer.once(b, n) for _ in range(plan.reps))
         spent += r.curve[(b, n)]
-        if best is not None and spent > plan.prune_factor * best:
+        if spent > limit:
             r.status = PRUNED
             r.note = f"over {plan.prune_factor}x the best objective after {len(r.curve)} points"
             return
-    r.prefill_s = timer.prefill(max(1, plan.reps - 1))
+    r.prefill_s = timer.prefill(plan.reps)
 
 
 def calibrate_role(
@@ -233,16 +256,18 @@ def calibrate_role(
             r.status, r.note = UNAVAILABLE, why
             continue
         model = reference if fmt.name == "fp32" else apply_format(copy.deepcopy(reference), fmt)
-        r.top1, r.kl, r.positions = compare(ref, logprobs(model, seqs))
-        if plan.fixed or plan.tolerance.admits(r.top1, r.kl):
-            timer = StepTimer(model, max_batch, max(plan.curve_tokens), plan.ctx)
-            _measure(r, timer, points, plan, best)
+        # time first: a format clearly slower than one already within tolerance is not compared
+        timer = StepTimer(model, max_batch, max(plan.curve_tokens), plan.ctx)
+        _measure(r, timer, points, plan, best)
+        if r.status != PRUNED:
+            r.top1, r.kl, r.positions = compare(ref, logprobs(model, seqs))
             obj = r.objective(points)
-            if r.status != PRUNED and obj is not None:
+            if obj is not None and (plan.fixed or plan.tolerance.admits(r.top1, r.kl)):
                 best = obj if best is None else min(best, obj)
         if log:
             ms = {f"b{b}n{n}": round(s * 1e3, 1) for (b, n), s in r.curve.items()}
-            log(f"{role} {name}: top-1 {r.top1:.3f} KL {r.kl:.4f} ms {ms} {r.note}")
+            q = "" if r.top1 is None else f"top-1 {r.top1:.3f} KL {r.kl:.4f} "
+            log(f"{role} {name}: {q}ms {ms} {r.note}")
         del model
     if plan.fixed:
         only = results[0]

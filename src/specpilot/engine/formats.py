@@ -8,7 +8,8 @@
 | `int8-fp32` | int8, one scale per output row            | float32     | `torch._weight_int8pack_mm`          |
 | `q4-bf16`   | 4-bit groups of 32 with scale and minimum | bfloat16    | `torch._weight_int4pack_mm_for_cpu`  |
 
-(the head is int8 in both quantised formats.)
+The head of both quantised formats is the GGUF's Q8_0 layout (groups of 32 with one scale),
+run exactly as two 4-bit planes by the same int4 kernel (``Q8Linear``).
 
 `q4` is the GGUF's own Q4_1 block layout: a group of 32 weights is ``d * q + m`` with
 ``q`` in 0..15; PyTorch's int4 kernel computes ``(q - 8) * scale + zero``, so ``scale = d`` and
@@ -20,9 +21,10 @@ are rounded to bf16 (the kernel's activation dtype). A ``q4-fp32`` variant was t
 kernel's float32 path is a slow reference loop here (20-100x the bf16 one), so it is not offered.
 
 Both int kernels cost time linear in the rows multiplied (matrix-vector kernels): they pay at
-1-2 rows (plain decoding) against a flat bf16 GEMM, not at a prefill. ``Int8Linear`` dequantises
-for many rows; ``Q4Linear`` cannot (the kernel's packed layout is CPU-specific), so a q4 prefill
-is slow and the calibration's prefill guard can exclude it. The int kernels are CPU kernels; on CUDA only fp32 and bf16 are offered. Norms, the embedding
+1-4 rows (plain decoding, short verifies) against a flat bf16 GEMM, not at a prefill. From 32
+rows on, ``Int8Linear`` casts its int8 weight to the activation dtype for the float GEMM, and
+``Q4Linear`` does the same with an int8 copy of its blocks (it cannot unpack the kernel's
+CPU-specific layout cheaply): q4 then holds 1.5 bytes per weight. The int kernels are CPU kernels; on CUDA only fp32 and bf16 are offered. Norms, the embedding
 gather, rotary tables and attention run in the activation dtype; logits are returned in fp32.
 
     >>> fmt = parse_format("int8-bf16")
@@ -148,7 +150,14 @@ class Int8Linear(nn.Module):
 
 
 class Q4Linear(nn.Module):
-    """y = x @ W.T with W in Q4_1 blocks of 32, run by PyTorch's packed int4 CPU kernel."""
+    """y = x @ W.T with W in Q4_1 blocks of 32, run by PyTorch's packed int4 CPU kernel.
+
+    From ``DEQUANT_ROWS`` rows on (a prefill) an int8 copy of the same blocks' values runs
+    through ``Int8Linear``'s dequantising GEMM: the int4 kernel's cost is linear in rows (a
+    128-token prefill took 4x bf16's) and its packed layout is CPU-specific, so it cannot be
+    unpacked cheaply. The copy costs 1 byte per weight (1.5 in all, bf16 is 2); its rounding
+    is under a tenth of a Q4 step.
+    """
 
     def __init__(self, weight: torch.Tensor, act_dtype: torch.dtype) -> None:
         super().__init__()
@@ -159,12 +168,65 @@ class Q4Linear(nn.Module):
         sz = torch.stack([d, m + 8.0 * d], dim=-1).transpose(0, 1).contiguous()
         self.qweight = nn.Parameter(packed, requires_grad=False)
         self.scales_zeros = nn.Parameter(sz.to(act_dtype), requires_grad=False)
+        blocks = q.reshape(*d.shape, Q4_GROUP).float() * d[..., None] + m[..., None]
+        self.prefill = Int8Linear(blocks.reshape(q.shape), act_dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        if flat.shape[0] >= DEQUANT_ROWS:
+            out: torch.Tensor = self.prefill(x)
+            return out
+        if not flat.is_contiguous():
+            flat = flat.contiguous()
+        y = torch._weight_int4pack_mm_for_cpu(flat, self.qweight, Q4_GROUP, self.scales_zeros)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def q8_0_quantize(w: torch.Tensor, group: int = Q4_GROUP) -> tuple[torch.Tensor, torch.Tensor]:
+    """llama.cpp's Q8_0 rule: w (N, K) -> (q int32 (N, K) in -127..127, d (N, K/g)), w ~ d * q,
+    d = max |w| / 127 within each group of 32."""
+    n, k = w.shape
+    if k % group:
+        raise ValueError(f"q8 needs an input width divisible by {group}, got {k}")
+    wg = w.detach().float().reshape(n, k // group, group)
+    d = wg.abs().amax(dim=-1) / 127.0
+    safe = torch.where(d > 0, d, torch.ones_like(d))
+    q = torch.round(wg / safe[..., None]).clamp(-127, 127).to(torch.int32)
+    return q.reshape(n, k), d
+
+
+class Q8Linear(nn.Module):
+    """y = x @ W.T with W in Q8_0 blocks (``w = d * q``, one scale per 32) reproduced exactly.
+
+    PyTorch has no group-wise int8 kernel, so ``u = q + 128`` is split into its high and low
+    nibbles and the int4 kernel runs once per nibble plane: ``(hi - 8) * 16d + 0`` plus
+    ``(lo - 8) * d + 8d`` is ``d * (16 hi + lo - 128) = d * q``. Same bytes as int8 (1 per
+    weight). The GGUF stores SmolLM2's tied embedding/head this way; a per-row int8 head lost
+    3% top-1 agreement with fp32.
+    """
+
+    def __init__(self, weight: torch.Tensor, act_dtype: torch.dtype) -> None:
+        super().__init__()
+        q, d = q8_0_quantize(weight)
+        self.out_features, self.in_features = q.shape
+        u = q + 128  # 1..255
+        hi = torch._convert_weight_to_int4pack_for_cpu((u >> 4).contiguous(), 8)
+        lo = torch._convert_weight_to_int4pack_for_cpu((u & 15).contiguous(), 8)
+        zero = torch.zeros_like(d)
+        sz_hi = torch.stack([16.0 * d, zero], dim=-1).transpose(0, 1).contiguous()
+        sz_lo = torch.stack([d, 8.0 * d], dim=-1).transpose(0, 1).contiguous()
+        self.qweight_hi = nn.Parameter(hi, requires_grad=False)
+        self.qweight_lo = nn.Parameter(lo, requires_grad=False)
+        self.scales_hi = nn.Parameter(sz_hi.to(act_dtype), requires_grad=False)
+        self.scales_lo = nn.Parameter(sz_lo.to(act_dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
         if not flat.is_contiguous():
             flat = flat.contiguous()
-        y = torch._weight_int4pack_mm_for_cpu(flat, self.qweight, Q4_GROUP, self.scales_zeros)
+        mm = torch._weight_int4pack_mm_for_cpu
+        y = mm(flat, self.qweight_hi, Q4_GROUP, self.scales_hi)
+        y = y + mm(flat, self.qweight_lo, Q4_GROUP, self.scales_lo)
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
@@ -183,8 +245,9 @@ def apply_format(
 
     Quantised formats replace every layer projection (fused q/k/v, output, fused gate/up, down)
     with a packed module made from the current float weights and free the float copies; the head
-    is int8 in both (the GGUF stores the tied embedding as Q8_0: 4-bit groups of it lost top-1
-    agreement 0.88 against fp32); the embedding gather stays in the activation dtype. ``memo`` (id of a source weight -> packed
+    is ``Q8Linear`` in both (the GGUF stores the tied embedding as Q8_0; 4-bit groups of it lost
+    top-1 agreement 0.88 against fp32, per-row int8 0.97); the embedding gather stays in the
+    activation dtype. ``memo`` (id of a source weight -> packed
     module) lets a draft reuse the packed head it shares with its target.
     """
     reason = unavailable_reason(fmt, model.embed.weight.device)
@@ -196,7 +259,7 @@ def apply_format(
 
         def pack_head(w: torch.Tensor) -> nn.Module:
             if id(w) not in memo:  # the tensor is kept with its module: its id stays unique
-                memo[id(w)] = (w, Int8Linear(w, fmt.act_dtype))
+                memo[id(w)] = (w, Q8Linear(w, fmt.act_dtype))
             return memo[id(w)][1]
 
         with torch.no_grad():
