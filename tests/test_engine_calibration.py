@@ -103,6 +103,34 @@ def test_prefill_guard_excludes_a_format_with_slow_time_to_first_token() -> None
     assert choose_format(table, Tolerance(), POINTS, max_prefill_ratio=5.0)[0] == "q4-bf16"
 
 
+def test_expected_speedup_by_hand() -> None:
+    from specpilot.engine.calibration import expected_speedup
+
+    # E[c] = (1 - 0.5^4) / 0.5 = 1.875; k c + v = 0.3 + 1.0
+    assert expected_speedup(0.5, 3, 0.1, 1.0) == pytest.approx(1.875 / 1.3)
+    assert expected_speedup(1.0, 3, 0.1, 1.3) == pytest.approx(4 / 1.6)  # every draft kept
+
+
+def test_draft_format_trades_agreement_against_cost() -> None:
+    """Target step 20 ms, v(4) = 1.3, k = 3. bf16 draft: 8.9 ms, agreement 0.50 -> 1.875 /
+    (3 * 0.445 + 1.3) = 0.712x; int8: 3.3 ms, 0.47 -> 1.7947 / (0.495 + 1.3) = 1.000x."""
+    from specpilot.engine.calibration import choose_draft
+
+    def table(int8_agreement: float) -> list[FormatResult]:
+        return [
+            FormatResult("bf16", top1=0.50, kl=0.9, curve={(1, 1): 0.0089}),
+            FormatResult("int8-bf16", top1=int8_agreement, kl=1.0, curve={(1, 1): 0.0033}),
+            FormatResult("q4-bf16", status=PRUNED, note="slow"),
+        ]
+
+    name, reason = choose_draft(table(0.47), 0.020, 1.3, 3, "bf16")
+    assert name == "int8-bf16" and "expected speed-up 1.00x at k=3" in reason
+    assert "bf16 0.71x" in reason and "q4-bf16 pruned: slow" in reason
+    # an int8 draft that agrees far less loses although it is cheaper: 1.111 / 1.795 = 0.62x
+    assert choose_draft(table(0.10), 0.020, 1.3, 3, "bf16")[0] == "bf16"
+    assert choose_draft([], 0.020, 1.3, 3, "bf16")[0] == "bf16"
+
+
 def test_nothing_within_tolerance_falls_back_and_missing_points_prune() -> None:
     table = [fr("bf16", 0.01, 0.01, top1=0.5), FormatResult("int8-bf16", top1=1.0, kl=0.0)]
     name, reason = choose_format(table, Tolerance(), POINTS, fallback="bf16")

@@ -25,7 +25,7 @@ from specpilot.engine.calibrate import (
     CalibrationPlan,
     calibrate,
     complete_curve,
-    quality_sequences,
+    quality_set,
 )
 from specpilot.engine.calibration import (
     Calibration,
@@ -145,9 +145,9 @@ def formats_for(
         apply_formats(cached, target.model, draft)
         return cached
     say = log or (lambda m: print(f"specpilot calibrate: {m}", file=sys.stderr, flush=True))
-    seqs = quality_sequences(target.tokenizer, target.model.cfg.vocab_size)
+    qs = quality_set(target.tokenizer, target.model.cfg.vocab_size)
     t0 = time.perf_counter()
-    cal = calibrate(target.model, draft, plan, key=key, hardware=hw.to_dict(), seqs=seqs, log=say)
+    cal = calibrate(target.model, draft, plan, key=key, hardware=hw.to_dict(), quality=qs, log=say)
     apply_formats(cal, target.model, draft)
     complete_curve(cal.target, target.model, plan)
     cal.seconds = time.perf_counter() - t0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -35,10 +36,13 @@ from specpilot.engine.calibration import (
     Point,
     RoleCalibration,
     Tolerance,
+    choose_draft,
     choose_format,
 )
 from specpilot.engine.formats import FORMATS, apply_format, parse_format, unavailable_reason
 from specpilot.engine.model import Transformer
+
+FIXED = "set explicitly (--dtype)"
 
 # Fixed conversations for the quality check: the four task kinds, English and Chinese.
 CONVERSATIONS = (
@@ -95,19 +99,37 @@ class CalibrationPlan:
         return [(b, 1) for b in self.batches]
 
 
-def quality_sequences(tokenizer: Any, vocab_size: int, seed: int = 0) -> list[list[int]]:
-    """Token ids of the fixed conversations (chat template); seeded random ids without a tokenizer."""
+@dataclass(frozen=True)
+class QualitySet:
+    """Token ids of the fixed conversations and where each one's answer starts."""
+
+    seqs: list[list[int]]
+    answers: list[int]  # index of the first answer token of each sequence
+
+
+def _chat_ids(tokenizer: Any, msgs: list[dict[str, str]], **kw: Any) -> list[int]:
+    ids = tokenizer.apply_chat_template(msgs, **kw)
+    if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def quality_set(tokenizer: Any, vocab_size: int, seed: int = 0) -> QualitySet:
+    """The fixed conversations in the chat template; seeded random ids without a tokenizer."""
     if tokenizer is None:
         g = torch.Generator().manual_seed(seed)
-        return [torch.randint(0, vocab_size, (48,), generator=g).tolist() for _ in range(4)]
-    out = []
+        seqs = [torch.randint(0, vocab_size, (48,), generator=g).tolist() for _ in range(4)]
+        return QualitySet(seqs, [24] * len(seqs))
+    seqs, answers = [], []
     for user, assistant in CONVERSATIONS:
-        msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
-        ids = tokenizer.apply_chat_template(msgs)
-        if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
-            ids = ids["input_ids"]
-        out.append([int(i) for i in ids][:MAX_QUALITY_TOKENS])
-    return out
+        ask = [{"role": "user", "content": user}]
+        seqs.append(
+            _chat_ids(tokenizer, [*ask, {"role": "assistant", "content": assistant}])[
+                :MAX_QUALITY_TOKENS
+            ]
+        )
+        answers.append(len(_chat_ids(tokenizer, ask, add_generation_prompt=True)))
+    return QualitySet(seqs, answers)
 
 
 def _device(model: Transformer) -> torch.device:
@@ -144,14 +166,20 @@ def logprobs(model: Transformer, seqs: Sequence[Sequence[int]]) -> list[torch.Te
     return out
 
 
-def compare(ref: Sequence[torch.Tensor], other: Sequence[torch.Tensor]) -> tuple[float, float, int]:
-    """(top-1 agreement, mean KL(ref || other) in nats, positions) over aligned log-probs.
+def compare(
+    ref: Sequence[torch.Tensor], other: Sequence[torch.Tensor], starts: Sequence[int] | None = None
+) -> tuple[float, float, int]:
+    """(top-1 agreement, mean KL(ref || other) in nats, positions) over aligned log-probs;
+    ``starts``: compare only the positions predicting each sequence's answer tokens.
 
-    Tokens the reference gives probability 0 (a restricted draft head's -inf) add nothing.
+    Tokens the reference gives probability 0 add nothing; KL is infinite where ``other`` gives 0
+    to a token ``ref`` does not (a draft's restricted head).
     """
     agree = kl = 0.0
     n = 0
-    for r, o in zip(ref, other, strict=True):
+    for i, (r, o) in enumerate(zip(ref, other, strict=True)):
+        if starts is not None:
+            r, o = r[starts[i] - 1 :], o[starts[i] - 1 :]
         agree += float((r.argmax(-1) == o.argmax(-1)).sum())
         terms = torch.where(r.isfinite(), r.exp() * (r - o), torch.zeros_like(r))
         kl += float(terms.sum(-1).clamp_min(0).sum())
@@ -232,18 +260,23 @@ def _measure(
     r.prefill_s = timer.prefill(plan.reps)
 
 
-def calibrate_role(
+def measure_formats(
     role: str,
     reference: Transformer,
     candidates: Sequence[str],
-    seqs: Sequence[Sequence[int]],
+    qs: QualitySet,
+    ref: Sequence[torch.Tensor],
     plan: CalibrationPlan,
     points: Sequence[Point],
-    fallback: str = "fp32",
+    counts: Callable[[FormatResult], bool],
     log: Callable[[str], None] | None = None,
-) -> RoleCalibration:
-    """Measure each candidate as a converted copy of the fp32 ``reference`` and choose one."""
-    ref = logprobs(reference, seqs)
+) -> list[FormatResult]:
+    """Time and compare each candidate as a converted copy of the fp32 ``reference``.
+
+    ``ref``: the fp32 target's log-probs on ``qs``; a draft is compared on the answer positions
+    only (its agreement there is the acceptance proxy); ``counts(result)``: whether a measured
+    format may set the best objective that later candidates are pruned against.
+    """
     results: list[FormatResult] = []
     best: float | None = None
     max_batch = max(b for b, _ in points)
@@ -260,21 +293,20 @@ def calibrate_role(
         timer = StepTimer(model, max_batch, max(plan.curve_tokens), plan.ctx)
         _measure(r, timer, points, plan, best)
         if r.status != PRUNED:
-            r.top1, r.kl, r.positions = compare(ref, logprobs(model, seqs))
+            starts = qs.answers if role == "draft" else None
+            r.top1, kl, r.positions = compare(ref, logprobs(model, qs.seqs), starts)
+            r.kl = kl if math.isfinite(kl) else None  # a restricted draft head: infinite
+            if r.kl is None:
+                r.note = "KL infinite: the head scores a subset of the vocabulary"
             obj = r.objective(points)
-            if obj is not None and (plan.fixed or plan.tolerance.admits(r.top1, r.kl)):
+            if obj is not None and counts(r):
                 best = obj if best is None else min(best, obj)
         if log:
             ms = {f"b{b}n{n}": round(s * 1e3, 1) for (b, n), s in r.curve.items()}
-            q = "" if r.top1 is None else f"top-1 {r.top1:.3f} KL {r.kl:.4f} "
+            q = "" if r.top1 is None else f"top-1 {r.top1:.3f} KL {r.kl} "
             log(f"{role} {name}: {q}ms {ms} {r.note}")
         del model
-    if plan.fixed:
-        only = results[0]
-        only.status = CHOSEN
-        return RoleCalibration(role, results, only.format, "set explicitly (--dtype)", list(points))
-    chosen, reason = choose_format(results, plan.tolerance, points, fallback=fallback)
-    return RoleCalibration(role, results, chosen, reason, list(points))
+    return results
 
 
 def complete_curve(role: RoleCalibration, model: Transformer, plan: CalibrationPlan) -> None:
@@ -287,6 +319,37 @@ def complete_curve(role: RoleCalibration, model: Transformer, plan: CalibrationP
     r.curve.update(timer.curve(curve, plan.reps))  # the objective points again, interleaved
 
 
+def _calibrate_draft(
+    draft: Transformer,
+    tgt: RoleCalibration,
+    qs: QualitySet,
+    ref: Sequence[torch.Tensor],
+    plan: CalibrationPlan,
+    log: Callable[[str], None] | None,
+) -> RoleCalibration:
+    """The draft's format: among those with the target's activation dtype (they share the
+    embedding), the best expected speed-up from its agreement with the target and its cost."""
+    act = parse_format(tgt.chosen).act_dtype
+    cands = (
+        [tgt.chosen]
+        if plan.fixed
+        else [c for c in plan.candidates if parse_format(c).act_dtype == act]
+    )
+    points = plan.draft_points()
+    results = measure_formats("draft", draft, cands, qs, ref, plan, points, lambda r: True, log)
+    if plan.fixed:
+        results[0].status = CHOSEN
+        return RoleCalibration("draft", results, tgt.chosen, FIXED, points)
+    chosen = tgt.result(tgt.chosen)
+    t1 = chosen.curve.get((1, 1)) if chosen is not None else None
+    tk = chosen.curve.get((1, plan.k + 1)) if chosen is not None else None
+    floor = "bf16" if act == torch.bfloat16 else "fp32"
+    if not t1 or not tk:
+        return RoleCalibration("draft", results, floor, "the target's step was not timed", points)
+    name, why = choose_draft(results, t1, tk / t1, max(plan.k, 1), floor)
+    return RoleCalibration("draft", results, name, why, points)
+
+
 def calibrate(
     target: Transformer,
     draft: Transformer | None,
@@ -294,7 +357,7 @@ def calibrate(
     *,
     key: str,
     hardware: dict[str, Any],
-    seqs: Sequence[Sequence[int]] | None = None,
+    quality: QualitySet | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Calibration:
     """Measure ``plan.candidates`` for the target (and its draft); both must be fp32 here.
@@ -303,18 +366,22 @@ def calibrate(
     then measures the chosen target format's full curve (``complete_curve``).
     """
     t0 = time.perf_counter()
-    seqs = seqs or quality_sequences(None, target.cfg.vocab_size)
-    tgt = calibrate_role(
-        "target", target, plan.candidates, seqs, plan, plan.target_points(), log=log
-    )
+    qs = quality or quality_set(None, target.cfg.vocab_size)
+    ref = logprobs(target, qs.seqs)
+    tpoints = plan.target_points()
+    results = measure_formats(
+        "target", target, plan.candidates, qs, ref, plan, tpoints,
+        lambda r: plan.fixed or plan.tolerance.admits(r.top1, r.kl), log,
+    )  # fmt: skip
+    if plan.fixed:
+        results[0].status = CHOSEN
+        tgt = RoleCalibration("target", results, results[0].format, FIXED, tpoints)
+    else:
+        name, why = choose_format(results, plan.tolerance, tpoints)
+        tgt = RoleCalibration("target", results, name, why, tpoints)
     drf = None
     if draft is not None:
-        act = parse_format(tgt.chosen).act_dtype  # the draft shares the target's embedding
-        same = [c for c in plan.candidates if parse_format(c).act_dtype == act]
-        floor = "bf16" if act == torch.bfloat16 else "fp32"
-        if plan.fixed:
-            same = [tgt.chosen]
-        drf = calibrate_role("draft", draft, same, seqs, plan, plan.draft_points(), floor, log)
+        drf = _calibrate_draft(draft, tgt, qs, ref, plan, log)
     mode = "fixed" if plan.fixed else "measured"
     cal = Calibration(mode, key, hardware, plan.tolerance, tgt, drf)
     cal.seconds = time.perf_counter() - t0

@@ -9,14 +9,16 @@ measurements; this module holds the pure parts):
 2. its forward time is measured at the objective points: (batch, new tokens) for batch 1 and the
    server's batch, and tokens 1 (plain decoding) and k+1 (a verify of k drafts); the objective
    is the sum of those median times. A prefill (batch 1, 64 tokens) is timed as well;
-3. among formats within tolerance whose prefill takes at most ``max_prefill_ratio`` (2x) the
+3. among formats within tolerance whose prefill takes at most ``max_prefill_ratio`` (3x) the
    best one's (the prefill guard: time to first token), the fastest objective wins; a format
    within ``margin`` (5%) of the fastest and closer to fp32 (smaller KL) is preferred, so noise
    never trades precision for nothing.
 
-The full verify-cost curve (tokens 1..8 at each batch) of the chosen format is recorded; the
-draft's format is chosen by the same rule over its own step time (tokens 1) from formats with
-the target's activation dtype (they share the embedding).
+The full verify-cost curve (tokens 1..8 at each batch) of the chosen format is recorded. The
+draft's format, among those with the target's activation dtype (they share the embedding), is
+the one with the best expected speed-up (``choose_draft``): its next-token agreement with the
+fp32 target on the same conversations stands in for the acceptance rate, its step time over the
+target's for the cost ratio (R3: speed and acceptance together, no separate tolerance).
 
     >>> a = FormatResult("fp32", top1=1.0, kl=0.0, curve={(1, 1): 0.085, (1, 4): 0.270})
     >>> b = FormatResult("int8-bf16", top1=0.99, kl=0.004, curve={(1, 1): 0.075, (1, 4): 0.093})
@@ -100,7 +102,7 @@ def choose_format(
     tolerance: Tolerance,
     points: Sequence[Point],
     margin: float = 0.05,
-    max_prefill_ratio: float = 2.0,
+    max_prefill_ratio: float = 3.0,
     fallback: str = "fp32",
 ) -> tuple[str, str]:
     """Pick a format (see the module docstring); sets each result's ``status``. -> (name, reason)."""
@@ -145,6 +147,48 @@ def choose_format(
             parts.append(f"{r.format} {r.status}: {r.note}")
     if win is not min(timed, key=lambda t: t[0])[1]:
         parts.insert(1, f"within {margin:.0%} of the fastest and closer to fp32")
+    return win.format, "; ".join(parts)
+
+
+def expected_speedup(alpha: float, k: int, c: float, v: float) -> float:
+    """Leviathan's walltime factor with a measured verify cost: E[c] / (k c + v(k+1))."""
+    committed = k + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+    return committed / (k * c + v)
+
+
+def choose_draft(
+    results: Sequence[FormatResult],
+    target_step_s: float,
+    verify_ratio: float,
+    k: int,
+    fallback: str,
+) -> tuple[str, str]:
+    """The draft format with the best expected speed-up (R3: speed and acceptance together).
+
+    ``top1`` of a draft result is its next-token agreement with the fp32 *target*, the greedy
+    acceptance proxy alpha; its cost ratio c = draft step (batch 1) / target step.
+    """
+    scored: list[tuple[float, float, FormatResult]] = []
+    for r in results:
+        if r.status in (UNAVAILABLE, PRUNED) or r.top1 is None or (1, 1) not in r.curve:
+            continue
+        c = r.curve[(1, 1)] / target_step_s
+        r.status = ELIGIBLE
+        scored.append((expected_speedup(r.top1, k, c, verify_ratio), c, r))
+    if not scored:
+        return fallback, f"no draft format was measured: {fallback}"
+    s, c, win = max(scored, key=lambda t: t[0])
+    win.status = CHOSEN
+    parts = [
+        f"{win.format}: expected speed-up {s:.2f}x at k={k} (agreement with the target "
+        f"{win.top1:.3f}, draft/target step {c:.3f}, v({k + 1}) = {verify_ratio:.2f})"
+    ]
+    parts += [
+        f"{r.format} {o:.2f}x" for o, _, r in sorted(scored, key=lambda t: -t[0]) if r is not win
+    ]
+    parts += [
+        f"{r.format} {r.status}: {r.note}" for r in results if r.status in (PRUNED, UNAVAILABLE)
+    ]
     return win.format, "; ".join(parts)
 
 
