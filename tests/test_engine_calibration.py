@@ -124,8 +124,8 @@ def test_draft_format_trades_agreement_against_cost() -> None:
         ]
 
     name, reason = choose_draft(table(0.47), 0.020, 1.3, 3, "bf16")
-    assert name == "int8-bf16" and "expected speed-up 1.00x at k=3" in reason
-    assert "bf16 0.71x" in reason and "q4-bf16 pruned: slow" in reason
+    assert name == "int8-bf16" and "Leviathan factor 1.00 at k=3 with alpha = 0.470" in reason
+    assert "bf16 0.71" in reason and "q4-bf16 pruned: slow" in reason
     # an int8 draft that agrees far less loses although it is cheaper: 1.111 / 1.795 = 0.62x
     assert choose_draft(table(0.10), 0.020, 1.3, 3, "bf16")[0] == "bf16"
     assert choose_draft([], 0.020, 1.3, 3, "bf16")[0] == "bf16"

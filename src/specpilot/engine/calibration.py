@@ -180,11 +180,12 @@ def choose_draft(
     s, c, win = max(scored, key=lambda t: t[0])
     win.status = CHOSEN
     parts = [
-        f"{win.format}: expected speed-up {s:.2f}x at k={k} (agreement with the target "
-        f"{win.top1:.3f}, draft/target step {c:.3f}, v({k + 1}) = {verify_ratio:.2f})"
+        f"{win.format}: Leviathan factor {s:.2f} at k={k} with alpha = {win.top1:.3f} (its "
+        f"agreement with the target on fixed answers, below the acceptance on the target's own "
+        f"outputs), c = {c:.3f}, v({k + 1}) = {verify_ratio:.2f}"
     ]
     parts += [
-        f"{r.format} {o:.2f}x" for o, _, r in sorted(scored, key=lambda t: -t[0]) if r is not win
+        f"{r.format} {o:.2f}" for o, _, r in sorted(scored, key=lambda t: -t[0]) if r is not win
     ]
     parts += [
         f"{r.format} {r.status}: {r.note}" for r in results if r.status in (PRUNED, UNAVAILABLE)
