@@ -14,6 +14,10 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Engines and servers the tests start skip the load-time weight-format calibration (seconds to a
+# minute on a busy machine; the auto default then takes bf16 here by rule). Its own tests set the
+# mode explicitly (tests/test_engine_calibration.py).
+os.environ.setdefault("SPECPILOT_CALIBRATION", "skip")
 torch.set_num_threads(2)
 
 VOCAB = 49152

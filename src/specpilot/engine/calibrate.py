@@ -265,7 +265,7 @@ def measure_formats(
     reference: Transformer,
     candidates: Sequence[str],
     qs: QualitySet,
-    ref: Sequence[torch.Tensor],
+    ref: Sequence[torch.Tensor] | None,
     plan: CalibrationPlan,
     points: Sequence[Point],
     counts: Callable[[FormatResult], bool],
@@ -273,8 +273,8 @@ def measure_formats(
 ) -> list[FormatResult]:
     """Time and compare each candidate as a converted copy of the fp32 ``reference``.
 
-    ``ref``: the fp32 target's log-probs on ``qs``; a draft is compared on the answer positions
-    only (its agreement there is the acceptance proxy); ``counts(result)``: whether a measured
+    ``ref``: the fp32 target's log-probs on ``qs`` (None: time only); a draft is compared on the
+    answer positions only (its agreement there is the acceptance proxy); ``counts(result)``: whether a measured
     format may set the best objective that later candidates are pruned against.
     """
     results: list[FormatResult] = []
@@ -292,7 +292,7 @@ def measure_formats(
         # time first: a format clearly slower than one already within tolerance is not compared
         timer = StepTimer(model, max_batch, max(plan.curve_tokens), plan.ctx)
         _measure(r, timer, points, plan, best)
-        if r.status != PRUNED:
+        if r.status != PRUNED and ref is not None:
             starts = qs.answers if role == "draft" else None
             r.top1, kl, r.positions = compare(ref, logprobs(model, qs.seqs), starts)
             r.kl = kl if math.isfinite(kl) else None  # a restricted draft head: infinite
@@ -323,7 +323,7 @@ def _calibrate_draft(
     draft: Transformer,
     tgt: RoleCalibration,
     qs: QualitySet,
-    ref: Sequence[torch.Tensor],
+    ref: Sequence[torch.Tensor] | None,
     plan: CalibrationPlan,
     log: Callable[[str], None] | None,
 ) -> RoleCalibration:
@@ -367,7 +367,8 @@ def calibrate(
     """
     t0 = time.perf_counter()
     qs = quality or quality_set(None, target.cfg.vocab_size)
-    ref = logprobs(target, qs.seqs)
+    # an explicit format is timed, not compared: its quality is the user's choice
+    ref = None if plan.fixed else logprobs(target, qs.seqs)
     tpoints = plan.target_points()
     results = measure_formats(
         "target", target, plan.candidates, qs, ref, plan, tpoints,
