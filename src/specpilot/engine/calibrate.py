@@ -328,18 +328,13 @@ def _calibrate_draft(
     log: Callable[[str], None] | None,
 ) -> RoleCalibration:
     """The draft's format: among those with the target's activation dtype (they share the
-    embedding), the best expected speed-up from its agreement with the target and its cost."""
+    embedding), the best expected speed-up from its agreement with the target and its cost;
+    also when the target's format was set explicitly (all formats available are tried then)."""
     act = parse_format(tgt.chosen).act_dtype
-    cands = (
-        [tgt.chosen]
-        if plan.fixed
-        else [c for c in plan.candidates if parse_format(c).act_dtype == act]
-    )
+    pool = FORMATS if plan.fixed else {n: FORMATS[n] for n in plan.candidates}
+    cands = [n for n, f in pool.items() if f.act_dtype == act]
     points = plan.draft_points()
     results = measure_formats("draft", draft, cands, qs, ref, plan, points, lambda r: True, log)
-    if plan.fixed:
-        results[0].status = CHOSEN
-        return RoleCalibration("draft", results, tgt.chosen, FIXED, points)
     chosen = tgt.result(tgt.chosen)
     t1 = chosen.curve.get((1, 1)) if chosen is not None else None
     tk = chosen.curve.get((1, plan.k + 1)) if chosen is not None else None
@@ -367,11 +362,12 @@ def calibrate(
     """
     t0 = time.perf_counter()
     qs = quality or quality_set(None, target.cfg.vocab_size)
-    # an explicit format is timed, not compared: its quality is the user's choice
-    ref = None if plan.fixed else logprobs(target, qs.seqs)
+    # an explicit target format is timed, not compared (its quality is the user's choice); the
+    # fp32 target's log-probs are still the draft's reference
+    ref = logprobs(target, qs.seqs) if not plan.fixed or draft is not None else None
     tpoints = plan.target_points()
     results = measure_formats(
-        "target", target, plan.candidates, qs, ref, plan, tpoints,
+        "target", target, plan.candidates, qs, None if plan.fixed else ref, plan, tpoints,
         lambda r: plan.fixed or plan.tolerance.admits(r.top1, r.kl), log,
     )  # fmt: skip
     if plan.fixed:
