@@ -8,8 +8,9 @@
 | `int8-fp32` | int8, one scale per output row            | float32     | `torch._weight_int8pack_mm`          |
 | `q4-bf16`   | 4-bit groups of 32 with scale and minimum | bfloat16    | `torch._weight_int4pack_mm_for_cpu`  |
 
-The head of both quantised formats is the GGUF's Q8_0 layout (groups of 32 with one scale),
-run exactly as two 4-bit planes by the same int4 kernel (``Q8Linear``).
+The head of the bf16-activation quantised formats is the GGUF's Q8_0 layout (groups of 32 with
+one scale), run exactly as two 4-bit planes by the same int4 kernel (``Q8Linear``);
+``int8-fp32`` keeps a per-row int8 head (the int4 kernel is slow with fp32 activations).
 
 `q4` is the GGUF's own Q4_1 block layout: a group of 32 weights is ``d * q + m`` with
 ``q`` in 0..15; PyTorch's int4 kernel computes ``(q - 8) * scale + zero``, so ``scale = d`` and
@@ -245,9 +246,10 @@ def apply_format(
 
     Quantised formats replace every layer projection (fused q/k/v, output, fused gate/up, down)
     with a packed module made from the current float weights and free the float copies; the head
-    is ``Q8Linear`` in both (the GGUF stores the tied embedding as Q8_0; 4-bit groups of it lost
-    top-1 agreement 0.88 against fp32, per-row int8 0.97); the embedding gather stays in the
-    activation dtype. ``memo`` (id of a source weight -> packed
+    is ``Q8Linear`` with bf16 activations (the GGUF stores the tied embedding as Q8_0; 4-bit
+    groups of it lost top-1 agreement 0.88 against fp32, per-row int8 0.97) and a per-row
+    ``Int8Linear`` with fp32 ones (the int4 kernel's fp32 path is a slow reference loop); the
+    embedding gather stays in the activation dtype. ``memo`` (id of a source weight -> packed
     module) lets a draft reuse the packed head it shares with its target.
     """
     reason = unavailable_reason(fmt, model.embed.weight.device)
@@ -259,7 +261,8 @@ def apply_format(
 
         def pack_head(w: torch.Tensor) -> nn.Module:
             if id(w) not in memo:  # the tensor is kept with its module: its id stays unique
-                memo[id(w)] = (w, Q8Linear(w, fmt.act_dtype))
+                head = Q8Linear if fmt.act_dtype == torch.bfloat16 else Int8Linear
+                memo[id(w)] = (w, head(w, fmt.act_dtype))
             return memo[id(w)][1]
 
         with torch.no_grad():
