@@ -40,6 +40,7 @@ from specpilot.engine.calibration import (
     choose_format,
 )
 from specpilot.engine.formats import FORMATS, apply_format, parse_format, unavailable_reason
+from specpilot.engine.graphs import StepRunner
 from specpilot.engine.model import Transformer
 
 FIXED = "set explicitly (--dtype)"
@@ -188,7 +189,8 @@ def compare(
 
 
 class StepTimer:
-    """Times the engine's cached forward of (batch, tokens) new tokens after ``ctx`` cached ones.
+    """Times the engine's cached forward of (batch, tokens) new tokens after ``ctx`` cached ones,
+    through the engine's own step runner (CUDA graphs on a GPU: what a decode step costs there).
 
     The cache is not filled: attention over zeros costs what it costs over real keys.
     """
@@ -196,6 +198,8 @@ class StepTimer:
     def __init__(self, model: Transformer, max_batch: int, max_tokens: int, ctx: int) -> None:
         self.model, self.ctx, self.dev = model, ctx, _device(model)
         model.setup_cache(ctx + max(max_tokens, PREFILL_TOKENS) + 1, max_batch)
+        mode = "graphs" if self.dev.type == "cuda" else "dynamic"
+        self.runner = StepRunner(model, max_batch, mode)
 
     def once(self, batch: int, tokens: int, start: int | None = None) -> float:
         """Seconds of one forward; ``start=0`` is a prefill (last position's logits only)."""
@@ -208,7 +212,7 @@ class StepTimer:
         with torch.inference_mode():
             _sync(dev)
             t = time.perf_counter()
-            self.model(ids.reshape(batch, tokens), pos, slots, last)
+            self.runner(ids.reshape(batch, tokens), pos, slots, last, first + tokens - 1)
             _sync(dev)
         return time.perf_counter() - t
 
