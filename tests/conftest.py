@@ -14,6 +14,10 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Engines and servers the tests start skip the load-time weight-format calibration (seconds to a
+# minute on a busy machine; the auto default then takes bf16 here by rule). Its own tests set the
+# mode explicitly (tests/test_engine_calibration.py).
+os.environ.setdefault("SPECPILOT_CALIBRATION", "skip")
 # Two cores: one process uses both; under pytest-xdist (`make test` runs 2 workers) each worker
 # gets its share, since 2 workers x 2 threads on 2 cores make every torch op wait for a
 # descheduled thread.

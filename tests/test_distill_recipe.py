@@ -13,8 +13,9 @@ import torch
 from conftest import tiny_model
 from specpilot.commands.distill import _weights
 from specpilot.draft.corpora import build_prompts, stdlib_specs
-from specpilot.draft.model import head_ids_of, make_draft, save_draft_dir
+from specpilot.draft.model import make_draft
 from specpilot.draft.recipe import RecipeConfig, initial_draft, teacher_data
+from specpilot.engine.draft_format import head_ids_of, save_draft_dir
 from specpilot.engine.loader import LoadedModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -12,19 +12,19 @@ import torch
 
 from conftest import tiny_model
 from specpilot.draft.distill import agreement, coverage, head_vocab, train_draft
-from specpilot.draft.model import (
+from specpilot.draft.model import default_init_layers, make_draft
+from specpilot.draft.screening import format_table, screen
+from specpilot.draft.teacher import generate_teacher_data, load_shards, save_shard
+from specpilot.engine.draft_format import (
     RestrictedHead,
-    default_init_layers,
+    draft_spec_path,
     is_draft_dir,
     load_draft_dir,
-    make_draft,
     save_draft_dir,
     shipped_draft_path,
 )
-from specpilot.draft.screening import format_table, screen
-from specpilot.draft.teacher import generate_teacher_data, load_shards, save_shard
 from specpilot.engine.generate import Engine
-from specpilot.engine.loader import LoadedModel, ModelLoadError
+from specpilot.engine.loader import LoadedModel, ModelLoadError, default_target_path, file_sha256
 from specpilot.engine.runtime import DEFAULT_DRAFT, load_draft
 from specpilot.engine.sampling import SamplingParams, speculative_accept
 
@@ -165,16 +165,37 @@ def test_screening_ranks_identical_draft_first_and_random_last() -> None:
     json.dumps(report.to_dict())
 
 
-def test_cli_registers_commands() -> None:
+def test_distill_and_screen_arguments_reach_their_commands() -> None:
     from specpilot.cli import build_parser
+    from specpilot.commands import distill, screen_drafts
 
-    text = build_parser().format_help()
-    assert "distill" in text and "screen-drafts" in text
+    args = build_parser().parse_args(
+        [
+            "distill",
+            "--layers",
+            "2",
+            "--minutes",
+            "1",
+            "--out",
+            "d",
+            "--weights",
+            "code=2,longform=0.5",
+        ]
+    )
+    assert args.func is distill.run and args.layers == 2
+    assert distill._weights(args.weights) == {"code": 2.0, "longform": 0.5}
+    with pytest.raises(ValueError, match="--weights: 'code' is not GROUP=NUMBER"):
+        distill._weights("code")
+    args = build_parser().parse_args(["screen-drafts", "--draft", "a=truncate:0", "--ks", "2,3"])
+    assert args.func is screen_drafts.run and args.draft == ["a=truncate:0"]
 
 
 def test_shipped_draft_files() -> None:
     path = shipped_draft_path("smollm2-135m-instruct-d4")
-    assert DEFAULT_DRAFT == "shipped:smollm2-135m-instruct-d4"
+    # the default draft is this directory, distilled from the default target (same sha256)
+    assert draft_spec_path(DEFAULT_DRAFT) == path
+    want = json.loads((path / "draft.json").read_text())["target_sha256"]
+    assert want == file_sha256(default_target_path())
     size = sum(f.stat().st_size for f in path.iterdir())
     assert size < 40 * 2**20
     meta = json.loads((path / "draft.json").read_text())

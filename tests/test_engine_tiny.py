@@ -196,7 +196,10 @@ def test_slots_exhausted_and_released(target) -> None:
         e.new_request([1, 2], GREEDY.__class__(max_tokens=4))
     e.release(req)
     assert req.finish_reason == "cancelled" and e.free_slots == [0]
-    torch.testing.assert_close(torch.tensor(e.free_slots), torch.tensor([0]))
+    e.release(req)  # a second release must not free the slot twice
+    assert e.free_slots == [0]
+    again = e.new_request([3], GREEDY.__class__(max_tokens=4))
+    assert again.slot == 0 and e.free_slots == []
 
 
 def test_speculative_sampling_matches_the_target_distribution_on_a_model() -> None:

@@ -95,7 +95,7 @@ def test_converted_draft_runs_and_reconciles(target, tmp_path):
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from conftest import tiny_model
-    from specpilot.backends.gguf_export import write_llama_gguf
+    from specpilot.engine.gguf_export import write_llama_gguf
     from specpilot.engine.loader import load_model
 
     draft_model = tiny_model(0, n_layers=1, dim=64)

@@ -154,3 +154,23 @@ def test_bad_sampling_params_name_the_field(field: str, kwargs: dict) -> None:
 def test_max_tokens_beyond_context_names_the_field() -> None:
     with pytest.raises(ValueError, match=r"max_tokens=100 .* context length 64"):
         SamplingParams(max_tokens=100).validate(context_length=64, prompt_tokens=10)
+
+
+def test_greedy_accept_batch_by_hand_and_against_the_row_rule() -> None:
+    from specpilot.engine.sampling import greedy_accept, greedy_accept_batch
+
+    drafts = torch.tensor([[5, 6, 7], [5, 9, 7], [1, 2, 3], [4, 4, 4]])
+    target = torch.tensor([[5, 6, 7, 8], [5, 6, 7, 8], [0, 2, 3, 9], [4, 4, 4, 4]])
+    ks = torch.tensor([3, 3, 3, 1])  # the last row proposed only one draft
+    acc, nxt = greedy_accept_batch(drafts, target, ks)
+    assert acc.tolist() == [3, 1, 0, 1] and nxt.tolist() == [8, 6, 0, 4]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        k = int(torch.randint(0, 5, (1,), generator=g))
+        d = torch.randint(0, 3, (6, 4), generator=g)
+        t = torch.randint(0, 3, (6, 5), generator=g)
+        ks = torch.randint(0, k + 1, (6,), generator=g)
+        acc, nxt = greedy_accept_batch(d[:, :k], t[:, : k + 1], ks)
+        for i in range(6):
+            kk = int(ks[i])
+            assert (int(acc[i]), int(nxt[i])) == greedy_accept(d[i, :kk], t[i, : kk + 1])

@@ -26,8 +26,16 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dtype",
-        default="bfloat16",
-        help="bfloat16 (fast on CPU) or float32 (exact greedy identity)",
+        default="auto",
+        help="weight format: auto (measured at load, cached), fp32 (exact greedy identity), "
+        "bf16, int8-bf16, int8-fp32, q4-bf16",
+    )
+    p.add_argument("--device", default="cpu", help="cpu | cuda[:N]")
+    p.add_argument(
+        "--calibration",
+        choices=["auto", "force", "skip"],
+        default=None,
+        help="load-time calibration: auto (cached), force, skip (default: $SPECPILOT_CALIBRATION)",
     )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
 
@@ -110,11 +118,19 @@ def format_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _engine(args: argparse.Namespace, spec: bool) -> Any:
+def _engine(args: argparse.Namespace, spec: bool, k: int) -> Any:
     from specpilot.engine.runtime import DEFAULT_DRAFT, build_engine
 
     draft = (args.draft or DEFAULT_DRAFT) if spec else None
-    engine, _ = build_engine(args.target, draft, dtype=args.dtype, threads=args.threads)
+    engine, _ = build_engine(
+        args.target,
+        draft,
+        dtype=args.dtype,
+        threads=args.threads,
+        device=args.device,
+        k=k if spec else 0,
+        calibration=args.calibration,
+    )
     return engine
 
 
@@ -127,9 +143,6 @@ def run_generate(args: argparse.Namespace) -> int:
         raise ValueError(
             f"-k must be >= 1 for speculative decoding (got {args.k}); use --no-spec for plain"
         )
-    engine = _engine(args, spec)
-    tok = engine.tokenizer
-    ids = tok.encode(args.prompt) if args.raw else chat_prompt_ids(tok, args.prompt)
     params = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -138,17 +151,27 @@ def run_generate(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         stop=tuple(args.stop),
     )
+    params.validate()  # bad input is reported before the model loads
+    engine = _engine(args, spec, args.k)
+    tok = engine.tokenizer
+    ids = tok.encode(args.prompt) if args.raw else chat_prompt_ids(tok, args.prompt)
     result = engine.generate(ids, params, args.k if spec else 0)
+    formats = {"target": engine.target.weight_format}
+    if engine.draft is not None:
+        formats["draft"] = engine.draft.weight_format
     if args.json:
         if result.prefill is not None:
             print(json.dumps({"prefill": result.prefill.to_dict()}))
         for r in result.rounds:
             print(json.dumps(r.to_dict()))
-        print(json.dumps({"text": result.text, "summary": summary(result)}, ensure_ascii=False))
+        final = {"text": result.text, "summary": summary(result), "weight_formats": formats}
+        print(json.dumps({**final, "calibration": engine.calibration}, ensure_ascii=False))
     else:
         print(result.text)
         print("---", file=sys.stderr)
         print(format_summary(summary(result)), file=sys.stderr)
+        why = (engine.calibration or {}).get("target", {}).get("reason", "")
+        print(f"weight formats: {formats} ({why})", file=sys.stderr)
     return 0
 
 
@@ -167,9 +190,10 @@ def run_demo(args: argparse.Namespace) -> int:
     from specpilot.engine.sampling import SamplingParams
 
     t0 = time.perf_counter()
-    engine = _engine(args, True)
+    engine = _engine(args, True, 3)
+    fmt = engine.target.weight_format
     print(
-        f"loaded target + draft ({args.draft or DEFAULT_DRAFT}, {args.dtype}) in {time.perf_counter() - t0:.1f} s"
+        f"loaded target + draft ({args.draft or DEFAULT_DRAFT}, {fmt}) in {time.perf_counter() - t0:.1f} s"
     )
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     for group, prompt in DEMO_PROMPTS:
@@ -188,7 +212,7 @@ def run_demo(args: argparse.Namespace) -> int:
             margin = "?" if div.reference_margin is None else f"{div.reference_margin:.3f}"
             same = (
                 f"diverges at token {div.index} where plain's top-2 log-prob margin is {margin} "
-                f"(numeric difference of the {args.dtype} multi-token pass, not a rejected-token leak)"
+                f"(numeric difference of the {fmt} multi-token pass, not a rejected-token leak)"
             )
         print(
             f"plain decoding: {ps['cost_per_token_ms']:.1f} ms/token -> decode speed-up {speedup:.2f}x; "

@@ -38,7 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default="eval", help="workload split to measure on")
     p.add_argument("--per-group", type=int, default=4, help="prompts per group")
     p.add_argument("--max-tokens", type=int, default=96)
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument(
+        "--dtype",
+        default="bf16",
+        help="weight format of target and drafts: fp32 | bf16 | int8-bf16 | int8-fp32 | q4-bf16 "
+        "(use the format the service runs: `specpilot serve` prints the one it chose)",
+    )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", type=Path, default=None, help="write the full report here")
     p.add_argument(
@@ -52,24 +57,29 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from specpilot.draft.screening import format_table, group_prompts, screen
+    from specpilot.engine.formats import apply_format, parse_format
     from specpilot.engine.loader import default_target_path, load_model
-    from specpilot.engine.runtime import load_draft, parse_dtype
+    from specpilot.engine.runtime import load_draft
 
     if args.threads:
         torch.set_num_threads(args.threads)
     ks = [int(k) for k in args.ks.split(",") if k]
-    dtype = parse_dtype(args.dtype)
+    fmt = parse_format(args.dtype)
     tpath = Path(args.target) if args.target else default_target_path()
-    target = load_model(tpath, dtype=dtype)
+    target = load_model(tpath, dtype=torch.float32)  # converted below, drafts too
     candidates = {}
     for item in args.draft or DEFAULT_CANDIDATES:
         name, sep, spec = item.partition("=")
         if not sep:
             name, spec = Path(item).name or item, item
-        draft = load_draft(spec, target, dtype)
+        draft = load_draft(spec, target, torch.float32)
         if draft is None:
             raise ValueError(f"--draft {item}: 'none' is measured anyway as the plain baseline")
         candidates[name] = draft
+    memo: dict = {}
+    apply_format(target.model, fmt, memo)
+    for draft in candidates.values():
+        apply_format(draft, fmt, memo)
     prompts = group_prompts(args.split, args.per_group, target.tokenizer)
     if args.groups:
         wanted = args.groups.split(",")

@@ -48,7 +48,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--dtype", default="bfloat16", help="bfloat16 | float32")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="weight format: auto (measured at load, cached) | fp32 | bf16 | int8-bf16 | "
+        "int8-fp32 | q4-bf16; a pilot passes the format its first arm chose to every arm",
+    )
+    p.add_argument("--device", default="cpu", help="cpu | cuda[:N]")
+    p.add_argument(
+        "--calibration",
+        choices=["auto", "force", "skip"],
+        default=None,
+        help="load-time calibration: auto (use the cache), force (measure again), skip "
+        "(default: $SPECPILOT_CALIBRATION, else auto)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--max-slots", type=int, default=4, help="KV cache slots = max running requests")
     p.add_argument("--max-seq-len", type=int, default=2048, help="context length per slot")
@@ -141,16 +154,20 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def load() -> Engine:
-        engine, _ = build_engine(
+        engine, spec = build_engine(
             target,
             draft,
             dtype=args.dtype,
             max_slots=args.max_slots,
             max_seq_len=args.max_seq_len,
             threads=args.threads,
+            device=args.device,
+            k=k,
+            calibration=args.calibration,
         )
         print(
-            f"specpilot serve: model loaded ({cfg.model_name}, draft={draft}, k={k})",
+            f"specpilot serve: model loaded ({cfg.model_name}, draft={draft}, k={k}, "
+            f"target {spec.dtype}, draft {spec.draft_dtype}, {spec.device})",
             file=sys.stderr,
             flush=True,
         )

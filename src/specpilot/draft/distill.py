@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from specpilot.draft.model import RestrictedHead
 from specpilot.draft.teacher import TeacherSample
+from specpilot.engine.draft_format import RestrictedHead
 from specpilot.engine.model import Transformer
 
 

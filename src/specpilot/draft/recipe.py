@@ -28,15 +28,14 @@ from specpilot.draft.corpora import (
     workload_training_messages,
 )
 from specpilot.draft.distill import agreement, coverage, head_vocab, train_draft
-from specpilot.draft.model import (
-    default_init_layers,
+from specpilot.draft.model import default_init_layers, make_draft
+from specpilot.draft.teacher import TeacherSample, generate_teacher_data, load_shards, save_shard
+from specpilot.engine.draft_format import (
     draft_spec_path,
     head_ids_of,
-    make_draft,
     read_draft_meta,
     save_draft_dir,
 )
-from specpilot.draft.teacher import TeacherSample, generate_teacher_data, load_shards, save_shard
 from specpilot.engine.loader import LoadedModel, file_sha256, load_model
 from specpilot.engine.model import Transformer
 

@@ -103,7 +103,7 @@ def step_time(model: Transformer, n_tokens: int, context: int = 128, repeats: in
 def full_head_weight(draft: Transformer) -> torch.Tensor:
     """The draft's head over the whole vocabulary (a restricted head's rows come from the target's
     head, so that is its unrestricted version)."""
-    from specpilot.draft.model import RestrictedHead
+    from specpilot.engine.draft_format import RestrictedHead
 
     if isinstance(draft.lm_head, RestrictedHead):
         return draft.lm_head.full_weight
@@ -112,7 +112,13 @@ def full_head_weight(draft: Transformer) -> torch.Tensor:
 
 @torch.no_grad()
 def perplexity(model: Transformer, sequences: Sequence[tuple[list[int], int]]) -> float:
-    """exp(mean NLL) of ``tokens[start:]`` given the prefix, full vocabulary, no cache."""
+    """exp(mean NLL) of ``tokens[start:]`` given the prefix, full vocabulary, no cache.
+
+    NaN for a model in a quantised weight format (its cache-free training path is float only);
+    perplexity is reported beside the ranking, never used for it.
+    """
+    if model.weight_format not in ("fp32", "bf16"):
+        return float("nan")
     nll, n = 0.0, 0
     w = full_head_weight(model)
     for tokens, start in sequences:

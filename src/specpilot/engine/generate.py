@@ -20,6 +20,11 @@ Padding/masking for unequal rows: a batch is right-padded to its longest row; pa
 written at position ``max_seq_len`` (a scratch column no real query can see) and their outputs
 are discarded. Each row attends only to its own slot, positions <= its query's position.
 
+Device work per round: greedy rows are decided on the device (one argmax over the batch for each
+draft step, one batched longest-prefix match after the verify) and the round's results cross to
+the host once, at its end; sampling rows draw from their own generator (``RequestState``).
+Decode and verify forwards go through a ``graphs.StepRunner`` (CUDA graphs on a GPU).
+
     >>> engine = Engine(target, draft, max_slots=4, max_seq_len=1024)          # doctest: +SKIP
     >>> res = engine.generate(ids, SamplingParams(max_tokens=64), k=4)          # doctest: +SKIP
     >>> window_metrics(res.rounds).mean_acceptance_length                       # doctest: +SKIP
@@ -32,76 +37,22 @@ import os
 import resource
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from specpilot.engine.graphs import StepRunner
 from specpilot.engine.loader import check_model_vocab, check_tokenizers_match
 from specpilot.engine.model import Transformer
-from specpilot.engine.sampling import (
-    SamplingParams,
-    greedy_accept,
-    sample,
-    speculative_accept,
-    warp,
-)
+from specpilot.engine.requests import RequestState, TokenLogprob, commit
+from specpilot.engine.rounds import Clock, Row, accept, propose, verify
+from specpilot.engine.sampling import SamplingParams, sample, warp
 from specpilot.records import GenerationResult, PrefillRecord, RoundRecord
 
+__all__ = ["Engine", "MemoryReport", "RequestState", "TokenLogprob"]
+
 _ids = itertools.count()
-
-
-@dataclass
-class TokenLogprob:
-    """One output token's raw target log-probability (before temperature/top-k/top-p)."""
-
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]] = field(default_factory=list)  # (token id, logprob), best first
-
-
-@dataclass
-class RequestState:
-    """A running request: its tokens, cache lengths, RNG and records."""
-
-    request_id: str
-    slot: int
-    prompt_len: int
-    tokens: list[int]  # prompt + generated; the last one is not in the target cache yet
-    params: SamplingParams
-    k: int
-    generator: torch.Generator
-    seed: int
-    target_len: int = 0  # tokens whose keys/values are in the target cache
-    draft_len: int = 0
-    finish_reason: str | None = None
-    text: str = ""
-    rounds: list[RoundRecord] = field(default_factory=list)
-    prefill: PrefillRecord | None = None
-    logprobs: int | None = None  # record log-probs with this many alternatives (None = off)
-    token_logprobs: list[TokenLogprob] = field(default_factory=list)
-    _round_index: int = 0
-
-    @property
-    def output_ids(self) -> list[int]:
-        return self.tokens[self.prompt_len :]
-
-    @property
-    def done(self) -> bool:
-        return self.finish_reason is not None
-
-    def result(self) -> GenerationResult:
-        return GenerationResult(
-            request_id=self.request_id,
-            prompt_tokens=self.prompt_len,
-            output_ids=list(self.output_ids),
-            text=self.text,
-            finish_reason=self.finish_reason or "length",
-            prefill=self.prefill,
-            rounds=list(self.rounds),
-            seed=self.seed,
-            token_logprobs=list(self.token_logprobs),
-        )
 
 
 @dataclass(frozen=True)
@@ -117,7 +68,11 @@ class MemoryReport:
 
 
 class Engine:
-    """Owns a target (and optionally a draft) with ``max_slots`` KV slots of ``max_seq_len``."""
+    """Owns a target (and optionally a draft) with ``max_slots`` KV slots of ``max_seq_len``.
+
+    ``step_mode``: how decode/verify forwards run (``graphs.StepRunner``): ``graphs`` on CUDA,
+    ``dynamic`` on a CPU by default; ``static`` pads like the graphs without capturing.
+    """
 
     def __init__(
         self,
@@ -129,26 +84,33 @@ class Engine:
         max_slots: int = 1,
         max_seq_len: int | None = None,
         eos_ids: Sequence[int] | None = None,
+        step_mode: str | None = None,
     ) -> None:
         if draft is not None:
             check_model_vocab(target, draft)
             if tokenizer is not None and draft_tokenizer is not None:
                 check_tokenizers_match(tokenizer, draft_tokenizer)
         self.target, self.draft, self.tokenizer = target, draft, tokenizer
+        self.device = target.embed.weight.device
         seq = max_seq_len or min(target.cfg.context_length, 2048)
         if seq > target.cfg.context_length:
             raise ValueError(
                 f"max_seq_len={seq} exceeds the target's context length {target.cfg.context_length}"
             )
         self.max_seq_len, self.max_slots = seq, max_slots
+        mode = step_mode or ("graphs" if self.device.type == "cuda" else "dynamic")
         target.setup_cache(seq, max_slots)
+        self.runners = {id(target): StepRunner(target, max_slots, mode)}
         if draft is not None:
             draft.setup_cache(seq, max_slots)
+            self.runners[id(draft)] = StepRunner(draft, max_slots, mode)
         if eos_ids is None:
             eos = getattr(tokenizer, "eos_token_id", None)
             eos_ids = [eos] if eos is not None else []
         self.eos_ids = frozenset(int(e) for e in eos_ids)
         self.free_slots = list(range(max_slots))
+        # set by runtime.build_engine: formats measured, chosen and why (engine.calibration)
+        self.calibration: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ requests
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams, k: int) -> None:
@@ -178,7 +140,7 @@ class Engine:
         if not self.free_slots:
             raise RuntimeError(f"all {self.max_slots} KV slots are busy")
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(device=self.device).manual_seed(seed)
         return RequestState(
             request_id=request_id or f"req-{next(_ids)}",
             slot=self.free_slots.pop(0),
@@ -200,36 +162,55 @@ class Engine:
             req.finish_reason = "cancelled"
 
     # ------------------------------------------------------------------ forwards
-    def _forward(
-        self, model: Transformer, rows: list[tuple[int, list[int], int]], last_only: bool = False
+    def device_tensor(self, values: list[Any]) -> torch.Tensor:
+        """Host values -> a long tensor on the engine's device (pinned, asynchronous on CUDA)."""
+        if self.device.type == "cuda":
+            t = torch.tensor(values, dtype=torch.long, pin_memory=True)
+            return t.to(self.device, non_blocking=True)
+        return torch.tensor(values, dtype=torch.long)
+
+    def pack_rows(
+        self, rows: Sequence[Row]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """rows -> tokens, pos (B, W) right-padded (pads at the scratch position ``max_seq_len``),
+        slots (B,), and the longest real position (known here, so no device read later)."""
+        width = max(len(t) for _, t, _ in rows)
+        pad = self.max_seq_len
+        tokens = [t + [0] * (width - len(t)) for _, t, _ in rows]
+        pos = [list(range(s, s + len(t))) + [pad] * (width - len(t)) for _, t, s in rows]
+        max_pos = max(s + len(t) - 1 for _, t, s in rows)
+        return (
+            self.device_tensor(tokens),
+            self.device_tensor(pos),
+            self.device_tensor([r[0] for r in rows]),
+            max_pos,
+        )
+
+    def forward_rows(
+        self, model: Transformer, rows: Sequence[Row], last_only: bool = False
     ) -> torch.Tensor:
-        """rows: (slot, new tokens, start position) -> logits (B, T, V), right-padded.
+        """rows: (slot, new tokens, start position) -> logits (B, W, V), right-padded.
 
         ``last_only``: logits of each row's last real token only, (B, 1, V).
         """
-        width = max(len(toks) for _, toks, _ in rows)
-        tokens = torch.zeros(len(rows), width, dtype=torch.long)
-        pos = torch.full((len(rows), width), self.max_seq_len, dtype=torch.long)
-        for i, (_, toks, start) in enumerate(rows):
-            tokens[i, : len(toks)] = torch.tensor(toks)
-            pos[i, : len(toks)] = torch.arange(start, start + len(toks))
-        slots = torch.tensor([s for s, _, _ in rows], dtype=torch.long)
-        last = torch.tensor([len(t) - 1 for _, t, _ in rows]) if last_only else None
-        return model(tokens, pos, slots, last)
+        tokens, pos, slots, max_pos = self.pack_rows(rows)
+        last = self.device_tensor([len(t) - 1 for _, t, _ in rows]) if last_only else None
+        return self.runners[id(model)](tokens, pos, slots, last, max_pos)
 
     def prefill(self, reqs: Sequence[RequestState]) -> None:
         """Run the prompts through target (and draft, for speculative rows); sample token 1."""
         t0 = time.perf_counter()
-        rows = [(r.slot, r.tokens, 0) for r in reqs]
-        logits = self._forward(self.target, rows, last_only=True)
+        logits = self.forward_rows(self.target, [(r.slot, r.tokens, 0) for r in reqs], True)[:, 0]
+        firsts = logits.argmax(-1).tolist()  # (B,) greedy first tokens, one host read
         t1 = time.perf_counter()
         spec = [r for r in reqs if r.k > 0]
         if spec:
             assert self.draft is not None
-            self._forward(self.draft, [(r.slot, r.tokens, 0) for r in spec], last_only=True)
+            self.forward_rows(self.draft, [(r.slot, r.tokens, 0) for r in spec], last_only=True)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # the draft's prefill time, not the next step's
         t2 = time.perf_counter()
         for i, r in enumerate(reqs):
-            last = logits[i, 0]
             r.target_len = r.prompt_len
             r.draft_len = r.prompt_len if r.k > 0 else 0
             r.prefill = PrefillRecord(
@@ -240,13 +221,13 @@ class Engine:
                 batch_size=len(reqs),
                 t_start=t0,
             )
-            n, _ = self._commit(r, [self._pick(last, r)])
-            self._note_logprobs(r, last[None], n)
-
-    def _pick(self, logits: torch.Tensor, r: RequestState) -> int:
-        if r.params.greedy:
-            return int(logits.argmax())
-        return int(sample(warp(logits, r.params), r.generator))
+            tok = (
+                firsts[i]
+                if r.params.greedy
+                else int(sample(warp(logits[i], r.params), r.generator))
+            )
+            n, _ = self._commit(r, [tok])
+            self._note_logprobs(r, logits[i][None], n)
 
     # ------------------------------------------------------------------ one round
     def step(self, reqs: Sequence[RequestState]) -> list[RoundRecord]:
@@ -254,54 +235,26 @@ class Engine:
         live = [r for r in reqs if not r.done]
         if not live:
             return []
-        t0 = time.perf_counter()
+        clock = Clock(self.device)
         # k this round, shrunk near the context limit (k+1 positions must fit).
-        ks = {r.request_id: max(0, min(r.k, self.max_seq_len - r.target_len - 1)) for r in live}
-        proposals: dict[str, list[int]] = {r.request_id: [] for r in live}
-        qs: dict[str, list[torch.Tensor]] = {r.request_id: [] for r in live}
-        spec = [r for r in live if ks[r.request_id] > 0]
-        for i in range(max((ks[r.request_id] for r in spec), default=0)):
-            active = [r for r in spec if ks[r.request_id] > i]
-            rows = []
-            for r in active:
-                if i == 0:  # committed tokens the draft has not seen (1, or 2 after all-accept)
-                    rows.append((r.slot, r.tokens[r.draft_len :], r.draft_len))
-                else:
-                    rows.append((r.slot, [proposals[r.request_id][-1]], r.target_len + i))
-            assert self.draft is not None
-            logits = self._forward(self.draft, rows, last_only=True)
-            for j, r in enumerate(active):
-                last = logits[j, 0]
-                if r.params.greedy:
-                    tok = int(last.argmax())
-                else:
-                    q = warp(last, r.params)
-                    qs[r.request_id].append(q)
-                    tok = int(sample(q, r.generator))
-                proposals[r.request_id].append(tok)
-        t1 = time.perf_counter()
-        rows = [(r.slot, [r.tokens[-1], *proposals[r.request_id]], r.target_len) for r in live]
-        logits = self._forward(self.target, rows)
+        ks = [max(0, min(r.k, self.max_seq_len - r.target_len - 1)) for r in live]
+        props, qs = propose(self, live, ks)
+        clock.mark()
+        logits = verify(self, live, ks, props)
+        clock.mark()
+        outcome, drafted = accept(self, live, ks, props, qs, logits)
+        draft_s, verify_s = clock.spans()
         t2 = time.perf_counter()
         records = []
         for j, r in enumerate(live):
-            k = ks[r.request_id]
-            d = proposals[r.request_id]
-            lg = logits[j, : k + 1]
-            if k == 0:
-                accepted, nxt = 0, self._pick(lg[0], r)
-            elif r.params.greedy:
-                accepted, nxt = greedy_accept(torch.tensor(d), lg.argmax(-1))
-            else:
-                p = warp(lg, r.params)
-                q = torch.stack(qs[r.request_id])
-                accepted, nxt = speculative_accept(torch.tensor(d), q, p, r.generator)
+            k = ks[j]
+            accepted, nxt = outcome[j]
             n = r.target_len
             r.target_len = n + 1 + accepted  # x and the accepted drafts are now cached
             if k > 0:
                 r.draft_len = n + 1 + min(accepted, k - 1)
-            committed, truncated = self._commit(r, [*d[:accepted], nxt])
-            self._note_logprobs(r, lg, committed)
+            committed, truncated = self._commit(r, [*drafted[j][:accepted], nxt])
+            self._note_logprobs(r, logits[j, : k + 1], committed)
             records.append(
                 RoundRecord(
                     request_id=r.request_id,
@@ -309,11 +262,11 @@ class Engine:
                     proposed=k,
                     accepted=accepted,
                     committed=committed,
-                    draft_s=t1 - t0,
-                    verify_s=t2 - t1,
+                    draft_s=draft_s,
+                    verify_s=verify_s,
                     overhead_s=0.0,
                     batch_size=len(live),
-                    t_start=t0,
+                    t_start=clock.t0,
                     truncated=truncated,
                 )
             )
@@ -330,51 +283,18 @@ class Engine:
             return
         lp = torch.log_softmax(logits[:n].float(), dim=-1)  # (n, V)
         top = torch.topk(lp, min(r.logprobs, lp.shape[-1]), dim=-1) if r.logprobs > 0 else None
-        for i, t in enumerate(r.output_ids[-n:]):
-            alts = (
-                list(zip(top.indices[i].tolist(), top.values[i].tolist(), strict=True))
-                if top is not None
-                else []
-            )
-            r.token_logprobs.append(TokenLogprob(t, float(lp[i, t]), alts))
+        ids = r.output_ids[-n:]
+        chosen = lp.gather(-1, torch.tensor(ids, device=lp.device)[:, None])[:, 0].tolist()
+        tops = (top.indices.tolist(), top.values.tolist()) if top is not None else None
+        for i, t in enumerate(ids):
+            alts = list(zip(tops[0][i], tops[1][i], strict=True)) if tops is not None else []
+            r.token_logprobs.append(TokenLogprob(t, chosen[i], alts))
 
     # ------------------------------------------------------------------ stopping
     def _commit(self, r: RequestState, new: list[int]) -> tuple[int, str | None]:
         """Append tokens, applying max_tokens, EOS and stop strings. -> (appended, truncation)."""
-        p = r.params
-        budget = p.max_tokens - len(r.output_ids)
-        truncated: str | None = None
-        if len(new) >= budget:
-            new, truncated = new[:budget], "length"
-        if not p.ignore_eos:
-            for i, t in enumerate(new):
-                if t in self.eos_ids:
-                    new, truncated = new[: i + 1], "eos"
-                    break
-        if p.stop and self.tokenizer is not None:
-            for i in range(len(new)):
-                text = self._decode(r.output_ids + new[: i + 1])
-                hit = _find_stop(text, p.stop)
-                if hit is not None:
-                    new, truncated = new[: i + 1], "stop"
-                    r.tokens.extend(new)
-                    r.text = text[:hit]
-                    r.finish_reason = "stop"
-                    return len(new), truncated
-        r.tokens.extend(new)
-        if self.tokenizer is not None:
-            ids = r.output_ids
-            if ids and ids[-1] in self.eos_ids and not p.ignore_eos:
-                ids = ids[:-1]
-            r.text = self._decode(ids)
-        if truncated == "eos":
-            r.finish_reason = "stop"
-        elif truncated == "length" or len(r.output_ids) >= p.max_tokens:
-            r.finish_reason = "length"
-            truncated = truncated or "length"
-        elif r.target_len >= self.max_seq_len:
-            r.finish_reason, truncated = "length", "length"
-        return len(new), truncated
+        decode = self._decode if self.tokenizer is not None else None
+        return commit(r, new, eos_ids=self.eos_ids, max_seq_len=self.max_seq_len, decode=decode)
 
     def _decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
@@ -445,8 +365,3 @@ class Engine:
             peak_rss_bytes=max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, rss),
             rss_bytes=rss,
         )
-
-
-def _find_stop(text: str, stops: Sequence[str]) -> int | None:
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else None

@@ -67,7 +67,7 @@ def rope_tables(head_dim: int, length: int, theta: float) -> tuple[torch.Tensor,
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: (B, nh, T, hd); cos/sin: (B, 1, T, hd)
+    # x: (..., hd), e.g. (B, T, heads, hd) with cos/sin (B, T, 1, hd), or (B, nh, T, hd) with (1, 1, T, hd)
     half = x.shape[-1] // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rot * sin
@@ -86,20 +86,33 @@ class KVCache(nn.Module):
         self.register_buffer("v", torch.zeros(shape, dtype=dtype), persistent=False)
 
     def update(
-        self, slots: torch.Tensor, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        slots: torch.Tensor,
+        pos: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        run: tuple[int, int] | None = None,
     ) -> None:
-        # slots: (B,), pos: (B, T), k/v: (B, n_kv, T, hd)
+        """slots: (B,), pos: (B, T), k/v: (B, T, n_kv, hd). ``run`` = (slot, first position)
+        when the batch is one row of consecutive positions: a plain slice copy, no scatter."""
+        if run is not None:
+            s, p0 = run
+            t = pos.shape[1]
+            self.k[s, :, p0 : p0 + t] = k[0].transpose(0, 1)  # (n_kv, T, hd)
+            self.v[s, :, p0 : p0 + t] = v[0].transpose(0, 1)
+            return
         b_idx = slots[:, None].expand_as(pos)
-        self.k[b_idx, :, pos] = k.transpose(1, 2)  # indexed view is (B, T, n_kv, hd)
-        self.v[b_idx, :, pos] = v.transpose(1, 2)
+        self.k[b_idx, :, pos] = k  # the indexed view is (B, T, n_kv, hd)
+        self.v[b_idx, :, pos] = v
 
-    def view(self, slots: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys/values of ``slots`` for positions [0, length): a view when slots are contiguous."""
-        first = int(slots[0])
-        n = slots.numel()
-        if n == 1 or bool((slots == torch.arange(first, first + n, device=slots.device)).all()):
-            return self.k[first : first + n, :, :length], self.v[first : first + n, :, :length]
-        return self.k[slots, :, :length], self.v[slots, :, :length]
+    def view(self, rows: slice | torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys/values of the batch's slots for positions [0, length): a view for a ``slice`` of
+        contiguous slots, else a gather of just those columns (no host sync)."""
+        if isinstance(rows, slice):
+            return self.k[rows, :, :length], self.v[rows, :, :length]
+        return self.k[:, :, :length].index_select(0, rows), self.v[:, :, :length].index_select(
+            0, rows
+        )
 
 
 class Attention(nn.Module):
@@ -110,13 +123,17 @@ class Attention(nn.Module):
         self.wq = nn.Linear(cfg.dim, cfg.n_heads * hd, bias=False)
         self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
-        self.wo = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
+        self.wo: nn.Module = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
         self.cache: KVCache | None = None
         self.wqkv: torch.Tensor | None = None  # set by fuse(): one matmul instead of three
+        # set by a quantized weight format (engine.formats): q/k/v in one packed projection
+        self.packed_qkv: nn.Module | None = None
 
     def fuse(self) -> None:
         """Store q/k/v weights in one tensor; wq/wk/wv become views of it (no extra memory)."""
-        if self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr():
+        if self.packed_qkv is not None or (
+            self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr()
+        ):
             return
         fused = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight]).detach().contiguous()
         nq, nk = self.wq.weight.shape[0], self.wk.weight.shape[0]
@@ -126,12 +143,14 @@ class Attention(nn.Module):
         self.wv.weight = nn.Parameter(fused[nq + nk :], requires_grad=rg)
         self.wqkv = fused
 
-    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, dim) -> (B, T, (nh + 2 nkv) hd): the q, k and v projections side by side."""
+        if self.packed_qkv is not None:
+            out: torch.Tensor = self.packed_qkv(x)
+            return out
         if self.wqkv is not None and self.wq.weight.data_ptr() == self.wqkv.data_ptr():
-            nq, nk = self.n_heads * self.hd, self.n_kv * self.hd
-            qkv = F.linear(x, self.wqkv)
-            return qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :]
-        return self.wq(x), self.wk(x), self.wv(x)
+            return F.linear(x, self.wqkv)
+        return torch.cat([self.wq(x), self.wk(x), self.wv(x)], dim=-1)
 
     def forward(
         self,
@@ -142,27 +161,29 @@ class Attention(nn.Module):
         pos: torch.Tensor,
         mask: torch.Tensor,
         attn_len: int,
+        rows: slice | torch.Tensor,
+        run: tuple[int, int] | None = None,
     ) -> torch.Tensor:
+        """cos/sin: (B, T, 1, hd); mask: (B, 1, g*T, S) for the query heads folded per KV head
+        (g = nh / nkv, see below); rows, run: where the batch's keys live (``KVCache``)."""
         bsz, t, _ = x.shape  # (B, T, dim)
-        xq, xk, xv = self._qkv(x)
-        q = xq.reshape(bsz, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
-        k = xk.reshape(bsz, t, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
-        v = xv.reshape(bsz, t, self.n_kv, self.hd).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        nh, nkv, hd = self.n_heads, self.n_kv, self.hd
+        qkv = self._qkv(x)
+        # rotary embedding on q and k in one call: (B, T, nh + nkv, hd)
+        qk = apply_rope(qkv[..., : (nh + nkv) * hd].view(bsz, t, nh + nkv, hd), cos, sin)
+        v = qkv[..., (nh + nkv) * hd :].view(bsz, t, nkv, hd)
         assert self.cache is not None, "call Transformer.setup_cache() first"
-        self.cache.update(slots, pos, k, v)
-        keys, values = self.cache.view(slots, attn_len)  # (B, nkv, S, hd)
-        if self.n_kv != self.n_heads:
-            # grouped-query attention with the g query heads of a KV head folded into the query
-            # length: (B, nkv, g*T, hd) against (B, nkv, S, hd). Same arithmetic per row as
-            # SDPA's enable_gqa, but one plain SDPA, which is much faster on CPU in bf16: the target
-            # step went from 21.9 to 17.4 ms (benchmarks/engine_speed.py).
-            g = self.n_heads // self.n_kv
-            qf = q.reshape(bsz, self.n_kv, g * t, self.hd)
-            y = F.scaled_dot_product_attention(qf, keys, values, attn_mask=mask.repeat(1, 1, g, 1))
-            y = y.view(bsz, self.n_heads, t, self.hd)
-        else:
-            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, nh, T, hd)
+        self.cache.update(slots, pos, qk[:, :, nh:], v, run)
+        q = qk[:, :, :nh].transpose(1, 2)  # (B, nh, T, hd)
+        keys, values = self.cache.view(rows, attn_len)  # (B, nkv, S, hd)
+        # grouped-query attention with the g query heads of a KV head folded into the query
+        # length: (B, nkv, g*T, hd) against (B, nkv, S, hd). Same arithmetic per row as SDPA's
+        # enable_gqa, but one plain SDPA, which is much faster on CPU in bf16: the target step
+        # went from 21.9 to 17.4 ms (benchmarks/engine_speed.py). g = 1 without GQA.
+        g = self.n_heads // self.n_kv
+        qf = q.reshape(bsz, self.n_kv, g * t, self.hd)
+        y = F.scaled_dot_product_attention(qf, keys, values, attn_mask=mask)  # (B, nkv, g*T, hd)
+        y = y.view(bsz, self.n_heads, t, self.hd)
         return self.wo(y.transpose(1, 2).reshape(bsz, t, self.n_heads * self.hd))
 
     def forward_train(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -185,12 +206,13 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w_gate = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
         self.w_up = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
-        self.w_down = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+        self.w_down: nn.Module = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
         self.w_gate_up: torch.Tensor | None = None
+        self.packed_gate_up: nn.Module | None = None  # set by a quantized weight format
 
     def fuse(self) -> None:
         """gate and up projections in one tensor (views keep the module layout)."""
-        if (
+        if self.packed_gate_up is not None or (
             self.w_gate_up is not None
             and self.w_gate.weight.data_ptr() == self.w_gate_up.data_ptr()
         ):
@@ -202,6 +224,9 @@ class FeedForward(nn.Module):
         self.w_gate_up = fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed_gate_up is not None:
+            gate, up = self.packed_gate_up(x).chunk(2, dim=-1)
+            return self.w_down(F.silu(gate) * up)
         fused = self.w_gate_up
         if fused is not None and self.w_gate.weight.data_ptr() == fused.data_ptr():
             gate, up = F.linear(x, fused).chunk(2, dim=-1)
@@ -235,6 +260,7 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
+        self.weight_format = "fp32"  # set by engine.formats.apply_format; others are inference-only
         self.max_seq_len = 0
         self.max_slots = 0
         if max_seq_len is not None:
@@ -292,24 +318,41 @@ class Transformer(nn.Module):
         pos: torch.Tensor,
         slots: torch.Tensor,
         last: torch.Tensor | None = None,
+        attn_len: int | None = None,
     ) -> torch.Tensor:
         """tokens, pos: (B, T) int64; slots: (B,). Pads have pos == max_seq_len.
 
         Returns logits (B, T, V), or (B, 1, V) at index ``last[b]`` of each row when ``last``
         is given (a prefill needs only its last position: the head is a third of the FLOPs).
+        ``attn_len``: attend over this many cache columns, a static size at least the longest
+        real position + 1 (CUDA graphs): then nothing here reads a tensor on the host. Default:
+        exactly that length, read from ``pos``.
         """
         if self.max_seq_len == 0:
             raise RuntimeError("call setup_cache() before forward()")
-        real = pos < self.max_seq_len
-        attn_len = int(pos[real].max()) + 1 if bool(real.any()) else 1
+        rows: slice | torch.Tensor = slots
+        run: tuple[int, int] | None = None
+        if attn_len is None:  # eager: a few small host reads, once per forward
+            real = pos < self.max_seq_len
+            attn_len = int(pos[real].max()) + 1 if bool(real.any()) else 1
+            first, n = int(slots[0]), slots.numel()
+            if n == 1 or bool((slots == torch.arange(first, first + n, device=slots.device)).all()):
+                rows = slice(first, first + n)
+            p0, t = int(pos[0, 0]), pos.shape[1]
+            if n == 1 and torch.equal(pos[0], torch.arange(p0, p0 + t, device=pos.device)):
+                run = (first, p0)  # one row of consecutive positions: slice writes
         cols = torch.arange(attn_len, device=pos.device)
-        # (B, 1, T, S): a query at position p sees columns 0..p of its own slot.
+        # (B, 1, T, S): a query at position p sees columns 0..p of its own slot; repeated for the
+        # g query heads folded into each KV head's query length (Attention.forward).
         mask = (cols[None, None, :] <= pos[:, :, None])[:, None]
-        cos = self.rope_cos[pos][:, None]  # (B, 1, T, hd)
-        sin = self.rope_sin[pos][:, None]
+        g = self.cfg.n_heads // self.cfg.n_kv_heads
+        if g > 1:
+            mask = mask.repeat(1, 1, g, 1)
+        cos = self.rope_cos[pos][:, :, None]  # (B, T, 1, hd)
+        sin = self.rope_sin[pos][:, :, None]
         x = self.embed(tokens)  # (B, T, dim)
         for layer in self.layers:
-            x = layer(x, cos, sin, slots, pos, mask, attn_len)
+            x = layer(x, cos, sin, slots, pos, mask, attn_len, rows, run)
         if last is not None:
             x = x[torch.arange(x.shape[0]), last][:, None]  # (B, 1, dim)
         logits: torch.Tensor = self.lm_head(self.norm(x))
@@ -321,6 +364,10 @@ class Transformer(nn.Module):
         tokens: (B, T) -> final-norm hidden states (B, T, dim), autograd-enabled. The cached
         ``forward`` is untouched; both compute the same function (tested).
         """
+        if self.weight_format not in ("fp32", "bf16"):
+            raise RuntimeError(
+                f"a {self.weight_format} model is inference-only; train in fp32/bf16"
+            )
         t = tokens.shape[1]
         cos, sin = rope_tables(self.cfg.head_dim, t, self.cfg.rope_theta)
         dtype, device = self.embed.weight.dtype, self.embed.weight.device

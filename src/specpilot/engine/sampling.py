@@ -100,10 +100,10 @@ def speculative_accept(
     p[k] (the bonus token) when all k are accepted. Nothing after a rejection is used.
     """
     k = draft_tokens.shape[0]
-    idx = torch.arange(k)
+    idx = torch.arange(k, device=p.device)
     p_x = p[idx, draft_tokens]
     q_x = q[idx, draft_tokens]
-    u = torch.rand(k, generator=generator, dtype=torch.float64).float()
+    u = torch.rand(k, generator=generator, dtype=torch.float64, device=p.device).float()
     # accept iff u < p/q, written without division (q_x > 0 for any token the draft sampled)
     accept = u * q_x < p_x
     rejected = (~accept).nonzero()
@@ -115,6 +115,24 @@ def speculative_accept(
     # p == q up to rounding cannot reject; guard against an all-zero residual all the same.
     dist = residual / total if total > 0 else p[j]
     return j, int(sample(dist, generator))
+
+
+def greedy_accept_batch(
+    draft_tokens: torch.Tensor, target_argmax: torch.Tensor, ks: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``greedy_accept`` for a batch, on the device: draft_tokens (B, K), target_argmax
+    (B, K+1), ks (B,) each row's own k <= K (cells past it are ignored).
+
+    -> (accepted (B,), next token (B,)): the longest prefix of each row's k drafts equal to the
+    target's argmax, then the target's argmax right after it (correction or bonus token).
+    """
+    kmax = draft_tokens.shape[1]
+    if kmax == 0:
+        return torch.zeros_like(target_argmax[:, 0]), target_argmax[:, 0]
+    cols = torch.arange(kmax, device=draft_tokens.device)
+    match = (draft_tokens == target_argmax[:, :kmax]) & (cols[None, :] < ks[:, None])
+    accepted = match.long().cumprod(dim=-1).sum(dim=-1)  # (B,)
+    return accepted, target_argmax.gather(1, accepted[:, None])[:, 0]
 
 
 def greedy_accept(draft_tokens: torch.Tensor, target_argmax: torch.Tensor) -> tuple[int, int]:

@@ -10,7 +10,9 @@ Two families:
   ``position=i`` counts rounds that accepted at least i+1 drafts.
 - specpilot's own (``specpilot_...``), each with a unit suffix: the round time split, committed
   tokens (bonus token included), queue/prefill/decode time, memory by part, KV slots, strategy
-  per scope, cancellations and how many rounds a cancelled request stayed in the batch.
+  per scope, cancellations and how many rounds a cancelled request stayed in the batch; and the
+  engine's load-time calibration (``engine.calibration``): the weight format of target and
+  draft, the chosen format's measured forward time and verify-cost ratio per (batch, tokens).
 
 A ``ServerMetrics`` owns its own ``CollectorRegistry`` (several apps may live in one process,
 as in the tests) and implements the scheduler's observer hooks.
@@ -23,7 +25,7 @@ as in the tests) and implements the scheduler's observer hooks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -290,6 +292,31 @@ class ServerMetrics:
             lbl,
             registry=r,
         )
+        self.weight_format = Gauge(
+            "specpilot_weight_format_info",
+            "1 for the weight format in use per model role (target | draft), with the calibration mode (measured | fixed | skipped) and the machine kind.",
+            [*lbl, "role", "format", "mode", "hardware"],
+            registry=r,
+        )
+        self.calib_forward = Gauge(
+            "specpilot_calibration_forward_seconds",
+            "Median target forward time at load-time calibration, chosen format, by batch rows and new tokens.",
+            [*lbl, "batch", "tokens"],
+            registry=r,
+        )
+        self.calib_ratio = Gauge(
+            "specpilot_calibration_verify_cost_ratio",
+            "Verify-cost curve v(n): forward time for n new tokens / for 1, chosen format, per batch.",
+            [*lbl, "batch", "tokens"],
+            registry=r,
+        )
+        self.calib_seconds = Gauge(
+            "specpilot_calibration_duration_seconds",
+            "Wall time the load-time calibration took (0 when read from the cache).",
+            lbl,
+            registry=r,
+        )
+        self._calibration_key: str | None = None
 
     # ------------------------------------------------------------------ helpers
     def request_outcome(self, outcome: str) -> None:
@@ -327,6 +354,7 @@ class ServerMetrics:
                 self.kv_cache_usage.labels(m).set(
                     scheduler.kv_tokens_in_use() / cap if cap else 0.0
                 )
+            self.calibration(getattr(engine, "calibration", None))
             mem = engine.memory()
             for part, v in (
                 ("target_weights", mem.target_weight_bytes),
@@ -337,6 +365,27 @@ class ServerMetrics:
                 ("process_peak_rss", mem.peak_rss_bytes),
             ):
                 self.memory.labels(m, part).set(v)
+
+    def calibration(self, cal: dict[str, Any] | None) -> None:
+        """Gauges from ``Engine.calibration`` (set once per calibration)."""
+        if not cal or cal.get("key", "") + str(cal.get("mode")) == self._calibration_key:
+            return
+        self._calibration_key = cal.get("key", "") + str(cal.get("mode"))
+        m, mode = self.model_name, str(cal.get("mode"))
+        kind = str(cal.get("hardware", {}).get("kind", "unknown"))
+        for part in (self.weight_format, self.calib_forward, self.calib_ratio):
+            part.clear()
+        for role in ("target", "draft"):
+            if cal.get(role):
+                self.weight_format.labels(m, role, cal[role]["chosen"], mode, kind).set(1)
+        target = cal["target"]
+        chosen = next((f for f in target["formats"] if f["format"] == target["chosen"]), None)
+        for row in chosen["curve"] if chosen else []:
+            self.calib_forward.labels(m, str(row["batch"]), str(row["tokens"])).set(row["seconds"])
+        for batch, curve in cal.get("verify_ratio", {}).items():
+            for tokens, ratio in curve.items():
+                self.calib_ratio.labels(m, batch, tokens).set(ratio)
+        self.calib_seconds.labels(m).set(0.0 if cal.get("cached") else cal.get("seconds", 0.0))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
