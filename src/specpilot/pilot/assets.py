@@ -44,7 +44,7 @@ def llamacpp_draft_file(spec: str, target: str | Path | None = None) -> Path:
     target_path = Path(target) if target is not None else default_target_path()
     if spec.endswith(".gguf") and Path(spec).is_file():
         return Path(spec)
-    from specpilot.draft.model import draft_spec_path
+    from specpilot.engine.draft_format import draft_spec_path
 
     draft_path = Path(draft_spec_path(spec))
     key = _fingerprint(draft_path, target_path)
@@ -62,7 +62,7 @@ def export_full_head(spec: str, target: Path, out: Path) -> Path:
     """Write the draft ``spec`` with the target's full tied head as a GGUF file."""
     import torch
 
-    from specpilot.backends.gguf_export import write_llama_gguf
+    from specpilot.engine.gguf_export import write_llama_gguf
     from specpilot.engine.loader import load_model
     from specpilot.engine.model import Transformer
     from specpilot.engine.runtime import load_draft
