@@ -39,17 +39,18 @@ def wrong_accept(draft_tokens, q, p, generator):  # type: ignore[no-untyped-def]
 
 def _broken_engine_class() -> type:
     import specpilot.engine.generate as gen
+    import specpilot.engine.rounds as rounds
 
     class BrokenEngine(gen.Engine):
         def step(self, reqs):  # type: ignore[no-untyped-def]
-            right = gen.speculative_accept
-            gen.speculative_accept = (
+            right = rounds.speculative_accept
+            rounds.speculative_accept = (
                 wrong_accept  # this engine's rounds only (one server at a time)
             )
             try:
                 return super().step(reqs)
             finally:
-                gen.speculative_accept = right
+                rounds.speculative_accept = right
 
     return BrokenEngine
 
@@ -96,7 +97,7 @@ def test_a_wrong_acceptance_rule_is_caught_and_the_right_one_is_not(quality_pass
         + run("speculative", Engine, 3)
         + run("broken", _broken_engine_class(), 3)
     )
-    assert all(o.error is None and len(o.tokens) == 24 for o in outs)
+    assert all(o.error is None and len(o.tokens) == 24 for o in outs), [(o.arm, o.error, len(o.tokens)) for o in outs if o.error or len(o.tokens) != 24]
     broken = {
         t.test: t for t in distribution_tests(outs, "baseline", "broken", cfg.positions, cfg.span)
     }
