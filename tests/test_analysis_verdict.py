@@ -323,3 +323,42 @@ def test_arm_plan_pairs_candidates_with_plain_arms_on_their_engine() -> None:
         {"phases": [{"arrival": {"kind": "trace"}}, {"arrival": {"kind": "gamma"}}]}
     )
     assert not representative({})
+
+
+def test_the_alternative_answers_only_for_the_baselines_engine() -> None:
+    """An extra pair on another engine (llama.cpp plain vs n-gram) is judged against its own
+    plain arm; the builtin equal-budget alternative is not compared with it."""
+    import dataclasses
+
+    from specpilot.records import ArmRecord, StrategySpec
+
+    data = case(cells(0.8, alt=0.6))
+    rename = {"base": ("lc", "run-lc"), "spec": ("lc-ngram", "run-lcn")}
+    data.requests += [
+        dataclasses.replace(r, arm=rename[r.arm][0], run_id=rename[r.arm][1])
+        for r in data.requests
+        if r.arm in rename
+    ]
+    data.phases += [
+        dataclasses.replace(p, arm=rename[p.arm][0], run_id=rename[p.arm][1])
+        for p in data.phases
+        if p.arm in rename
+    ]
+    data.arms += [
+        ArmRecord("p", "run-lc", "lc", "extra", "llamacpp", run_order=3),
+        ArmRecord(
+            "p",
+            "run-lcn",
+            "lc-ngram",
+            "extra",
+            "llamacpp",
+            strategy=StrategySpec("ngram", ngram_type="ngram-mod"),
+            run_order=4,
+        ),
+    ]
+    a = analyze(data, CFG)
+    by = {v.candidate_arm: v for v in a.verdicts}
+    assert set(by) == {"spec", "lc-ngram"}
+    assert "equal-budget alternative alt is faster" in (by["spec"].bottleneck or "")
+    assert "alternative" not in (by["lc-ngram"].bottleneck or "")
+    assert not any(c.baseline_arm == "alt" and c.candidate_arm == "lc-ngram" for c in a.comparisons)
