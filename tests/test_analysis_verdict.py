@@ -170,7 +170,7 @@ def test_pilot_hypothesis_reasons() -> None:
     v = verdict(d)
     text = " | ".join(v.hypothesis_reasons)
     assert v.pilot_hypothesis and v.summary.endswith("(PILOT_HYPOTHESIS)")
-    assert "traffic was synthetic" in text
+    assert "traffic not representative" in text
     assert "code at off_peak: 12 paired requests < 30" in text
     assert "group longform has no paired requests" in text
 

@@ -52,8 +52,9 @@ def test_q4_recovers_the_ggufs_own_q4_1_blocks() -> None:
 
     from specpilot.engine.loader import default_target_path
 
-    reader = gguf.GGUFReader(str(default_target_path()))
-    t = next(t for t in reader.tensors if t.name == "blk.0.ffn_down.weight")
+    from specpilot.engine.gguf_read import read_gguf
+
+    t = read_gguf(default_target_path()).tensors["blk.0.ffn_down.weight"]
     assert t.tensor_type == gguf.GGMLQuantizationType.Q4_1
     shape = [int(x) for x in reversed(t.shape)]
     w = torch.from_numpy(np.asarray(gguf.quants.dequantize(t.data, t.tensor_type)).reshape(shape))
@@ -71,8 +72,9 @@ def _gguf_tensor(name: str) -> tuple[torch.Tensor, object]:
 
     from specpilot.engine.loader import default_target_path
 
-    reader = gguf.GGUFReader(str(default_target_path()))
-    t = next(t for t in reader.tensors if t.name == name)
+    from specpilot.engine.gguf_read import read_gguf
+
+    t = read_gguf(default_target_path()).tensors[name]
     shape = [int(x) for x in reversed(t.shape)]
     deq = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type)).reshape(shape)
     return torch.from_numpy(deq.copy()), t.tensor_type
