@@ -68,6 +68,24 @@ def test_the_embedded_default_and_its_quick_profile_validate():
     assert by["llamacpp-draft"].reference == "llamacpp-plain"
     assert by["alternative"].budget.matched_against == "speculative"
     assert by["baseline"].frozen["target"].startswith("sha256:")
+    # the example beside the GPU one is the same file (a link), and its trace paths resolve
+    example = EXAMPLES / "pilot-default.yaml"
+    assert example.resolve() == default_pilot_path().resolve()
+    assert quick.compat.features and "cancellation" in quick.compat.features
+    assert full.compat.features is None  # the whole suite in the full profile
+
+
+def test_an_unknown_compat_feature_names_the_choices():
+    data = {
+        "workload": {"groups": {"code": {}}, "phases": [{"name": "p", "duration_s": 1}]},
+        "arms": [
+            {"name": "a", "role": "baseline", "engine": "builtin"},
+            {"name": "b", "role": "speculative", "engine": "builtin", "options": {"k": 2}},
+        ],
+        "compat": {"features": ["streaming", "telepathy"]},
+    }
+    with pytest.raises(PilotConfigError, match=r"compat.features.*telepathy.*choose from"):
+        parse_pilot(data, "p.yaml")
 
 
 @pytest.mark.parametrize(

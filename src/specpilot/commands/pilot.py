@@ -105,7 +105,9 @@ def _print_plan(plan: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     from specpilot.pilot.config import default_pilot_path, load_pilot
 
-    path = Path(args.config) if args.config else default_pilot_path()
+    # resolved: relative paths in a config (traces, workloads) are relative to the real file,
+    # also when it is reached through a link (examples/pilot-default.yaml)
+    path = (Path(args.config) if args.config else default_pilot_path()).resolve()
     cfg = load_pilot(path, quick=args.quick)
     if args.dry_run:
         plan = plan_summary(cfg, path.parent)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specpilot.pilot.yamlpos import LineMap
 
@@ -212,6 +212,18 @@ class DrillSettings(_Model):
 
 class CompatSettings(_Model):
     enabled: bool = True
+    # None: the whole suite (specpilot.quality.compat.FEATURES); a subset runs only those
+    features: list[str] | None = None
+
+    @field_validator("features")
+    @classmethod
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        from specpilot.quality.compat import FEATURES
+
+        bad = [f for f in v or [] if f not in FEATURES]
+        if bad:
+            raise ValueError(f"unknown compat feature(s) {bad}: choose from {', '.join(FEATURES)}")
+        return v
 
 
 class PilotConfig(_Model):

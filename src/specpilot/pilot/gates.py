@@ -21,6 +21,7 @@ class Gates:
         from specpilot.quality.recheck import resolve_groups
 
         self.cfg = QualityConfig.model_validate(cfg.quality or {})
+        self.compat_features = cfg.compat.features
         workload = cfg.workload
         if isinstance(workload, str):
             from specpilot.workload.config import load_workload
@@ -43,7 +44,10 @@ class Gates:
     def compat(self, backend: Any, url: str, model: str, run: Any) -> list[CompatRecord]:
         from specpilot.quality.compat import run_compat
 
-        return run_compat(url, arm=run.arm.name, run_id=run.run_id, model=model)
+        from specpilot.quality.compat import FEATURES
+
+        features = self.compat_features or FEATURES
+        return run_compat(url, arm=run.arm.name, run_id=run.run_id, model=model, features=features)
 
     def quality_pass(self, url: str, model: str, run: Any, rec: ArmRecord) -> list[OutputRecord]:
         from specpilot.quality.runner import run_quality_pass
