@@ -362,3 +362,12 @@ def test_the_alternative_answers_only_for_the_baselines_engine() -> None:
     assert "equal-budget alternative alt is faster" in (by["spec"].bottleneck or "")
     assert "alternative" not in (by["lc-ngram"].bottleneck or "")
     assert not any(c.baseline_arm == "alt" and c.candidate_arm == "lc-ngram" for c in a.comparisons)
+
+
+def test_net_slower_without_round_data_says_so() -> None:
+    """An engine without per-round timings (llama.cpp) that is clearly slower end to end is
+    called net slower with the size of the loss, not "a gain too small to show"."""
+    v = verdict(case(cells(1.5), rounds=False))
+    assert v.verdict == "DO_NOT_ADOPT"
+    assert v.bottleneck is not None and v.bottleneck.startswith("net slower end to end: task time +")
+    assert "no per-round timings" in v.bottleneck
