@@ -369,5 +369,7 @@ def test_net_slower_without_round_data_says_so() -> None:
     called net slower with the size of the loss, not "a gain too small to show"."""
     v = verdict(case(cells(1.5), rounds=False))
     assert v.verdict == "DO_NOT_ADOPT"
-    assert v.bottleneck is not None and v.bottleneck.startswith("net slower end to end: task time +")
+    assert v.bottleneck is not None and v.bottleneck.startswith(
+        "net slower end to end: task time +"
+    )
     assert "no per-round timings" in v.bottleneck

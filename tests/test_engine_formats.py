@@ -50,9 +50,8 @@ def test_q4_recovers_the_ggufs_own_q4_1_blocks() -> None:
     """Quantising a Q4_1 tensor's dequantised values gives back the file's blocks exactly."""
     import gguf
 
-    from specpilot.engine.loader import default_target_path
-
     from specpilot.engine.gguf_read import read_gguf
+    from specpilot.engine.loader import default_target_path
 
     t = read_gguf(default_target_path()).tensors["blk.0.ffn_down.weight"]
     assert t.tensor_type == gguf.GGMLQuantizationType.Q4_1
@@ -70,9 +69,8 @@ def test_q4_recovers_the_ggufs_own_q4_1_blocks() -> None:
 def _gguf_tensor(name: str) -> tuple[torch.Tensor, object]:
     import gguf
 
-    from specpilot.engine.loader import default_target_path
-
     from specpilot.engine.gguf_read import read_gguf
+    from specpilot.engine.loader import default_target_path
 
     t = read_gguf(default_target_path()).tensors[name]
     shape = [int(x) for x in reversed(t.shape)]

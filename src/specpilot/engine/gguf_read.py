@@ -24,7 +24,19 @@ import numpy as np
 
 _MAGIC = b"GGUF"
 # value type -> struct format (scalars); 8 = string, 9 = array
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_SCALARS = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
 _NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32,
           6: np.float32, 7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}  # fmt: skip
 
@@ -70,7 +82,9 @@ class _Cursor:
         if vtype == 9:
             itype, count = self.take("I"), self.take("Q")
             if itype in _NUMPY:
-                arr = np.frombuffer(self.buf, dtype=_NUMPY[itype], count=count, offset=self.pos)
+                arr: np.ndarray = np.frombuffer(
+                    self.buf, dtype=_NUMPY[itype], count=count, offset=self.pos
+                )
                 self.pos += arr.nbytes
                 return arr.tolist()
             return [self.value(itype) for _ in range(count)]
@@ -83,7 +97,7 @@ def read_gguf(path: str | Path) -> GGUFFile:
     from gguf.quants import quant_shape_to_byte_shape
 
     mm = np.memmap(path, dtype=np.uint8, mode="r")
-    cur = _Cursor(memoryview(mm))
+    cur = _Cursor(memoryview(mm))  # type: ignore[arg-type]  # a memmap is a buffer
     if bytes(mm[:4]) != _MAGIC:
         raise GGUFFormatError(f"{path}: not a GGUF file (magic {bytes(mm[:4])!r})")
     cur.pos = 4
@@ -106,6 +120,7 @@ def read_gguf(path: str | Path) -> GGUFFile:
     for name, dims, qtype, offset in infos:
         n = int(np.prod(dims))
         np_dims = tuple(reversed(dims))
+        dtype: np.dtype[Any]
         if qtype == GGMLQuantizationType.F32:
             dtype, count = np.dtype(np.float32), n
         elif qtype == GGMLQuantizationType.F16:

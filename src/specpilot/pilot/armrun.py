@@ -22,7 +22,14 @@ from specpilot.pilot.drill import (
     not_possible,
     summarize,
 )
-from specpilot.records import ArmRecord, DrillRecord, RequestRecord
+from specpilot.records import (
+    ArmRecord,
+    ChunkTiming,
+    DrillRecord,
+    PrefillRecord,
+    RequestRecord,
+    RoundRecord,
+)
 
 LOAD_STEP = "load"
 
@@ -74,11 +81,17 @@ class ProgressSink:
         self.failed = 0
         self._lock = threading.Lock()
 
-    def __call__(self, rec: RequestRecord, *rest: Any) -> None:
-        self.sink(rec, *rest)
+    def __call__(
+        self,
+        record: RequestRecord,
+        chunks: list[ChunkTiming],
+        rounds: list[RoundRecord],
+        prefill: PrefillRecord | None,
+    ) -> None:
+        self.sink(record, chunks, rounds, prefill)
         with self._lock:
             self.done += 1
-            self.failed += rec.status != "ok"
+            self.failed += record.status != "ok"
         self.progress.requests(self.done, self.failed, self.total)
 
 

@@ -151,19 +151,19 @@ class _ArmBase(_Model):
     role: Literal["baseline", "speculative", "alternative", "extra"]
     url: str | None = None  # an endpoint someone else runs: no start, no drill, partial manifest
     compare_to: str | None = None
-    budget: BudgetModel = Field(default_factory=BudgetModel)
+    budget: BudgetModel = Field(default_factory=lambda: BudgetModel())
     drill: bool | None = None  # None: drill the speculative arm
     model_name: str | None = None  # the model id sent in requests (default: the endpoint's)
 
 
 class BuiltinArm(_ArmBase):
     engine: Literal["builtin"]
-    options: BuiltinOptions = Field(default_factory=BuiltinOptions)
+    options: BuiltinOptions = Field(default_factory=lambda: BuiltinOptions())
 
 
 class LlamaCppArm(_ArmBase):
     engine: Literal["llamacpp"]
-    options: LlamaCppOptions = Field(default_factory=LlamaCppOptions)
+    options: LlamaCppOptions = Field(default_factory=lambda: LlamaCppOptions())
 
 
 class VllmArm(_ArmBase):
@@ -178,7 +178,7 @@ class SglangArm(_ArmBase):
 
 class OpenAIArm(_ArmBase):
     engine: Literal["openai"]
-    url: str  # type: ignore[assignment]  # required: specpilot cannot start a managed API
+    url: str  # required: specpilot cannot start a managed API
     options: None = None
 
 
@@ -234,11 +234,11 @@ class PilotConfig(_Model):
     arms: list[Arm] = Field(min_length=2)
     repetitions: int = Field(1, ge=1)
     representative_traffic: bool = False  # True only when arrivals/prompts are the service's own
-    load: LoadSettings = Field(default_factory=LoadSettings)
+    load: LoadSettings = Field(default_factory=lambda: LoadSettings())
     quality: dict[str, Any] = Field(default_factory=dict)  # QualityConfig (specpilot.quality)
     analysis: dict[str, Any] = Field(default_factory=dict)  # AnalysisConfig (specpilot.analysis)
-    drill: DrillSettings = Field(default_factory=DrillSettings)
-    compat: CompatSettings = Field(default_factory=CompatSettings)
+    drill: DrillSettings = Field(default_factory=lambda: DrillSettings())
+    compat: CompatSettings = Field(default_factory=lambda: CompatSettings())
     quick: dict[str, Any] | None = None  # overrides applied by --quick
     profile: Literal["full", "quick"] = "full"  # set by --quick, recorded with the pilot
 

@@ -42,9 +42,7 @@ class Gates:
         return self._plan
 
     def compat(self, backend: Any, url: str, model: str, run: Any) -> list[CompatRecord]:
-        from specpilot.quality.compat import run_compat
-
-        from specpilot.quality.compat import FEATURES
+        from specpilot.quality.compat import FEATURES, run_compat
 
         features = self.compat_features or FEATURES
         return run_compat(url, arm=run.arm.name, run_id=run.run_id, model=model, features=features)
