@@ -39,8 +39,11 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"
 
+# The embedded default pilot (src/specpilot/data/pilots/default.yaml): three builtin arms and
+# three llama.cpp arms through off-peak, peak and burst, quality gates, the rollback drill and
+# the verdict; report.html/.md/.json and pilot.duckdb land in runs/<timestamp>/.
 demo: install
-	$(BIN)/specpilot demo
+	$(BIN)/specpilot pilot
 
 check: install
 	$(BIN)/ruff format --check src tests benchmarks

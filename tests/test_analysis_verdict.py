@@ -170,7 +170,7 @@ def test_pilot_hypothesis_reasons() -> None:
     v = verdict(d)
     text = " | ".join(v.hypothesis_reasons)
     assert v.pilot_hypothesis and v.summary.endswith("(PILOT_HYPOTHESIS)")
-    assert "traffic was synthetic" in text
+    assert "traffic not representative" in text
     assert "code at off_peak: 12 paired requests < 30" in text
     assert "group longform has no paired requests" in text
 
@@ -323,3 +323,53 @@ def test_arm_plan_pairs_candidates_with_plain_arms_on_their_engine() -> None:
         {"phases": [{"arrival": {"kind": "trace"}}, {"arrival": {"kind": "gamma"}}]}
     )
     assert not representative({})
+
+
+def test_the_alternative_answers_only_for_the_baselines_engine() -> None:
+    """An extra pair on another engine (llama.cpp plain vs n-gram) is judged against its own
+    plain arm; the builtin equal-budget alternative is not compared with it."""
+    import dataclasses
+
+    from specpilot.records import ArmRecord, StrategySpec
+
+    data = case(cells(0.8, alt=0.6))
+    rename = {"base": ("lc", "run-lc"), "spec": ("lc-ngram", "run-lcn")}
+    data.requests += [
+        dataclasses.replace(r, arm=rename[r.arm][0], run_id=rename[r.arm][1])
+        for r in data.requests
+        if r.arm in rename
+    ]
+    data.phases += [
+        dataclasses.replace(p, arm=rename[p.arm][0], run_id=rename[p.arm][1])
+        for p in data.phases
+        if p.arm in rename
+    ]
+    data.arms += [
+        ArmRecord("p", "run-lc", "lc", "extra", "llamacpp", run_order=3),
+        ArmRecord(
+            "p",
+            "run-lcn",
+            "lc-ngram",
+            "extra",
+            "llamacpp",
+            strategy=StrategySpec("ngram", ngram_type="ngram-mod"),
+            run_order=4,
+        ),
+    ]
+    a = analyze(data, CFG)
+    by = {v.candidate_arm: v for v in a.verdicts}
+    assert set(by) == {"spec", "lc-ngram"}
+    assert "equal-budget alternative alt is faster" in (by["spec"].bottleneck or "")
+    assert "alternative" not in (by["lc-ngram"].bottleneck or "")
+    assert not any(c.baseline_arm == "alt" and c.candidate_arm == "lc-ngram" for c in a.comparisons)
+
+
+def test_net_slower_without_round_data_says_so() -> None:
+    """An engine without per-round timings (llama.cpp) that is clearly slower end to end is
+    called net slower with the size of the loss, not "a gain too small to show"."""
+    v = verdict(case(cells(1.5), rounds=False))
+    assert v.verdict == "DO_NOT_ADOPT"
+    assert v.bottleneck is not None and v.bottleneck.startswith(
+        "net slower end to end: task time +"
+    )
+    assert "no per-round timings" in v.bottleneck

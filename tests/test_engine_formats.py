@@ -50,10 +50,10 @@ def test_q4_recovers_the_ggufs_own_q4_1_blocks() -> None:
     """Quantising a Q4_1 tensor's dequantised values gives back the file's blocks exactly."""
     import gguf
 
+    from specpilot.engine.gguf_read import read_gguf
     from specpilot.engine.loader import default_target_path
 
-    reader = gguf.GGUFReader(str(default_target_path()))
-    t = next(t for t in reader.tensors if t.name == "blk.0.ffn_down.weight")
+    t = read_gguf(default_target_path()).tensors["blk.0.ffn_down.weight"]
     assert t.tensor_type == gguf.GGMLQuantizationType.Q4_1
     shape = [int(x) for x in reversed(t.shape)]
     w = torch.from_numpy(np.asarray(gguf.quants.dequantize(t.data, t.tensor_type)).reshape(shape))
@@ -69,10 +69,10 @@ def test_q4_recovers_the_ggufs_own_q4_1_blocks() -> None:
 def _gguf_tensor(name: str) -> tuple[torch.Tensor, object]:
     import gguf
 
+    from specpilot.engine.gguf_read import read_gguf
     from specpilot.engine.loader import default_target_path
 
-    reader = gguf.GGUFReader(str(default_target_path()))
-    t = next(t for t in reader.tensors if t.name == name)
+    t = read_gguf(default_target_path()).tensors[name]
     shape = [int(x) for x in reversed(t.shape)]
     deq = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type)).reshape(shape)
     return torch.from_numpy(deq.copy()), t.tensor_type

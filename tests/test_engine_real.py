@@ -1,7 +1,7 @@
 """Greedy identity on the real default target (SmolLM2-135M, fp32) with test drafts.
 
 24 prompts of mixed kinds (Chinese business text, code, JSON, prose, chat), k in {1, 3, 5},
-batch 1 and batch 4. Two test drafts cover the edges: a 4-layer truncated copy of the target
+batch 1 and batch 4 (each k on its share of the prompts; together they cover all of them). Two test drafts cover the edges: a 4-layer truncated copy of the target
 (untrained: the first draft token is rejected in most rounds) and an exact copy (every draft
 accepted, so the draft's cache must receive the last draft token before the next round).
 fp32 is used because greedy identity is exact there; bf16 drifts at near-ties (R1).
@@ -52,7 +52,9 @@ def test_prompts_are_mixed_and_outputs_nontrivial(plain, chat_ids) -> None:
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_batch4_greedy_speculative_equals_plain(truncated_engine, plain, chat_ids, k) -> None:
     rounds = []
-    for i in range(0, len(chat_ids), 4):
+    # half of the batches for each k (k = 1 and 5 the even ones, k = 3 the odd): every prompt
+    # is checked at batch 4, at half the cost of all three k on all of them
+    for i in range(4 * (k // 2 % 2), len(chat_ids), 8):
         batch = chat_ids[i : i + 4]
         results = truncated_engine.generate_batch(batch, [GREEDY] * len(batch), [k] * len(batch))
         for j, r in enumerate(results):

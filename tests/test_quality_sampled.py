@@ -97,7 +97,9 @@ def test_a_wrong_acceptance_rule_is_caught_and_the_right_one_is_not(quality_pass
         + run("speculative", Engine, 3)
         + run("broken", _broken_engine_class(), 3)
     )
-    assert all(o.error is None and len(o.tokens) == 24 for o in outs), [(o.arm, o.error, len(o.tokens)) for o in outs if o.error or len(o.tokens) != 24]
+    assert all(o.error is None and len(o.tokens) == 24 for o in outs), [
+        (o.arm, o.error, len(o.tokens)) for o in outs if o.error or len(o.tokens) != 24
+    ]
     broken = {
         t.test: t for t in distribution_tests(outs, "baseline", "broken", cfg.positions, cfg.span)
     }

@@ -277,6 +277,23 @@ def bottleneck(
             f"the equal-budget alternative {alt_better[0].baseline_arm} is faster: give the draft's resources to it",
             conds,
         )
+    slower = [
+        c
+        for c in inp.comparisons
+        if c.task_group == group and c.outcome == "slower" and c.task_rel_change.estimate
+    ]
+    if slower:
+        w = max(slower, key=lambda c: c.task_rel_change.estimate or 0.0)
+        why = (
+            "the engine reports no per-round timings to split it into verification, draft and "
+            "acceptance"
+            if rs is None
+            else "decode alone is faster, so the loss is outside decode (prefill, queueing)"
+        )
+        return (
+            f"net slower end to end: task time {w.task_rel_change.estimate:+.0%} at {w.phase}; {why}",
+            conds,
+        )
     return (
         "the decode gain does not show end to end (task-time change within its confidence interval)",
         conds,

@@ -142,7 +142,8 @@ def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
     pairs = list(a.plan.pairs)
     if a.plan.alternative and a.plan.baseline:
         pairs.append((a.plan.baseline, a.plan.alternative))
-        pairs += [(a.plan.alternative, c) for c in a.plan.candidates]
+        # the equal-budget alternative answers only for candidates on the baseline's engine
+        pairs += [(a.plan.alternative, c) for b, c in a.plan.pairs if b == a.plan.baseline]
     a.comparisons = paired.comparisons_for(table, pairs, **kw)
 
 
@@ -238,15 +239,18 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
     base = a.plan.baseline or ""
     rep = representative(data.pilot.config)
     for b, c in a.plan.pairs:
+        # an extra pair (e.g. llama.cpp plain vs n-gram) has no equal-budget alternative of its
+        # own: the builtin baseline's alternative runs another engine and answers nothing there
+        alt = a.plan.alternative if b == a.plan.baseline else None
         inp = DecisionInputs(
             candidate_arm=c,
             baseline_arm=b,
-            alternative_arm=a.plan.alternative,
+            alternative_arm=alt,
             comparisons=[x for x in a.comparisons if (x.baseline_arm, x.candidate_arm) == (b, c)],
             alt_comparisons=[
                 x
                 for x in a.comparisons
-                if (x.baseline_arm, x.candidate_arm) == (a.plan.alternative, c)
+                if alt is not None and (x.baseline_arm, x.candidate_arm) == (alt, c)
             ],
             gates=[g for g in a.gates if g.arm == c],
             stages=a.stages,

@@ -71,7 +71,16 @@ def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan
 
 
 def representative(config: dict[str, Any]) -> bool:
-    """Representative traffic: every phase's arrivals replay a trace (``kind: trace``)."""
+    """Representative traffic: the pilot config says so (``representative_traffic``: its
+    prompts and arrivals are the service's own); without that key, every phase's arrivals
+    replay a trace (``kind: trace``). A trace's arrivals with built-in prompts are not
+    representative: the pilot config marks such runs ``representative_traffic: false``.
+
+        >>> representative({"representative_traffic": False, "phases": [{"arrival": {"kind": "trace"}}]})
+        False
+    """
+    if "representative_traffic" in config:
+        return bool(config["representative_traffic"])
     kinds = list(_arrival_kinds(config))
     return bool(kinds) and all(k == "trace" for k in kinds)
 

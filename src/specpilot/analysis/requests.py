@@ -6,7 +6,7 @@ status is ok, no key quality check on it failed, TTFT <= its group's TTFT SLO an
 deadline. Warm-up requests are dropped here; cold-start requests are kept and flagged, so the
 load figures can keep them apart from the steady state.
 
-    >>> from specpilot.records import RequestRecord as R
+    >>> from specpilot.records import DRILL_PHASE, RequestRecord as R
     >>> t = RequestTable.build([
     ...     R("r", "base", "peak", "code", "peak-000000", 0.0, "ok", sent_t=0.0, first_content_t=0.2,
     ...       done_t=1.2, output_tokens=11, deadline_s=2.0, ttft_slo_s=0.5),
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from specpilot.analysis.columns import factorize, fromiter
-from specpilot.records import ArmRecord, QualityRecord, RequestRecord
+from specpilot.records import DRILL_PHASE, ArmRecord, QualityRecord, RequestRecord
 
 STATUSES = ("ok", "timeout", "rejected", "error", "cancelled", "not_sent")
 OBJECT_COLUMNS = ("run_id", "arm", "phase", "task_group", "request_id", "prompt_id", "status")
@@ -92,8 +92,9 @@ class RequestTable:
         quality: Sequence[QualityRecord] = (),
         arms: Sequence[ArmRecord] = (),
     ) -> RequestTable:
-        """From records (one pass per field)."""
-        reqs = [r for r in requests if not r.warmup]
+        """From records (one pass per field); warm-up and the rollback drill's replay
+        (``records.DRILL_PHASE``: reported in the drill section) are left out."""
+        reqs = [r for r in requests if not r.warmup and r.phase != DRILL_PHASE]
         cols: dict[str, Any] = {
             a: np.array([getattr(r, a) for r in reqs], dtype=object) for a in OBJECT_COLUMNS
         }
@@ -119,7 +120,7 @@ class RequestTable:
             raise ValueError(f"request columns missing: {missing}")
         keep = ~np.asarray(
             cols.get("warmup", np.zeros(len(cols["status"]), dtype=bool)), dtype=bool
-        )
+        ) & (np.asarray(cols["phase"], dtype=object) != DRILL_PHASE)
         obj = {a: np.asarray(cols[a], dtype=object)[keep] for a in OBJECT_COLUMNS}
         f = {a: np.asarray(cols[a], dtype=np.float64)[keep] for a in FLOAT_COLUMNS}
         sent, first, done, out = f["sent_t"], f["first_content_t"], f["done_t"], f["output_tokens"]

@@ -39,7 +39,7 @@ from specpilot.analysis.columns import (
     quantiles_by,
     sum_by,
 )
-from specpilot.records import RequestRounds
+from specpilot.records import DRILL_PHASE, RequestRounds
 
 HIST_BINS = 10  # per-request acceptance rate in [0, 0.1), ..., [0.9, 1.0]
 KEYS = ("arm", "task_group", "phase")
@@ -149,10 +149,12 @@ class RoundsTable:
             p = np.asarray(cols.get(k, np.zeros((n, 0))), dtype=np.int64)
             pos.append(p if p.ndim == 2 else p.reshape(n, -1 if n else 0))
         width = max(p.shape[1] for p in pos)
-        pos = [np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in pos]
-        col = {a: np.asarray(cols[a], dtype=np.float64) for a in FLOAT_FIELDS}
-        col.update({a: np.asarray(cols[a], dtype=np.int64) for a in INT_FIELDS})
-        labels = {k: np.asarray(cols[k], dtype=object) for k in KEYS}
+        # the rollback drill's replay is reported in the drill section, not as a phase
+        keep = np.asarray(cols["phase"], dtype=object) != DRILL_PHASE
+        pos = [np.pad(p, ((0, 0), (0, width - p.shape[1])))[keep] for p in pos]
+        col = {a: np.asarray(cols[a], dtype=np.float64)[keep] for a in FLOAT_FIELDS}
+        col.update({a: np.asarray(cols[a], dtype=np.int64)[keep] for a in INT_FIELDS})
+        labels = {k: np.asarray(cols[k], dtype=object)[keep] for k in KEYS}
         return cls(labels, col, pos[0], pos[1])
 
     def __len__(self) -> int:

@@ -33,7 +33,8 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
     )
     if not rep:
         out.append(
-            "traffic was synthetic (no trace arrivals or imported prompts): not representative"
+            "traffic not representative of the service (its own prompts replayed on its own "
+            "trace's arrivals; set representative_traffic: true in the pilot config when they are)"
         )
     if inp.steady_requests == 0:
         out.append("only cold-start requests were measured: no steady state")

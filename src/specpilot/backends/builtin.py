@@ -282,3 +282,36 @@ class BuiltinBackend(SubprocessLifecycle):
         self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> ResponseExtras:
         return response_extras(obj, headers)
+
+
+def calibration_from_metrics(text: str) -> dict[str, Any]:
+    """What the builtin server's load-time calibration chose and measured, from ``/metrics``:
+    the weight format per role (``specpilot_weight_format_info``), the chosen format's forward
+    times and verify-cost ratios by (batch, tokens). Empty when the server exposes none.
+
+        >>> t = ('specpilot_weight_format_info{model_name="m",role="target",format="bf16",'
+        ...      'mode="measured",hardware="avx512_bf16"} 1.0\\n'
+        ...      'specpilot_calibration_verify_cost_ratio{model_name="m",batch="1",tokens="4"} 1.04\\n')
+        >>> c = calibration_from_metrics(t)
+        >>> c["formats"]["target"], c["mode"], c["ratio"]
+        ('bf16', 'measured', [{'batch': 1, 'tokens': 4, 'ratio': 1.04}])
+    """
+    out: dict[str, Any] = {"formats": {}, "forward_s": [], "ratio": []}
+    for s in prom.parse(text):
+        lab = s.labels
+        if s.name == "specpilot_weight_format_info" and s.value == 1.0:
+            out["formats"][lab.get("role", "target")] = lab.get("format")
+            out["mode"], out["hardware"] = lab.get("mode"), lab.get("hardware")
+        elif s.name == "specpilot_calibration_forward_seconds":
+            out["forward_s"].append(
+                {"batch": int(lab["batch"]), "tokens": int(lab["tokens"]), "seconds": s.value}
+            )
+        elif s.name == "specpilot_calibration_verify_cost_ratio":
+            out["ratio"].append(
+                {"batch": int(lab["batch"]), "tokens": int(lab["tokens"]), "ratio": s.value}
+            )
+        elif s.name == "specpilot_calibration_duration_seconds":
+            out["seconds"] = s.value
+    for key in ("forward_s", "ratio"):
+        out[key].sort(key=lambda r: (r["batch"], r["tokens"]))
+    return out if out["formats"] or out["ratio"] else {}

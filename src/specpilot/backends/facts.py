@@ -62,16 +62,15 @@ def model_file(role: str, path: str | Path | None) -> ModelFile | None:
 def gguf_tokenizer_sha256(path: str) -> str | None:
     """Hash of a GGUF's ``tokenizer.*`` metadata (tokens, merges, specials, chat template)."""
     try:
-        import gguf
+        from specpilot.engine.gguf_read import read_gguf
+
+        fields = read_gguf(path).fields
     except ImportError:
         return None
-    reader = gguf.GGUFReader(path)
     h = hashlib.sha256()
-    for key in sorted(k for k in reader.fields if k.startswith("tokenizer.")):
+    for key in sorted(k for k in fields if k.startswith("tokenizer.")):
         h.update(key.encode() + b"\0")
-        h.update(
-            json.dumps(reader.fields[key].contents(), ensure_ascii=False, default=str).encode()
-        )
+        h.update(json.dumps(fields[key], ensure_ascii=False, default=str).encode())
     return h.hexdigest()
 
 

@@ -55,6 +55,29 @@ def wait_healthy(url: str, timeout_s: float, proc: ServerProcess | None = None) 
     raise BackendError(f"server not healthy at {url} after {timeout_s:g}s{tail}")
 
 
+PARENT_ENV = "SPECPILOT_DIE_WITH_PARENT"
+
+
+def die_with_parent(poll_s: float = 1.0) -> None:
+    """In a server subprocess started by ``ServerProcess``: stop (SIGTERM to itself) once the
+    process that started it is gone, so a killed pilot or test leaves no orphan engine holding
+    the cores. A watcher thread compares the parent pid (a process-level check: prctl's
+    PDEATHSIG would fire when the *thread* that started the server ends, e.g. the drill's)."""
+    want = os.environ.get(PARENT_ENV)
+    if not want:
+        return
+    parent = int(want)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    import threading
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
 class ServerProcess:
     """A server subprocess with its log in a file; ``start`` returns once /health answers 200."""
 
@@ -79,7 +102,7 @@ class ServerProcess:
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         fd, name = tempfile.mkstemp(prefix="specpilot-server-", suffix=".log")
         self.log_path = Path(name)
-        env = {**os.environ, **(self.env or {})}
+        env = {**os.environ, **(self.env or {}), PARENT_ENV: str(os.getpid())}
         with os.fdopen(fd, "wb") as log:
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -105,6 +105,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specpilot.backends.process import die_with_parent
+
+    die_with_parent()  # started by a pilot or a test: stop when it is gone
     try:
         import uvicorn
 

@@ -62,13 +62,6 @@ def default_target_path() -> Path:
     return path
 
 
-def _gguf_field(reader: Any, key: str, default: Any = None) -> Any:
-    field = reader.fields.get(key)
-    if field is None:
-        return default
-    return field.contents()
-
-
 def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's q/k row permutation (interleaved rope -> Hugging Face rotate_half)."""
     rows = w.shape[0]
@@ -78,24 +71,30 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
 def _gguf_state(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     import gguf
 
-    reader = gguf.GGUFReader(str(path))
-    arch = _gguf_field(reader, "general.architecture")
+    from specpilot.engine.gguf_read import read_gguf
+
+    g = read_gguf(path)
+
+    def _gguf_field(key: str, default: Any = None) -> Any:
+        return g.fields.get(key, default)
+
+    arch = _gguf_field("general.architecture")
     if arch != "llama":
         raise ModelLoadError(f"{path}: architecture {arch!r} is not Llama-family (need 'llama')")
-    n_heads = int(_gguf_field(reader, "llama.attention.head_count"))
-    n_kv = int(_gguf_field(reader, "llama.attention.head_count_kv", n_heads))
-    tensors = {t.name: t for t in reader.tensors}
+    n_heads = int(_gguf_field("llama.attention.head_count"))
+    n_kv = int(_gguf_field("llama.attention.head_count_kv", n_heads))
+    tensors = g.tensors
     emb = tensors["token_embd.weight"]
     cfg = LlamaConfig(
         vocab_size=int(emb.shape[1]),
-        dim=int(_gguf_field(reader, "llama.embedding_length")),
-        n_layers=int(_gguf_field(reader, "llama.block_count")),
+        dim=int(_gguf_field("llama.embedding_length")),
+        n_layers=int(_gguf_field("llama.block_count")),
         n_heads=n_heads,
         n_kv_heads=n_kv,
-        ffn_dim=int(_gguf_field(reader, "llama.feed_forward_length")),
-        rope_theta=float(_gguf_field(reader, "llama.rope.freq_base", 10000.0)),
-        norm_eps=float(_gguf_field(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5)),
-        context_length=int(_gguf_field(reader, "llama.context_length", 2048)),
+        ffn_dim=int(_gguf_field("llama.feed_forward_length")),
+        rope_theta=float(_gguf_field("llama.rope.freq_base", 10000.0)),
+        norm_eps=float(_gguf_field("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+        context_length=int(_gguf_field("llama.context_length", 2048)),
         tie_embeddings="output.weight" not in tensors,
     )
 

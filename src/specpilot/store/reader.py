@@ -17,7 +17,7 @@ from typing import Any
 
 import duckdb
 
-from specpilot.records import PilotData, RequestRounds
+from specpilot.records import ArmRecord, PilotData, RequestRounds, VerifyCostPoint
 from specpilot.store import aggregates, codec
 from specpilot.store.aggregates import as_lists
 from specpilot.store.schema import TABLES, PilotFileError, _tables
@@ -63,9 +63,10 @@ def pilot_data(
                 return codec.records_of(TABLES[name].record, cols[name].result())
             return codec.read(con, TABLES[name])
 
+        arms = typed("arms")
         return PilotData(
             pilot=pilots[0],
-            arms=typed("arms"),
+            arms=arms,
             phases=typed("phases"),
             requests=[] if columns else typed("requests"),
             request_rounds=[]
@@ -74,7 +75,7 @@ def pilot_data(
             request_columns=req.result() if req is not None else None,
             request_rounds_columns=rr.result() if columns else None,
             prefills=typed("prefills"),
-            verify_costs=costs.result(),
+            verify_costs=[*costs.result(), *calibration_points(arms)],
             chunk_gaps=gaps.result(),
             snapshots=typed("snapshots"),
             quality=typed("quality"),
@@ -84,6 +85,33 @@ def pilot_data(
             drills=typed("drills"),
             rounds=typed("rounds") if rounds else [],
         )
+
+
+def calibration_points(arms: list[ArmRecord]) -> list[VerifyCostPoint]:
+    """The engine's own load-time measurement of the verify-cost curve, from each arm's
+    manifest (``calibration.forward_s``: the chosen format's forward seconds by batch and new
+    tokens), once per arm (its first run)."""
+    out: list[VerifyCostPoint] = []
+    seen: set[str] = set()
+    for a in sorted(arms, key=lambda a: (a.run_order, a.repetition)):
+        cal = (a.manifest or {}).get("calibration") or {}
+        if a.arm in seen or not cal.get("forward_s"):
+            continue
+        seen.add(a.arm)
+        fmt = (cal.get("formats") or {}).get("target")
+        for row in cal["forward_s"]:
+            out.append(
+                VerifyCostPoint(
+                    arm=a.arm,
+                    source="calibration",
+                    tokens=int(row["tokens"]),
+                    batch_size=int(row["batch"]),
+                    samples=int(row.get("samples", 0)),
+                    median_s=float(row["seconds"]),
+                    dtype=fmt,
+                )
+            )
+    return out
 
 
 def read_pilot(path: str | Path, *, rounds: bool = False, columns: bool = False) -> PilotData:

@@ -1,0 +1,133 @@
+"""``specpilot pilot [PILOT.yaml] [--quick] [--out DIR] [--dry-run]``: the whole pilot.
+
+Runs every arm of the pilot on one schedule (baseline, one speculative strategy, the
+equal-budget alternative, any extra arms), gates quality, drills the rollback, then writes the
+analysis and the verdict: ``report.html``, ``report.md``, ``report.json`` and the pilot's
+``pilot.duckdb`` in ``--out`` (default ``runs/<timestamp>/``). Without a file it runs the
+embedded default (SmolLM2-135M + the shipped draft on the builtin engine, llama.cpp beside it).
+
+``--dry-run`` checks the config (one switch at a time between arms), prints the arms, what
+each is compared with, the exact launch commands and the schedule, and starts nothing.
+Running the same command again with the same ``--out`` resumes an interrupted pilot.
+
+    specpilot pilot --quick --out runs/quick          # the embedded default, quick profile
+    specpilot pilot examples/pilot-vllm-gpu.yaml --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pilot",
+        help="run a three-arm pilot end to end and write the verdict",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("config", nargs="?", default=None, help="pilot YAML (default: the embedded one)")
+    p.add_argument("--quick", action="store_true", help="the config's quick profile")
+    p.add_argument("--out", default=None, help="output directory (default runs/<timestamp>)")
+    p.add_argument("--dry-run", action="store_true", help="check and print the plan; start nothing")
+    p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    p.add_argument("--quiet", action="store_true", help="no live progress (CI is quiet anyway)")
+    p.set_defaults(func=run)
+
+
+def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
+    """What ``--dry-run`` prints: arms, references, strategies, frozen settings, commands."""
+    from specpilot.pilot.arms import check_one_switch, plan_arms
+    from specpilot.pilot.engines import make_backend
+    from specpilot.workload import build_schedule
+
+    plans = plan_arms(cfg)
+    check_one_switch(plans)
+    wl = cfg.workload
+    schedule = build_schedule(wl) if isinstance(wl, str) else build_schedule(wl, base_dir=base_dir)
+    arms = []
+    for p in plans:
+        backend = make_backend(p)
+        command = backend.command() if hasattr(backend, "command") else None
+        if p.engine == "llamacpp" and p.url is None:
+            command = backend.cfg.flags()
+        arms.append(
+            {
+                "name": p.name,
+                "role": p.role,
+                "engine": p.engine,
+                "compared_with": p.reference,
+                "strategy": p.strategy.to_dict(),
+                "frozen": p.frozen,
+                "capacity": p.capacity,
+                "budget": p.budget.to_dict(),
+                "drill": p.drill,
+                "url": p.url,
+                "launch": command,
+            }
+        )
+    return {
+        "name": cfg.name,
+        "profile": cfg.profile,
+        "config_sha256": cfg.sha256(),
+        "repetitions": cfg.repetitions,
+        "arms": arms,
+        "schedule": schedule.summary(),
+    }
+
+
+def _print_plan(plan: dict[str, Any]) -> None:
+    print(f"pilot {plan['name']} ({plan['profile']}), config sha256 {plan['config_sha256'][:12]}")
+    for a in plan["arms"]:
+        s = a["strategy"]
+        strat = (
+            "plain"
+            if s["kind"] == "none"
+            else f"{s['kind']} k={s['k']} {s.get('draft_id') or s.get('ngram_type') or ''}"
+        )
+        ref = f" vs {a['compared_with']}" if a["compared_with"] else ""
+        print(f"  {a['name']:<16} {a['role']:<11} {a['engine']:<8} {strat}{ref}")
+        if a["launch"]:
+            print("      " + " ".join(str(x) for x in a["launch"]))
+        elif a["url"]:
+            print(f"      endpoint {a['url']} (given by URL: not started, not drilled)")
+    sch = plan["schedule"]
+    phases = ", ".join(
+        f"{p['name']} {p['duration_s']:g}s x {p['offered_rate']:g}/s" for p in sch["phases"]
+    )
+    print(f"  schedule: {sch['requests']} requests per arm: {phases}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specpilot.pilot.config import default_pilot_path, load_pilot
+
+    # resolved: relative paths in a config (traces, workloads) are relative to the real file,
+    # also when it is reached through a link (examples/pilot-default.yaml)
+    path = (Path(args.config) if args.config else default_pilot_path()).resolve()
+    cfg = load_pilot(path, quick=args.quick)
+    if args.dry_run:
+        plan = plan_summary(cfg, path.parent)
+        if args.json:
+            print(json.dumps(plan, indent=2, default=str))
+        else:
+            _print_plan(plan)
+        return 0
+    from specpilot.pilot.progress import PilotProgress
+    from specpilot.pilot.runner import Pilot, default_out_dir
+
+    out = Path(args.out) if args.out else default_out_dir()
+    progress = PilotProgress(quiet=True if args.quiet else None)
+    with progress:
+        result = Pilot(cfg, out, base_dir=path.parent, progress=progress).run()
+    print(result.summary)
+    for kind, f in sorted(result.files.items()):
+        print(f"{kind:>6}: {f}")
+    return 0 if not result.failed_arms else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(1)

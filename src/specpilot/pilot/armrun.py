@@ -1,0 +1,295 @@
+"""One execution of one arm: start, warm up, measured phases, drill, compatibility, quality, stop.
+
+Every step's result goes to the pilot file as it happens; ``ArmRecord.completed_steps`` says
+which steps are done, so a resumed pilot skips them (and reruns a cut phase from its start,
+after deleting what the cut phase had written).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from specpilot.pilot.drill import (
+    DRILL_PHASE,
+    RestartSwitch,
+    RuntimeSwitch,
+    drill_schedule,
+    goodput,
+    not_possible,
+    summarize,
+)
+from specpilot.records import (
+    ArmRecord,
+    ChunkTiming,
+    DrillRecord,
+    PrefillRecord,
+    RequestRecord,
+    RoundRecord,
+)
+
+LOAD_STEP = "load"
+
+
+def load_config(
+    ctx: Any, run_id: str, arm: str, url: str, model: str, extras: Any, **over: Any
+) -> Any:
+    """The load generator's config for one arm (the pilot's load settings)."""
+    from specpilot.loadgen import LoadConfig
+
+    s = ctx.cfg.load
+    opts: dict[str, Any] = dict(
+        api=s.api,
+        model=model,
+        run_id=run_id,
+        arm=arm,
+        timeout_s=s.timeout_s,
+        enforce_deadlines=s.enforce_deadlines,
+        max_concurrency=s.max_concurrency,
+        lag_threshold_s=s.lag_threshold_ms / 1e3,
+        response_extras=extras,
+        seed=ctx.schedule.seed,
+        cold_start_requests=0,
+        phase_timing="back_to_back",
+        progress=False,
+    )
+    opts.update(over)
+    return LoadConfig.build(url, **opts)
+
+
+def served_model(url: str) -> str:
+    import httpx
+
+    try:
+        data = httpx.get(url + "/v1/models", timeout=5.0).json().get("data") or []
+        return str(data[0]["id"]) if data else "default"
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+        return "default"
+
+
+class ProgressSink:
+    """Wraps the store's sink to count done/failed requests for the progress line."""
+
+    def __init__(self, sink: Callable[..., None], progress: Any, total: int) -> None:
+        self.sink = sink
+        self.progress = progress
+        self.total = total
+        self.done = 0
+        self.failed = 0
+        self._lock = threading.Lock()
+
+    def __call__(
+        self,
+        record: RequestRecord,
+        chunks: list[ChunkTiming],
+        rounds: list[RoundRecord],
+        prefill: PrefillRecord | None,
+    ) -> None:
+        self.sink(record, chunks, rounds, prefill)
+        with self._lock:
+            self.done += 1
+            self.failed += record.status != "ok"
+        self.progress.requests(self.done, self.failed, self.total)
+
+
+def run_phases(ctx: Any, run: Any, backend: Any, url: str, model: str, arm_rec: ArmRecord) -> Any:
+    """The warm-up and every measured phase not yet complete, with edges recorded."""
+    from specpilot.loadgen import LoadRunner
+    from specpilot.store import PhaseRecorder
+
+    store = ctx.store
+    done = {
+        p.phase
+        for p in store.records("phases", run_id=run.run_id)
+        if p.status == "complete" and not p.warmup
+    }
+    measured = [p.name for p in ctx.schedule.phases if not p.warmup and p.name not in done]
+    if not measured:
+        return None
+    _clear_phases(store, run.run_id, measured)  # a cut phase reruns from its start
+    cfg = load_config(
+        ctx, run.run_id, run.arm.name, url, model, backend_extras(backend, run.arm.engine)
+    )
+    requests = ctx.schedule.select(measured, warmup=True)
+    sink = ProgressSink(store.sink, ctx.progress, len(requests))
+    runner = LoadRunner(requests, cfg, sink)
+    durations = {p.name: p.duration_s for p in ctx.schedule.phases}
+    PhaseRecorder(store, run.run_id, run.arm.name, scrape_fn(backend, run.arm), durations).attach(
+        runner
+    )
+    ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
+    result = runner.run()
+    store.flush()
+    return result
+
+
+def _clear_phases(store: Any, run_id: str, phases: list[str]) -> None:
+    """Delete every per-request record of ``phases`` of a run (a cut phase's partial data)."""
+    ids = [r.request_id for r in store.records("requests", run_id=run_id) if r.phase in phases]
+    for rid in ids:
+        store.delete("chunks", run_id=run_id, request_id=rid)
+    for table in ("requests", "rounds", "prefills", "snapshots"):
+        for p in phases:
+            store.delete(table, run_id=run_id, phase=p)
+
+
+def backend_extras(backend: Any, engine: str) -> Any:
+    if hasattr(backend, "response_extras"):
+        return backend.response_extras
+    from specpilot.backends import response_extras_for
+
+    return response_extras_for(engine)
+
+
+def scrape_fn(backend: Any, plan: Any) -> Any:
+    if hasattr(backend, "scrape"):
+        return backend.scrape
+    from specpilot.backends import scrape_endpoint
+
+    def scrape(run_id: str, arm: str, phase: str, label: str) -> Any:
+        return scrape_endpoint(plan.engine, backend.endpoint, run_id, arm, phase, label)
+
+    return scrape
+
+
+def baseline_goodput(ctx: Any, phase: str) -> float | None:
+    """Goodput of the baseline arm's first run in ``phase`` (the drill's recovery target)."""
+    base = next((a for a in ctx.plans if a.role == "baseline"), None)
+    if base is None:
+        return None
+    recs = [
+        r for r in ctx.store.records("requests", arm=base.name) if r.phase == phase and not r.warmup
+    ]
+    info = next((p for p in ctx.schedule.phases if p.name == phase), None)
+    if not recs or info is None:
+        return None
+    return goodput(recs, info.duration_s)
+
+
+def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) -> DrillRecord:
+    """Replay the drill phase; switch speculation off after ``switch_after_s``, on again after
+    ``hold_s``; summarise from the drill phase's records."""
+    from specpilot.loadgen import LoadRunner
+
+    plan, d = run.arm, ctx.cfg.drill
+    backend = holder["backend"]
+    if plan.url is not None:
+        return not_possible(
+            run.run_id, plan.name, "the arm is given by URL: specpilot cannot switch or restart it"
+        )
+    if plan.engine == "builtin":
+        switch: Any = RuntimeSwitch(backend.endpoint, ctx.admin_token)
+    elif plan.engine in ("llamacpp", "vllm", "sglang"):
+        port = int(backend.endpoint.rsplit(":", 1)[1])
+        switch = RestartSwitch(
+            backend,
+            make_plain=lambda: ctx.backend_for(plan, port=port, plain=True),
+            make_spec=lambda: ctx.backend_for(plan, port=port),
+            start_timeout_s=ctx.cfg.load.start_timeout_s,
+        )
+    else:
+        return not_possible(run.run_id, plan.name, f"no way to switch {plan.engine} off")
+    requests = drill_schedule(ctx.schedule.requests, d.phase)
+    cfg = load_config(
+        ctx,
+        run.run_id,
+        plan.name,
+        url,
+        model,
+        backend_extras(backend, plan.engine),
+        abort_after_connect_errors=None,
+    )
+    events: list[dict[str, Any]] = []
+    marks: dict[str, float] = {}
+    errors: list[str] = []
+    cfg = cfg.with_options(stages=dict(ctx.schedule.stages), stages_base_dir=ctx.schedule.base_dir)
+    runner = LoadRunner(requests, cfg, ProgressSink(ctx.store.sink, ctx.progress, len(requests)))
+
+    def act() -> None:
+        try:
+            t_run = _wait_for(lambda: runner.t_run)
+            time.sleep(max(0.0, t_run + d.switch_after_s - time.perf_counter()))
+            marks["requested"], marks["in_force"] = switch.off()
+            events.append({"t": marks["requested"], "event": "switch off requested"})
+            events.append({"t": marks["in_force"], "event": "switch off in force (server)"})
+            snap = scrape_fn(switch.current if isinstance(switch, RestartSwitch) else backend, plan)
+            _snapshot(ctx, snap, run.run_id, plan.name, "drill:off")
+            time.sleep(max(0.0, marks["requested"] + d.hold_s - time.perf_counter()))
+            marks["back"], back_in_force = switch.on()
+            marks["back_s"] = back_in_force - marks["back"]
+            events.append({"t": marks["back"], "event": "switch on requested"})
+            events.append({"t": back_in_force, "event": "switch on in force"})
+        except Exception as exc:  # the drill failed: recorded, the pilot goes on
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    actor = threading.Thread(target=act, name="drill", daemon=True)
+    ctx.progress.step(plan.name, f"rollback drill ({switch.kind})")
+    actor.start()
+    result = runner.run()
+    actor.join(timeout=ctx.cfg.load.start_timeout_s)
+    holder["backend"] = switch.current if isinstance(switch, RestartSwitch) else backend
+    ctx.store.flush()
+    if errors or "requested" not in marks:
+        rec = DrillRecord(
+            run.run_id,
+            plan.name,
+            DRILL_PHASE,
+            switch.kind,
+            "failed",
+            reason="; ".join(errors) or "the switch never ran",
+            events=events,
+        )
+    else:
+        rec = summarize(
+            result.records,
+            requested_t=marks["requested"],
+            in_force_t=marks["in_force"],
+            back_t=marks.get("back"),
+            run_id=run.run_id,
+            arm=plan.name,
+            kind=switch.kind,
+            goodput_baseline=baseline_goodput(ctx, d.phase),
+            window_s=d.recovery_window_s,
+            events=events,
+            back_in_force_s=marks.get("back_s"),
+        )
+    ctx.store.add_drills([rec])
+    return rec
+
+
+def not_drilled(run_id: str, plan: Any) -> DrillRecord:
+    """The record of a candidate arm the pilot did not drill, saying why."""
+    if plan.url is not None:
+        return not_possible(
+            run_id,
+            plan.name,
+            "the arm is given by URL: specpilot cannot switch it off or restart it, so its "
+            "rollback was not drilled",
+        )
+    return DrillRecord(
+        run_id, plan.name, DRILL_PHASE, "none", "not_drilled",
+        reason="drill: false for this arm (by default the pilot drills the speculative arm)",
+    )  # fmt: skip
+
+
+def _wait_for(get: Callable[[], float | None], timeout_s: float = 60.0) -> float:
+    deadline = time.monotonic() + timeout_s
+    while (value := get()) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the drill's load run never started")
+        time.sleep(0.01)
+    return value
+
+
+def _snapshot(ctx: Any, scrape: Any, run_id: str, arm: str, label: str) -> None:
+    try:
+        ctx.store.add_snapshots([scrape(run_id, arm, DRILL_PHASE, label)])
+    except Exception:  # a failed scrape does not stop the drill
+        return
+
+
+def updated(rec: ArmRecord, **changes: Any) -> ArmRecord:
+    return dataclasses.replace(rec, **changes)

@@ -1,0 +1,287 @@
+"""Arms of a pilot: the strategy each one switches on, what is frozen, and the R6 check that
+an arm differs from its reference in exactly one switch.
+
+An arm's *reference* is what it is compared with: the speculative and alternative arms are
+compared with the baseline; an ``extra`` arm with a strategy with ``compare_to`` (default: the
+strategy-less arm of its engine). Comparisons stay within one engine: a llama.cpp arm beside
+the builtin ones is reported side by side, never as a difference of one switch.
+
+    >>> from specpilot.pilot.config import parse_pilot
+    >>> cfg = parse_pilot({"workload": "w.yaml", "arms": [
+    ...     {"name": "b", "role": "baseline", "engine": "builtin", "options": {"dtype": "float32"}},
+    ...     {"name": "s", "role": "speculative", "engine": "builtin",
+    ...      "options": {"dtype": "bfloat16", "draft": "shipped:x", "k": 3}}]})
+    >>> check_one_switch(plan_arms(cfg, resolve_files=False))
+    Traceback (most recent call last):
+    ...
+    specpilot.pilot.config.PilotConfigError: arms 's' and 'b' differ in dtype ('bfloat16' vs 'float32'), not only in their strategy: one switch at a time (R6): give both the same dtype
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from specpilot.pilot.config import PilotConfig, PilotConfigError
+from specpilot.records import ResourceBudget, StrategySpec
+
+# Settings that must be equal between an arm and its reference (R6). "capacity" may differ
+# only for the equal-budget alternative, and only where its budget declares it.
+FROZEN = ("target", "tokenizer_sha256", "dtype", "threads", "context_limit")
+CAPACITY = ("max_slots", "max_batch_size", "n_parallel", "max_num_seqs", "gpu_memory_utilization")
+
+
+@dataclass
+class ArmPlan:
+    """One arm, resolved: strategy, frozen settings, capacity, reference, budget."""
+
+    name: str
+    role: str
+    engine: str
+    url: str | None
+    strategy: StrategySpec
+    frozen: dict[str, Any]
+    capacity: dict[str, Any]
+    reference: str | None
+    budget: ResourceBudget
+    drill: bool
+    spec: Any  # the validated arm model (pilot.config)
+    unknown: list[str] = field(default_factory=list)  # frozen fields a URL arm cannot tell
+
+
+def strategy_of(arm: Any) -> StrategySpec:
+    """The one speculative switch the arm's options turn on (kind ``none`` when off)."""
+    o = arm.options
+    if arm.engine == "builtin":
+        if o.draft is None:
+            return StrategySpec()
+        return StrategySpec(kind="draft", k=o.k, draft_id=o.draft)
+    if arm.engine == "llamacpp":
+        if o.draft is not None:
+            params = {"n_min": o.draft_n_min, "p_min": o.draft_p_min}
+            return StrategySpec(kind="draft", k=o.draft_n_max, draft_id=o.draft, params=params)
+        if o.spec_type is not None:
+            params = {"n_max": o.draft_n_max, **o.ngram}
+            kind = "ngram" if o.spec_type.startswith("ngram") else "other"
+            return StrategySpec(kind=kind, k=o.draft_n_max, ngram_type=o.spec_type, params=params)
+        return StrategySpec()
+    if arm.engine in ("vllm", "sglang") and o is not None:
+        sc = getattr(o, "speculative_config", None)
+        if sc is not None:
+            method = str(sc.get("method", ""))
+            kind = (
+                "ngram" if method == "ngram" else ("draft" if method == "draft_model" else "other")
+            )
+            k = sc.get("num_speculative_tokens")
+            return StrategySpec(
+                kind=kind,
+                k=k,
+                draft_id=sc.get("model"),
+                ngram_type=method if kind == "ngram" else None,
+                params={k2: v for k2, v in sc.items() if k2 not in ("model",)},
+            )
+        if o.draft is not None:
+            return StrategySpec(kind="draft", k=o.k, draft_id=o.draft)
+        return StrategySpec()
+    # an endpoint given by URL: specpilot cannot see what it runs
+    return StrategySpec(
+        kind="none" if arm.role in ("baseline", "alternative") else "other",
+        params={"declared_by_role": arm.role, "verified": False},
+    )
+
+
+def _resolved_target(path: str | None) -> str | None:
+    if path is not None:
+        return str(path)
+    from specpilot.engine.loader import default_target_path
+
+    return str(default_target_path())
+
+
+def frozen_of(
+    arm: Any, resolve_files: bool = True
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(frozen settings, capacity settings, unknown fields) of an arm, before it starts.
+
+    ``resolve_files``: hash the model file and its tokenizer (the real check; off in doctests).
+    """
+    o = arm.options
+    cores = os.cpu_count()
+    if arm.url is not None and (o is None or arm.engine == "openai"):
+        return {}, {}, list(FROZEN)
+    if arm.engine == "builtin":
+        target = _resolved_target(o.target)
+        frozen = {
+            "target": target,
+            "dtype": o.dtype,
+            "threads": o.threads or cores,
+            "context_limit": o.max_seq_len,
+        }
+        capacity = {"max_slots": o.max_slots, "max_batch_size": o.max_batch_size or o.max_slots}
+    elif arm.engine == "llamacpp":
+        target = _resolved_target(o.model)
+        frozen = {
+            "target": target,
+            "dtype": "gguf",  # the file's own quantisation: same file, same format
+            "threads": o.threads or cores,
+            "context_limit": o.n_ctx // o.n_parallel,
+        }
+        capacity = {"n_parallel": o.n_parallel}
+    else:  # vllm / sglang started by specpilot
+        target = o.model
+        frozen = {
+            "target": target,
+            "dtype": getattr(o, "dtype", None),
+            "threads": None,
+            "context_limit": getattr(o, "max_model_len", None),
+        }
+        capacity = {
+            "max_num_seqs": getattr(o, "max_num_seqs", None),
+            "gpu_memory_utilization": getattr(o, "gpu_memory_utilization", None),
+        }
+    if resolve_files and target is not None:
+        # the file's content, not its path, is what must be equal
+        frozen["target_path"] = target
+        frozen["target"] = _content_hash(target)
+        frozen["tokenizer_sha256"] = _tokenizer_hash(target)
+    return frozen, capacity, []
+
+
+def _content_hash(path: str) -> str:
+    from specpilot.backends.facts import model_file
+
+    mf = model_file("target", path)
+    return f"sha256:{mf.sha256}" if mf is not None and mf.sha256 else path
+
+
+def _tokenizer_hash(path: str) -> str | None:
+    from specpilot.backends.facts import tokenizer_sha256
+
+    try:
+        return tokenizer_sha256(path)
+    except Exception:  # not a GGUF/HF checkpoint we can read: the model hash still decides
+        return None
+
+
+def _reference(arm: Any, cfg: PilotConfig, strategies: dict[str, StrategySpec]) -> str | None:
+    if arm.compare_to is not None:
+        return str(arm.compare_to)
+    baseline = next(a for a in cfg.arms if a.role == "baseline")
+    if arm.role in ("speculative", "alternative"):
+        return str(baseline.name)
+    if arm.role == "baseline" or strategies[arm.name].kind == "none":
+        return None
+    if arm.url is not None:  # an endpoint we cannot see into: reported side by side
+        return None
+    plain = [
+        a.name
+        for a in cfg.arms
+        if a.engine == arm.engine and a.name != arm.name and strategies[a.name].kind == "none"
+    ]
+    if len(plain) == 1:
+        return str(plain[0])
+    if baseline.engine == arm.engine:
+        return str(baseline.name)
+    raise PilotConfigError(
+        f"arm {arm.name!r} switches on a strategy but has no plain {arm.engine} arm to be "
+        f"compared with: add one (role: extra, no strategy) or set compare_to"
+    )
+
+
+def plan_arms(cfg: PilotConfig, *, resolve_files: bool = True) -> list[ArmPlan]:
+    """Resolve every arm of ``cfg`` (strategy, frozen settings, reference, budget)."""
+    strategies = {a.name: strategy_of(a) for a in cfg.arms}
+    out = []
+    for a in cfg.arms:
+        s = strategies[a.name]
+        if a.role == "speculative" and s.kind == "none":
+            raise PilotConfigError(
+                f"arm {a.name!r} is the speculative arm but switches nothing on: give it a "
+                "draft and k (or an engine's n-gram mode)"
+            )
+        if a.role in ("baseline", "alternative") and s.kind != "none":
+            raise PilotConfigError(
+                f"arm {a.name!r} is the {a.role} arm but switches on a {s.kind} strategy: the "
+                f"{a.role} runs plain decoding (put candidates in role: extra)"
+            )
+        frozen, capacity, unknown = frozen_of(a, resolve_files)
+        b = a.budget
+        matched = b.matched_against
+        if a.role == "alternative" and matched is None:
+            matched = next(x.name for x in cfg.arms if x.role == "speculative")
+        budget = ResourceBudget(
+            memory_bytes=b.memory_bytes,
+            cores=b.cores,
+            devices=list(b.devices),
+            matched_against=matched,
+            notes=list(b.notes),
+        )
+        drill = a.drill if a.drill is not None else (a.role == "speculative")
+        out.append(
+            ArmPlan(
+                name=a.name,
+                role=a.role,
+                engine=a.engine,
+                url=a.url,
+                strategy=s,
+                frozen=frozen,
+                capacity=capacity,
+                reference=_reference(a, cfg, strategies),
+                budget=budget,
+                drill=bool(drill and cfg.drill.enabled),
+                spec=a,
+                unknown=unknown,
+            )
+        )
+    return out
+
+
+def _allowed_capacity(plan: ArmPlan) -> set[str]:
+    if plan.role != "alternative":
+        return set()
+    allowed = set(plan.spec.budget.changes)
+    if plan.spec.budget.derive == "kv_slots":
+        allowed |= {"max_slots", "max_batch_size"}
+    unknown = sorted(allowed - set(CAPACITY))
+    if unknown:
+        raise PilotConfigError(
+            f"arm {plan.name!r}: budget.changes {', '.join(unknown)} are not capacity settings "
+            f"({', '.join(CAPACITY)}): the alternative may change capacity only"
+        )
+    return allowed
+
+
+def check_one_switch(plans: list[ArmPlan]) -> None:
+    """Refuse arms that differ from their reference in more than their one switch (R6)."""
+    by_name = {p.name: p for p in plans}
+    for p in plans:
+        if p.reference is None:
+            continue
+        ref = by_name[p.reference]
+        if ref.engine != p.engine:
+            raise PilotConfigError(
+                f"arm {p.name!r} ({p.engine}) is compared with {ref.name!r} ({ref.engine}): a "
+                "different engine is a second switch; compare within one engine (set compare_to)"
+            )
+        for key in FROZEN:
+            if key in p.unknown or key in ref.unknown:
+                continue
+            a, b = p.frozen.get(key), ref.frozen.get(key)
+            if a != b:
+                raise PilotConfigError(
+                    f"arms {p.name!r} and {ref.name!r} differ in {key} ({a!r} vs {b!r}), not only "
+                    f"in their strategy: one switch at a time (R6): give both the same {key}"
+                )
+        allowed = _allowed_capacity(p)
+        for key in CAPACITY:
+            a, b = p.capacity.get(key), ref.capacity.get(key)
+            if a != b and key not in allowed:
+                what = (
+                    "declare it in budget.changes (the alternative's equal-budget change)"
+                    if p.role == "alternative"
+                    else "keep capacity equal: only the strategy may differ"
+                )
+                raise PilotConfigError(
+                    f"arms {p.name!r} and {ref.name!r} differ in {key} ({a!r} vs {b!r}): {what}"
+                )

@@ -1,0 +1,88 @@
+"""Files an arm needs before it starts: our draft as a GGUF file for llama.cpp.
+
+llama.cpp loads a draft model from GGUF. A specpilot draft directory (``shipped:NAME`` or a
+path) holds only its own layers and a restricted head over the target's embedding; exported,
+it gets the target's tied embedding as its head (the full vocabulary: llama.cpp has no
+restricted head), its layers in f16, and the target's tokenizer copied verbatim. The file is
+cached by the hash of the draft and the target, so a second pilot reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import replace
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """``$SPECPILOT_CACHE/gguf``, else ``$XDG_CACHE_HOME/specpilot/gguf`` (``~/.cache``)."""
+    if os.environ.get("SPECPILOT_CACHE"):
+        return Path(os.environ["SPECPILOT_CACHE"]) / "gguf"
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "specpilot" / "gguf"
+
+
+def _fingerprint(draft_path: Path, target: Path) -> str:
+    from specpilot.backends.facts import model_file
+
+    h = hashlib.sha256()
+    for role, p in (("draft", draft_path), ("target", target)):
+        mf = model_file(role, p)
+        h.update(f"{role}:{mf.sha256 if mf else p}\n".encode())
+    return h.hexdigest()
+
+
+def llamacpp_draft_file(spec: str, target: str | Path | None = None) -> Path:
+    """A GGUF file llama.cpp can load as ``--model-draft`` for the draft ``spec``.
+
+    A ``.gguf`` path is used as it is; a draft directory or ``shipped:NAME`` is exported once
+    (f16, full-vocabulary head) into the cache and reused.
+    """
+    from specpilot.engine.loader import default_target_path
+
+    target_path = Path(target) if target is not None else default_target_path()
+    if spec.endswith(".gguf") and Path(spec).is_file():
+        return Path(spec)
+    from specpilot.engine.draft_format import draft_spec_path
+
+    draft_path = Path(draft_spec_path(spec))
+    key = _fingerprint(draft_path, target_path)
+    out = cache_dir() / f"{draft_path.name}-{key[:16]}.f16.gguf"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    export_full_head(spec, target_path, tmp)
+    tmp.replace(out)
+    return out
+
+
+def export_full_head(spec: str, target: Path, out: Path) -> Path:
+    """Write the draft ``spec`` with the target's full tied head as a GGUF file."""
+    import torch
+
+    from specpilot.engine.gguf_export import write_llama_gguf
+    from specpilot.engine.loader import load_model
+    from specpilot.engine.model import Transformer
+    from specpilot.engine.runtime import load_draft
+
+    loaded = load_model(target, dtype=torch.float32, tokenizer=False)
+    draft = load_draft(spec, loaded, torch.float32)
+    if draft is None:
+        raise ValueError(f"draft {spec!r}: nothing to export")
+    full = Transformer(replace(draft.cfg, tie_embeddings=True))
+    with torch.no_grad():
+        state = {
+            k: v for k, v in draft.state_dict().items() if not k.startswith(("embed.", "lm_head."))
+        }
+        state["embed.weight"] = loaded.model.embed.weight.detach().clone()
+        missing, unexpected = full.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not m.startswith("lm_head.")]
+    if missing or unexpected:
+        raise ValueError(
+            f"draft {spec!r} does not fit a full-head copy: {missing[:3]} {unexpected[:3]}"
+        )
+    return write_llama_gguf(
+        full, out, tokenizer_from=target, name=f"specpilot-{Path(spec).name}", dtype="f16"
+    )

@@ -1,0 +1,426 @@
+"""``pilot.yaml``: arms, the workload they all replay, quality, drill and report settings.
+
+Validated by pydantic at the edge; every error names the line, the field and the fix, e.g.
+``pilot.yaml:14: arms[1].options.k: Input should be greater than or equal to 1 -> use a
+larger value``. Unknown keys are errors (a typo must not fall back to a default).
+
+The smallest useful pilot (the embedded default is ``specpilot/data/pilots/default.yaml``)::
+
+    name: my-pilot
+    workload: workload.yaml            # or the workload inline (groups:, phases:, ...)
+    arms:
+      - {name: baseline, role: baseline, engine: builtin, options: {draft: null}}
+      - {name: speculative, role: speculative, engine: builtin,
+         options: {draft: "shipped:smollm2-135m-instruct-d4", k: 3}}
+      - {name: alternative, role: alternative, engine: builtin, options: {draft: null},
+         budget: {matched_against: speculative, derive: kv_slots}}
+
+``--quick`` deep-merges the file's ``quick:`` section over the rest (shorter phases, fewer
+quality samples) and records that the run was the quick profile.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specpilot.pilot.yamlpos import LineMap
+
+ROLES = ("baseline", "speculative", "alternative", "extra")
+ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class PilotConfigError(ValueError):
+    """A pilot file that does not validate; each line is ``file:line: field: problem -> fix``."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- engine options ------------------------------------------------------------------------
+
+
+class BuiltinOptions(_Model):
+    """``specpilot serve`` (the reference engine). ``draft: null`` loads no draft (k = 0)."""
+
+    target: str | None = None  # GGUF file or checkpoint dir; None: the default target
+    draft: str | None = None  # "shipped:NAME", "truncate:I,J,..." or a path; None: no draft
+    k: int = Field(0, ge=0, le=16)
+    dtype: str = "auto"  # auto | bfloat16 | float32 | what the engine offers
+    threads: int | None = Field(None, ge=1)
+    max_slots: int = Field(4, ge=1)
+    max_batch_size: int | None = Field(None, ge=1)
+    max_seq_len: int = Field(2048, ge=64)
+    max_queued: int = Field(64, ge=0)
+    queue_timeout_s: float = Field(60.0, gt=0)
+    extra_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _draft_k(self) -> BuiltinOptions:
+        if self.draft is None and self.k:
+            raise ValueError(f"k = {self.k} needs a draft: set options.draft or k: 0")
+        if self.draft is not None and not self.k:
+            raise ValueError("a draft with k = 0 never proposes: set k >= 1 or draft: null")
+        return self
+
+
+class LlamaCppOptions(_Model):
+    """llama.cpp through ``xllamacpp``; ``draft: shipped:NAME`` is exported to GGUF first."""
+
+    model: str | None = None  # GGUF; None: the default target
+    draft: str | None = None
+    spec_type: (
+        Literal["draft-simple", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-cache"] | None
+    ) = None
+    draft_n_max: int = Field(3, ge=1)
+    draft_n_min: int = Field(0, ge=0)
+    draft_p_min: float | None = Field(None, ge=0, le=1)
+    n_ctx: int = Field(4096, ge=64)
+    n_parallel: int = Field(2, ge=1)
+    threads: int | None = Field(None, ge=1)
+    ngram: dict[str, int] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _spec(self) -> LlamaCppOptions:
+        if self.spec_type == "draft-simple" and self.draft is None:
+            raise ValueError("spec_type draft-simple needs options.draft")
+        if self.draft is not None and self.spec_type not in (None, "draft-simple"):
+            raise ValueError(
+                f"a draft and spec_type {self.spec_type} are two strategies: one switch at a time"
+            )
+        return self
+
+
+class VllmOptions(_Model):
+    """``vllm serve`` (GPU). Typed fields become flags; ``extra_args`` are passed verbatim."""
+
+    model: str
+    draft: str | None = None
+    k: int = Field(3, ge=1)
+    method: str = "draft_model"
+    speculative_config: dict[str, Any] | None = None
+    dtype: str | None = None
+    max_model_len: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    served_model_name: str | None = None
+    per_request_metrics: Literal["summary", "detailed"] | None = "detailed"  # recent vLLM
+    per_request_timings: bool = True  # --enable-per-request-metrics (recent vLLM)
+    executable: str | None = None
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class SglangOptions(_Model):
+    model: str
+    draft: str | None = None
+    k: int = Field(3, ge=1)
+    algorithm: str = "STANDALONE"
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class BudgetModel(_Model):
+    """The arm's resource budget (R6). The alternative declares what it matched and changed.
+
+    derive: ``kv_slots`` sets the builtin alternative's ``max_slots`` from the speculative
+    arm's measured draft memory (weights + KV) divided by one target KV slot, so the memory the
+    draft took buys target concurrency instead.
+    """
+
+    matched_against: str | None = None
+    memory_bytes: int | None = Field(None, ge=0)
+    cores: int | None = Field(None, ge=1)
+    devices: list[str] = Field(default_factory=list)
+    changes: list[str] = Field(default_factory=list)  # capacity settings changed vs the reference
+    derive: Literal["none", "kv_slots"] = "none"
+    notes: list[str] = Field(default_factory=list)
+
+
+class _ArmBase(_Model):
+    name: str = Field(pattern=NAME_PATTERN)
+    role: Literal["baseline", "speculative", "alternative", "extra"]
+    url: str | None = None  # an endpoint someone else runs: no start, no drill, partial manifest
+    compare_to: str | None = None
+    budget: BudgetModel = Field(default_factory=lambda: BudgetModel())
+    drill: bool | None = None  # None: drill the speculative arm
+    model_name: str | None = None  # the model id sent in requests (default: the endpoint's)
+
+
+class BuiltinArm(_ArmBase):
+    engine: Literal["builtin"]
+    options: BuiltinOptions = Field(default_factory=lambda: BuiltinOptions())
+
+
+class LlamaCppArm(_ArmBase):
+    engine: Literal["llamacpp"]
+    options: LlamaCppOptions = Field(default_factory=lambda: LlamaCppOptions())
+
+
+class VllmArm(_ArmBase):
+    engine: Literal["vllm"]
+    options: VllmOptions | None = None  # None only with url
+
+
+class SglangArm(_ArmBase):
+    engine: Literal["sglang"]
+    options: SglangOptions | None = None
+
+
+class OpenAIArm(_ArmBase):
+    engine: Literal["openai"]
+    url: str  # required: specpilot cannot start a managed API
+    options: None = None
+
+
+Arm = Annotated[
+    BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm, Field(discriminator="engine")
+]
+
+
+# -- the rest of the pilot -------------------------------------------------------------------
+
+
+class LoadSettings(_Model):
+    api: Literal["chat", "completions"] = "chat"
+    timeout_s: float = Field(120.0, gt=0)
+    enforce_deadlines: bool = True
+    max_concurrency: int | None = Field(None, ge=1)
+    lag_threshold_ms: float = Field(10.0, gt=0)
+    start_timeout_s: float = Field(600.0, gt=0)
+
+
+class DrillSettings(_Model):
+    """The rollback drill (R8): replay ``phase`` once more on each drilled arm, switch
+    speculation off ``switch_after_s`` into it, back on ``hold_s`` later."""
+
+    enabled: bool = True
+    phase: str = "peak"
+    switch_after_s: float = Field(5.0, ge=0)
+    hold_s: float = Field(8.0, gt=0)
+    recovery_window_s: float = Field(4.0, gt=0)
+
+
+class CompatSettings(_Model):
+    enabled: bool = True
+    # None: the whole suite (specpilot.quality.compat.FEATURES); a subset runs only those
+    features: list[str] | None = None
+
+    @field_validator("features")
+    @classmethod
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        from specpilot.quality.compat import FEATURES
+
+        bad = [f for f in v or [] if f not in FEATURES]
+        if bad:
+            raise ValueError(f"unknown compat feature(s) {bad}: choose from {', '.join(FEATURES)}")
+        return v
+
+
+class PilotConfig(_Model):
+    name: str = Field("pilot", pattern=NAME_PATTERN)
+    seed: int = 0
+    description: str = ""
+    workload: dict[str, Any] | str
+    arms: list[Arm] = Field(min_length=2)
+    repetitions: int = Field(1, ge=1)
+    representative_traffic: bool = False  # True only when arrivals/prompts are the service's own
+    load: LoadSettings = Field(default_factory=lambda: LoadSettings())
+    quality: dict[str, Any] = Field(default_factory=dict)  # QualityConfig (specpilot.quality)
+    analysis: dict[str, Any] = Field(default_factory=dict)  # AnalysisConfig (specpilot.analysis)
+    drill: DrillSettings = Field(default_factory=lambda: DrillSettings())
+    compat: CompatSettings = Field(default_factory=lambda: CompatSettings())
+    quick: dict[str, Any] | None = None  # overrides applied by --quick
+    profile: Literal["full", "quick"] = "full"  # set by --quick, recorded with the pilot
+
+    @model_validator(mode="after")
+    def _arms(self) -> PilotConfig:
+        names = [a.name for a in self.arms]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"arm names must be unique: {', '.join(dup)} repeated")
+        roles = [a.role for a in self.arms]
+        for role in ("baseline", "speculative"):
+            if roles.count(role) != 1:
+                raise ValueError(
+                    f"a pilot has exactly one {role} arm (found {roles.count(role)}): "
+                    "R6 compares one baseline with exactly one speculative strategy; "
+                    "add more candidates as role: extra"
+                )
+        if roles.count("alternative") > 1:
+            raise ValueError("at most one alternative arm (more candidates: role: extra)")
+        for a in self.arms:
+            for ref, what in (
+                (a.compare_to, "compare_to"),
+                (a.budget.matched_against, "budget.matched_against"),
+            ):
+                if ref is not None and ref not in names:
+                    raise ValueError(
+                        f"arm {a.name!r}: {what} {ref!r} is not an arm ({', '.join(names)})"
+                    )
+                if ref == a.name:
+                    raise ValueError(f"arm {a.name!r}: {what} names the arm itself")
+            if a.engine in ("vllm", "sglang") and a.options is None and a.url is None:
+                raise ValueError(f"arm {a.name!r}: give options (to start {a.engine}) or a url")
+        return self
+
+    def sha256(self) -> str:
+        """Hash of the validated config (YAML formatting and key order do not matter)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def arm(self, name: str) -> Any:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+_FIXES = {
+    "missing": "add it",
+    "extra_forbidden": "remove it or fix its spelling",
+    "literal_error": "use one of the listed values",
+    "union_tag_invalid": "set engine to one of builtin, llamacpp, vllm, sglang, openai",
+    "union_tag_not_found": "add 'engine:'",
+    "greater_than": "use a larger value",
+    "greater_than_equal": "use a larger value",
+    "less_than_equal": "use a smaller value",
+    "too_short": "add entries",
+    "string_pattern_mismatch": "use letters, digits, '_', '-' or '.'",
+    "float_parsing": "write a number",
+    "int_parsing": "write a whole number",
+    "bool_parsing": "write true or false",
+}
+_TAGS = set(ENGINES)
+
+
+def _user_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Drop the discriminator's branch (``builtin``...) and pydantic's union member names."""
+    out = []
+    for i, part in enumerate(loc):
+        if part in _TAGS and i >= 1 and isinstance(loc[i - 1], int):
+            continue
+        if isinstance(part, str) and part.startswith(("str", "dict[", "function-")):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _field_names() -> set[str]:
+    names: set[str] = set()
+    for obj in globals().values():
+        if isinstance(obj, type) and issubclass(obj, _Model) and obj is not _Model:
+            names.update(obj.model_fields)
+    return names
+
+
+def format_errors(exc: ValidationError, where: str, lines: LineMap | None = None) -> str:
+    out = [f"{where}: {exc.error_count()} problem(s)"]
+    for e in exc.errors():
+        path = _user_path(tuple(e["loc"]))
+        msg = e["msg"].removeprefix("Value error, ")
+        fix = _FIXES.get(e["type"])
+        if e["type"] == "extra_forbidden" and path:
+            close = difflib.get_close_matches(str(path[-1]), sorted(_field_names()), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else fix
+        line = lines.line(path) if lines is not None else None
+        at = f"{where}:{line}" if line is not None else where
+        out.append(f"  {at}: {_dotted(path)}: {msg}" + (f" -> {fix}" if fix else ""))
+    return "\n".join(out)
+
+
+def deep_merge(base: Any, over: Any) -> Any:
+    """``over`` merged into ``base``: mappings merge key by key; lists of named items (arms)
+    merge by ``name``; anything else is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = deep_merge(base[k], v) if k in base else copy.deepcopy(v)
+        return out
+    if (
+        isinstance(base, list)
+        and isinstance(over, list)
+        and all(isinstance(x, dict) and "name" in x for x in [*base, *over])
+    ):
+        # lists of named items (arms, phases) merge by name, in the base's order; an override
+        # ``{name: X, drop: true}`` removes X; names only in ``over`` are appended
+        changes = {x["name"]: x for x in over}
+        out_list = []
+        for x in base:
+            o = changes.get(x["name"])
+            if o is None:
+                out_list.append(copy.deepcopy(x))
+            elif not o.get("drop"):
+                out_list.append(deep_merge(x, o))
+        known = {x["name"] for x in base}
+        out_list += [copy.deepcopy(x) for x in over if x["name"] not in known and not x.get("drop")]
+        return out_list
+    return copy.deepcopy(over)
+
+
+def parse_pilot(
+    data: Any, where: str = "pilot", *, quick: bool = False, lines: LineMap | None = None
+) -> PilotConfig:
+    """Validate a pilot mapping; ``quick`` applies its ``quick:`` overrides first."""
+    if not isinstance(data, dict):
+        raise PilotConfigError(f"{where}: expected a mapping at the top level (name:, arms:, ...)")
+    if quick:
+        over = data.get("quick")
+        if not isinstance(over, dict):
+            raise PilotConfigError(
+                f"{where}: --quick needs a 'quick:' section with the overrides of the quick profile"
+            )
+        data = deep_merge({k: v for k, v in data.items() if k != "quick"}, over)
+        data["profile"] = "quick"
+        lines = None  # merged values no longer sit on the file's lines
+    try:
+        return PilotConfig.model_validate(data)
+    except ValidationError as exc:
+        raise PilotConfigError(format_errors(exc, where, lines)) from None
+
+
+def read_pilot_yaml(path: str | Path) -> tuple[dict[str, Any], LineMap]:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"pilot file not found: {p}")
+    text = p.read_text("utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PilotConfigError(f"{p}: not valid YAML ({exc})") from None
+    return data, LineMap.from_text(text)
+
+
+def load_pilot(path: str | Path, *, quick: bool = False) -> PilotConfig:
+    """Read and validate a pilot YAML; a relative ``workload:`` path resolves against it."""
+    p = Path(path)
+    data, lines = read_pilot_yaml(p)
+    cfg = parse_pilot(data, str(p), quick=quick, lines=lines)
+    if isinstance(cfg.workload, str) and not Path(cfg.workload).is_absolute():
+        cfg = cfg.model_copy(update={"workload": str((p.parent / cfg.workload).resolve())})
+    return cfg
+
+
+def default_pilot_path() -> Path:
+    """The embedded default pilot (``make demo``)."""
+    from importlib import resources
+
+    return Path(str(resources.files("specpilot").joinpath("data/pilots/default.yaml")))

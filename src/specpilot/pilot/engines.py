@@ -1,0 +1,176 @@
+"""From an arm's plan to the backend that starts, describes, scrapes and stops its engine.
+
+An arm given by URL gets an :class:`Endpoint`: nothing to start or stop, a manifest that says
+what is unknown, counters only if its engine's ``/metrics`` parser is known, no drill.
+
+    >>> from specpilot.pilot.config import parse_pilot
+    >>> from specpilot.pilot.arms import plan_arms
+    >>> cfg = parse_pilot({"workload": "w.yaml", "arms": [
+    ...   {"name": "b", "role": "baseline", "engine": "vllm", "options": {"model": "m"}},
+    ...   {"name": "s", "role": "speculative", "engine": "vllm",
+    ...    "options": {"model": "m", "draft": "d", "k": 4, "max_num_seqs": 64}}]})
+    >>> plans = plan_arms(cfg, resolve_files=False)
+    >>> cmd = make_backend(plans[1]).command()
+    >>> cmd[cmd.index("--speculative-config") + 1], cmd[cmd.index("--max-num-seqs") + 1]
+    ('{"method": "draft_model", "model": "d", "num_speculative_tokens": 4}', '64')
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specpilot.pilot.arms import ArmPlan
+
+
+def _builtin_args(o: Any, dtype: str | None) -> list[str]:
+    args = ["--dtype", dtype or o.dtype, "--max-slots", str(o.max_slots)]
+    args += ["--max-seq-len", str(o.max_seq_len), "--max-queued", str(o.max_queued)]
+    args += ["--queue-timeout", str(o.queue_timeout_s)]  # admin token: $SPECPILOT_ADMIN_TOKEN
+    if o.threads is not None:
+        args += ["--threads", str(o.threads)]
+    if o.max_batch_size is not None:
+        args += ["--max-batch-size", str(o.max_batch_size)]
+    return args + list(o.extra_args)
+
+
+def _vllm_args(o: Any) -> list[str]:
+    args: list[str] = []
+    for flag, value in (
+        ("--dtype", o.dtype),
+        ("--max-model-len", o.max_model_len),
+        ("--max-num-seqs", o.max_num_seqs),
+        ("--gpu-memory-utilization", o.gpu_memory_utilization),
+        ("--tensor-parallel-size", o.tensor_parallel_size),
+    ):
+        if value is not None:
+            args += [flag, str(value)]
+    return args + list(o.extra_args)
+
+
+def make_backend(
+    plan: ArmPlan,
+    *,
+    dtype: str | None = None,
+    llamacpp_draft: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    port: int | None = None,
+) -> Any:
+    """The backend of an arm (not started). ``dtype`` pins the builtin engine's weight format
+    (every arm of a pilot uses the first arm's choice); ``llamacpp_draft`` is the GGUF file a
+    ``shipped:`` draft was exported to; ``overrides`` replace option fields (the alternative's
+    derived ``max_slots``; the drill's plain restart); ``port`` keeps a restarted engine on
+    its port (the drill)."""
+    if plan.url is not None:
+        return Endpoint(plan)
+    o = plan.spec.options.model_copy(update=overrides or {})
+    if plan.engine == "builtin":
+        from specpilot.backends.builtin import BuiltinBackend
+
+        return BuiltinBackend(
+            target=o.target,
+            draft=o.draft,
+            no_draft=o.draft is None,
+            k=o.k if o.draft is not None else None,
+            per_request_metrics="detailed",
+            extra_args=_builtin_args(o, dtype),
+            port=port or 0,
+        )
+    if plan.engine == "llamacpp":
+        from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
+        from specpilot.engine.loader import default_target_path
+
+        draft = llamacpp_draft if o.draft is not None else None
+        if o.draft is not None and draft is None:
+            draft = o.draft
+        cfg = LlamaCppConfig(
+            model=o.model or default_target_path(),
+            draft=draft,
+            spec_type=o.spec_type,
+            draft_n_max=o.draft_n_max,
+            draft_n_min=o.draft_n_min,
+            draft_p_min=o.draft_p_min,
+            n_ctx=o.n_ctx,
+            n_parallel=o.n_parallel,
+            threads=o.threads,
+            ngram=dict(o.ngram),
+            extra=dict(o.extra),
+            port=port or 0,
+        )
+        return LlamaCppBackend(cfg)
+    if plan.engine == "vllm":
+        from specpilot.backends.vllm import VllmBackend
+
+        return VllmBackend(
+            model=o.model,
+            draft=o.draft,
+            k=o.k,
+            method=o.method,
+            speculative_config=o.speculative_config,
+            served_model_name=o.served_model_name,
+            per_request_metrics=o.per_request_metrics,
+            per_request_timings=o.per_request_timings,
+            executable=o.executable,
+            extra_args=_vllm_args(o),
+            port=port or 0,
+        )
+    if plan.engine == "sglang":
+        from specpilot.backends.sglang import SglangBackend
+
+        return SglangBackend(
+            model=o.model,
+            draft=o.draft,
+            k=o.k,
+            algorithm=o.algorithm,
+            extra_args=list(o.extra_args),
+            port=port or 0,
+        )
+    raise ValueError(f"arm {plan.name!r}: engine {plan.engine!r} cannot be started by specpilot")
+
+
+@dataclass
+class Endpoint:
+    """An arm someone else runs (``url:``): specpilot only sends load and reads /metrics."""
+
+    plan: ArmPlan
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def endpoint(self) -> str:
+        assert self.plan.url is not None
+        return self.plan.url.rstrip("/").removesuffix("/v1")
+
+    def start(self, timeout_s: float | None = None) -> None:
+        import httpx
+
+        deadline = time.monotonic() + (timeout_s or 30.0)
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.get(self.endpoint + "/v1/models", timeout=5.0)
+                if r.status_code == 200:
+                    return
+                last = f"HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.5)
+        from specpilot.backends.protocol import BackendError
+
+        raise BackendError(
+            f"arm {self.plan.name!r}: {self.endpoint}/v1/models not reachable ({last})"
+        )
+
+    def stop(self) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": self.plan.engine,
+            "endpoint": self.endpoint,
+            "started_by_specpilot": False,
+            "unknown": list(self.plan.unknown),
+            "note": "given by URL: model files, flags and the speculative config behind it are "
+            "not known to specpilot; it cannot be restarted, so it cannot be drilled",
+        }

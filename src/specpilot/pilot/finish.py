@@ -1,0 +1,83 @@
+"""After the last arm: the cross-arm quality gates, then the analysis and the report, and the
+one-screen summary with the verdict.
+
+The cross-arm step recomputes every business check on every stored answer and compares each
+candidate's greedy outputs with the arm it is compared with; it replaces its own earlier
+results, so a resumed pilot does not count them twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specpilot.pilot.arms import ArmPlan
+
+
+def pairs(plans: list[ArmPlan]) -> list[tuple[str, str]]:
+    """(reference, arm) for every arm compared with another (R6)."""
+    return [(p.reference, p.name) for p in plans if p.reference is not None]
+
+
+def cross_arm(store: Any, gates: Any, plans: list[ArmPlan], progress: Any) -> None:
+    progress.step("all arms", "quality checks and greedy consistency across arms")
+    data = store.read()
+    quality, consistency = gates.cross_arm(data, pairs(plans))
+    store.delete("quality")
+    store.delete("consistency")
+    store.add_quality(quality)
+    store.add_consistency(consistency)
+
+
+def report(path: Path, out_dir: Path, cfg: Any, progress: Any) -> tuple[dict[str, Path], Any]:
+    """Analyse the pilot file and write the report next to it; returns (files, document)."""
+    from specpilot.analysis.config import AnalysisConfig
+    from specpilot.report import build_report
+    from specpilot.store import read_pilot
+
+    progress.step("all arms", "analysis and report")
+    data = read_pilot(path)
+    rep = build_report(data, AnalysisConfig.model_validate(cfg.analysis or {}))
+    files: dict[str, Path] = {"duckdb": path}
+    for p in rep.write(out_dir):
+        key = p.suffix.lstrip(".") if p.name.startswith("report.") else p.stem
+        files["markdown" if key == "md" else key] = p
+    return files, rep.document
+
+
+def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
+    """The verdict on one screen: per candidate the verdict, its groups and the main conditions."""
+    hw = doc.get("hardware", {}).get("summary", "")
+    lines = [f"pilot {doc['pilot']['name']} on {hw}", ""]
+    for v in doc.get("verdicts", []):
+        flag = " [PILOT_HYPOTHESIS]" if v.get("pilot_hypothesis") else ""
+        lines.append(f"{v['verdict']}{flag}: {v['candidate_arm']} vs {v['baseline_arm']}")
+        lines.append(f"  {v['summary']}")
+        for g in v.get("groups", []):
+            held = [c["text"] for c in g.get("conditions", []) if c.get("holds") is False][:1]
+            why = f" ({held[0]})" if held else ""
+            lines.append(f"    {g['task_group']:<12} {g['verdict']}{why}")
+        reasons = v.get("hypothesis_reasons") or []
+        if reasons:
+            lines.append(f"  hypothesis because: {'; '.join(reasons[:3])}")
+    if not doc.get("verdicts"):
+        lines.append("no verdict: " + "; ".join(doc.get("notes", [])[:3]))
+    for d in doc.get("drills", []):
+        if d.get("status") == "done":
+            force = d.get("switch_in_force_s")
+            rec = d.get("recovery_s")
+            lines.append(
+                f"rollback drill {d['arm']} ({d['kind']}): in force after "
+                f"{force:.3f} s, {d.get('interrupted', 0)} failed, {d.get('delayed', 0)} late, "
+                + (
+                    f"goodput back after {rec:.1f} s"
+                    if rec is not None
+                    else "goodput not back in the window"
+                )
+            )
+        else:
+            lines.append(f"rollback drill {d['arm']}: {d.get('status')} ({d.get('reason', '')})")
+    if failed:
+        lines.append(f"FAILED ARMS: {', '.join(failed)} (see the report's arms section)")
+    lines.append(f"wall time {elapsed_s / 60:.1f} min")
+    return "\n".join(lines)

@@ -1,0 +1,85 @@
+"""The pilot's quality gates (R7), per arm and across arms, through ``specpilot.quality``.
+
+Per arm, while its engine runs: the compatibility suite and the quality pass (greedy prompts
+with log-probs, sampled prompts with seeds shared by every arm). Across arms, after the last
+one: every business check recomputed on every stored answer, and greedy consistency of each
+candidate against the arm it is compared with. The analysis turns these into the gates that
+come before any speed figure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specpilot.records import ArmRecord, CompatRecord, OutputRecord, PilotData
+
+
+class Gates:
+    def __init__(self, cfg: Any, base_dir: Path) -> None:
+        from specpilot.quality.config import QualityConfig
+        from specpilot.quality.recheck import resolve_groups
+
+        self.cfg = QualityConfig.model_validate(cfg.quality or {})
+        self.compat_features = cfg.compat.features
+        workload = cfg.workload
+        if isinstance(workload, str):
+            from specpilot.workload.config import load_workload
+
+            base_dir = Path(workload).parent
+            workload = load_workload(workload)
+        self.base_dir = base_dir
+        self.groups = resolve_groups(workload, base_dir)
+        self.task_groups = _task_groups(workload, base_dir)
+        self._plan: Any = None
+
+    def plan(self) -> Any:
+        """The same prompts, seeds and limits for every arm."""
+        if self._plan is None:
+            from specpilot.quality.runner import plan_quality
+
+            self._plan = plan_quality(self.task_groups, self.cfg)
+        return self._plan
+
+    def compat(self, backend: Any, url: str, model: str, run: Any) -> list[CompatRecord]:
+        from specpilot.quality.compat import FEATURES, run_compat
+
+        features = self.compat_features or FEATURES
+        return run_compat(url, arm=run.arm.name, run_id=run.run_id, model=model, features=features)
+
+    def quality_pass(self, url: str, model: str, run: Any, rec: ArmRecord) -> list[OutputRecord]:
+        from specpilot.quality.runner import run_quality_pass
+
+        return run_quality_pass(
+            url,
+            model,
+            self.plan(),
+            arm=run.arm.name,
+            run_id=run.run_id,
+            manifest_sha256=rec.manifest_sha256,
+            cfg=self.cfg,
+        )
+
+    def cross_arm(
+        self, data: PilotData, pairs: list[tuple[str, str]]
+    ) -> tuple[list[Any], list[Any]]:
+        """(QualityRecords for every stored answer, ConsistencyRecords per compared pair)."""
+        from specpilot.quality.consistency import greedy_consistency
+        from specpilot.quality.recheck import recheck
+
+        quality = recheck(data, self.groups, self.cfg.sandbox.limits())
+        consistency = []
+        for base, cand in pairs:
+            consistency += greedy_consistency(
+                data.outputs, base, cand, self.cfg.greedy_threshold, data.pilot.pilot_id
+            )
+        return quality, consistency
+
+
+def _task_groups(workload: Any, base_dir: Path) -> list[Any]:
+    """The workload's groups as the schedule resolves them (its length and sampling overrides)."""
+    from specpilot.workload.config import WorkloadConfig, parse_workload
+    from specpilot.workload.resolve import resolve_group
+
+    cfg = workload if isinstance(workload, WorkloadConfig) else parse_workload(dict(workload))
+    return [resolve_group(name, gm, Path(base_dir)) for name, gm in cfg.groups.items()]

@@ -1,0 +1,382 @@
+"""The pilot as an object: plan the arms, run each on the identical schedule, then analyse.
+
+    >>> from specpilot.pilot import Pilot, load_pilot, default_pilot_path   # doctest: +SKIP
+    >>> result = Pilot(load_pilot(default_pilot_path(), quick=True), "runs/demo").run()  # doctest: +SKIP
+    >>> result.verdict, result.files["html"]                                 # doctest: +SKIP
+
+Order of work: every arm's plan is checked first (one switch at a time, R6) and the llama.cpp
+draft file is exported, so a bad config fails before any engine starts. Arms never run at the
+same time (they would share the cores); with ``repetitions > 1`` the order alternates
+(A B C, then C B A) so that drift does not favour one arm. Each arm: start (cold start timed
+apart), warm-up, the measured phases on the schedule's open-loop timeline with counters and
+memory scraped at every phase edge, the rollback drill, the compatibility suite, the quality
+pass, stop. A failing arm is recorded and the pilot goes on; Ctrl-C stops it, and running the
+same command again resumes from the file without redoing finished phases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
+from specpilot.pilot.config import PilotConfig, PilotConfigError
+from specpilot.pilot.progress import PilotProgress
+from specpilot.records import ArmRecord, PilotRecord
+
+
+@dataclass
+class RunPlan:
+    """One execution of one arm: the unit the pilot file records (``run_id``)."""
+
+    arm: ArmPlan
+    repetition: int
+    order: int
+    run_id: str
+
+
+@dataclass
+class PilotResult:
+    pilot_id: str
+    out_dir: Path
+    files: dict[str, Path] = field(default_factory=dict)
+    verdict: str | None = None
+    summary: str = ""
+    failed_arms: list[str] = field(default_factory=list)
+
+
+def run_order(plans: list[ArmPlan], repetitions: int, pilot_id: str) -> list[RunPlan]:
+    """Arms in config order, alternating direction per repetition (ABC, CBA, ABC...).
+
+    Arms whose equal-budget derivation needs another arm's measurement run after it in every
+    repetition: the alternative (``derive: kv_slots``) always follows its matched arm.
+
+        >>> from types import SimpleNamespace as A
+        >>> ps = [A(name=n, role=r, budget=A(matched_against=m)) for n, r, m in
+        ...       (("b", "baseline", None), ("s", "speculative", None), ("a", "alternative", "s"))]
+        >>> [(r.arm.name, r.repetition) for r in run_order(ps, 2, "p")]
+        [('b', 0), ('s', 0), ('a', 0), ('s', 1), ('a', 1), ('b', 1)]
+    """
+    out: list[RunPlan] = []
+    for rep in range(repetitions):
+        arms = list(plans) if rep % 2 == 0 else list(reversed(plans))
+        for p in list(arms):
+            dep = p.budget.matched_against if p.role == "alternative" else None
+            if dep is not None:
+                arms.remove(p)
+                arms.insert(arms.index(next(a for a in arms if a.name == dep)) + 1, p)
+        for p in arms:
+            out.append(RunPlan(p, rep, len(out), f"{pilot_id}.{p.name}.r{rep}"))
+    return out
+
+
+class Pilot:
+    """Runs a validated :class:`PilotConfig` into ``out_dir`` (pilot.duckdb + the report)."""
+
+    def __init__(
+        self,
+        cfg: PilotConfig,
+        out_dir: str | Path,
+        *,
+        base_dir: str | Path | None = None,
+        progress: PilotProgress | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.out_dir = Path(out_dir)
+        self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
+        self.progress = progress or PilotProgress()
+        # the admin switch's token reaches the builtin servers through their environment, so it
+        # stays out of launch lines and manifests
+        self.admin_token = os.environ.setdefault("SPECPILOT_ADMIN_TOKEN", secrets.token_hex(16))
+        self.pinned_dtype: str | None = None
+        self.llamacpp_drafts: dict[str, Path] = {}
+        self.durations: list[float] = []
+        self.plans: list[ArmPlan] = []
+        self.schedule: Any = None
+        self.store: Any = None
+        self.overrides: dict[str, dict[str, Any]] = {}
+        self.gates: Any = None
+
+    # -- planning ------------------------------------------------------------------------
+    def prepare(self) -> tuple[list[ArmPlan], Any]:
+        """Check the arms (R6) and build the schedule; export drafts llama.cpp needs."""
+        from specpilot.workload import build_schedule
+
+        plans = plan_arms(self.cfg)
+        check_one_switch(plans)
+        wl = self.cfg.workload
+        if isinstance(wl, str):
+            schedule = build_schedule(wl)
+        else:
+            schedule = build_schedule(wl, base_dir=self.base_dir)
+        for p in plans:
+            o = getattr(p.spec, "options", None)
+            if p.engine == "llamacpp" and p.url is None and o is not None and o.draft is not None:
+                from specpilot.pilot.assets import llamacpp_draft_file
+
+                self.progress.step(p.name, "exporting the draft to GGUF for llama.cpp")
+                path = llamacpp_draft_file(o.draft, o.model)
+                self.llamacpp_drafts[p.name] = path
+                p.strategy.draft_sha256 = _sha256(path)
+        return plans, schedule
+
+    def eta(self, remaining: int) -> float:
+        """Seconds left: the mean measured arm so far, else a guess from the schedule."""
+        if self.durations:
+            return sum(self.durations) / len(self.durations) * remaining
+        planned = sum(p.duration_s for p in self.schedule.phases) if self.schedule else 60.0
+        return (30.0 + 1.5 * planned) * remaining
+
+    # -- running -------------------------------------------------------------------------
+    def run(self) -> PilotResult:
+        """Run every arm not yet complete, then the cross-arm gates, analysis and report."""
+        from specpilot.pilot import finish
+        from specpilot.pilot.gates import Gates
+        from specpilot.store import Store
+
+        t0 = time.perf_counter()
+        self.plans, self.schedule = self.prepare()
+        self.gates = Gates(self.cfg, self.base_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / "pilot.duckdb"
+        with Store(path) as store:
+            self.store = store
+            pilot = self._open_pilot(store)
+            runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
+            self.progress.eta_s = self.eta(len(runs))
+            failed = self._run_all(runs)
+            finish.cross_arm(store, self.gates, self.plans, self.progress)
+            store.add_pilot(
+                dataclasses.replace(pilot, status="complete", finished_unix=time.time())
+            )
+        files, doc = finish.report(path, self.out_dir, self.cfg, self.progress)
+        verdicts = doc.get("verdicts", [])
+        return PilotResult(
+            pilot_id=pilot.pilot_id,
+            out_dir=self.out_dir,
+            files=files,
+            verdict=verdicts[0]["verdict"] if verdicts else None,
+            summary=finish.summary(doc, failed, time.perf_counter() - t0),
+            failed_arms=failed,
+        )
+
+    def _open_pilot(self, store: Any) -> PilotRecord:
+        """A new pilot record, or the existing one when resuming the same config."""
+        from specpilot import __version__
+        from specpilot.backends.facts import hardware_facts
+
+        sha = self.cfg.sha256()
+        existing = store.records("pilots")
+        if existing:
+            old = existing[0]
+            if old.config_sha256 != sha:
+                raise PilotConfigError(
+                    f"{store.path} holds another pilot ({old.name}, config sha256 "
+                    f"{old.config_sha256[:12]}); this config is {sha[:12]}: choose another --out "
+                    "to start a new pilot, or rerun the same config to resume"
+                )
+            self.progress.note(f"resuming pilot {old.pilot_id} from {store.path}")
+            return dataclasses.replace(old, status="running")
+        pilot = PilotRecord(
+            pilot_id=f"{self.cfg.name}-{time.strftime('%Y%m%dT%H%M%S')}",
+            name=self.cfg.name,
+            config=self.cfg.model_dump(mode="json"),
+            config_sha256=sha,
+            specpilot_version=__version__,
+            created_unix=time.time(),
+            hardware=hardware_facts(),
+            schedule=self.schedule.to_dict(),
+            notes=self._notes(),
+        )
+        store.add_pilot(pilot)
+        return pilot
+
+    def _notes(self) -> list[str]:
+        notes = []
+        if self.cfg.profile == "quick":
+            notes.append("quick profile: short phases, few requests per group")
+        if not self.cfg.representative_traffic:
+            notes.append("synthetic traffic: prompts and arrivals are not the service's own")
+        if not any(p.role == "alternative" for p in self.plans):
+            notes.append(
+                "no equal-budget alternative arm: the verdict cannot say speculation "
+                "beats the best other use of the draft's resources"
+            )
+        return notes
+
+    def _run_all(self, runs: list[RunPlan]) -> list[str]:
+        failed: list[str] = []
+        for i, run in enumerate(runs):
+            rec = self._arm_record(run)
+            if rec.status == "complete":
+                continue
+            t0 = time.perf_counter()
+            try:
+                self._run_arm(run, rec)
+            except KeyboardInterrupt:
+                self.store.add_arm(dataclasses.replace(rec, status="interrupted"))
+                raise
+            except Exception as exc:  # one arm failing does not lose the others
+                failed.append(run.arm.name)
+                err = f"{type(exc).__name__}: {exc}"
+                self.progress.note(f"arm {run.arm.name} failed: {err}")
+                latest = self._arm_record(run)
+                self.store.add_arm(
+                    dataclasses.replace(
+                        latest, status="failed", error=err[:2000], finished_unix=time.time()
+                    )
+                )
+            self.durations.append(time.perf_counter() - t0)
+            self.progress.eta_s = self.eta(len(runs) - i - 1)
+        return failed
+
+    # -- per-arm helpers (used by pilot.steps) ------------------------------------------------
+    def backend_for(
+        self,
+        plan: ArmPlan,
+        *,
+        overrides: dict[str, Any] | None = None,
+        port: int | None = None,
+        plain: bool = False,
+    ) -> Any:
+        """The arm's backend; ``plain`` is the same engine with speculation off (the drill's
+        restart), on ``port`` so clients keep their endpoint."""
+        from specpilot.pilot.engines import make_backend
+
+        over = dict(overrides or self.overrides.get(plan.name, {}))
+        if plain:
+            over.update(plain_overrides(plan))
+        return make_backend(
+            plan,
+            dtype=self.pinned_dtype,
+            llamacpp_draft=None if plain else self.llamacpp_drafts.get(plan.name),
+            overrides=over,
+            port=port,
+        )
+
+    def derived_overrides(self, plan: ArmPlan) -> dict[str, Any]:
+        """Option changes the arm's budget derives from another arm's measurement (kv_slots)."""
+        over: dict[str, Any] = {}
+        if plan.role == "alternative" and plan.spec.budget.derive == "kv_slots":
+            over = derive_kv_slots(self.store, plan, self.plans)
+        self.overrides[plan.name] = over
+        return over
+
+    def manifest(self, backend: Any, plan: ArmPlan, overrides: dict[str, Any]) -> dict[str, Any]:
+        """The backend's description plus the frozen settings (R6) and the manifest's hash.
+
+        The strategy the engine reports must be the one the config asked for: a builtin server
+        that silently fell back to plain decoding would otherwise pass as speculative.
+        """
+        from specpilot.backends.freeze import frozen_sha256, strategy_of
+
+        d = backend.describe()
+        described = d if isinstance(d, dict) else d.to_dict()
+        if plan.url is None:
+            served = strategy_of(described)
+            if (served.kind == "none") != (plan.strategy.kind == "none"):
+                raise PilotConfigError(
+                    f"arm {plan.name!r}: the engine reports strategy {served.kind!r} but the "
+                    f"config asks for {plan.strategy.kind!r}"
+                )
+        frozen = dict(plan.frozen)
+        if plan.engine == "builtin" and plan.url is None:
+            from specpilot.backends.builtin import calibration_from_metrics
+            from specpilot.backends.process import get_text
+
+            cal = calibration_from_metrics(get_text(backend.endpoint + "/metrics"))
+            described["calibration"] = cal
+            chosen = (cal.get("formats") or {}).get("target")
+            if chosen and self.pinned_dtype is None:
+                self.pinned_dtype = str(chosen)  # every later arm uses the first arm's format
+            if chosen:
+                frozen["dtype"] = str(chosen)
+        capacity = {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}}
+        return {
+            **described,
+            "frozen": frozen,
+            "capacity": capacity,
+            "overrides": overrides,
+            "unknown": plan.unknown,
+            "frozen_sha256": frozen_sha256(described),
+        }
+
+    def _run_arm(self, run: RunPlan, rec: ArmRecord) -> None:
+        from specpilot.pilot.steps import ArmSteps
+
+        ArmSteps(self, run, rec).execute()
+
+    def _arm_record(self, run: RunPlan) -> ArmRecord:
+        found = self.store.records("arms", run_id=run.run_id)
+        if found:
+            return found[0]
+        pilot_id = self.store.records("pilots")[0].pilot_id
+        return ArmRecord(
+            pilot_id=pilot_id,
+            run_id=run.run_id,
+            arm=run.arm.name,
+            role=run.arm.role,
+            engine=run.arm.engine,
+            strategy=run.arm.strategy,
+            budget=run.arm.budget,
+            run_order=run.order,
+            repetition=run.repetition,
+        )
+
+
+def plain_overrides(plan: ArmPlan) -> dict[str, Any]:
+    """Option changes that switch an arm's speculation off (the drill's plain restart)."""
+    if plan.engine == "builtin":
+        return {"draft": None, "k": 0}
+    if plan.engine == "llamacpp":
+        return {"draft": None, "spec_type": None}
+    return {"draft": None, "speculative_config": None}
+
+
+def derive_kv_slots(store: Any, plan: ArmPlan, plans: list[ArmPlan]) -> dict[str, Any]:
+    """The alternative's ``max_slots``: its own plus the target KV slots the matched arm's
+    draft memory (weights + KV) would buy, from that arm's scraped memory."""
+    matched = plan.budget.matched_against
+    snaps = [s for s in store.records("snapshots", arm=matched) if s.draft_weight_bytes]
+    if not snaps:
+        raise PilotConfigError(
+            f"arm {plan.name!r}: budget.derive kv_slots needs the memory of arm {matched!r}, "
+            "which has no snapshot with draft memory (did it run and expose memory?)"
+        )
+    s = snaps[-1]
+    draft = int(s.draft_weight_bytes or 0) + int(s.draft_kv_bytes or 0)
+    target_kv = int(s.kv_allocated_bytes or 0) - int(s.draft_kv_bytes or 0)
+    matched_plan = next(p for p in plans if p.name == matched)
+    slots = int(matched_plan.capacity.get("max_slots") or 1)
+    per_slot = target_kv / slots if slots and target_kv > 0 else 0
+    if per_slot <= 0:
+        raise PilotConfigError(f"arm {plan.name!r}: arm {matched!r} reported no target KV memory")
+    extra = int(draft // per_slot)
+    base_slots = int(plan.capacity.get("max_slots") or slots)
+    plan.budget.notes.append(
+        f"derived from {matched}: draft weights {s.draft_weight_bytes} B + draft KV "
+        f"{s.draft_kv_bytes} B = {draft} B = {draft / per_slot:.2f} target KV slots of "
+        f"{per_slot:.0f} B: max_slots {base_slots} -> {base_slots + extra}"
+    )
+    plan.budget.memory_bytes = draft
+    return {"max_slots": base_slots + extra, "max_batch_size": base_slots + extra}
+
+
+def _sha256(path: Path) -> str:
+    from specpilot.backends.facts import model_file
+
+    mf = model_file("draft", path)
+    return mf.sha256 if mf is not None and mf.sha256 else ""
+
+
+def default_out_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def quiet_default() -> bool:
+    return bool(os.environ.get("CI"))

@@ -1,0 +1,217 @@
+"""The pilot config: validation with file:line errors, the one-switch check (R6), the example
+GPU deployment's launch commands, quick-profile merging. No engine starts here."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specpilot.pilot.arms import check_one_switch, plan_arms
+from specpilot.pilot.config import (
+    PilotConfigError,
+    deep_merge,
+    default_pilot_path,
+    load_pilot,
+    parse_pilot,
+)
+from specpilot.pilot.engines import make_backend
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _arms(**over):
+    base = {
+        "baseline": {"name": "b", "role": "baseline", "engine": "builtin", "options": {}},
+        "spec": {
+            "name": "s",
+            "role": "speculative",
+            "engine": "builtin",
+            "options": {"draft": "shipped:smollm2-135m-instruct-d4", "k": 3},
+        },
+        "alt": {"name": "a", "role": "alternative", "engine": "builtin", "options": {}},
+    }
+    for key, opts in over.items():
+        base[key] = {**base[key], "options": {**base[key]["options"], **opts}}
+    return list(base.values())
+
+
+def _check(arms, **kw):
+    cfg = parse_pilot({"workload": "w.yaml", "arms": arms, **kw})
+    plans = plan_arms(cfg)
+    check_one_switch(plans)
+    return plans
+
+
+def test_the_embedded_default_and_its_quick_profile_validate():
+    full = load_pilot(default_pilot_path())
+    quick = load_pilot(default_pilot_path(), quick=True)
+    assert [a.role for a in full.arms][:3] == ["baseline", "speculative", "alternative"]
+    assert "llamacpp-draft" in [a.name for a in full.arms]
+    assert "llamacpp-draft" not in [a.name for a in quick.arms]  # dropped by quick:
+    assert quick.profile == "quick" and full.profile == "full"
+    assert quick.sha256() != full.sha256()
+    # the quick overrides shorten every phase, and keep the same phases
+    names = lambda c: [p["name"] for p in c.workload["phases"]]  # noqa: E731
+    assert names(quick) == names(full)
+    assert all(
+        q["duration_s"] < f["duration_s"]
+        for q, f in zip(quick.workload["phases"], full.workload["phases"], strict=True)
+    )
+    plans = plan_arms(full)
+    check_one_switch(plans)
+    by = {p.name: p for p in plans}
+    assert by["speculative"].reference == "baseline" and by["speculative"].drill
+    assert by["llamacpp-ngram"].strategy.kind == "ngram"
+    assert by["llamacpp-draft"].reference == "llamacpp-plain"
+    assert by["alternative"].budget.matched_against == "speculative"
+    assert by["baseline"].frozen["target"].startswith("sha256:")
+    # the example beside the GPU one is the same file (a link), and its trace paths resolve
+    example = EXAMPLES / "pilot-default.yaml"
+    assert example.resolve() == default_pilot_path().resolve()
+    assert quick.compat.features and "cancellation" in quick.compat.features
+    assert full.compat.features is None  # the whole suite in the full profile
+
+
+def test_an_unknown_compat_feature_names_the_choices():
+    data = {
+        "workload": {"groups": {"code": {}}, "phases": [{"name": "p", "duration_s": 1}]},
+        "arms": [
+            {"name": "a", "role": "baseline", "engine": "builtin"},
+            {"name": "b", "role": "speculative", "engine": "builtin", "options": {"k": 2}},
+        ],
+        "compat": {"features": ["streaming", "telepathy"]},
+    }
+    with pytest.raises(PilotConfigError, match=r"compat.features.*telepathy.*choose from"):
+        parse_pilot(data, "p.yaml")
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"spec": {"dtype": "float32"}}, "differ in dtype ('float32' vs 'auto')"),
+        ({"spec": {"threads": 1}, "baseline": {"threads": 2}}, "differ in threads (1 vs 2)"),
+        ({"spec": {"max_seq_len": 1024}}, "differ in context_limit (1024 vs 2048)"),
+        ({"spec": {"max_slots": 8}}, "differ in max_slots (8 vs 4): keep capacity equal"),
+        ({"alt": {"max_slots": 6}}, "declare it in budget.changes"),
+    ],
+)
+def test_arms_that_differ_in_more_than_one_switch_are_refused(over, needle):
+    with pytest.raises(PilotConfigError) as err:
+        _check(_arms(**over))
+    assert needle in str(err.value)
+
+
+def test_a_different_target_file_is_named(tmp_path):
+    from specpilot.engine.loader import default_target_path
+
+    same = tmp_path / "same.gguf"
+    same.symlink_to(default_target_path())  # another path, the same bytes: not a difference
+    _check(_arms(spec={"target": str(same)}))
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF" + bytes(64))  # another model file
+    with pytest.raises(PilotConfigError) as err:
+        _check(_arms(spec={"target": str(other)}))
+    assert "differ in target ('sha256:" in str(err.value)
+
+
+def test_the_alternative_may_change_declared_capacity_only():
+    arms = _arms(alt={"max_slots": 6})
+    arms[2]["budget"] = {"changes": ["max_slots", "max_batch_size"]}
+    plans = _check(arms)
+    assert plans[2].capacity["max_slots"] == 6
+    arms[2]["budget"] = {"changes": ["dtype"]}
+    with pytest.raises(PilotConfigError, match="not capacity settings"):
+        _check(arms)
+
+
+def test_roles_are_enforced():
+    arms = _arms()
+    arms[1]["options"] = {}  # the speculative arm with nothing switched on
+    with pytest.raises(PilotConfigError, match="switches nothing on"):
+        _check(arms)
+    arms = _arms(baseline={"draft": "shipped:smollm2-135m-instruct-d4", "k": 2})
+    with pytest.raises(PilotConfigError, match="baseline arm but switches on a draft"):
+        _check(arms)
+    with pytest.raises(PilotConfigError, match="exactly one speculative arm"):
+        parse_pilot({"workload": "w", "arms": _arms()[:1] + _arms()[2:]})
+
+
+def test_errors_name_the_line_the_field_and_the_fix(tmp_path):
+    f = tmp_path / "pilot.yaml"
+    f.write_text(
+        textwrap.dedent(
+            """\
+            name: p
+            workload: w.yaml
+            arms:
+              - {name: b, role: baseline, engine: builtin}
+              - name: s
+                role: speculative
+                engine: builtin
+                options:
+                  draft: shipped:x
+                  k: 0
+                  thread: 2
+            """
+        )
+    )
+    with pytest.raises(PilotConfigError) as err:
+        load_pilot(f)
+    text = str(err.value)
+    assert f"{f}:11: arms[1].options.thread: Extra inputs are not permitted" in text
+    assert "did you mean 'threads'?" in text
+    f.write_text(f.read_text().replace("      thread: 2\n", ""))
+    with pytest.raises(PilotConfigError) as err:
+        load_pilot(f)
+    assert f"{f}:8: arms[1].options: a draft with k = 0 never proposes" in str(err.value)
+
+
+def test_the_gpu_example_parses_and_launches_exactly_these_commands():
+    cfg = load_pilot(EXAMPLES / "pilot-vllm-gpu.yaml")
+    plans = plan_arms(cfg, resolve_files=False)
+    check_one_switch(plans)
+    cmds = {p.name: make_backend(p, port=8000).command() for p in plans}
+    tail = lambda c: c[c.index("serve") :]  # noqa: E731  (the interpreter path varies)
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    common = ["--dtype", "bfloat16", "--max-model-len", "8192"]
+    assert tail(cmds["baseline"]) == [
+        "serve", model, "--host", "127.0.0.1", "--port", "8000", "--enable-per-request-metrics",
+        *common,
+        "--max-num-seqs", "128", "--gpu-memory-utilization", "0.85",
+    ]  # fmt: skip
+    spec = tail(cmds["speculative"])
+    sc = json.loads(spec[spec.index("--speculative-config") + 1])
+    assert sc == {
+        "method": "draft_model",
+        "model": "meta-llama/Llama-3.2-1B-Instruct",
+        "num_speculative_tokens": 4,
+    }
+    assert spec[spec.index("--per-request-spec-decode-metrics") + 1] == "detailed"
+    alt = tail(cmds["alternative"])
+    assert alt[alt.index("--max-num-seqs") + 1] == "192"
+    assert alt[alt.index("--gpu-memory-utilization") + 1] == "0.95"
+    assert "--speculative-config" not in alt
+    assert {p.name: p.reference for p in plans} == {
+        "baseline": None,
+        "speculative": "baseline",
+        "alternative": "baseline",
+    }
+
+
+def test_an_arm_given_by_url_is_not_started_nor_drilled():
+    arms = _arms()
+    arms.append({"name": "remote", "role": "extra", "engine": "openai", "url": "http://h:1/v1"})
+    plans = _check(arms)
+    remote = plans[-1]
+    assert remote.url and not remote.drill and "target" in remote.unknown
+    be = make_backend(remote)
+    assert be.endpoint == "http://h:1" and not be.describe()["started_by_specpilot"]
+
+
+def test_deep_merge_merges_named_items_and_drops():
+    base = {"arms": [{"name": "a", "x": 1}, {"name": "b", "x": 2}], "k": {"p": 1, "q": 2}}
+    over = {"arms": [{"name": "b", "x": 3}, {"name": "a", "drop": True}], "k": {"q": 5}}
+    assert deep_merge(base, over) == {"arms": [{"name": "b", "x": 3}], "k": {"p": 1, "q": 5}}

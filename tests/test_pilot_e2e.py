@@ -1,0 +1,123 @@
+"""``specpilot pilot --quick`` end to end on the real models (the embedded default's quick
+profile: the three builtin arms and llama.cpp plain / n-gram), killed once in the middle of
+an arm's phases and run again: the second run resumes from the file without redoing what was
+finished, and the pilot ends with every scheduled request of every arm accounted for, the
+drill recorded, the hardware in the manifests and a report whose verdict block is there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _pilot(out, *extra):
+    return [sys.executable, "-m", "specpilot.cli", "pilot", "--quick", "--out", str(out), *extra]
+
+
+def _env(tmp_path):
+    return {
+        **os.environ,
+        "CI": "1",  # plain progress lines, one per step
+        "PYTHONUNBUFFERED": "1",
+        "SPECPILOT_CACHE": str(tmp_path / "cache"),
+    }
+
+
+def _kill_when(cmd, env, marker, after_s):
+    """Start the pilot, SIGKILL it ``after_s`` after ``marker`` shows in its progress."""
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    seen = []
+    assert p.stderr is not None
+    for line in p.stderr:
+        seen.append(line)
+        if marker in line:
+            time.sleep(after_s)
+            p.send_signal(signal.SIGKILL)
+            break
+    p.wait(60)
+    p.stderr.close()
+    assert any(marker in s for s in seen), "".join(seen)[-2000:]
+    return "".join(seen)
+
+
+def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_path):
+    from specpilot.store import read_pilot
+
+    out = tmp_path / "run"
+    env = _env(tmp_path)
+    _kill_when(_pilot(out), env, "speculative: phases", after_s=4.0)
+
+    cut = read_pilot(out / "pilot.duckdb")
+    status = {a.arm: a.status for a in cut.arms}
+    assert status["baseline"] == "complete" and status["speculative"] == "running"
+    # a restarted engine is warmed up again; every finished measured phase is kept
+    done_phases = {
+        (p.run_id, p.phase): p.actual_start_t
+        for p in cut.phases
+        if p.status == "complete" and not p.warmup
+    }
+    base_sent = {r.request_id: r.sent_t for r in cut.requests if r.arm == "baseline"}
+    assert base_sent and any(p[0].endswith(".baseline.r0") for p in done_phases)
+
+    t0 = time.perf_counter()
+    res = subprocess.run(_pilot(out), capture_output=True, text=True, env=env, timeout=1200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "resuming pilot" in res.stderr
+    assert "baseline: starting" not in res.stderr  # a finished arm is not run again
+    print(f"resumed run: {time.perf_counter() - t0:.0f} s")
+
+    data = read_pilot(out / "pilot.duckdb")
+    # finished phases kept as they were (same start instant), the baseline's requests untouched
+    after = {(p.run_id, p.phase): p.actual_start_t for p in data.phases}
+    assert all(after[k] == t for k, t in done_phases.items())
+    assert {r.request_id: r.sent_t for r in data.requests if r.arm == "baseline"} == base_sent
+
+    # every scheduled request of every arm ends as exactly one record
+    schedule = data.pilot.schedule
+    assert schedule is not None
+    planned = Counter(r["phase"] for r in schedule["requests"])
+    arms = {a.arm for a in data.arms}
+    assert arms == {"baseline", "speculative", "alternative", "llamacpp-plain", "llamacpp-ngram"}
+    assert all(a.status == "complete" for a in data.arms), [(a.arm, a.error) for a in data.arms]
+    for arm in arms:
+        got = Counter(r.phase for r in data.requests if r.arm == arm and r.phase != "drill")
+        assert got == planned, (arm, got, planned)
+        ids = [r.request_id for r in data.requests if r.arm == arm]
+        assert len(ids) == len(set(ids))
+    # rounds and prefills persisted for the builtin arms, the drill recorded with its events
+    assert {r.arm for r in data.request_rounds} >= {"baseline", "speculative", "alternative"}
+    drills = {d.arm: d for d in data.drills}
+    assert drills["speculative"].status == "done" and drills["speculative"].kind == "runtime_switch"
+    assert drills["speculative"].switch_in_force_s is not None
+    assert any(r.phase == "drill" and r.served_k == 0 for r in data.requests)
+    # the hardware in the pilot and every started arm's manifest
+    assert data.pilot.hardware.cpu_model and data.pilot.hardware.cpu_flags
+    assert all(a.manifest.get("hardware", {}).get("cpu_model") for a in data.arms)
+    # quality gates ran: compat per arm, outputs, rechecked quality, greedy consistency
+    assert {c.arm for c in data.compat} == arms
+    assert {o.arm for o in data.outputs} == arms
+    assert data.quality and data.consistency
+    # the equal-budget alternative's slots were derived from the draft's measured memory
+    alt = next(a for a in data.arms if a.arm == "alternative")
+    assert any("derived from speculative" in n for n in alt.budget.notes)
+
+    # the report: the three formats, the verdict block, the drill outside the load cells
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["verdicts"] and {v["candidate_arm"] for v in doc["verdicts"]} >= {"speculative"}
+    assert all(
+        v["verdict"] in ("ADOPT", "ADOPT_IN_WINDOWS", "DO_NOT_ADOPT") for v in doc["verdicts"]
+    )
+    assert "drill" not in {c["phase"] for c in doc["load"]["cells"]}
+    html = (out / "report.html").read_text()
+    assert 'id="verdict"' in html and (out / "report.md").is_file()
+    assert "ADOPT" in res.stdout or "DO_NOT_ADOPT" in res.stdout  # the one-screen summary

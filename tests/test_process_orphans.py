@@ -1,0 +1,58 @@
+"""A server subprocess stops when the process that started it dies (a killed pilot or test
+must not leave an engine holding the cores)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from specpilot.backends.process import PARENT_ENV
+
+
+def test_a_server_child_stops_when_its_parent_is_killed(tmp_path):
+    child = textwrap.dedent(
+        """
+        import time
+        from specpilot.backends.process import die_with_parent
+        die_with_parent(poll_s=0.05)
+        time.sleep(60)
+        """
+    )
+    parent = textwrap.dedent(
+        f"""
+        import os, signal, subprocess, sys
+        env = {{**os.environ, {PARENT_ENV!r}: str(os.getpid())}}
+        p = subprocess.Popen([sys.executable, "-c", {child!r}], env=env, start_new_session=True)
+        print(p.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60)
+    pid = int(out.stdout.strip())
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return  # gone
+        # a zombie of init counts as gone too
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":
+                return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    raise AssertionError("the child outlived its parent by 20 s")
+
+
+def test_without_the_marker_nothing_is_watched(monkeypatch):
+    import threading
+
+    from specpilot.backends.process import die_with_parent
+
+    monkeypatch.delenv(PARENT_ENV, raising=False)
+    before = {t.name for t in threading.enumerate()}
+    die_with_parent()
+    assert "die-with-parent" not in {t.name for t in threading.enumerate()} - before
