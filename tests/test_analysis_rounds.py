@@ -99,6 +99,19 @@ def test_verify_cost_curve_with_a_reference_from_the_plain_arm() -> None:
     assert (v, src) == (pytest.approx(2.2), "calibration, batch 1")
 
 
+def test_verify_cost_is_the_median_of_the_arms_calibrations_in_one_format() -> None:
+    def cal(arm: str, v4: float, dtype: str = "int8-bf16") -> list[VerifyCostPoint]:
+        return [
+            VerifyCostPoint(arm, "calibration", 1, 4, 3, 0.010, dtype=dtype),
+            VerifyCostPoint(arm, "calibration", 4, 4, 3, 0.010 * v4, dtype=dtype),
+        ]
+
+    pts = cal("base", 2.6) + cal("spec", 3.7) + cal("alt", 3.0) + cal("other", 9.0, "bf16")
+    v, src = curve_for(verify_curves(pts), "spec", 4, batch_size=4)
+    assert v == pytest.approx(3.0)  # not the speculative arm's own 3.7, not the bf16 arm's 9
+    assert src == "calibration, batch 4, median of 3 arms' calibrations in int8-bf16"
+
+
 def test_leviathan_gap_chain_hand_computed() -> None:
     plain = rr("base", "p", 100, 0, 0, 100, 0.0, 1.8, 0.2)
     spec = rr("spec", "p", 40, 3, 60, 100, 0.24, 0.8, 0.16, pos_acc=[30, 20, 10])

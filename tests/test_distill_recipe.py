@@ -43,7 +43,8 @@ def test_stdlib_specs_are_stubs_of_real_functions(specs) -> None:
 def test_code_prompts_follow_weights_and_write_share(tmp_path: Path) -> None:
     # an empty corpus directory: zh_business and longform have no source texts, code comes
     # from the stdlib and structured from templates, so their counts are exact
-    ps = build_prompts(tmp_path, "train", 12, weights={"code": 2.5}, code_write_share=0.75)
+    kw = dict(code_files=120, spec_files=300)  # a seeded share of the stdlib: seconds, not 20
+    ps = build_prompts(tmp_path, "train", 12, weights={"code": 2.5}, code_write_share=0.75, **kw)
     groups = Counter(p.group for p in ps)
     assert groups == {"code": 30, "structured": 12}
     kinds = Counter(p.source for p in ps if p.group == "code")
@@ -51,10 +52,10 @@ def test_code_prompts_follow_weights_and_write_share(tmp_path: Path) -> None:
     writes = [p.text for p in ps if p.source == "python-stdlib-specs"]
     assert any(t.startswith("Complete this Python function so that the tests") for t in writes)
     assert all("```python\ndef " in t or t.startswith("Write a Python function") for t in writes)
-    held = build_prompts(tmp_path, "heldout", 12, weights={"code": 2.5}, code_write_share=1.0)
+    held = build_prompts(tmp_path, "heldout", 12, weights={"code": 2.5}, code_write_share=1.0, **kw)
     code = {p.text for p in ps if p.group == "code"}
     assert not code & {p.text for p in held}  # split by the function's text
-    no_code = build_prompts(tmp_path, "train", 4, weights={"code": 0})
+    no_code = build_prompts(tmp_path, "train", 4, weights={"code": 0}, **kw)
     assert not [p for p in no_code if p.group == "code"]
 
 

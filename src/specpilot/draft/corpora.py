@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import copy
 import doctest
+import functools
 import gzip
 import hashlib
 import math
@@ -143,7 +144,13 @@ def _stdlib_sources(limit_files: int | None, seed: int) -> Iterator[tuple[str, a
 
 
 def stdlib_functions(limit_files: int = 400, seed: int = 0) -> list[str]:
-    """Source of top-level functions and methods (8-40 lines) from the stdlib."""
+    """Source of top-level functions and methods (8-40 lines) from the stdlib (parsed once per
+    process and arguments; each call gets its own list)."""
+    return list(_stdlib_functions(limit_files, seed))
+
+
+@functools.lru_cache(maxsize=4)
+def _stdlib_functions(limit_files: int, seed: int) -> tuple[str, ...]:
     out = []
     for src, tree in _stdlib_sources(limit_files, seed):
         lines = src.splitlines()
@@ -154,7 +161,7 @@ def stdlib_functions(limit_files: int = 400, seed: int = 0) -> list[str]:
                     body = lines[node.lineno - 1 : node.end_lineno]
                     indent = len(body[0]) - len(body[0].lstrip())
                     out.append("\n".join(x[indent:] for x in body))
-    return out
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -172,8 +179,14 @@ def stdlib_specs(limit_files: int | None = None, seed: int = 0) -> list[CodeSpec
     """Public stdlib functions whose docstring opens with a 30-300 character paragraph.
 
     ``self``/``cls`` are dropped from methods (the stub is a free function) and one-line doctest
-    examples become ``assert call == result`` lines.
+    examples become ``assert call == result`` lines. Parsed once per process and arguments
+    (the whole stdlib takes seconds); each call gets its own list.
     """
+    return list(_stdlib_specs(limit_files, seed))
+
+
+@functools.lru_cache(maxsize=4)
+def _stdlib_specs(limit_files: int | None, seed: int) -> tuple[CodeSpec, ...]:
     parser = doctest.DocTestParser()
     out: list[CodeSpec] = []
     for _src, tree in _stdlib_sources(limit_files, seed):
@@ -202,7 +215,7 @@ def stdlib_specs(limit_files: int | None = None, seed: int = 0) -> list[CodeSpec
                 if e.want.strip() and "\n" not in e.source.strip() and "\n" not in e.want.strip()
             )[:4]
             out.append(CodeSpec(node.name, ast.unparse(fn.args), para, stub, tests))
-    return out
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------- templates
@@ -268,11 +281,13 @@ def build_prompts(
     code_files: int = 400,
     weights: Mapping[str, float] | None = None,
     code_write_share: float = 0.6,
+    spec_files: int | None = None,
 ) -> list[CorpusPrompt]:
     """``per_group`` prompts for each task kind from the items of ``split`` (train | heldout).
 
     ``weights`` scales the count per group (``{"code": 2}``: twice as many code prompts);
-    ``code_write_share`` of the code prompts are writing tasks, the rest review tasks.
+    ``code_write_share`` of the code prompts are writing tasks, the rest review tasks;
+    ``spec_files`` limits the stdlib files their specs come from (None: all of them).
     """
     if split not in ("train", "heldout"):
         raise ValueError("split must be 'train' or 'heldout'")
@@ -295,7 +310,7 @@ def build_prompts(
     gc = [(h, d) for h, d in gcide(root) if _split_of(h + d) == split]
     rng.shuffle(gc)
     code = pool(stdlib_functions(limit_files=code_files, seed=seed))
-    specs = [c for c in stdlib_specs(seed=seed) if _split_of(c.stub) == split]
+    specs = [c for c in stdlib_specs(spec_files, seed) if _split_of(c.stub) == split]
     rng.shuffle(specs)
     tested = [c for c in specs if c.tests]
     out: list[CorpusPrompt] = []

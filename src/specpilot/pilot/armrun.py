@@ -117,9 +117,16 @@ def run_phases(ctx: Any, run: Any, backend: Any, url: str, model: str, arm_rec: 
     sink = ProgressSink(store.sink, ctx.progress, len(requests))
     runner = LoadRunner(requests, cfg, sink)
     durations = {p.name: p.duration_s for p in ctx.schedule.phases}
-    PhaseRecorder(store, run.run_id, run.arm.name, scrape_fn(backend, run.arm), durations).attach(
-        runner
-    )
+    recorder = PhaseRecorder(
+        store, run.run_id, run.arm.name, scrape_fn(backend, run.arm), durations
+    ).attach(runner)
+
+    def on_phase(name: str, edge: str, t: float) -> None:
+        recorder.on_phase(name, edge, t)  # written before it is shown
+        if edge != "start" and name in measured:
+            ctx.progress.note(f"{run.arm.name}: phase {name} {recorder.phases[name].status}")
+
+    runner.on_phase = on_phase
     ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
     result = runner.run()
     store.flush()
