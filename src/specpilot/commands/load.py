@@ -44,6 +44,7 @@ import uuid
 from typing import Any
 
 from specpilot.errors import ConfigError
+from specpilot.loadgen.client import served_model
 
 ENGINES = ["openai", "builtin", "llamacpp", "vllm", "sglang"]
 START_TIMEOUT_S = 600.0  # specpilot.backends.START_TIMEOUT_S (not imported: keeps --help fast)
@@ -163,17 +164,6 @@ def engine_options(items: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--engine-opt {item!r}: expected KEY=VALUE")
         out[key.strip().replace("-", "_")] = yaml.safe_load(value) if value else ""
     return out
-
-
-def served_model(url: str) -> str:
-    """The first model id the endpoint lists (servers that check the name need it)."""
-    import httpx
-
-    try:
-        data = httpx.get(url + "/v1/models", timeout=5.0).json().get("data") or []
-        return str(data[0]["id"]) if data else "default"
-    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
-        return "default"
 
 
 def _manifest(args: argparse.Namespace, backend: Any, url: str) -> dict[str, Any]:

@@ -213,3 +213,14 @@ def apply_extras(cfg: LoadConfig, out: Outcome, st: SseStream, headers: dict[str
 
 def _header(headers: dict[str, str], name: str) -> str | None:
     return next((v for k, v in headers.items() if k.lower() == name), None)
+
+
+def served_model(url: str) -> str:
+    """The first model id the endpoint lists (servers that check the name need it)."""
+    import httpx
+
+    try:
+        data = httpx.get(url + "/v1/models", timeout=5.0).json().get("data") or []
+        return str(data[0]["id"]) if data else "default"
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+        return "default"

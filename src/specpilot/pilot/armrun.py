@@ -60,16 +60,6 @@ def load_config(
     return LoadConfig.build(url, **opts)
 
 
-def served_model(url: str) -> str:
-    import httpx
-
-    try:
-        data = httpx.get(url + "/v1/models", timeout=5.0).json().get("data") or []
-        return str(data[0]["id"]) if data else "default"
-    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
-        return "default"
-
-
 class ProgressSink:
     """Wraps the store's sink to count done/failed requests for the progress line."""
 

@@ -325,11 +325,9 @@ def _dotted(path: tuple[Any, ...]) -> str:
 
 
 def _field_names() -> set[str]:
-    names: set[str] = set()
-    for obj in globals().values():
-        if isinstance(obj, type) and issubclass(obj, _Model) and obj is not _Model:
-            names.update(obj.model_fields)
-    return names
+    from specpilot.workload.config import model_field_names
+
+    return model_field_names(globals(), _Model)
 
 
 def format_errors(exc: ValidationError, where: str, lines: LineMap | None = None) -> str:

@@ -11,6 +11,7 @@ import dataclasses
 import time
 from typing import Any
 
+from specpilot.loadgen.client import served_model
 from specpilot.records import ArmRecord
 
 
@@ -50,7 +51,7 @@ class ArmSteps:
                 started_unix=self.rec.started_unix or time.time(),
             )
             url = backend.endpoint
-            model = plan.spec.model_name or armrun.served_model(url)
+            model = plan.spec.model_name or served_model(url)
             steps = set(self.rec.completed_steps)
             if armrun.LOAD_STEP not in steps:
                 armrun.run_phases(p, self.run, backend, url, model, self.rec)

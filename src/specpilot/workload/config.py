@@ -406,12 +406,17 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _field_names() -> set[str]:
+def model_field_names(namespace: dict[str, Any], base: type[BaseModel]) -> set[str]:
+    """Every field name of the ``base`` subclasses in a module's namespace ("did you mean")."""
     names: set[str] = set()
-    for obj in globals().values():
-        if isinstance(obj, type) and issubclass(obj, _Model) and obj is not _Model:
+    for obj in namespace.values():
+        if isinstance(obj, type) and issubclass(obj, base) and obj is not base:
             names.update(obj.model_fields)
     return names
+
+
+def _field_names() -> set[str]:
+    return model_field_names(globals(), _Model)
 
 
 def format_errors(exc: ValidationError, where: str = "workload") -> str:
