@@ -1,4 +1,4 @@
-"""`specpilot generate` (one prompt, text + round summary) and `specpilot demo` (the default pilot).
+"""`specpilot generate` (one prompt, text + round summary) and `specpilot demo` (plain vs speculative on four prompts).
 
 specpilot generate --prompt "Write a haiku" -k 3 --max-tokens 64
 specpilot generate --prompt "..." --no-spec --json     # RoundRecords as JSON lines
@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+from specpilot.commands._engine_args import add_engine_format_args
+
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -24,19 +26,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help='draft: "shipped:NAME", a path, "truncate:0,1,28,29" or "none" (default: the shipped draft)',
     )
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        help="weight format: auto (measured at load, cached), fp32 (exact greedy identity), "
-        "bf16, int8-bf16, int8-fp32, q4-bf16",
-    )
-    p.add_argument("--device", default="cpu", help="cpu | cuda[:N]")
-    p.add_argument(
-        "--calibration",
-        choices=["auto", "force", "skip"],
-        default=None,
-        help="load-time calibration: auto (cached), force, skip (default: $SPECPILOT_CALIBRATION)",
-    )
+    add_engine_format_args(p)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
 
 

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specpilot.commands._engine_args import add_engine_format_args
+
 if TYPE_CHECKING:
     from specpilot.engine.generate import Engine
 
@@ -48,20 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        help="weight format: auto (measured at load, cached) | fp32 | bf16 | int8-bf16 | "
-        "int8-fp32 | q4-bf16; a pilot passes the format its first arm chose to every arm",
-    )
-    p.add_argument("--device", default="cpu", help="cpu | cuda[:N]")
-    p.add_argument(
-        "--calibration",
-        choices=["auto", "force", "skip"],
-        default=None,
-        help="load-time calibration: auto (use the cache), force (measure again), skip "
-        "(default: $SPECPILOT_CALIBRATION, else auto)",
-    )
+    add_engine_format_args(p)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--max-slots", type=int, default=4, help="KV cache slots = max running requests")
     p.add_argument("--max-seq-len", type=int, default=2048, help="context length per slot")
