@@ -12,9 +12,11 @@ from conftest import tiny_model
 from specpilot.engine.formats import (
     FORMATS,
     Int8Linear,
+    PackedLinear,
     Q4Linear,
     Q8Linear,
     apply_format,
+    bf16_packing_available,
     int8_quantize,
     parse_format,
     q4_1_quantize,
@@ -235,3 +237,37 @@ def test_q4_target_on_the_real_model_parts_only_at_near_ties(default_target, cha
         top = plain.token_logprobs[i].top
         margins.append(top[0][1] - top[1][1])
     assert same >= 2 and all(m <= 0.5 for m in margins), (same, margins)
+
+
+@pytest.mark.skipif(not bf16_packing_available(), reason="oneDNN has no native bf16 on this CPU")
+@pytest.mark.parametrize("rows", [1, 4, 9, 40])
+def test_packed_bf16_linear_is_the_same_kernel_as_f_linear(rows: int) -> None:
+    g = torch.Generator().manual_seed(rows)
+    w = torch.randn(96, 64, generator=g).to(torch.bfloat16)
+    x = torch.randn(2, rows, 64, generator=g).to(torch.bfloat16)
+    lin = PackedLinear(w)
+    y = lin(x)
+    assert y.shape == (2, rows, 96) and y.dtype == torch.bfloat16
+    assert torch.equal(y, torch.nn.functional.linear(x, w))
+
+
+@pytest.mark.skipif(not bf16_packing_available(), reason="oneDNN has no native bf16 on this CPU")
+def test_bf16_models_are_packed_and_still_score_without_a_cache() -> None:
+    ref = tiny_model(3, n_layers=3, dim=64).to(torch.bfloat16)
+    target = tiny_model(3, n_layers=3, dim=64)
+    draft = layer_truncated_copy(target, [0, 2])
+    memo: dict = {}
+    apply_format(target, parse_format("bf16"), memo)
+    apply_format(draft, parse_format("bf16"), memo)
+    blk = target.blocks()[0]
+    assert isinstance(blk.attn.packed_qkv, PackedLinear) and isinstance(
+        blk.ffn.w_down, PackedLinear
+    )
+    assert isinstance(target.lm_head, PackedLinear) and draft.lm_head is target.lm_head
+    ids = torch.tensor([[5, 77, 901, 3, 12, 40]])
+    with torch.no_grad():  # the cache-free path (screening) gives the unpacked model's logits
+        assert torch.equal(target.forward_train(ids), ref.forward_train(ids))
+    for m in (ref, target):
+        m.setup_cache(16, 1)
+    pos, slot = torch.arange(6)[None], torch.tensor([0])
+    assert torch.equal(target(ids, pos, slot), ref(ids, pos, slot))

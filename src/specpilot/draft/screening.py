@@ -107,6 +107,8 @@ def full_head_weight(draft: Transformer) -> torch.Tensor:
 
     if isinstance(draft.lm_head, RestrictedHead):
         return draft.lm_head.full_weight
+    if draft.cfg.tie_embeddings:  # also when the head is packed (engine.formats)
+        return draft.embed.weight
     return draft.lm_head.weight
 
 

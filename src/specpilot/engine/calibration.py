@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-CALIBRATION_VERSION = 1
+# 2: bf16 runs prepacked oneDNN weights where the CPU has native bf16 (engine.formats)
+CALIBRATION_VERSION = 2
 MODES = ("auto", "force", "skip")
 ENV_MODE = "SPECPILOT_CALIBRATION"
 

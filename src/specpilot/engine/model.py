@@ -159,7 +159,7 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         slots: torch.Tensor,
         pos: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
         attn_len: int,
         rows: slice | torch.Tensor,
         run: tuple[int, int] | None = None,
@@ -189,9 +189,14 @@ class Attention(nn.Module):
     def forward_train(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Cache-free causal self-attention over the whole sequence (for training)."""
         bsz, t, _ = x.shape  # (B, T, dim); cos/sin: (1, 1, T, hd)
-        q = self.wq(x).view(bsz, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
-        k = self.wk(x).view(bsz, t, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
-        v = self.wv(x).view(bsz, t, self.n_kv, self.hd).transpose(1, 2)
+        if self.packed_qkv is not None:  # a packed bf16 model (engine.formats): no autograd
+            nq, nk = self.n_heads * self.hd, self.n_kv * self.hd
+            q_, k_, v_ = self.packed_qkv(x).split([nq, nk, nk], dim=-1)
+        else:
+            q_, k_, v_ = self.wq(x), self.wk(x), self.wv(x)
+        q = q_.reshape(bsz, t, self.n_heads, self.hd).transpose(1, 2)  # (B, nh, T, hd)
+        k = k_.reshape(bsz, t, self.n_kv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
+        v = v_.reshape(bsz, t, self.n_kv, self.hd).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.n_kv != self.n_heads:
             rep = self.n_heads // self.n_kv
@@ -344,10 +349,12 @@ class Transformer(nn.Module):
         cols = torch.arange(attn_len, device=pos.device)
         # (B, 1, T, S): a query at position p sees columns 0..p of its own slot; repeated for the
         # g query heads folded into each KV head's query length (Attention.forward).
-        mask = (cols[None, None, :] <= pos[:, :, None])[:, None]
-        g = self.cfg.n_heads // self.cfg.n_kv_heads
-        if g > 1:
-            mask = mask.repeat(1, 1, g, 1)
+        mask: torch.Tensor | None = None
+        if run is None or pos.shape[1] > 1:  # one token of one row sees every column: no mask
+            mask = (cols[None, None, :] <= pos[:, :, None])[:, None]
+            g = self.cfg.n_heads // self.cfg.n_kv_heads
+            if g > 1:
+                mask = mask.repeat(1, 1, g, 1)
         cos = self.rope_cos[pos][:, :, None]  # (B, T, 1, hd)
         sin = self.rope_sin[pos][:, :, None]
         x = self.embed(tokens)  # (B, T, dim)
@@ -362,7 +369,8 @@ class Transformer(nn.Module):
         """Training path: no KV cache, no inference_mode, causal attention from position 0.
 
         tokens: (B, T) -> final-norm hidden states (B, T, dim), autograd-enabled. The cached
-        ``forward`` is untouched; both compute the same function (tested).
+        ``forward`` is untouched; both compute the same function (tested). A bf16 model whose
+        weights ``engine.formats`` packed runs it without autograd (screening, not training).
         """
         if self.weight_format not in ("fp32", "bf16"):
             raise RuntimeError(
