@@ -1,5 +1,5 @@
 """The compatibility suite for real: the builtin server (real SmolLM2 target, plain and
-speculative with the shipped draft) in-process on loopback, and llama.cpp (xllamacpp) plain,
+speculative with the shipped draft, in the format a server gets by rule) in-process on loopback, and llama.cpp (xllamacpp) plain,
 with a draft model and with n-gram speculation. What an engine does not support is recorded,
 not failed; what the builtin server promises must pass."""
 
@@ -15,23 +15,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
-def builtin_url(default_target) -> Iterator[str]:
+def builtin_url(served_pair) -> Iterator[str]:
     """One server, two arms: model ``smollm2`` speculative (k = 3), its alias ``smollm2-plain``
     switched to k = 0 through the admin API (one set of weights in memory)."""
     import httpx
-    import torch
 
     from specpilot.engine.generate import Engine
-    from specpilot.engine.runtime import DEFAULT_DRAFT, load_draft
     from specpilot.engine.scheduler import SchedulerConfig
     from specpilot.serve import ServerConfig, create_app
     from test_server import LiveServer
 
-    draft = load_draft(DEFAULT_DRAFT, default_target, torch.float32)
+    target, draft = served_pair  # the format a server gets by rule (bf16 where native)
     engine = Engine(
-        default_target.model,
+        target.model,
         draft,
-        tokenizer=default_target.tokenizer,
+        tokenizer=target.tokenizer,
         max_slots=4,
         max_seq_len=1024,
     )

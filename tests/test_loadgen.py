@@ -509,7 +509,7 @@ def test_for_schedule_takes_starts_and_stages_from_the_workload():
 def test_a_slow_retrieval_shows_in_the_dispatch_lag_and_flags_the_run(tmp_path):
     """A BM25 search over ~5k documents takes tens of ms on the generator's event loop: requests
     due meanwhile leave late, and the run says so instead of hiding it (a small document set,
-    like the builtin one, costs ~0.1 ms and passes)."""
+    like the builtin one, costs ~0.1 ms and keeps the median lag low)."""
     from specpilot.workload.stages import BM25Index
 
     base = BM25Index.builtin().docs
@@ -537,6 +537,10 @@ def test_a_slow_retrieval_shows_in_the_dispatch_lag_and_flags_the_run(tmp_path):
         assert all(r.status == "ok" for r in res.records)
     search = sorted(r.client_stages["retrieval"] for r in slow.records if r.client_stages)
     assert search[len(search) // 2] > 0.01, search  # a real search over the large set
-    assert fast.summary.trustworthy, fast.summary.reasons
+    # the small set's searches are cheap and leave the schedule alone; its p99 is not asserted:
+    # one request of 24 held up by the other test worker on 2 cores reads 20 ms (seen in CI)
+    cheap = [r.client_stages["retrieval"] for r in fast.records if r.client_stages]
+    assert max(cheap) < 0.005, cheap
+    assert fast.summary.dispatch_lag_p50_s < 0.005, fast.summary
     assert slow.summary.dispatch_lag_max_s > 0.01 and not slow.summary.trustworthy
     assert "dispatch lag" in slow.summary.reasons[0]

@@ -1,7 +1,8 @@
 """The sampled gate says no: a speculative engine with a wrong acceptance rule (min(1, q/p)
 instead of min(1, p/q)), built here as an Engine subclass and served in-process, is caught by
 the distribution tests at the default N; the correct speculative engine on the same target
-and draft is not flagged. Real SmolLM2 target (fp32) and the shipped draft, k = 3."""
+and draft is not flagged. Real SmolLM2 target and the shipped draft (bf16 where the CPU has it natively, else fp32),
+k = 3."""
 
 from __future__ import annotations
 
@@ -56,13 +57,12 @@ def _broken_engine_class() -> type:
 
 
 @pytest.fixture(scope="module")
-def quality_pass(default_target) -> Iterator[Any]:
+def quality_pass(served_pair) -> Iterator[Any]:
     """Run the default quality plan's sampled part for one arm on a fresh in-process server."""
-    from specpilot.engine.runtime import DEFAULT_DRAFT, load_draft
     from specpilot.serve import ServerConfig, create_app
     from test_server import LiveServer
 
-    draft = load_draft(DEFAULT_DRAFT, default_target, torch.float32)
+    target, draft = served_pair  # bf16 where native, else fp32: the rule does not depend on it
     # Default N (samples per prompt), one longform prompt: fewer prompts than the pilot, so
     # less power than the pilot has; what is caught here is caught there.
     cfg = QualityConfig(greedy_prompts=0, sampled_prompts=1)
@@ -71,9 +71,9 @@ def quality_pass(default_target) -> Iterator[Any]:
 
     def run(arm: str, cls: type, k: int) -> list[Any]:
         engine = cls(
-            default_target.model,
+            target.model,
             draft,
-            tokenizer=default_target.tokenizer,
+            tokenizer=target.tokenizer,
             max_slots=4,
             max_seq_len=512,
         )
