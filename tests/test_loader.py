@@ -120,3 +120,20 @@ def test_bad_paths_say_what_to_pass(tmp_path) -> None:
         load_model(tmp_path / "weights.bin")
     with pytest.raises(ModelLoadError, match=r"no config\.json"):
         load_model(tmp_path)
+
+
+def test_build_model_loads_every_weight_without_random_init_and_restores_it() -> None:
+    from torch import nn
+
+    from conftest import tiny_model
+    from specpilot.engine.loader import ModelLoadError, build_model
+
+    ref = tiny_model(5, n_layers=2, dim=32)
+    state = {k: v.clone() for k, v in ref.state_dict().items()}
+    model = build_model(ref.cfg, state)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+    # the constructors initialise again afterwards: two fresh layers differ
+    assert not torch.equal(nn.Linear(8, 8).weight, nn.Linear(8, 8).weight)
+    del state["layers.1.ffn.w_down.weight"]
+    with pytest.raises(ModelLoadError, match="layers.1.ffn.w_down.weight"):
+        build_model(ref.cfg, state)
