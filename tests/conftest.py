@@ -118,19 +118,17 @@ def served_pair(default_target):
     is native). Returns (LoadedModel, draft)."""
     import copy
 
-    from specpilot.engine.autoformat import skip_rule
-    from specpilot.engine.formats import apply_format, parse_format
-    from specpilot.engine.hardware import probe
+    from specpilot.engine.autoformat import calibration_plan, formats_for
+    from specpilot.engine.loader import default_target_path
     from specpilot.engine.runtime import DEFAULT_DRAFT, load_draft
 
-    fmt = parse_format(skip_rule(probe()))
     target = copy.copy(default_target)
     target.model = copy.deepcopy(default_target.model)
     draft = load_draft(DEFAULT_DRAFT, target, torch.float32)
     assert draft is not None
-    memo: dict = {}
-    apply_format(target.model, fmt, memo)
-    apply_format(draft, fmt, memo)
+    # what build_engine does with --calibration skip: the same rule, the same conversion
+    plan = calibration_plan("auto", torch.device("cpu"), batches=[1], k=3)
+    formats_for(default_target_path(), DEFAULT_DRAFT, target, draft, plan, "skip")
     return target, draft
 
 

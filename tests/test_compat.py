@@ -1,7 +1,8 @@
 """The compatibility suite for real: the builtin server (real SmolLM2 target, plain and
-speculative with the shipped draft, in the format a server gets by rule) in-process on loopback, and llama.cpp (xllamacpp) plain,
-with a draft model and with n-gram speculation. What an engine does not support is recorded,
-not failed; what the builtin server promises must pass."""
+speculative with the shipped draft, in the format a server gets by rule) in-process on
+loopback, and llama.cpp (xllamacpp) plain, with a draft model and with n-gram speculation.
+What an engine does not support is recorded, not failed; what the builtin server promises
+must pass."""
 
 from __future__ import annotations
 

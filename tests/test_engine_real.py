@@ -2,9 +2,10 @@
 
 24 prompts of mixed kinds (Chinese business text, code, JSON, prose, chat), k in {1, 3, 5},
 batch 1 and batch 4 (each k on its share of the prompts; together they cover all of them),
-against plain outputs decoded in batches of 4 that straddle the speculative ones. Two test drafts cover the edges: a 4-layer truncated copy of the target
-(untrained: the first draft token is rejected in most rounds) and an exact copy (every draft
-accepted, so the draft's cache must receive the last draft token before the next round).
+against plain outputs decoded in batches of 4 that straddle the speculative ones. Two test
+drafts cover the edges: a 4-layer truncated copy of the target (untrained: the first draft
+token is rejected in most rounds) and an exact copy (every draft accepted, so the draft's
+cache must receive the last draft token before the next round).
 fp32 is used because greedy identity is exact there; bf16 drifts at near-ties (R1).
 """
 

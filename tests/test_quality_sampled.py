@@ -1,8 +1,7 @@
 """The sampled gate says no: a speculative engine with a wrong acceptance rule (min(1, q/p)
 instead of min(1, p/q)), built here as an Engine subclass and served in-process, is caught by
 the distribution tests at the default N; the correct speculative engine on the same target
-and draft is not flagged. Real SmolLM2 target and the shipped draft (bf16 where the CPU has it natively, else fp32),
-k = 3."""
+and draft is not flagged. Real SmolLM2 target (fp32) and the shipped draft, k = 3."""
 
 from __future__ import annotations
 
@@ -57,12 +56,13 @@ def _broken_engine_class() -> type:
 
 
 @pytest.fixture(scope="module")
-def quality_pass(served_pair) -> Iterator[Any]:
+def quality_pass(default_target) -> Iterator[Any]:
     """Run the default quality plan's sampled part for one arm on a fresh in-process server."""
+    from specpilot.engine.runtime import DEFAULT_DRAFT, load_draft
     from specpilot.serve import ServerConfig, create_app
     from test_server import LiveServer
 
-    target, draft = served_pair  # bf16 where native, else fp32: the rule does not depend on it
+    draft = load_draft(DEFAULT_DRAFT, default_target, torch.float32)
     # Default N (samples per prompt), one longform prompt: fewer prompts than the pilot, so
     # less power than the pilot has; what is caught here is caught there.
     cfg = QualityConfig(greedy_prompts=0, sampled_prompts=1)
@@ -71,9 +71,9 @@ def quality_pass(served_pair) -> Iterator[Any]:
 
     def run(arm: str, cls: type, k: int) -> list[Any]:
         engine = cls(
-            target.model,
+            default_target.model,
             draft,
-            tokenizer=target.tokenizer,
+            tokenizer=default_target.tokenizer,
             max_slots=4,
             max_seq_len=512,
         )

@@ -11,8 +11,8 @@
 (*) Where oneDNN has native bf16 kernels on this CPU (AVX-512 BF16 / AMX:
 ``bf16_packing_available``), each projection's weight is reordered once into oneDNN's blocked
 layout (``PackedLinear``) instead of at every call, as ``F.linear`` does with a plain bf16
-weight: same kernel, same result (tested), a 135M target step at one thread 48 -> 38 ms on the
-AVX-512 BF16 machine. Elsewhere (an AVX2 CPU emulates bf16) ``bf16`` keeps ``nn.Linear``.
+weight: same kernel, same result (tested); a 135M target step at one thread 54 -> 39 ms on the
+AVX-512 BF16 machine (``benchmarks/step_ab.py``). Elsewhere (an AVX2 CPU emulates bf16) ``bf16`` keeps ``nn.Linear``.
 
 The head of the bf16-activation quantised formats is the GGUF's Q8_0 layout (groups of 32 with
 one scale), run exactly as two 4-bit planes by the same int4 kernel (``Q8Linear``);

@@ -346,11 +346,11 @@ class Transformer(nn.Module):
             p0, t = int(pos[0, 0]), pos.shape[1]
             if n == 1 and torch.equal(pos[0], torch.arange(p0, p0 + t, device=pos.device)):
                 run = (first, p0)  # one row of consecutive positions: slice writes
-        cols = torch.arange(attn_len, device=pos.device)
         # (B, 1, T, S): a query at position p sees columns 0..p of its own slot; repeated for the
         # g query heads folded into each KV head's query length (Attention.forward).
         mask: torch.Tensor | None = None
         if run is None or pos.shape[1] > 1:  # one token of one row sees every column: no mask
+            cols = torch.arange(attn_len, device=pos.device)
             mask = (cols[None, None, :] <= pos[:, :, None])[:, None]
             g = self.cfg.n_heads // self.cfg.n_kv_heads
             if g > 1:
