@@ -46,7 +46,7 @@ XEON = HardwareFacts(
 )
 
 
-def arms(alternative: bool = True, k: int = 3) -> list[ArmRecord]:
+def arms(alternative: bool = True, k: int = 3, control: bool = True) -> list[ArmRecord]:
     out = [
         ArmRecord(
             "p",
@@ -82,6 +82,19 @@ def arms(alternative: bool = True, k: int = 3) -> list[ArmRecord]:
                     matched_against="spec", notes=["draft memory -> 2 more slots"]
                 ),
                 run_order=2,
+            )
+        )
+    if control:  # the A/A copy of the baseline, run last
+        out.append(
+            ArmRecord(
+                "p",
+                "run-ctl",
+                "ctl",
+                "control",
+                "builtin",
+                manifest={"dtype": "bf16", "kv_slots": 4},
+                budget=ResourceBudget(memory_bytes=2 << 30, cores=2),
+                run_order=3,
             )
         )
     return out
@@ -150,14 +163,19 @@ def case(
     *,
     config: Mapping | None = None,
     alternative: bool = True,
+    control: bool = True,
+    drift: Mapping[tuple[str, str], float] | None = None,
     quality: list[QualityRecord] | None = None,
     consistency: list[ConsistencyRecord] | None = None,
     rounds: bool = True,
     verify_ratio: float = 1.05,
     seed: int = 0,
 ) -> PilotData:
-    """A pilot with arms base / spec (/ alt) over the given (group, phase) cells."""
+    """A pilot with arms base / spec (/ alt) (/ ctl, the A/A control) over the given (group,
+    phase) cells; ``drift`` multiplies an (arm, phase)'s latencies (the machine slower during
+    that arm's run of the phase)."""
     rng = np.random.default_rng(seed)
+    ctl_rng = np.random.default_rng([seed, 1])  # its own stream: the other arms' draws unchanged
     reqs: list[RequestRecord] = []
     start: dict[str, int] = {}
     for (group, phase), c in cells.items():
@@ -167,10 +185,13 @@ def case(
             ("base", "run-base", 1.0),
             ("spec", "run-spec", c.spec),
             ("alt", "run-alt", c.alt),
+            ("ctl", "run-ctl", 1.0),
         ):
-            if arm == "alt" and not alternative:
+            if (arm == "alt" and not alternative) or (arm == "ctl" and not control):
                 continue
-            reqs += _requests(arm, run, group, phase, c, f, rng, base_lat, s)
+            f *= (drift or {}).get((arm, phase), 1.0)
+            r = ctl_rng if arm == "ctl" else rng
+            reqs += _requests(arm, run, group, phase, c, f, r, base_lat, s)
         start[phase] = s + c.n
     phases = [
         PhaseRecord(
@@ -185,16 +206,21 @@ def case(
             actual_end_t=float(start[ph]),
             status="complete",
         )
-        for arm, run in (("base", "run-base"), ("spec", "run-spec"), ("alt", "run-alt"))
+        for arm, run in (
+            ("base", "run-base"),
+            ("spec", "run-spec"),
+            ("alt", "run-alt"),
+            ("ctl", "run-ctl"),
+        )
         for ph in start
-        if alternative or arm != "alt"
+        if (alternative or arm != "alt") and (control or arm != "ctl")
     ]
     groups = sorted({g for g, _ in cells})
     data = PilotData(
         pilot=PilotRecord(
             "p", "case", dict(config or TRACE_CONFIG), "sha", "0.1.0", 0.0, hardware=XEON
         ),
-        arms=arms(alternative),
+        arms=arms(alternative, control=control),
         phases=phases,
         requests=reqs,
         quality=quality or [],

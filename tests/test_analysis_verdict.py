@@ -11,7 +11,7 @@ import yaml
 from pilot_cases import SYNTHETIC_CONFIG, Cell, case, key_checks
 from specpilot.analysis import AnalysisConfig, analyze
 from specpilot.analysis.decision import Verdict
-from specpilot.records import ConsistencyRecord
+from specpilot.records import ConsistencyRecord, PilotData
 
 CFG = AnalysisConfig(bootstrap_resamples=300)
 GROUPS = ("code", "zh")
@@ -50,8 +50,69 @@ def test_adopt_in_windows_below_the_load_where_it_stops_paying() -> None:
     assert v.groups_in_windows == ("code", "zh")
     g = group(v, "code")
     assert (g.below_rps, g.windows) == (4.0, ("off_peak",))
-    assert g.bottleneck == "load: speculation stops paying at peak (4 req/s)"
-    assert "code below 4 req/s" in v.summary
+    assert g.bottleneck == "load: speculation does not pay at peak (4 req/s)"
+    assert (g.pays_up_to_rps, g.below_rps) == (1.0, 4.0)
+    assert "code: pays at 1 req/s, not at 4; not measured between" in v.summary
+
+
+THREE = {"off_peak": 1.0, "mid": 2.0, "peak": 4.0}
+
+
+def three_levels(mid: Cell, peak: Cell, low: Cell | None = None) -> PilotData:
+    cs = {
+        ("code", p): c
+        for p, c in (("off_peak", low or Cell(spec=0.7)), ("mid", mid), ("peak", peak))
+    }
+    d = case(cs)
+    for ph in d.phases:
+        ph.offered_rate = THREE[ph.phase]
+    return d
+
+
+def test_a_one_pair_level_between_paying_levels_does_not_break_the_window() -> None:
+    v = verdict(three_levels(Cell(spec=0.7, n=1), Cell(spec=0.7)))
+    g = group(v, "code")
+    levels = {c.subject["phase"]: c for c in g.conditions if c.kind == "e2e_change"}
+    assert "insufficient" in levels["mid"].text and "a decision needs about" in levels["mid"].text
+    # pays at 1 and 4 req/s, not measured at 2: a window over the paying levels, never ADOPT
+    assert g.verdict == "ADOPT_IN_WINDOWS" and g.windows == ("off_peak", "peak")
+    assert g.below_rps is None
+
+
+def test_the_crossover_is_a_bracket_over_the_measured_levels() -> None:
+    # pays at 1 req/s, not measured at 2, does not pay at 4: "pays at 1, not at 4"
+    v = verdict(three_levels(Cell(spec=0.7, n=3), Cell(spec=1.3)))
+    g = group(v, "code")
+    assert (g.verdict, g.pays_up_to_rps, g.below_rps) == ("ADOPT_IN_WINDOWS", 1.0, 4.0)
+    assert "pays at 1 req/s, not at 4; not measured between" in v.summary
+
+
+def test_every_level_insufficient_is_insufficient_evidence_not_a_bottleneck() -> None:
+    cs = {("code", p): Cell(spec=0.5, n=5) for p in PHASES}
+    v = verdict(case(cs))
+    g = group(v, "code")
+    assert (g.verdict, g.evidence) == ("DO_NOT_ADOPT", "insufficient")
+    assert g.bottleneck is not None and g.bottleneck.startswith("insufficient evidence")
+    assert "insufficient evidence" in v.summary and v.pilot_hypothesis
+    assert any("fewer than 8 both-ok pairs" in r for r in v.hypothesis_reasons)
+
+
+def test_every_group_failing_quality_is_the_headline_even_with_a_speed_win() -> None:
+    q = key_checks("base", "code", 10, 0) + key_checks("spec", "code", 4, 6)
+    q += key_checks("base", "zh", 10, 0) + key_checks("spec", "zh", 3, 7)
+    v = verdict(case(cells(0.5), quality=q))
+    assert v.verdict == "DO_NOT_ADOPT"
+    assert v.summary.startswith("do not adopt now; fix first: quality gate failed for every group")
+    assert v.bottleneck is not None and "speed" not in v.bottleneck
+
+
+def test_an_unstable_a_a_control_keeps_the_verdict_a_hypothesis() -> None:
+    # the control's peak run was 15% slower than the baseline's: the machine drifted
+    d = case(cells(0.7), drift={("ctl", "peak"): 1.15})
+    v = verdict(d)
+    assert v.pilot_hypothesis
+    assert any(r.startswith("measurement unstable: A/A control") for r in v.hypothesis_reasons)
+    assert "directional" in v.aa_control and "unstable" in v.aa_control
 
 
 def test_do_not_adopt_names_the_verify_cost_on_this_hardware() -> None:
@@ -171,8 +232,9 @@ def test_pilot_hypothesis_reasons() -> None:
     text = " | ".join(v.hypothesis_reasons)
     assert v.pilot_hypothesis and v.summary.endswith("(PILOT_HYPOTHESIS)")
     assert "traffic not representative" in text
-    assert "code at off_peak: 12 paired requests < 30" in text
+    assert "1 decided cells have fewer than 30 paired requests" in text
     assert "group longform has no paired requests" in text
+    assert "A/A" not in text  # the control ran and agreed with the baseline
 
 
 def test_rollback_rules_are_valid_prometheus_rules(tmp_path) -> None:
@@ -226,7 +288,7 @@ def test_cost_says_saving_only_when_resources_go_down() -> None:
     cs = {(g, p): Cell(spec=0.5, base_e2e=2.0) for g in GROUPS for p in PHASES}
     d = case(cs)
     for r in d.requests:  # the baseline misses its deadline at peak
-        if r.arm in ("base", "alt") and r.phase == "peak" and r.done_t is not None:
+        if r.arm in ("base", "alt", "ctl") and r.phase == "peak" and r.done_t is not None:
             r.done_t += 5.0
     cfg = CFG.model_copy(
         update={
@@ -236,7 +298,7 @@ def test_cost_says_saving_only_when_resources_go_down() -> None:
     )
     a = analyze(d, cfg)
     caps = {c.arm: c.capacity_rps for c in a.capacities if c.task_group == "*"}
-    assert caps == {"base": 1.0, "spec": 4.0, "alt": 1.0}
+    assert caps == {"base": 1.0, "spec": 4.0, "alt": 1.0, "ctl": 1.0}
     line = next(c for c in a.cost_lines if c.candidate_arm == "spec")
     assert line.kind == "saving" and "1 device(s) instead of 4" in line.text
     # The same latency win with no capacity difference: no saving, unless a value is configured.
@@ -373,3 +435,12 @@ def test_net_slower_without_round_data_says_so() -> None:
         "net slower end to end: task time +"
     )
     assert "no per-round timings" in v.bottleneck
+
+
+def test_groups_too_small_but_pooled_slower_names_the_pooled_bottleneck() -> None:
+    cs = {(g, p): Cell(spec=1.6, n=5) for g in GROUPS for p in PHASES}
+    v = verdict(case(cs))
+    assert all(group(v, g).evidence == "insufficient" for g in GROUPS)
+    assert group(v, "*").verdict == "DO_NOT_ADOPT" and group(v, "*").evidence == "decided"
+    assert v.verdict == "DO_NOT_ADOPT"
+    assert "(all groups pooled; per group: insufficient evidence)" in v.summary

@@ -93,7 +93,14 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     assert schedule is not None
     planned = Counter(r["phase"] for r in schedule["requests"])
     arms = {a.arm for a in data.arms}
-    assert arms == {"baseline", "speculative", "alternative", "llamacpp-plain", "llamacpp-ngram"}
+    assert arms == {
+        "baseline",
+        "speculative",
+        "alternative",
+        "control",
+        "llamacpp-plain",
+        "llamacpp-ngram",
+    }
     assert all(a.status == "complete" for a in data.arms), [(a.arm, a.error) for a in data.arms]
     for arm in arms:
         got = Counter(r.phase for r in data.requests if r.arm == arm and r.phase != "drill")
@@ -110,8 +117,9 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     assert data.pilot.hardware.cpu_model and data.pilot.hardware.cpu_flags
     assert all(a.manifest.get("hardware", {}).get("cpu_model") for a in data.arms)
     # quality gates ran: compat per arm, outputs, rechecked quality, greedy consistency
-    assert {c.arm for c in data.compat} == arms
-    assert {o.arm for o in data.outputs} == arms
+    # (the A/A control repeats the baseline's phases only)
+    assert {c.arm for c in data.compat} == arms - {"control"}
+    assert {o.arm for o in data.outputs} == arms - {"control"}
     assert data.quality and data.consistency
     # the equal-budget alternative's slots were derived from the draft's measured memory
     alt = next(a for a in data.arms if a.arm == "alternative")
@@ -126,4 +134,14 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     assert "drill" not in {c["phase"] for c in doc["load"]["cells"]}
     html = (out / "report.html").read_text()
     assert 'id="verdict"' in html and (out / "report.md").is_file()
-    assert "ADOPT" in res.stdout or "DO_NOT_ADOPT" in res.stdout  # the one-screen summary
+    # the real A/A pair (baseline and control, the same config twice) gives no direction, and
+    # the report shows the A/A line next to every verdict
+    aa = [c for c in doc["comparisons"] if c["candidate_arm"] == "control"]
+    assert aa and all(c["outcome"] in ("no_difference", "insufficient") for c in aa), aa
+    assert doc["aa_control"]["control_arm"] == "control"
+    assert all(
+        v["aa_control"].startswith("A/A control (control vs baseline") for v in doc["verdicts"]
+    )
+    assert "A/A: A/A control" in (out / "report.md").read_text() and "A/A:" in res.stdout
+    # the one-screen summary opens each candidate's block with its verdict
+    assert any(ln.startswith(("ADOPT", "DO_NOT_ADOPT")) for ln in res.stdout.splitlines())

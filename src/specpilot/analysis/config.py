@@ -50,7 +50,23 @@ class VerdictConfig(_Model):
         default=0.0,
         ge=0,
         lt=1,
-        description="a gain needs the CI of the relative task-time change entirely below -min_e2e_gain",
+        description="a direction needs the task-time CI entirely beyond this margin (either side)",
+    )
+    min_pairs: int = Field(
+        default=8,
+        ge=8,
+        description=(
+            "both-ok pairs a cell needs for a direction; fewer: insufficient. 8: the exact "
+            "sign-flip test's smallest p-value is 2^(1-n), 0.0078 at 8 pairs, below 0.05/6 "
+            "(Holm over the default pilot's testable cells); in a larger family Tarone's rule "
+            "leaves out the cells too small to reach the threshold, so 8 never over-claims"
+        ),
+    )
+    min_effect: float = Field(
+        default=0.10,
+        gt=0,
+        lt=1,
+        description="the smallest relative task-time change worth detecting (power, pairs needed)",
     )
     min_requests_per_group: int = Field(
         default=30, ge=1, description="fewer paired requests in a group: PILOT_HYPOTHESIS"

@@ -10,18 +10,23 @@ Rules, in order, for a candidate arm and a group (thresholds in ``VerdictConfig`
    with that stage to fix first, whatever decode gains (the measured change is kept as a
    condition).
 3. At each load level (phase, by offered rate) speculation *pays* when the paired comparison
-   with the baseline says "faster" (the relative task-time CI entirely below -min_e2e_gain,
-   on-time rate not significantly lower) and the equal-budget alternative, if measured, is not
-   faster than the candidate there (the candidate is not "slower" against it).
-4. Pays at every level: ADOPT over the measured load range. Pays in an unbroken run from the
-   lowest level: ADOPT_IN_WINDOWS below the first level where it stops. Pays only at some other
-   levels: ADOPT_IN_WINDOWS in those named phases. Pays nowhere: DO_NOT_ADOPT with the
-   bottleneck to fix first (``bottleneck``).
+   with the baseline says "faster" (``analysis.paired``: enough both-ok pairs, significant
+   after Holm, the interval beyond -min_e2e_gain) and the equal-budget alternative, if
+   measured, is not faster than the candidate there; it *does not pay* when the comparison is
+   decided otherwise (no difference, slower, or the alternative better); a level whose cell is
+   "insufficient" is *not measured* and decides nothing.
+4. Pays at every level: ADOPT over the measured load range. Pays at some levels:
+   ADOPT_IN_WINDOWS as a bracket, "pays at X req/s, not at Y; not measured between" (the last
+   paying level below the first level that does not pay; not-measured levels between them do
+   not break the run), or in the named phases when no decided level lies above the paying
+   ones. Pays nowhere: DO_NOT_ADOPT with the bottleneck to fix first (``bottleneck``); every
+   level insufficient: DO_NOT_ADOPT *now* for lack of evidence, with the pairs a decision
+   needs (``evidence = "insufficient"``).
 5. The service: ADOPT when some group is ADOPT (scoped to those groups), else ADOPT_IN_WINDOWS
-   when some group is, else DO_NOT_ADOPT with the pooled bottleneck.
-6. PILOT_HYPOTHESIS when the traffic was not representative, a group has too few paired
-   requests or too wide a CI, a required or baseline group is missing, or only cold-start
-   requests were measured.
+   when some group is, else DO_NOT_ADOPT; its headline names a failed quality gate first.
+6. PILOT_HYPOTHESIS when the traffic was not representative, cells have too few pairs, the A/A
+   control is missing or differed from the baseline (the measurement is unstable), a required
+   or baseline group is missing, or only cold-start requests were measured.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 from specpilot.analysis.config import VerdictConfig
 from specpilot.analysis.e2e import StageBreakdown
 from specpilot.analysis.leviathan import LeviathanGap
-from specpilot.analysis.paired import PairedComparison
+from specpilot.analysis.paired import AAControl, PairedComparison
 from specpilot.analysis.quality import QualityGate
 from specpilot.analysis.round_summary import RoundSummary
 
@@ -64,6 +69,8 @@ class GroupVerdict:
     windows: tuple[str, ...]  # ADOPT_IN_WINDOWS: the phases (queues) where it pays
     bottleneck: str | None
     conditions: tuple[Condition, ...]
+    pays_up_to_rps: float | None = None  # ADOPT_IN_WINDOWS: the last paying level below below_rps
+    evidence: str = "decided"  # "insufficient": no level had enough pairs to decide
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,7 @@ class Verdict:
     groups: tuple[GroupVerdict, ...]
     conditions: tuple[Condition, ...] = field(default_factory=tuple)
     rollback_triggers: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    aa_control: str = ""  # the A/A control's result, shown next to the verdict
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,12 +114,17 @@ class DecisionInputs:
     groups_expected: Sequence[str] = ()  # groups the baseline served
     representative: bool = False
     steady_requests: int = 0
+    aa: AAControl | None = None  # the pilot's A/A control (None: it has none)
+
+
+PAYS, NOT_PAYING, NOT_MEASURED = "pays", "does not pay", "not measured"
+Level = tuple[str, float, str]  # (phase, offered rate, PAYS | NOT_PAYING | NOT_MEASURED)
 
 
 def _level_conditions(
     inp: DecisionInputs, group: str, cfg: VerdictConfig
-) -> tuple[list[Condition], list[tuple[str, float, bool]]]:
-    """Per load level of a group: the E2E and alternative conditions, and whether it pays."""
+) -> tuple[list[Condition], list[Level]]:
+    """Per load level of a group: the E2E and alternative conditions, and what it shows."""
     alt = {(c.phase, c.task_group): c for c in inp.alt_comparisons}
     conds, levels = [], []
     mine = [c for c in inp.comparisons if c.task_group == group]
@@ -120,8 +133,10 @@ def _level_conditions(
         subj = {"task_group": group, "phase": c.phase, "offered_rps": c.offered_rate}
         txt = (
             f"{group} at {c.phase} ({_rate(c.offered_rate)}): task time {_pct(e.estimate)} "
-            f"(CI {_pct(e.low)} to {_pct(e.high)}, {c.both_ok} of {c.pairs} pairs both ok), "
-            f"on-time {_pct(c.on_time_diff.estimate)} points -> {c.outcome}"
+            f"(CI {_pct(e.low)} to {_pct(e.high)}, {c.both_ok} of {c.pairs} pairs both ok"
+            + (f", adjusted p {c.p_adjusted:.3f}" if c.p_adjusted is not None else "")
+            + f"), on-time {_pct(c.on_time_diff.estimate)} points -> {c.outcome}"
+            + (_needs(c) if c.outcome == "insufficient" else "")
         )
         faster = c.outcome == "faster"
         conds.append(
@@ -152,8 +167,21 @@ def _level_conditions(
                     f"{_pct(a.task_rel_change.estimate)} -> {a.outcome}",
                 )
             )
-        levels.append((c.phase, float(c.offered_rate or 0.0), faster and alt_ok))
+        status = (
+            NOT_MEASURED
+            if c.outcome == "insufficient"
+            else PAYS
+            if faster and alt_ok
+            else NOT_PAYING
+        )
+        levels.append((c.phase, float(c.offered_rate or 0.0), status))
     return conds, levels
+
+
+def _needs(c: PairedComparison) -> str:
+    if c.pairs_needed is None:
+        return " (no number of pairs decides it while the drift between arm runs is this large)"
+    return f" (a decision needs about {c.pairs_needed} both-ok pairs)"
 
 
 def _pct(x: float | None) -> str:
@@ -192,20 +220,31 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
     conds += share_cond
     if share_neck is not None:
         return GroupVerdict(group, NO, None, None, (), share_neck, tuple(conds))
-    pays = [lv for lv in levels if lv[2]]
+    pays = [lv for lv in levels if lv[2] == PAYS]
     if levels and len(pays) == len(levels):
         rng = (levels[0][1], levels[-1][1])
         return GroupVerdict(group, ADOPT, rng, None, (), None, tuple(conds))
+    if levels and all(lv[2] == NOT_MEASURED for lv in levels):
+        mine = [c for c in inp.comparisons if c.task_group == group]
+        need = max((c.pairs_needed or 0 for c in mine), default=0)
+        most = max((c.both_ok for c in mine), default=0)
+        neck = f"insufficient evidence: at most {most} both-ok pairs per load level" + (
+            f"; a decision needs about {need}" if need else ""
+        )
+        return GroupVerdict(group, NO, None, None, (), neck, tuple(conds), evidence="insufficient")
     neck, more = bottleneck(inp, group, cfg, levels)
     conds += more
     if not pays:
         return GroupVerdict(group, NO, None, None, (), neck, tuple(conds))
-    prefix = 0
-    while prefix < len(levels) and levels[prefix][2]:
-        prefix += 1
-    below = levels[prefix][1] if 0 < prefix < len(levels) else None
-    windows = tuple(p for p, _, ok in levels if ok)
-    return GroupVerdict(group, WINDOWS, None, below, windows, neck, tuple(conds))
+    lowest_pay = pays[0][1]
+    stop = next((lv for lv in levels if lv[2] == NOT_PAYING and lv[1] > lowest_pay), None)
+    windows = tuple(p for p, _, st in levels if st == PAYS)
+    if stop is None:
+        return GroupVerdict(group, WINDOWS, None, None, windows, neck, tuple(conds))
+    up_to = max(lv[1] for lv in pays if lv[1] < stop[1])
+    return GroupVerdict(
+        group, WINDOWS, None, stop[1], windows, neck, tuple(conds), pays_up_to_rps=up_to
+    )
 
 
 def _decode_share(
@@ -237,15 +276,17 @@ def _decode_share(
 
 
 def bottleneck(
-    inp: DecisionInputs, group: str, cfg: VerdictConfig, levels: Sequence[tuple[str, float, bool]]
+    inp: DecisionInputs, group: str, cfg: VerdictConfig, levels: Sequence[Level]
 ) -> tuple[str, list[Condition]]:
     """What to fix first when speculation does not pay (everywhere) for a group: the load level
     where it stops, else decode itself (verification cost, acceptance, draft cost), else the
     equal-budget alternative, else a gain too small to show end to end."""
     conds: list[Condition] = []
-    if any(lv[2] for lv in levels):
-        first_bad = next(lv for lv in levels if not lv[2])
-        return f"load: speculation stops paying at {first_bad[0]} ({first_bad[1]:g} req/s)", conds
+    if any(lv[2] == PAYS for lv in levels):
+        bad = [lv for lv in levels if lv[2] == NOT_PAYING]
+        if not bad:
+            return "load: the other levels were not measured with enough pairs", conds
+        return f"load: speculation does not pay at {bad[0][0]} ({bad[0][1]:g} req/s)", conds
     rs = next((r for r in inp.rounds if r.task_group == group), None)
     s = rs.decode_speedup if rs else None
     if rs is not None and s is not None:

@@ -1,24 +1,35 @@
-"""Paired comparisons of two arms on the same schedule, with bootstrap confidence intervals.
+"""Paired comparisons of two arms on the same schedule, with tests valid at a pilot's sizes.
 
 Requests pair on (repetition, phase, request_id): the same schedule slot, hence the same
-prompt, in both arms (a prompt_id that differs is counted as unmatched, never paired). Every
-matched pair stays in the resampling; the statistics per resample are:
+prompt, in both arms (a prompt_id that differs is counted as unmatched, never paired).
 
-- relative task-time change = sum(candidate task time) / sum(baseline task time) - 1 over pairs
-  where both ended ok, task time = the client stages (retrieval, tools) + E2E: what the user
-  waits for (a ratio of means: negative is faster);
-- relative E2E change (server request only), mean E2E difference (seconds) and relative TTFT
-  change, likewise;
-- on-time rate difference = candidate's - baseline's over *all* pairs (failures included).
+**The verdict's measure** is the relative task-time change of a cell (phase x group), task
+time = client stages (retrieval, tools) + E2E, what the user waits for. Over the pairs where
+both requests ended ok, d_i = log(candidate task time / baseline task time); the estimate is
+exp(mean d) - 1 (the geometric mean of the per-request ratios: negative is faster). Its
+standard error adds two parts:
 
-Method: paired percentile bootstrap, pairs resampled with replacement ``resamples`` times
-from ``numpy.random.default_rng([seed, crc32(cell)])`` (reproducible per cell whatever the
-order); the interval is the ((1 - level) / 2, (1 + level) / 2) quantiles. Cells of more than
-1,024 pairs resample 1,024 random buckets of pairs (sums per bucket): the statistics are ratios
-of sums, so the resampled variance is that of resampled pairs, at a fraction of the cost. Outcome: "slower"
-when the task-time interval lies above zero or the on-time interval below zero (net slower: the
-CI excludes zero on the slow side); "faster" when the task-time interval lies below -min_gain
-and the on-time rate is not significantly lower; otherwise "no_difference".
+- within the arm runs: sd(d) / sqrt(n), with n - 1 degrees of freedom;
+- between the arm runs (``Drift``): a machine that is a few percent slower during one arm's
+  minutes shifts every pair of a cell alike, so more pairs do not average it away. Its
+  variance is measured by the pilot's A/A control (a second instance of the baseline) and
+  added whole, with the control's degrees of freedom (Welch-Satterthwaite).
+
+The interval is Student's t on that standard error. A cell gets a direction ("faster" /
+"slower") only when (1) it has at least ``min_pairs`` both-ok pairs, (2) its p-value, the
+larger of the exact sign-flip test on d (``stats.sign_flip_p``, valid at any n) and the
+drift-inclusive t-test, stays below 1 - level after Holm's adjustment across all cells of the
+comparison (``stats.holm_tarone``), and (3) the interval lies beyond ``min_gain`` on that
+side (the same margin for both directions). A cell with fewer pairs is "insufficient" and
+says how many pairs a decision would need (``stats.pairs_needed``, for ``min_effect``).
+
+Failed requests stay in the picture: the on-time rate over *all* pairs is compared by the
+exact McNemar test on the discordant pairs (in the same Holm family); a candidate significantly
+less often on time is "slower" whatever its survivors' speed.
+
+The other intervals (E2E alone, E2E seconds, TTFT, on-time difference) are descriptive: a
+paired percentile bootstrap of ratios of sums from ``numpy.random.default_rng([seed,
+crc32(cell)])`` (cells of more than 1,024 pairs resample 1,024 random buckets of pairs).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.analysis import stats
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.requests import RequestTable
 
@@ -42,6 +54,28 @@ class Interval:
     estimate: float | None
     low: float | None
     high: float | None
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Between-run drift of the machine, as a standard deviation of log task time per cell.
+
+    ``sd`` comes from ``values`` (the A/A control's pooled change per phase, log scale) as
+    their root mean square: conservative, since each value also carries its own within-run
+    noise; ``df`` = how many values.
+    """
+
+    sd: float
+    df: int
+    source: str
+    values: tuple[float, ...] = ()
+
+    @classmethod
+    def from_control(cls, aa: Sequence[PairedComparison], source: str) -> Drift | None:
+        vals = tuple(c.log_change for c in aa if c.task_group == ALL and c.log_change is not None)
+        if not vals:
+            return None
+        return cls(float(np.sqrt(np.mean(np.square(vals)))), len(vals), source, vals)
 
 
 @dataclass(frozen=True)
@@ -61,9 +95,54 @@ class PairedComparison:
     on_time_diff: Interval
     outcome: str  # faster | slower | no_difference | insufficient
     method: str
+    log_change: float | None = None  # mean log(candidate / baseline task time), both-ok pairs
+    se_within: float | None = None  # of log_change, from the pairs
+    drift_sd: float | None = None  # added between-run drift (None: not measured)
+    df: float | None = None
+    p_value: float | None = None  # max(sign-flip, drift-inclusive t) before adjustment
+    p_on_time: float | None = None  # exact McNemar on the discordant on-time pairs
+    p_adjusted: float | None = None  # Holm across the comparison's cells (the smaller test)
+    power: float | None = None  # to detect min_effect at this cell's standard error
+    pairs_needed: int | None = None  # both-ok pairs for 80% power at min_effect (None: never)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class AAControl:
+    """The control arm against the baseline: same config twice, so any direction is drift."""
+
+    baseline_arm: str
+    control_arm: str
+    cells: int
+    directional: tuple[str, ...]  # "phase/group: +3.1% (slower)" of each directional cell
+    largest: float | None  # the largest |task-time change| of a pooled cell
+    drift: Drift | None
+
+    @property
+    def stable(self) -> bool:
+        return not self.directional
+
+    @property
+    def text(self) -> str:
+        d = self.drift
+        drift = (
+            f"between-run drift sd {d.sd:.1%} (from {d.df} phases) is added to every interval"
+            if d is not None
+            else "no drift estimate (no pooled A/A cell)"
+        )
+        head = f"A/A control ({self.control_arm} vs {self.baseline_arm}, the same config twice): "
+        if self.stable:
+            big = f"; largest pooled change {self.largest:+.1%}" if self.largest is not None else ""
+            return head + f"no directional cell of {self.cells}{big}; {drift}"
+        return (
+            head
+            + f"{len(self.directional)} of {self.cells} cells directional ("
+            + "; ".join(self.directional[:4])
+            + (f"; {len(self.directional) - 4} more" if len(self.directional) > 4 else "")
+            + f"): the measurement is unstable; {drift}"
+        )
 
 
 def pair_rows(t: RequestTable, base: str, cand: str) -> tuple[np.ndarray, np.ndarray, int]:
@@ -159,13 +238,76 @@ def _interval(est: float, boot: np.ndarray, level: float) -> Interval:
     return Interval(float(est), float(lo), float(hi))
 
 
-def method_text(resamples: int, seed: int, level: float) -> str:
+def method_text(resamples: int, seed: int, level: float, drift: Drift | None = None) -> str:
     """How the intervals were computed, printed with every comparison table."""
-    return (
-        f"paired percentile bootstrap over schedule-matched requests, {resamples} resamples, "
-        f"seed {seed}, {level:.0%} interval (cells over {BUCKETS:,} pairs: {BUCKETS:,} random "
-        "buckets of pairs resampled)"
+    d = (
+        f"between-run drift sd {drift.sd:.1%} ({drift.source}, {drift.df} df) added to every "
+        "standard error"
+        if drift is not None
+        else "no A/A control: drift between arm runs is NOT in these intervals"
     )
+    return (
+        "task time: geometric mean of per-pair ratios, Student-t interval at "
+        f"{level:.0%}; direction only with the exact sign-flip test and the t-test both "
+        f"significant after Holm across cells, and enough both-ok pairs; {d}; on time: exact "
+        f"McNemar; E2E/TTFT/on-time intervals: paired percentile bootstrap, {resamples} "
+        f"resamples, seed {seed}"
+    )
+
+
+@dataclass(frozen=True)
+class _Test:
+    n: int
+    log_change: float | None
+    se_w: float | None
+    se: float | None
+    df: float | None
+    p: float
+    min_p: float
+    p_on: float
+    min_p_on: float
+    on_slower: bool
+    sd: float | None
+
+
+def _task_test(
+    t: RequestTable, b: np.ndarray, c: np.ndarray, drift: Drift | None, rng: np.random.Generator
+) -> _Test:
+    """The verdict's test of one cell (module docstring)."""
+    stages = sum(t.client_stages.values(), np.zeros(len(t)))
+    tb, tc = t.e2e[b] + stages[b], t.e2e[c] + stages[c]
+    ok = np.isfinite(tb) & np.isfinite(tc) & (tb > 0) & (tc > 0)
+    d = np.log(tc[ok] / tb[ok])
+    n = int(d.size)
+    on_b, on_c = t.on_time[b], t.on_time[c]
+    only_b, only_c = int(np.count_nonzero(on_b & ~on_c)), int(np.count_nonzero(on_c & ~on_b))
+    p_on = stats.mcnemar_p(only_b, only_c)
+    min_p_on = stats.mcnemar_min_p(only_b + only_c)
+    if n < 2:
+        est = float(d.mean()) if n else None
+        return _Test(n, est, None, None, None, 1.0, 1.0, p_on, min_p_on, only_b > only_c, None)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    var_w = sd * sd / n
+    var_d = drift.sd**2 if drift is not None else 0.0
+    df = stats.satterthwaite(var_w, n - 1, var_d, drift.df if drift is not None else 0)
+    se = float(np.sqrt(var_w + var_d))
+    p = max(stats.sign_flip_p(d, rng) if n <= SIGN_FLIP_MAX else 0.0, stats.t_p(mean, se, df))
+    return _Test(
+        n,
+        mean,
+        float(np.sqrt(var_w)),
+        se,
+        df,
+        p,
+        stats.sign_flip_min_p(n) if n <= SIGN_FLIP_MAX else 0.0,
+        p_on,
+        min_p_on,
+        only_b > only_c,
+        sd,
+    )
+
+
+SIGN_FLIP_MAX = 5000  # above this many pairs the t-test alone (the CLT holds there)
 
 
 def compare_arms(
@@ -177,6 +319,9 @@ def compare_arms(
     seed: int,
     level: float,
     min_gain: float = 0.0,
+    min_pairs: int = 10,
+    min_effect: float = 0.10,
+    drift: Drift | None = None,
     offered_rates: dict[tuple[str, str], float] | None = None,
 ) -> list[PairedComparison]:
     """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired."""
@@ -184,27 +329,43 @@ def compare_arms(
     b, c, _ = pair_rows(t, baseline, candidate)
     keep = steady[b] & steady[c]
     b, c = b[keep], c[keep]
-    method = method_text(resamples, seed, level)
-    out = []
+    method = method_text(resamples, seed, level, drift)
     ph_c, ph_l = t.codes("phase")
     g_c, g_l = t.codes("task_group")
     arm_c, arm_l = t.codes("arm")
     in_arms = np.isin(arm_c, [arm_l.index(a) for a in (baseline, candidate) if a in arm_l]) & steady
     cells = sorted({(int(p), int(g)) for p, g in zip(ph_c[b], g_c[b], strict=True)})
     cells += sorted({(p, -1) for p, _ in cells})
+    rows = []
     for pc, gc in cells:
         phase, group = ph_l[pc], (g_l[gc] if gc >= 0 else ALL)
         m = (ph_c[b] == pc) & ((g_c[b] == gc) if gc >= 0 else True)
         bb, cc = b[m], c[m]
-        rows = in_arms & (ph_c == pc) & ((g_c == gc) if gc >= 0 else True)
-        unmatched = int(np.count_nonzero(rows)) - 2 * int(bb.size)
+        in_cell = in_arms & (ph_c == pc) & ((g_c == gc) if gc >= 0 else True)
+        unmatched = int(np.count_nonzero(in_cell)) - 2 * int(bb.size)
         x = _stat_columns(t, bb, cc)
         key = f"{baseline}|{candidate}|{phase}|{group}".encode()
         rng = np.random.default_rng([seed, zlib.crc32(key)])
         est = _stats(x.sum(axis=0), bb.size)
         boot = bootstrap(x, resamples, rng) if bb.size else np.zeros((0, NSTATS))
         iv = [_interval(float(est[j]), boot[:, j], level) for j in range(NSTATS)]
-        both_ok = int(x[:, 4].sum())
+        rows.append((phase, group, bb.size, unmatched, iv, _task_test(t, bb, cc, drift, rng)))
+    alpha = 1.0 - level
+    # one Holm family: every sufficient cell's task-time test and every on-time test
+    tests = [(i, "task") for i, r in enumerate(rows) if r[5].n >= min_pairs]
+    tests += [(i, "on") for i, r in enumerate(rows)]
+    pv = [rows[i][5].p if k == "task" else rows[i][5].p_on for i, k in tests]
+    mp = [rows[i][5].min_p if k == "task" else rows[i][5].min_p_on for i, k in tests]
+    adj = dict(zip(tests, stats.holm_tarone(pv, mp, alpha), strict=True))
+    pooled_sd = _pooled_sd([r[5] for r in rows])
+    eff = float(np.log1p(min_effect))
+    out = []
+    for i, (phase, group, n_pairs, unmatched, iv, tst) in enumerate(rows):
+        p_task, p_on = adj.get((i, "task"), 1.0), adj.get((i, "on"), 1.0)
+        task = _task_interval(tst, level)
+        sd = tst.sd if tst.sd is not None and tst.n >= 3 else pooled_sd
+        dsd = drift.sd if drift is not None else 0.0
+        family = max(1, len(tests))
         out.append(
             PairedComparison(
                 baseline_arm=baseline,
@@ -212,27 +373,68 @@ def compare_arms(
                 phase=phase,
                 task_group=group,
                 offered_rate=(offered_rates or {}).get((candidate, phase)),
-                pairs=int(bb.size),
+                pairs=int(n_pairs),
                 unmatched=unmatched,
-                both_ok=both_ok,
-                task_rel_change=iv[0],
+                both_ok=tst.n,
+                task_rel_change=task,
                 e2e_rel_change=iv[1],
                 e2e_diff_s=iv[2],
                 ttft_rel_change=iv[3],
                 on_time_diff=iv[4],
-                outcome=_outcome(iv[0], iv[4], both_ok, min_gain),
+                outcome=_outcome(tst, task, p_task, p_on, alpha, min_pairs, min_gain),
                 method=method,
+                log_change=tst.log_change,
+                se_within=tst.se_w,
+                drift_sd=drift.sd if drift is not None else None,
+                df=tst.df,
+                p_value=tst.p if tst.n >= 2 else None,
+                p_on_time=tst.p_on,
+                p_adjusted=min(p_task, p_on),
+                power=stats.power(eff, tst.se, alpha / family) if tst.se else None,
+                pairs_needed=(
+                    max(min_pairs, n)
+                    if sd is not None
+                    and (n := stats.pairs_needed(sd, dsd, eff, alpha / family)) is not None
+                    else None
+                ),
             )
         )
     return out
 
 
-def _outcome(task: Interval, on_time: Interval, both_ok: int, min_gain: float) -> str:
-    if both_ok < 2 or task.low is None or task.high is None:
+def _pooled_sd(tests: Sequence[_Test]) -> float | None:
+    """The per-pair sd over the cells that have one (for cells too small to estimate it)."""
+    num = sum((x.n - 1) * x.sd**2 for x in tests if x.sd is not None)
+    den = sum(x.n - 1 for x in tests if x.sd is not None)
+    return float(np.sqrt(num / den)) if den > 0 else None
+
+
+def _task_interval(x: _Test, level: float) -> Interval:
+    if x.log_change is None:
+        return Interval(None, None, None)
+    est = float(np.expm1(x.log_change))
+    if x.se is None or x.df is None:
+        return Interval(est, None, None)
+    lo, hi = stats.t_interval(x.log_change, x.se, x.df, level)
+    return Interval(est, float(np.expm1(lo)), float(np.expm1(hi)))
+
+
+def _outcome(
+    x: _Test,
+    task: Interval,
+    p_task: float,
+    p_on: float,
+    alpha: float,
+    min_pairs: int,
+    min_gain: float,
+) -> str:
+    if p_on < alpha and x.on_slower:
+        return "slower"  # less often on time, whatever the survivors' speed
+    if x.n < min_pairs or task.low is None or task.high is None:
         return "insufficient"
-    if task.low > 0 or (on_time.high is not None and on_time.high < 0):
+    if p_task < alpha and task.low > min_gain:
         return "slower"
-    if task.high < -min_gain:
+    if p_task < alpha and task.high < -min_gain:
         return "faster"
     return "no_difference"
 

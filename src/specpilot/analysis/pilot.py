@@ -58,6 +58,7 @@ class PilotAnalysis:
     recommendations: list[e2e.TaskRecommendation] = field(default_factory=list)
     amdahl_checks: list[dict[str, Any]] = field(default_factory=list)
     comparisons: list[paired.PairedComparison] = field(default_factory=list)
+    aa: paired.AAControl | None = None  # the A/A control's result (None: the pilot has no control)
     capacities: list[cap.Capacity] = field(default_factory=list)
     crossovers: list[cap.Crossover] = field(default_factory=list)
     memory: list[cap.MemoryBudget] = field(default_factory=list)
@@ -130,21 +131,44 @@ def _quality(a: PilotAnalysis, data: PilotData) -> None:
         a.gates += quality.quality_gates(a.quality_cells, b, c, a.config.verdict.key_pass_tolerance)
 
 
+def _aa(a: PilotAnalysis, table: RequestTable, kw: dict[str, Any]) -> paired.Drift | None:
+    """The A/A comparison (within-run noise only: it is what measures the drift)."""
+    base, ctrl = a.plan.baseline, a.plan.control
+    if base is None or ctrl is None:
+        return None
+    aa = paired.compare_arms(table, base, ctrl, **kw)
+    drift = paired.Drift.from_control(aa, f"A/A control {ctrl} vs {base}")
+    directional = tuple(
+        f"{c.phase}/{c.task_group}: {c.task_rel_change.estimate:+.1%} ({c.outcome})"
+        for c in aa
+        if c.outcome in ("faster", "slower") and c.task_rel_change.estimate is not None
+    )
+    pooled = [c.task_rel_change.estimate for c in aa if c.task_group == ALL]
+    largest = max((x for x in pooled if x is not None), key=abs, default=None)
+    a.aa = paired.AAControl(base, ctrl, len(aa), directional, largest, drift)
+    a.comparisons += aa
+    return drift
+
+
 def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
     rates = {(p.arm, p.phase): p.offered_rate for p in a.data.phases}
-    kw = dict(
+    v = a.config.verdict
+    kw: dict[str, Any] = dict(
         resamples=a.config.bootstrap_resamples,
         seed=a.config.seed,
         level=a.config.ci_level,
-        min_gain=a.config.verdict.min_e2e_gain,
+        min_gain=v.min_e2e_gain,
+        min_pairs=v.min_pairs,
+        min_effect=v.min_effect,
         offered_rates=rates,
     )
+    kw["drift"] = _aa(a, table, kw)
     pairs = list(a.plan.pairs)
     if a.plan.alternative and a.plan.baseline:
         pairs.append((a.plan.baseline, a.plan.alternative))
         # the equal-budget alternative answers only for candidates on the baseline's engine
         pairs += [(a.plan.alternative, c) for b, c in a.plan.pairs if b == a.plan.baseline]
-    a.comparisons = paired.comparisons_for(table, pairs, **kw)
+    a.comparisons += paired.comparisons_for(table, pairs, **kw)
 
 
 def _end_to_end(a: PilotAnalysis, table: RequestTable) -> None:
@@ -261,6 +285,7 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
             groups_expected=sorted({x for x in table.task_group[table.arm == b].tolist()}),
             representative=rep,
             steady_requests=steady,
+            aa=a.aa,
         )
         v = decide(inp, a.config.verdict)
         scope = set(v.groups_adopted) | set(v.groups_in_windows) or set(inp.groups_expected)

@@ -5,7 +5,9 @@
 - candidates: every arm whose strategy is not ``none``, each compared with a plain arm on the
   same engine when the pilot has one (a llama.cpp draft arm against llama.cpp plain), else with
   the baseline;
-- alternative: the arm with role ``alternative`` (the equal-budget arm).
+- alternative: the arm with role ``alternative`` (the equal-budget arm);
+- control: the arm with role ``control``, the baseline run twice (the A/A comparison that
+  measures the machine's drift between arm runs).
 
     >>> from specpilot.records import ArmRecord, StrategySpec
     >>> arms = [ArmRecord("p", "r1", "base", "baseline", "builtin"),
@@ -33,6 +35,7 @@ class ArmPlan:
     alternative: str | None
     arms: tuple[ArmRecord, ...]  # one record per arm name (the first run)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    control: str | None = None  # the A/A copy of the baseline (compared with it, never judged)
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -54,7 +57,9 @@ def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan
             "", "", name, "baseline" if name == "baseline" else "extra", "unknown"
         )
     recs = list(first.values())
-    plain = [a for a in recs if a.strategy.kind == "none" and a.role != "alternative"]
+    plain = [
+        a for a in recs if a.strategy.kind == "none" and a.role not in ("alternative", "control")
+    ]
     base = next((a for a in recs if a.role == "baseline"), plain[0] if plain else None)
     pairs = []
     for a in recs:
@@ -67,7 +72,10 @@ def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan
             continue
         pairs.append((ref.arm, a.arm))
     alt = next((a.arm for a in recs if a.role == "alternative"), None)
-    return ArmPlan(base.arm if base else None, tuple(pairs), alt, tuple(recs), tuple(notes))
+    control = next((a.arm for a in recs if a.role == "control"), None)
+    return ArmPlan(
+        base.arm if base else None, tuple(pairs), alt, tuple(recs), tuple(notes), control
+    )
 
 
 def representative(config: dict[str, Any]) -> bool:

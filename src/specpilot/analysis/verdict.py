@@ -38,22 +38,53 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
         )
     if inp.steady_requests == 0:
         out.append("only cold-start requests were measured: no steady state")
+    if inp.aa is None:
+        out.append(
+            "no A/A control arm: drift of the machine between arm runs is not in the intervals "
+            "(add an arm with role: control, the baseline's config again)"
+        )
+    elif not inp.aa.stable:
+        out.append("measurement unstable: " + inp.aa.text)
     seen = {c.task_group for c in inp.comparisons if c.task_group != ALL}
     for g in sorted(set(cfg.required_groups) | set(inp.groups_expected)):
         if g not in seen:
             out.append(f"group {g} has no paired requests with the baseline: missing")
-    for c in inp.comparisons:
-        if c.task_group == ALL:
-            continue
-        where = f"{c.task_group} at {c.phase}"
-        if c.pairs < cfg.min_requests_per_group:
-            out.append(f"{where}: {c.pairs} paired requests < {cfg.min_requests_per_group}")
-        elif c.task_rel_change.low is not None and c.task_rel_change.high is not None:
-            half = (c.task_rel_change.high - c.task_rel_change.low) / 2
-            if half > cfg.max_ci_halfwidth:
-                out.append(
-                    f"{where}: task-time CI half-width {half:.1%} > {cfg.max_ci_halfwidth:.0%}: too few samples"
-                )
+    cells = [c for c in inp.comparisons if c.task_group != ALL]
+    short = [c for c in cells if c.outcome == "insufficient"]
+    if short:
+        need = [c.pairs_needed for c in short if c.pairs_needed is not None]
+        out.append(
+            f"{len(short)} of {len(cells)} cells (group x load level) have fewer than "
+            f"{cfg.min_pairs} both-ok pairs: insufficient"
+            + (
+                f"; at the observed noise a decision needs about {max(need)} per cell"
+                if need
+                else ""
+            )
+            + (
+                "; in some no number of pairs suffices at this drift"
+                if len(need) < len(short)
+                else ""
+            )
+        )
+    few = [c for c in cells if c.outcome != "insufficient" and c.pairs < cfg.min_requests_per_group]
+    if few:
+        out.append(
+            f"{len(few)} decided cells have fewer than {cfg.min_requests_per_group} paired requests"
+        )
+    wide = [
+        c
+        for c in cells
+        if c.outcome != "insufficient"
+        and c.task_rel_change.low is not None
+        and c.task_rel_change.high is not None
+        and (c.task_rel_change.high - c.task_rel_change.low) / 2 > cfg.max_ci_halfwidth
+    ]
+    if wide:
+        out.append(
+            f"{len(wide)} decided cells have a task-time CI half-width above "
+            f"{cfg.max_ci_halfwidth:.0%}: too few samples for a firm figure"
+        )
     return out
 
 
@@ -84,11 +115,36 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
         summary = "adopt only " + "; ".join(parts)
     else:
         verdict, rng = NO, None
-        neck = (
-            pooled.bottleneck
-            or next((g.bottleneck for g in gvs if g.bottleneck), None)
-            or "no measured gain"
-        )
+        quality = [g for g in gvs if (g.bottleneck or "").startswith("quality:")]
+        if quality and len(quality) == len(gvs):
+            neck = (
+                "quality gate failed for every group ("
+                + "; ".join(
+                    f"{g.task_group}: {(g.bottleneck or '')[len('quality: ') :]}" for g in quality
+                )
+                + ")"
+            )
+        elif gvs and all(g.evidence == "insufficient" for g in gvs):
+            need = max((g.bottleneck or "" for g in gvs), key=len)
+            if pooled.verdict == NO:
+                neck = pooled.bottleneck or need
+                if pooled.evidence != "insufficient":
+                    neck += " (all groups pooled; per group: insufficient evidence)"
+            else:  # pooled it pays: not enough to switch on for any one group (R7)
+                where = _window_text(pooled) if pooled.verdict == WINDOWS else "pays"
+                neck = (
+                    f"{need} per group; pooled over groups speculation "
+                    f"{where.replace('*: ', '').replace('* in ', 'pays in ')}: measure per "
+                    "group before switching it on"
+                )
+        else:
+            neck = (
+                pooled.bottleneck
+                or next((g.bottleneck for g in gvs if g.bottleneck), None)
+                or "no measured gain"
+            )
+            if quality:
+                neck = f"quality gate failed for {', '.join(g.task_group for g in quality)}; {neck}"
         summary = f"do not adopt now; fix first: {neck}"
     if rejected and verdict != NO:
         summary += f"; not for {', '.join(rejected)}"
@@ -113,12 +169,16 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
         summary=summary + (" (PILOT_HYPOTHESIS)" if reasons else ""),
         groups=(*gvs, pooled),
         conditions=tuple(conds),
+        aa_control=inp.aa.text if inp.aa is not None else "no A/A control arm in this pilot",
     )
 
 
 def _window_text(g: GroupVerdict) -> str:
-    if g.below_rps is not None:
-        return f"{g.task_group} below {g.below_rps:g} req/s"
+    if g.below_rps is not None and g.pays_up_to_rps is not None:
+        return (
+            f"{g.task_group}: pays at {g.pays_up_to_rps:.3g} req/s, not at {g.below_rps:.3g}; "
+            "not measured between"
+        )
     return f"{g.task_group} in {', '.join(g.windows)}"
 
 

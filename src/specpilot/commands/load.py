@@ -45,6 +45,7 @@ from typing import Any
 
 from specpilot.errors import ConfigError
 from specpilot.loadgen.client import served_model
+from specpilot.records import ARM_ROLES
 
 ENGINES = ["openai", "builtin", "llamacpp", "vllm", "sglang"]
 START_TIMEOUT_S = 600.0  # specpilot.backends.START_TIMEOUT_S (not imported: keeps --help fast)
@@ -76,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--role",
         default=None,
-        choices=["baseline", "speculative", "alternative", "extra"],
+        choices=list(ARM_ROLES),
         help="the arm's role in the pilot (default: the arm's name if it is a role, else extra)",
     )
     p.add_argument("--run-id", default=None, help="run id (default: a new one)")
@@ -241,7 +242,7 @@ def _arm(
     pilot: Any, args: argparse.Namespace, run_id: str, manifest: dict[str, Any], n: int
 ) -> Any:
     from specpilot.backends.freeze import frozen_sha256, strategy_of
-    from specpilot.records import ARM_ROLES, ArmRecord
+    from specpilot.records import ArmRecord
 
     return ArmRecord(
         pilot_id=pilot.pilot_id,

@@ -77,7 +77,24 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
         "repetitions": cfg.repetitions,
         "arms": arms,
         "schedule": schedule.summary(),
+        "pairs": pairs_per_cell(schedule, cfg),
     }
+
+
+def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
+    """The sample-size plan: pairs each (phase, group) cell will have (schedule x repetitions)
+    against the pairs a direction needs (``analysis.verdict.min_pairs``)."""
+    from specpilot.analysis import AnalysisConfig
+
+    acfg = AnalysisConfig.model_validate(cfg.analysis or {})
+    counts: dict[str, dict[str, int]] = {}
+    for r in schedule.requests:
+        if not r.warmup:
+            cell = counts.setdefault(r.phase, {})
+            cell[r.group] = cell.get(r.group, 0) + cfg.repetitions
+    need = acfg.verdict.min_pairs
+    short = sorted(f"{p}/{g}" for p, gs in counts.items() for g, n in gs.items() if n < need)
+    return {"min_pairs": need, "cells": counts, "insufficient_by_design": short}
 
 
 def _print_plan(plan: dict[str, Any]) -> None:
@@ -100,6 +117,17 @@ def _print_plan(plan: dict[str, Any]) -> None:
         f"{p['name']} {p['duration_s']:g}s x {p['offered_rate']:g}/s" for p in sch["phases"]
     )
     print(f"  schedule: {sch['requests']} requests per arm: {phases}")
+    pairs = plan["pairs"]
+    print(f"  pairs per cell (a direction needs {pairs['min_pairs']} both-ok pairs):")
+    for phase, groups in pairs["cells"].items():
+        cells = ", ".join(f"{g} {n}" for g, n in sorted(groups.items()))
+        print(f"    {phase:<12} {cells}, all {sum(groups.values())}")
+    short = pairs["insufficient_by_design"]
+    if short:
+        print(
+            f"  {len(short)} cells cannot reach a direction by design (fewer pairs than "
+            f"{pairs['min_pairs']}): raise phase durations, rates or repetitions for a decision"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

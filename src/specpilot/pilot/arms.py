@@ -86,7 +86,7 @@ def strategy_of(arm: Any) -> StrategySpec:
         return StrategySpec()
     # an endpoint given by URL: specpilot cannot see what it runs
     return StrategySpec(
-        kind="none" if arm.role in ("baseline", "alternative") else "other",
+        kind="none" if arm.role in ("baseline", "alternative", "control") else "other",
         params={"declared_by_role": arm.role, "verified": False},
     )
 
@@ -168,7 +168,7 @@ def _reference(arm: Any, cfg: PilotConfig, strategies: dict[str, StrategySpec]) 
     if arm.compare_to is not None:
         return str(arm.compare_to)
     baseline = next(a for a in cfg.arms if a.role == "baseline")
-    if arm.role in ("speculative", "alternative"):
+    if arm.role in ("speculative", "alternative", "control"):
         return str(baseline.name)
     if arm.role == "baseline" or strategies[arm.name].kind == "none":
         return None
@@ -200,7 +200,7 @@ def plan_arms(cfg: PilotConfig, *, resolve_files: bool = True) -> list[ArmPlan]:
                 f"arm {a.name!r} is the speculative arm but switches nothing on: give it a "
                 "draft and k (or an engine's n-gram mode)"
             )
-        if a.role in ("baseline", "alternative") and s.kind != "none":
+        if a.role in ("baseline", "alternative", "control") and s.kind != "none":
             raise PilotConfigError(
                 f"arm {a.name!r} is the {a.role} arm but switches on a {s.kind} strategy: the "
                 f"{a.role} runs plain decoding (put candidates in role: extra)"

@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specpilot.pilot.yamlpos import LineMap
 
-ROLES = ("baseline", "speculative", "alternative", "extra")
 ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -148,7 +147,7 @@ class BudgetModel(_Model):
 
 class _ArmBase(_Model):
     name: str = Field(pattern=NAME_PATTERN)
-    role: Literal["baseline", "speculative", "alternative", "extra"]
+    role: Literal["baseline", "speculative", "alternative", "control", "extra"]
     url: str | None = None  # an endpoint someone else runs: no start, no drill, partial manifest
     compare_to: str | None = None
     budget: BudgetModel = Field(default_factory=lambda: BudgetModel())
@@ -258,6 +257,8 @@ class PilotConfig(_Model):
                 )
         if roles.count("alternative") > 1:
             raise ValueError("at most one alternative arm (more candidates: role: extra)")
+        if roles.count("control") > 1:
+            raise ValueError("at most one control arm (the A/A copy of the baseline)")
         for a in self.arms:
             for ref, what in (
                 (a.compare_to, "compare_to"),

@@ -53,13 +53,16 @@ def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
         flag = " [PILOT_HYPOTHESIS]" if v.get("pilot_hypothesis") else ""
         lines.append(f"{v['verdict']}{flag}: {v['candidate_arm']} vs {v['baseline_arm']}")
         lines.append(f"  {v['summary']}")
+        if v.get("aa_control"):
+            lines.append(f"  A/A: {v['aa_control']}")
         for g in v.get("groups", []):
             held = [c["text"] for c in g.get("conditions", []) if c.get("holds") is False][:1]
             why = f" ({held[0]})" if held else ""
             lines.append(f"    {g['task_group']:<12} {g['verdict']}{why}")
         reasons = v.get("hypothesis_reasons") or []
         if reasons:
-            lines.append(f"  hypothesis because: {'; '.join(reasons[:3])}")
+            more = f" (+{len(reasons) - 3} more in report.md)" if len(reasons) > 3 else ""
+            lines.append(f"  hypothesis because: {'; '.join(reasons[:3])}{more}")
     if not doc.get("verdicts"):
         lines.append("no verdict: " + "; ".join(doc.get("notes", [])[:3]))
     for d in doc.get("drills", []):

@@ -62,6 +62,10 @@ class ArmSteps:
                 else:
                     p.store.add_drills([armrun.not_drilled(self.run.run_id, plan)])
                 self.done("drill")
+            # the A/A control repeats the baseline's measurement only: its compatibility and
+            # quality are the baseline's by construction (the same config, checked at planning)
+            if plan.role == "control":
+                steps |= {"compat", "quality"}
             if p.cfg.compat.enabled and "compat" not in steps:
                 p.progress.step(plan.name, "compatibility suite")
                 p.store.add_compat(p.gates.compat(holder["backend"], url, model, self.run))

@@ -85,7 +85,9 @@ class ResourceBudget:
         return asdict(self)
 
 
-ARM_ROLES = ("baseline", "speculative", "alternative", "extra")
+# control: a second instance of the baseline's exact config, the pilot's A/A measurement of
+# between-run drift (analysis.paired.Drift)
+ARM_ROLES = ("baseline", "speculative", "alternative", "control", "extra")
 
 
 @dataclass

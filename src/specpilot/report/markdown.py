@@ -21,6 +21,8 @@ def _verdict(v: dict[str, Any]) -> list[str]:
         v["summary"],
         "",
     ]
+    if v.get("aa_control"):
+        out += [f"A/A: {v['aa_control']}", ""]
     if v["pilot_hypothesis"]:
         out += ["**PILOT_HYPOTHESIS**, because:", *[f"- {r}" for r in v["hypothesis_reasons"]], ""]
     rows = []
@@ -28,8 +30,10 @@ def _verdict(v: dict[str, Any]) -> list[str]:
         where = ""
         if g["load_range_rps"]:
             where = f"{g['load_range_rps'][0]:g}-{g['load_range_rps'][1]:g} req/s"
+        elif g["below_rps"] is not None and g.get("pays_up_to_rps") is not None:
+            where = f"pays at {g['pays_up_to_rps']:.3g} req/s, not at {g['below_rps']:.3g}"
         elif g["below_rps"] is not None:
-            where = f"below {g['below_rps']:g} req/s"
+            where = f"below {g['below_rps']:.3g} req/s"
         elif g["windows"]:
             where = ", ".join(g["windows"])
         rows.append([g["task_group"], g["verdict"], where, g["bottleneck"] or ""])

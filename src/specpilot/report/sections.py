@@ -78,7 +78,12 @@ def _verdict_one(v: Doc) -> str:
         f'<div class="verdict-block verdict-{v["verdict"]}" data-candidate="{escape(v["candidate_arm"])}">'
         f'<p class="verdict-label">{v["verdict"]}</p>'
         f'<p class="summary">{escape(v["candidate_arm"])} against {escape(v["baseline_arm"])}: {escape(v["summary"])}</p>'
-        f"{hyp}<h3>Per task group</h3>{groups}<h3>Conditions</h3>{conds}"
+        + (
+            f'<p class="aa-control">A/A: {escape(v["aa_control"])}</p>'
+            if v.get("aa_control")
+            else ""
+        )
+        + f"{hyp}<h3>Per task group</h3>{groups}<h3>Conditions</h3>{conds}"
         f"<h3>Rollback triggers{' (if it were switched on anyway)' if v['verdict'] == 'DO_NOT_ADOPT' else ''}</h3>"
         f"<ul>{trig}</ul></div>"
     )
@@ -88,8 +93,13 @@ def _where(g: Doc) -> str:
     if g["load_range_rps"]:
         lo, hi = g["load_range_rps"]
         return f"{lo:g}-{hi:g} req/s (measured range)"
+    if g["below_rps"] is not None and g.get("pays_up_to_rps") is not None:
+        return (
+            f"pays at {g['pays_up_to_rps']:.3g} req/s, not at {g['below_rps']:.3g} "
+            "(not measured between)"
+        )
     if g["below_rps"] is not None:
-        return f"below {g['below_rps']:g} req/s"
+        return f"below {g['below_rps']:.3g} req/s"
     if g["windows"]:
         return "in " + ", ".join(g["windows"])
     return ""
