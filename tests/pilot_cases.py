@@ -329,8 +329,8 @@ def full_case(drill_status: str = "not_possible") -> PilotData:
     cs = {
         (g, p): Cell(spec=0.7 if g != "code" else 1.2, n=40) for g in ("code", "zh") for p in PHASES
     }
-    # code: slower and one key failure (rejected either way); zh: faster, quality intact
-    q = key_checks("base", "code", 10, 0) + key_checks("spec", "code", 9, 1)
+    # code: slower and key failures (rejected either way); zh: faster, quality intact
+    q = key_checks("base", "code", 10, 0) + key_checks("spec", "code", 4, 6)
     q += key_checks("base", "zh", 10, 0) + key_checks("spec", "zh", 10, 0)
     d = case(cs, quality=q)
     d.chunk_gaps = [
@@ -344,7 +344,7 @@ def full_case(drill_status: str = "not_possible") -> PilotData:
         for arm in ("base", "spec", "alt")
         for feature, status in (
             ("streaming", "pass"),
-            ("stop_in_round", "pass" if arm != "spec" else "fail"),
+            ("stop_in_round", "pass" if arm == "alt" else "fail"),  # both compared arms fail
             ("tool_call", "unsupported"),
         )
     ]

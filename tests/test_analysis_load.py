@@ -76,7 +76,7 @@ def test_every_scheduled_request_is_in_the_denominators() -> None:
     assert c.throughput_tokens_s == pytest.approx(8 * 11 / 20)
 
 
-def test_a_failed_key_check_on_the_output_makes_the_request_late() -> None:
+def test_a_failed_key_check_on_the_output_makes_the_request_not_good() -> None:
     q = [
         QualityRecord(
             "r",
@@ -92,7 +92,10 @@ def test_a_failed_key_check_on_the_output_makes_the_request_late() -> None:
         )
     ]
     t = RequestTable.build(cell_requests(), q)
-    assert int((t.on_time & ~t.cold_start).sum()) == 5  # 6 on time without the failed check
+    # on time is latency only (6); good, what goodput counts, also needs the key checks (5)
+    assert int((t.on_time & ~t.cold_start).sum()) == 6
+    assert int((t.good & ~t.cold_start).sum()) == 5
+    assert not t.good[0] and t.on_time[0]
 
 
 def test_itl_is_token_weighted_and_per_chunk_gaps_are_kept() -> None:

@@ -7,8 +7,9 @@ specpilot (``engine``, ``store``, ``cli``, ...). ``records``, ``errors``, ``defi
 layer sits on, directly or through the layers below:
 
     engine <- serve                 draft (training, screening) -> engine, workload, analysis
-    workload, loadgen, backends <- store <- analysis <- report <- pilot <- commands <- cli
-    quality sits beside analysis (on store), and never imports loadgen
+    workload, loadgen, backends <- store <- quality <- analysis <- report <- pilot <- commands <- cli
+    quality never imports loadgen (its checks speak HTTP themselves); analysis reads the one
+    quality gate (quality.summary) for the verdict
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ SITS_ON: dict[str, list[str]] = {
     "loadgen": ["workload"],
     "backends": ["engine"],  # starts and describes engines; uses the loader's facts
     "store": ["workload", "loadgen", "backends"],
-    "analysis": ["store"],
+    "analysis": ["store", "quality"],
     "quality": ["store"],
     "report": ["analysis", "quality"],
     "pilot": ["report"],

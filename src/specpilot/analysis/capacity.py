@@ -77,7 +77,7 @@ def capacity(cells: Sequence[LoadCell], slo_attainment: float) -> list[Capacity]
         cap, limited = None, None
         for p in pts:
             if not p.meets_slo:
-                limited = f"{p.phase} at {p.offered_rps:g} req/s: on time {_pct(p.on_time_ratio)} < {slo_attainment:.0%}"
+                limited = f"{p.phase} at {p.offered_rps:.3g} req/s: on time {_pct(p.on_time_ratio)} < {slo_attainment:.0%}"
                 break
             cap = p.offered_rps
         out.append(Capacity(arm, group, pts, cap, limited))
@@ -119,11 +119,11 @@ def crossover(comparisons: Sequence[PairedComparison]) -> list[Crossover]:
                 break
             pays = rate
         if pays is None:
-            summary = f"does not pay at any measured load (from {levels[0][1]:g} req/s)"
+            summary = f"does not pay at any measured load (from {levels[0][1]:.3g} req/s)"
         elif cross is None:
-            summary = f"pays at every measured load up to {pays:g} req/s"
+            summary = f"pays at every measured load up to {pays:.3g} req/s"
         else:
-            summary = f"pays up to {pays:g} req/s; stops paying by {cross:g} req/s"
+            summary = f"pays up to {pays:.3g} req/s; stops paying by {cross:.3g} req/s"
         out.append(Crossover(base, cand, group, levels, pays, cross, summary))
     return out
 

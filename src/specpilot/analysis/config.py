@@ -76,12 +76,6 @@ class VerdictConfig(_Model):
         gt=0,
         description="relative task-time CI half-width above this: too few samples",
     )
-    key_pass_tolerance: float = Field(
-        default=0.0,
-        ge=0,
-        le=1,
-        description="key-check pass rate may be this much below the baseline's",
-    )
     min_decode_share: float = Field(
         default=0.3, ge=0, le=1, description="decode share of task time below this: fix that first"
     )

@@ -189,7 +189,7 @@ def _pct(x: float | None) -> str:
 
 
 def _rate(x: float | None) -> str:
-    return "rate n/a" if x is None else f"{x:g} req/s"
+    return "rate n/a" if x is None else f"{x:.3g} req/s"
 
 
 def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupVerdict:
@@ -202,12 +202,14 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
                 "quality_gate",
                 {"task_group": group},
                 "gates",
-                [gate.key_gate, gate.consistency_gate],
+                [gate.key_gate, gate.consistency_gate, gate.distribution_gate, gate.compat_gate],
                 "no fail",
                 "pass",
                 not gate.failed,
-                f"{group}: key checks {gate.key_gate}, consistency {gate.consistency_gate}"
-                + (f" ({'; '.join(gate.reasons)})" if gate.reasons else ""),
+                f"{group}: key checks {gate.key_gate}, consistency {gate.consistency_gate}, "
+                f"distribution {gate.distribution_gate}, compat {gate.compat_gate}"
+                + (f" ({'; '.join(gate.reasons)})" if gate.reasons else "")
+                + (f"; decided by {', '.join(gate.carried)}" if gate.carried else ""),
             )
         )
     level_conds, levels = _level_conditions(inp, group, cfg)
@@ -286,7 +288,7 @@ def bottleneck(
         bad = [lv for lv in levels if lv[2] == NOT_PAYING]
         if not bad:
             return "load: the other levels were not measured with enough pairs", conds
-        return f"load: speculation does not pay at {bad[0][0]} ({bad[0][1]:g} req/s)", conds
+        return f"load: speculation does not pay at {bad[0][0]} ({bad[0][1]:.3g} req/s)", conds
     rs = next((r for r in inp.rounds if r.task_group == group), None)
     s = rs.decode_speedup if rs else None
     if rs is not None and s is not None:

@@ -6,7 +6,8 @@ a percentile that falls among them is reported as not reached (None), never reco
 the successful requests alone. Each figure carries the number of requests it is over.
 
 - throughput = output tokens of ok requests / phase duration; requests/s likewise
-- goodput = on-time requests / phase duration (``RequestTable``'s on-time definition)
+- goodput = good requests (on time and no failed key check, ``RequestTable``) / phase
+  duration; the on-time count beside it is latency only
 - ratios (timeout, rejected, error, cancelled, not_sent, on-time) = count / scheduled
 - ITL per token = chunk gap / tokens in that chunk (token-weighted), from ok requests' chunks;
   per-chunk gaps and tokens per chunk too (speculative servers send bursts)
@@ -66,7 +67,7 @@ class LoadCell:
     scheduled: int
     counts: dict[str, int]  # per status
     ratios: dict[str, float]  # per status, over scheduled
-    on_time: int
+    on_time: int  # latency only (TTFT SLO and deadline met)
     on_time_ratio: float | None
     cold_start_excluded: int
     ttft: Quantiles
@@ -80,6 +81,8 @@ class LoadCell:
     goodput_rps: float | None = None
     peak_rss_bytes: int | None = None
     peak_gpu_bytes: int | None = None
+    good: int = 0  # on time and quality intact: what goodput counts
+    good_ratio: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,6 +150,7 @@ def _cells(
     sched = count_by(codes, steady, n)
     counts = {s: count_by(codes, steady & (t.status == s), n) for s in STATUSES}
     on_time = count_by(codes, steady & t.on_time, n)
+    good = count_by(codes, steady & t.good, n)
     cold = count_by(codes, ~steady, n)
     ok = steady & t.ok
     tokens = sum_by(codes, np.where(ok, t.output_tokens, 0.0), n)
@@ -173,7 +177,9 @@ def _cells(
                 e2e=e2e[c],
                 throughput_tokens_s=float(tokens[c] / dur) if dur else None,
                 throughput_rps=float(counts["ok"][c] / dur) if dur else None,
-                goodput_rps=float(on_time[c] / dur) if dur else None,
+                goodput_rps=float(good[c] / dur) if dur else None,
+                good=int(good[c]),
+                good_ratio=float(good[c] / s) if s else None,
             )
         )
     return cells

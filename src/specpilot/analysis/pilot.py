@@ -128,7 +128,7 @@ def _rounds(a: PilotAnalysis, data: PilotData) -> None:
 def _quality(a: PilotAnalysis, data: PilotData) -> None:
     a.quality_cells = quality.quality_cells(data.quality, data.consistency)
     for b, c in a.plan.pairs:
-        a.gates += quality.quality_gates(a.quality_cells, b, c, a.config.verdict.key_pass_tolerance)
+        a.gates += quality.quality_gates(data, b, c)
 
 
 def _aa(a: PilotAnalysis, table: RequestTable, kw: dict[str, Any]) -> paired.Drift | None:

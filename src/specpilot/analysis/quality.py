@@ -1,24 +1,28 @@
 """Per-group quality and consistency, and the gates that come before any speed figure (R7, R8).
 
-Inputs are only the record fields: ``QualityRecord`` (severity key | minor, passed, reasons)
-and ``ConsistencyRecord`` (identical, defect, margin). Acceptance rate is never a quality
-metric and is not read here.
+The cells (``quality_cells``) describe: pass rates, top failure reasons, greedy identity. The
+*gate* is ``specpilot.quality.summary.gate``, the one quality gate of specpilot (the same
+``specpilot quality`` prints), split here per task group:
 
-Gates for a candidate arm and a group:
+- key gate: the key-error pass rate against the baseline's as a non-inferiority test (margin
+  and alpha from the pilot's ``quality:`` config): "pass" (non-inferior), "fail" (significantly
+  below the baseline, or non-inferiority not shown at adequate power), "underpowered" or
+  "uninformative" (the baseline itself passes less often than ``uninformative_below``): the
+  last two are reported and never gate;
+- consistency gate: "fail" when a greedy divergence of the candidate in the group is a defect
+  (above the margin threshold); near-tie flips are recorded, not failed;
+- distribution gate: "fail" when seeded samples differ in distribution from the baseline's;
+- compat gate: "fail" when a feature the baseline passes fails in the candidate (every group).
 
-- key gate: fails when the candidate's key-check pass rate is below the baseline arm's by more
-  than ``tolerance`` (same group, same checks); with no baseline records, any key failure
-  fails it (a key check has no allowance);
-- consistency gate: fails when any greedy divergence of the candidate in the group is a
-  ``defect`` (a divergence above the margin threshold); near-tie flips are recorded, not failed.
-
-A group without records of a kind has that gate "no_data" (reported, not passed).
+A group without records of a kind has that gate "no_data" (reported, not passed). ``carried``
+names the checks that decided the gate. Acceptance rate is never a quality metric.
 
     >>> from specpilot.records import QualityRecord as Q
-    >>> q = [Q("r", "base", "code", "p1", "tests", "code_tests", "key", True),
-    ...      Q("r", "spec", "code", "p1", "tests", "code_tests", "key", False, ["tests fail: t1"])]
-    >>> [g.key_gate for g in quality_gates(quality_cells(q, []), "base", "spec", 0.0)]
-    ['fail']
+    >>> q = [Q("r", "base", "code", f"p{i}", "tests", "code_tests", "key", True) for i in range(12)]
+    >>> q += [Q("r", "spec", "code", f"p{i}", "tests", "code_tests", "key", i < 3) for i in range(12)]
+    >>> g = quality_gates(PilotData(PilotRecord("p", "d", {}, "", "0", 0.0), quality=q), "base", "spec")
+    >>> [(x.task_group, x.key_gate) for x in g]
+    [('code', 'fail')]
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specpilot.records import ConsistencyRecord, QualityRecord
+from specpilot.quality.config import QualityConfig
+from specpilot.quality.summary import QualityVerdict, gate
+from specpilot.records import ConsistencyRecord, PilotData, QualityRecord
 
 
 @dataclass(frozen=True)
@@ -63,13 +69,18 @@ class QualityCell:
 class QualityGate:
     arm: str
     task_group: str
-    key_gate: str  # pass | fail | no_data
+    key_gate: str  # pass | fail | underpowered | uninformative | no_data
     consistency_gate: str  # pass | fail | no_data
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    distribution_gate: str = "no_data"  # pass | fail | no_data
+    compat_gate: str = "no_data"  # pass | fail | no_data (the arm's, for every group)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    carried: tuple[str, ...] = field(default_factory=tuple)  # the checks that decided it
 
     @property
     def failed(self) -> bool:
-        return "fail" in (self.key_gate, self.consistency_gate)
+        gates = (self.key_gate, self.consistency_gate, self.distribution_gate, self.compat_gate)
+        return "fail" in gates
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -106,37 +117,75 @@ def quality_cells(
     return out
 
 
+KEY_GATE = {
+    "non_inferior": "pass",
+    "inferior": "fail",
+    "inferior_not_excluded": "fail",
+    "underpowered": "underpowered",
+    "uninformative": "uninformative",
+}
+
+
 def quality_gates(
-    cells: Sequence[QualityCell], baseline: str, candidate: str, tolerance: float
+    data: PilotData, baseline: str, candidate: str, cfg: QualityConfig | None = None
 ) -> list[QualityGate]:
-    """The candidate's gates per group it has records for (see the module docstring)."""
-    base = {c.task_group: c for c in cells if c.arm == baseline}
-    out = []
-    for c in cells:
-        if c.arm != candidate:
-            continue
-        reasons: list[str] = []
-        key = "no_data"
-        if c.key_checks:
-            b = base.get(c.task_group)
-            floor = (b.key_pass_rate or 0.0) - tolerance if b and b.key_checks else 1.0
-            key = "pass" if (c.key_pass_rate or 0.0) >= floor - 1e-12 else "fail"
-            if key == "fail":
-                ref = (
-                    f"baseline {b.key_pass_rate:.1%}"
-                    if b and b.key_pass_rate is not None
-                    else "no allowance"
-                )
-                reasons.append(
-                    f"key checks passed {c.key_passed}/{c.key_checks} ({c.key_pass_rate:.1%}; {ref})"
-                    + (f": {c.top_reasons[0][0]}" if c.top_reasons else "")
-                )
-        cons = "no_data"
-        if c.consistency_prompts:
-            cons = "fail" if c.defects else "pass"
-            if c.defects:
-                reasons.append(
-                    f"{c.defects} of {c.consistency_prompts} greedy outputs diverge above the margin threshold"
-                )
-        out.append(QualityGate(candidate, c.task_group, key, cons, tuple(reasons)))
-    return out
+    """The candidate's gates per group, from ``quality.summary.gate`` (module docstring)."""
+    if cfg is None:
+        cfg = QualityConfig.model_validate(dict(data.pilot.config or {}).get("quality") or {})
+    v = gate(
+        data.quality,
+        data.outputs,
+        data.compat,
+        baseline_arm=baseline,
+        candidate_arm=candidate,
+        cfg=cfg,
+        pilot_id=data.pilot.pilot_id,
+        consistency=[c for c in data.consistency if c.baseline_arm == baseline]
+        if data.consistency
+        else None,
+    )
+    groups = sorted(
+        {q.task_group for q in data.quality if q.arm == candidate}
+        | {c.task_group for c in v.consistency}
+        | {t.task_group for t in v.distribution}
+    )
+    return [_group_gate(v, g) for g in groups]
+
+
+def _group_gate(v: QualityVerdict, group: str) -> QualityGate:
+    ni = next(
+        (
+            n
+            for n in v.non_inferiority
+            if n.task_group == group and n.candidate_arm == v.candidate_arm
+        ),
+        None,
+    )
+    key = KEY_GATE.get(ni.conclusion, "no_data") if ni is not None else "no_data"
+    cons = [c for c in v.consistency if c.task_group == group]
+    cons_gate = ("fail" if any(c.defect for c in cons) else "pass") if cons else "no_data"
+    dist = [t for t in v.distribution if t.task_group == group]
+    dist_gate = ("fail" if any(t.differs for t in dist) else "pass") if dist else "no_data"
+    compat_gate = (
+        ("fail" if any(g == "*" for g, _ in v.failures) else "pass") if v.compat else "no_data"
+    )
+    carried = []
+    if ni is not None and key in ("pass", "fail"):
+        carried.append(f"key checks ({ni.n_baseline} vs {ni.n_candidate} outputs, {ni.test})")
+    if cons:
+        carried.append(f"greedy consistency ({len(cons)} prompts)")
+    if dist:
+        carried.append(f"distribution tests ({len(dist)})")
+    if v.compat:
+        carried.append(f"compatibility ({len(v.compat)} features)")
+    return QualityGate(
+        v.candidate_arm,
+        group,
+        key,
+        cons_gate,
+        tuple(r for g, r in v.failures if g in (group, "*")),
+        dist_gate,
+        compat_gate,
+        tuple(n for g, n in v.group_notes if g in (group, "*")),
+        tuple(carried),
+    )

@@ -1,9 +1,10 @@
 """Every scheduled request as columns, with the derived latencies and the on-time flag.
 
 DESIGN.md's definitions: TTFT = sent -> first chunk with content; E2E = sent -> last byte
-(status ok only); TPOT = (E2E - TTFT) / (output_tokens - 1). A request is on time when its
-status is ok, no key quality check on it failed, TTFT <= its group's TTFT SLO and E2E <= its
-deadline. Warm-up requests are dropped here; cold-start requests are kept and flagged, so the
+(status ok only); TPOT = (E2E - TTFT) / (output_tokens - 1). A request is *on time* when its
+status is ok, TTFT <= its group's TTFT SLO and E2E <= its deadline (latency only); it is
+*good* when it is on time and no key quality check on its output failed. Goodput counts the
+good ones; the report shows both, so a user sees whether latency or quality failed. Warm-up requests are dropped here; cold-start requests are kept and flagged, so the
 load figures can keep them apart from the steady state.
 
     >>> from specpilot.records import DRILL_PHASE, RequestRecord as R
@@ -59,7 +60,8 @@ class RequestTable:
     tpot: np.ndarray  # +inf unless ok; NaN for ok outputs of fewer than 2 tokens
     output_tokens: np.ndarray  # 0 when unknown
     prompt_tokens: np.ndarray  # NaN when unknown
-    on_time: np.ndarray
+    on_time: np.ndarray  # ok, within the TTFT SLO and the deadline (latency only)
+    good: np.ndarray  # on time and no key check on its output failed (what goodput counts)
     deadline_s: np.ndarray  # NaN: no deadline
     ttft_slo_s: np.ndarray  # NaN: no TTFT SLO
     cold_start: np.ndarray
@@ -133,10 +135,10 @@ class RequestTable:
         deadline, ttft_slo = f["deadline_s"], f["ttft_slo_s"]
         on_time = (
             ok
-            & ~_key_failures(quality, obj)
             & (np.isnan(ttft_slo) | (ttft <= ttft_slo))
             & (np.isnan(deadline) | (e2e <= deadline))
         )
+        good = on_time & ~_key_failures(quality, obj)
         rep_of = {a.run_id: a.repetition for a in arms}
         run_codes, runs = factorize(obj["run_id"])
         cold = cols.get("cold_start")
@@ -148,6 +150,7 @@ class RequestTable:
             output_tokens=np.nan_to_num(out, nan=0.0),
             prompt_tokens=f["prompt_tokens"],
             on_time=on_time,
+            good=good,
             deadline_s=deadline,
             ttft_slo_s=ttft_slo,
             cold_start=np.zeros(ok.size, dtype=bool)

@@ -106,7 +106,7 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
         hi = max(g.load_range_rps[1] for g in gvs if g.load_range_rps)
         rng: tuple[float, float] | None = (lo, hi)
         neck = None
-        summary = f"adopt for {', '.join(adopted)} at {lo:g}-{hi:g} req/s"
+        summary = f"adopt for {', '.join(adopted)} at {_range(lo, hi)}"
         if windows:
             summary += f"; only in windows for {', '.join(windows)}"
     elif windows:
@@ -188,3 +188,8 @@ def with_triggers(v: Verdict, triggers: list[dict]) -> Verdict:
 
 
 __all__ = ["Condition", "decide", "hypothesis_reasons", "with_triggers"]
+
+
+def _range(lo: float, hi: float) -> str:
+    """A load range in words: one level is not a range (``0.283-0.283 req/s``)."""
+    return f"{lo:.3g} req/s" if lo == hi else f"{lo:.3g}-{hi:.3g} req/s"

@@ -80,6 +80,15 @@ class QualityConfig(_Model):
     margin: float = Field(default=0.10, gt=0, lt=1, description="non-inferiority margin (absolute)")
     alpha: float = Field(default=0.05, gt=0, lt=0.5)
     min_power: float = Field(default=0.8, gt=0, lt=1)
+    uninformative_below: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description=(
+            "a key check the baseline passes less often than this is uninformative: reported, "
+            "never a gate (SmolLM2 fails most code tests and schemas itself)"
+        ),
+    )
     greedy_threshold: float = Field(
         default=0.5, ge=0, description="nats; a divergence above: defect"
     )

@@ -113,8 +113,12 @@ class NonInferiority:
     alpha: float
     power: float  # exact, at the n used, planning rate = pooled observed rate
     n_for_80: int | None  # per arm
-    conclusion: str  # non_inferior | inferior_not_excluded | underpowered
+    # non_inferior | inferior (significantly below the baseline, whatever the power) |
+    # inferior_not_excluded | underpowered | uninformative (the baseline itself passes less
+    # often than the floor: the check cannot tell a worse arm from the current service)
+    conclusion: str
     test: str = "Newcombe hybrid score bound for p_cand - p_base, one-sided; H0: diff <= -margin"
+    upper_bound: float | None = None  # one-sided 1 - alpha upper bound of diff
 
 
 def non_inferiority(
@@ -123,8 +127,14 @@ def non_inferiority(
     margin: float = 0.10,
     alpha: float = 0.05,
     min_power: float = 0.8,
+    floor: float = 0.0,
 ) -> list[NonInferiority]:
-    """Each candidate arm's key-error pass rate against the baseline's, per group."""
+    """Each candidate arm's key-error pass rate against the baseline's, per group.
+
+    In order: the baseline below ``floor``: uninformative; the lower bound above -margin:
+    non-inferior; the upper bound below 0 (the candidate passes significantly less often):
+    inferior, at any power; too little power: underpowered; else inferior not excluded.
+    """
     base = {r.task_group: r for r in rates if r.arm == baseline_arm}
     out = []
     for c in rates:
@@ -135,12 +145,18 @@ def non_inferiority(
         n = min(b.n, c.n)
         power = stats.ni_power(n, pooled, margin, alpha) if n else 0.0
         lower: float | None = None
+        upper: float | None = None
         diff: float | None = None
         if b.n and c.n:
             lower = stats.ni_lower(c.passed, c.n, b.passed, b.n, alpha)
+            upper = -stats.ni_lower(b.passed, b.n, c.passed, c.n, alpha)
             diff = c.passed / c.n - b.passed / b.n
-        if lower is not None and lower > -margin:
+        if b.rate is not None and b.rate < floor:
+            concl = "uninformative"
+        elif lower is not None and lower > -margin:
             concl = "non_inferior"
+        elif upper is not None and upper < 0:
+            concl = "inferior"
         elif power < min_power:
             concl = "underpowered"
         else:
@@ -159,6 +175,7 @@ def non_inferiority(
                 power,
                 stats.n_for_power(pooled, margin, alpha, min_power),
                 concl,
+                upper_bound=upper,
             )
         )
     return out

@@ -1,11 +1,16 @@
 """The quality gate of one candidate arm against the baseline (pure: records in, verdict out).
 
+The one quality gate of specpilot: ``specpilot quality`` prints it and the pilot's verdict
+(``analysis.quality``) uses it, per task group.
+
 The gate fails on any of: a greedy divergence above the margin threshold (a defect, listed
 by prompt); a sampled group whose outputs differ in distribution from the baseline's (Holm-
-adjusted permutation tests); a key-error pass rate for which non-inferiority is not shown
-although the test had the power to show it; a compatibility feature that passes in the
-baseline and fails in the candidate. What cannot be concluded is said in ``notes``
-(underpowered comparisons, groups checked for consistency only, features both arms fail).
+adjusted permutation tests); a key-error pass rate significantly below the baseline's, or for
+which non-inferiority is not shown although the test had the power to show it; a
+compatibility feature that passes in the baseline and fails in the candidate. What cannot be
+concluded is said in ``notes`` (underpowered comparisons, checks the baseline itself fails
+too often to tell anything, groups checked for consistency only, features both arms fail).
+``failures`` keeps each reason with its task group ("*": every group, e.g. compat).
 Acceptance rate is not an input: it is never a quality metric.
 
     >>> v = gate([], [], baseline_arm="baseline", candidate_arm="speculative")
@@ -44,6 +49,16 @@ class QualityVerdict:
     consistency: list[ConsistencyRecord] = field(default_factory=list)
     distribution: list[DistributionTest] = field(default_factory=list)
     compat: dict[str, tuple[str, str]] = field(default_factory=dict)  # feature -> (base, cand)
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (group or "*", reason)
+    group_notes: list[tuple[str, str]] = field(default_factory=list)  # (group or "*", note)
+
+    def fail(self, group: str, reason: str) -> None:
+        self.reasons.append(reason)
+        self.failures.append((group, reason))
+
+    def note(self, group: str, text: str) -> None:
+        self.notes.append(text)
+        self.group_notes.append((group, text))
 
 
 def _compat(records: Sequence[CompatRecord], base: str, cand: str, v: QualityVerdict) -> None:
@@ -54,9 +69,9 @@ def _compat(records: Sequence[CompatRecord], base: str, cand: str, v: QualityVer
             continue
         v.compat[feature] = (b.status if b else "-", c.status)
         if c.status == "fail" and (b is None or b.status != "fail"):
-            v.reasons.append(f"compat: {feature} fails in {cand}: {c.evidence}")
+            v.fail("*", f"compat: {feature} fails in {cand}: {c.evidence}")
         elif c.status == "fail":
-            v.notes.append(f"compat: {feature} fails in both arms")
+            v.note("*", f"compat: {feature} fails in both arms")
 
 
 def gate(
@@ -68,21 +83,29 @@ def gate(
     candidate_arm: str,
     cfg: QualityConfig | None = None,
     pilot_id: str = "",
+    consistency: Sequence[ConsistencyRecord] | None = None,
 ) -> QualityVerdict:
+    """``consistency``: the pair's greedy comparisons already computed (the pilot stores them,
+    made by the same ``greedy_consistency``); None: computed here from ``outputs``."""
     cfg = cfg or QualityConfig()
     v = QualityVerdict(baseline_arm, candidate_arm, True)
     arms = (baseline_arm, candidate_arm)
-    v.consistency = greedy_consistency(
-        outputs, baseline_arm, candidate_arm, cfg.greedy_threshold, pilot_id
+    v.consistency = (
+        [c for c in consistency if c.candidate_arm == candidate_arm]
+        if consistency is not None
+        else greedy_consistency(
+            outputs, baseline_arm, candidate_arm, cfg.greedy_threshold, pilot_id
+        )
     )
     v.greedy = summarise(v.consistency)
     for g in v.greedy:
         for r in v.consistency:
             if r.task_group == g.task_group and r.defect:
                 m = "unknown" if r.margin is None else f"{r.margin:.2f}"
-                v.reasons.append(
+                v.fail(
+                    g.task_group,
                     f"{g.task_group}: greedy defect on {r.prompt_id} at token {r.divergence_index} "
-                    f"({r.baseline_token!r} -> {r.candidate_token!r}, margin {m} > {cfg.greedy_threshold})"
+                    f"({r.baseline_token!r} -> {r.candidate_token!r}, margin {m} > {cfg.greedy_threshold})",
                 )
     v.distribution = distribution_tests(
         outputs,
@@ -96,33 +119,54 @@ def gate(
     )
     for t in v.distribution:
         if t.differs:
-            v.reasons.append(
-                f"{t.task_group}: samples differ from the baseline ({t.test}, Holm p = {t.p_holm:.4f})"
+            v.fail(
+                t.task_group,
+                f"{t.task_group}: samples differ from the baseline ({t.test}, Holm p = {t.p_holm:.4f})",
             )
     v.pass_rates = [r for r in pass_rates(quality, cfg.alpha) if r.arm in arms]
     v.non_inferiority = non_inferiority(
-        v.pass_rates, baseline_arm, cfg.margin, cfg.alpha, cfg.min_power
+        v.pass_rates, baseline_arm, cfg.margin, cfg.alpha, cfg.min_power, cfg.uninformative_below
     )
+    base_rate = {r.task_group: r for r in v.pass_rates if r.arm == baseline_arm}
+    cand_rate = {r.task_group: r for r in v.pass_rates if r.arm == candidate_arm}
     for ni in v.non_inferiority:
         if ni.candidate_arm != candidate_arm:
             continue
-        if ni.conclusion == "inferior_not_excluded":
-            v.reasons.append(
-                f"{ni.task_group}: key-error pass rate not shown non-inferior (diff {ni.diff:+.3f}, "
-                f"bound {ni.lower_bound:+.3f} <= -{ni.margin})"
+        grp = ni.task_group
+        b, c = base_rate[grp], cand_rate[grp]
+        rates = f"{c.passed}/{c.n} vs the baseline's {b.passed}/{b.n}"
+        top = f": {next(iter(c.reasons))}" if c.reasons else ""
+        if ni.conclusion == "inferior":
+            v.fail(
+                grp,
+                f"{grp}: key checks passed {rates}, significantly fewer (upper bound of the "
+                f"difference {ni.upper_bound:+.3f} < 0){top}",
+            )
+        elif ni.conclusion == "inferior_not_excluded":
+            v.fail(
+                grp,
+                f"{grp}: key checks passed {rates}, not shown non-inferior (diff {ni.diff:+.3f}, "
+                f"bound {ni.lower_bound:+.3f} <= -{ni.margin}){top}",
             )
         elif ni.conclusion == "underpowered":
-            v.notes.append(
-                f"{ni.task_group}: n = {min(ni.n_baseline, ni.n_candidate)} per arm gives power "
-                f"{ni.power:.2f} for a {ni.margin:.0%} margin; {ni.n_for_80 or '> 2000'} per arm needed"
+            v.note(
+                grp,
+                f"{grp}: n = {min(ni.n_baseline, ni.n_candidate)} per arm gives power "
+                f"{ni.power:.2f} for a {ni.margin:.0%} margin; {ni.n_for_80 or '> 2000'} per arm needed",
+            )
+        elif ni.conclusion == "uninformative":
+            v.note(
+                grp,
+                f"{grp}: key checks uninformative: the baseline passes {b.passed}/{b.n} "
+                f"(< {cfg.uninformative_below:.0%}), so they cannot tell a worse arm apart; "
+                "not a gate",
             )
     weak = sorted({q.task_group for q in quality if q.isolation == "rlimits" and q.arm in arms})
-    v.notes += [
-        f"{g}: code ran under resource limits only (no network or file isolation here)"
-        for g in weak
-    ]
+    for grp in weak:
+        v.note(grp, f"{grp}: code ran under resource limits only (no network or file isolation here)")
     only = sorted({q.task_group for q in quality if q.kind == "consistency_only" and q.arm in arms})
-    v.notes += [f"{g}: no checks declared, compared between arms only" for g in only]
+    for grp in only:
+        v.note(grp, f"{grp}: no checks declared, compared between arms only")
     _compat(compat, baseline_arm, candidate_arm, v)
     v.passed = not v.reasons
     return v

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from specpilot.report.fmt import interval, md_table, num, pct
+from specpilot.report.sections_load import method_of
 
 
 def _verdict(v: dict[str, Any]) -> list[str]:
@@ -29,7 +30,7 @@ def _verdict(v: dict[str, Any]) -> list[str]:
     for g in v["groups"]:
         where = ""
         if g["load_range_rps"]:
-            where = f"{g['load_range_rps'][0]:g}-{g['load_range_rps'][1]:g} req/s"
+            where = f"{g['load_range_rps'][0]:.3g}-{g['load_range_rps'][1]:.3g} req/s"
         elif g["below_rps"] is not None and g.get("pays_up_to_rps") is not None:
             where = f"pays at {g['pays_up_to_rps']:.3g} req/s, not at {g['below_rps']:.3g}"
         elif g["below_rps"] is not None:
@@ -49,8 +50,27 @@ def _verdict(v: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
-LOAD_HEAD = ["phase", "offered req/s", "arm", "scheduled", "on time", "goodput req/s", "p99 E2E s"]
-PAIR_HEAD = ["candidate", "baseline", "phase", "group", "pairs", "task time change [CI]", "outcome"]
+LOAD_HEAD = [
+    "phase",
+    "offered req/s",
+    "arm",
+    "scheduled",
+    "on time (latency)",
+    "good (+ quality)",
+    "goodput req/s",
+    "p99 E2E s",
+]
+PAIR_HEAD = [
+    "candidate",
+    "baseline",
+    "phase",
+    "group",
+    "pairs (both ok)",
+    "task time change [CI]",
+    "adjusted p",
+    "power",
+    "outcome",
+]
 
 
 def _load(doc: dict[str, Any]) -> list[str]:
@@ -64,6 +84,7 @@ def _load(doc: dict[str, Any]) -> list[str]:
             c["arm"],
             c["scheduled"],
             pct(c["on_time_ratio"]),
+            pct(c.get("good_ratio")),
             num(c["goodput_rps"]),
             "not reached" if c["e2e"]["p99"] is None else num(c["e2e"]["p99"]),
         ]
@@ -82,16 +103,23 @@ def _pairs(doc: dict[str, Any]) -> list[str]:
             c["baseline_arm"],
             c["phase"],
             c["task_group"],
-            c["pairs"],
+            f"{c['pairs']} ({c['both_ok']})",
             interval(c["task_rel_change"]),
-            c["outcome"],
+            num(c.get("p_adjusted")),
+            pct(c.get("power")),
+            c["outcome"]
+            + (
+                f" (needs ~{c['pairs_needed']})"
+                if c["outcome"] == "insufficient" and c.get("pairs_needed")
+                else ""
+            ),
         ]
         for c in comps
     ]
     return [
         "## Paired comparisons",
         "",
-        comps[0]["method"] + ".",
+        method_of(doc) + ".",
         "",
         md_table(PAIR_HEAD, rows),
         "",

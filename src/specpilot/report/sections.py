@@ -92,7 +92,11 @@ def _verdict_one(v: Doc) -> str:
 def _where(g: Doc) -> str:
     if g["load_range_rps"]:
         lo, hi = g["load_range_rps"]
-        return f"{lo:g}-{hi:g} req/s (measured range)"
+        return (
+            f"{lo:.3g}-{hi:.3g} req/s (measured range)"
+            if lo != hi
+            else f"{lo:.3g} req/s (the one measured level)"
+        )
     if g["below_rps"] is not None and g.get("pays_up_to_rps") is not None:
         return (
             f"pays at {g['pays_up_to_rps']:.3g} req/s, not at {g['below_rps']:.3g} "

@@ -57,14 +57,28 @@ def quality(doc: Doc, svgs: Svgs) -> str:
         rows,
     )
     gates = html_table(
-        ["candidate", "group", "key gate", "consistency gate", "why"],
+        [
+            "candidate",
+            "group",
+            "key gate",
+            "consistency gate",
+            "distribution gate",
+            "compat gate",
+            "why",
+            "decided by",
+            "not conclusive",
+        ],
         [
             [
                 g["arm"],
                 g["task_group"],
                 g["key_gate"],
                 g["consistency_gate"],
+                g.get("distribution_gate", "no_data"),
+                g.get("compat_gate", "no_data"),
                 "; ".join(g["reasons"]),
+                "; ".join(g.get("carried", [])),
+                "; ".join(g.get("notes", [])),
             ]
             for g in doc["quality"]["gates"]
         ],
@@ -109,6 +123,7 @@ def _load_table(doc: Doc) -> str:
                 _q(c["e2e"]),
                 num(c["goodput_rps"]),
                 pct(c["on_time_ratio"]),
+                pct(c.get("good_ratio")),
                 fails or "none",
                 num(c["tokens_per_chunk"]),
                 mib(c["peak_rss_bytes"]),
@@ -126,7 +141,8 @@ def _load_table(doc: Doc) -> str:
             "ITL p50/p90/p99",
             "E2E p50/p90/p99",
             "goodput req/s",
-            "on time",
+            "on time (latency)",
+            "good (+ quality)",
             "failure ratios",
             "tokens/chunk",
             "peak RSS",
@@ -147,6 +163,8 @@ def _comparison_table(doc: Doc) -> str:
             "E2E change [CI]",
             "TTFT change [CI]",
             "on-time difference [CI]",
+            "adjusted p",
+            "power at min. effect",
             "outcome",
         ],
         [
@@ -160,16 +178,38 @@ def _comparison_table(doc: Doc) -> str:
                 interval(c["e2e_rel_change"]),
                 interval(c["ttft_rel_change"]),
                 interval(c["on_time_diff"]),
-                c["outcome"],
+                num(c.get("p_adjusted")),
+                pct(c.get("power")),
+                c["outcome"]
+                + (
+                    f" (a decision needs ~{c['pairs_needed']} pairs)"
+                    if c["outcome"] == "insufficient" and c.get("pairs_needed")
+                    else ""
+                ),
             ]
             for c in doc["comparisons"]
         ],
     )
 
 
+def method_of(doc: Doc) -> str:
+    """The candidates' method (the A/A pair's own test leaves the drift out: it measures it)."""
+    aa = doc.get("aa_control") or {}
+    comps = [c for c in doc["comparisons"] if c["candidate_arm"] != aa.get("control_arm")]
+    if not comps:
+        return doc["comparisons"][0]["method"] if doc["comparisons"] else ""
+    extra = (
+        f". The A/A pair ({aa['control_arm']} vs {aa['baseline_arm']}) is tested on within-run "
+        "noise alone: it is what measures the drift"
+        if aa
+        else ""
+    )
+    return str(comps[0]["method"]) + extra
+
+
 def load(doc: Doc, svgs: Svgs) -> str:
     table, comps = _load_table(doc), _comparison_table(doc)
-    method = doc["comparisons"][0]["method"] if doc["comparisons"] else ""
+    method = method_of(doc)
     body = (
         "<p>Every scheduled steady-state request is in every denominator; n is given with each figure.</p>"
         + table
