@@ -448,3 +448,16 @@ def test_groups_too_small_but_pooled_slower_names_the_pooled_bottleneck() -> Non
     assert group(v, "*").verdict == "DO_NOT_ADOPT" and group(v, "*").evidence == "decided"
     assert v.verdict == "DO_NOT_ADOPT"
     assert "(all groups pooled; per group: insufficient evidence)" in v.summary
+
+
+def test_a_baseline_that_misses_its_own_slos_at_the_lowest_load_is_named() -> None:
+    d = case(cells(0.7))
+    for r in d.requests:  # every request of every arm is late at off-peak
+        if r.phase == "off_peak" and r.done_t is not None:
+            r.done_t += 10.0
+    v = verdict(d)
+    assert v.pilot_hypothesis
+    assert any(
+        r.startswith("the baseline itself is on time for only 0% of requests at off_peak")
+        for r in v.hypothesis_reasons
+    )

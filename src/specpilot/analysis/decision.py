@@ -115,6 +115,8 @@ class DecisionInputs:
     representative: bool = False
     steady_requests: int = 0
     aa: AAControl | None = None  # the pilot's A/A control (None: it has none)
+    # the baseline's on-time ratio at its lowest measured load: (phase, rate, ratio)
+    baseline_lowest: tuple[str, float, float] | None = None
 
 
 PAYS, NOT_PAYING, NOT_MEASURED = "pays", "does not pay", "not measured"

@@ -286,6 +286,7 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
             representative=rep,
             steady_requests=steady,
             aa=a.aa,
+            baseline_lowest=_lowest_load(a, b),
         )
         v = decide(inp, a.config.verdict)
         scope = set(v.groups_adopted) | set(v.groups_in_windows) or set(inp.groups_expected)
@@ -294,6 +295,19 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
         )
         a.verdicts.append(with_triggers(v, trig))
         a.rollback_yaml[c] = rollback.rules_yaml(trig, c)
+
+
+def _lowest_load(a: PilotAnalysis, arm: str) -> tuple[str, float, float] | None:
+    """(phase, offered rate, on-time ratio) of ``arm`` at its lowest measured load."""
+    cells = [
+        c
+        for c in a.load_cells
+        if c.arm == arm and c.task_group == ALL and c.on_time_ratio is not None
+    ]
+    if not cells:
+        return None
+    c = min(cells, key=lambda c: (c.offered_rate or 0.0, c.phase))
+    return c.phase, float(c.offered_rate or 0.0), float(c.on_time_ratio or 0.0)
 
 
 def _verify_ratios(a: PilotAnalysis, cand: str) -> dict[str, tuple[float | None, str]]:

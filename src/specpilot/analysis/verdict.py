@@ -25,6 +25,9 @@ from specpilot.analysis.decision import (
 )
 
 
+BASELINE_ON_TIME_FLOOR = 0.5  # below this at the lowest load, the SLOs are not the service's
+
+
 def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
     """Why the verdict can only be a pilot hypothesis (empty: it is a decision)."""
     out = []
@@ -38,6 +41,14 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
         )
     if inp.steady_requests == 0:
         out.append("only cold-start requests were measured: no steady state")
+    low = inp.baseline_lowest
+    if low is not None and low[2] < BASELINE_ON_TIME_FLOOR:
+        out.append(
+            f"the baseline itself is on time for only {low[2]:.0%} of requests at {low[0]} "
+            f"({low[1]:.3g} req/s, the lowest load): these SLOs are not ones the current service "
+            "meets on this machine, so on-time and goodput figures say little; set the groups' "
+            "SLOs from the baseline's off-peak latency (slo: in the workload)"
+        )
     if inp.aa is None:
         out.append(
             "no A/A control arm: drift of the machine between arm runs is not in the intervals "

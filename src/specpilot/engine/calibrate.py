@@ -255,7 +255,10 @@ def _measure(
             r.status = PRUNED
             r.note = f"first call at b={b},n={n} over {2 * plan.prune_factor}x the best objective"
             return
-        r.curve[(b, n)] = statistics.median(timer.once(b, n) for _ in range(plan.reps))
+        times = [timer.once(b, n) for _ in range(plan.reps)]
+        r.curve[(b, n)] = statistics.median(times)
+        # the spread of the repetitions: formats closer than this are not told apart by timing
+        r.noise = max(r.noise or 0.0, (max(times) - min(times)) / r.curve[(b, n)])
         spent += r.curve[(b, n)]
         if spent > limit:
             r.status = PRUNED

@@ -11,8 +11,11 @@ measurements; this module holds the pure parts):
    is the sum of those median times. A prefill (batch 1, 64 tokens) is timed as well;
 3. among formats within tolerance whose prefill takes at most ``max_prefill_ratio`` (3x) the
    best one's (the prefill guard: time to first token), the fastest objective wins; a format
-   within ``margin`` (5%) of the fastest and closer to fp32 (smaller KL) is preferred, so noise
-   never trades precision for nothing.
+   within ``margin`` (5%) of the fastest, or within the timings' own noise when that is larger
+   (the relative range of the repeated calls, ``FormatResult.noise``), and closer to fp32
+   (smaller KL) is preferred: a difference the machine's noise can produce never decides, so
+   the choice is the same from run to run on a noisy machine and never trades precision for
+   nothing.
 
 The full verify-cost curve (tokens 1..8 at each batch) of the chosen format is recorded. The
 draft's format, among those with the target's activation dtype (they share the embedding), is
@@ -78,6 +81,7 @@ class FormatResult:
     prefill_s: float | None = None  # median s of a (1, 64) prefill, last position's logits
     status: str = MEASURED
     note: str = ""
+    noise: float | None = None  # largest (max - min) / median of the repeated calls of a point
 
     def objective(self, points: Sequence[Point]) -> float | None:
         """Sum of the median times at ``points``; None when one is missing."""
@@ -130,6 +134,9 @@ def choose_format(
     if not timed:
         return fallback, f"no format was measured within tolerance: {fallback}, the reference"
     best_obj = min(obj for obj, _ in timed)
+    fastest = min(timed, key=lambda t: t[0])[1]
+    noise = max((r.noise or 0.0 for _, r in timed), default=0.0)
+    margin = max(margin, noise)
     close = [(r.kl or 0.0, obj, r) for obj, r in timed if obj <= best_obj * (1 + margin)]
     _, obj, win = min(close, key=lambda t: (t[0], t[1]))
     win.status = CHOSEN
@@ -146,8 +153,12 @@ def choose_format(
             parts.append(f"{r.format} out of tolerance (top-1 {r.top1:.3f}, KL {r.kl:.4f})")
         elif r.status in (PRUNED, UNAVAILABLE, SLOW_PREFILL):
             parts.append(f"{r.format} {r.status}: {r.note}")
-    if win is not min(timed, key=lambda t: t[0])[1]:
-        parts.insert(1, f"within {margin:.0%} of the fastest and closer to fp32")
+    if win is not fastest:
+        parts.insert(
+            1,
+            f"within {margin:.0%} of the fastest ({fastest.format}; the margin is the larger "
+            f"of 5% and the timings' noise, {noise:.0%}) and closer to fp32",
+        )
     return win.format, "; ".join(parts)
 
 

@@ -163,7 +163,9 @@ def gate(
             )
     weak = sorted({q.task_group for q in quality if q.isolation == "rlimits" and q.arm in arms})
     for grp in weak:
-        v.note(grp, f"{grp}: code ran under resource limits only (no network or file isolation here)")
+        v.note(
+            grp, f"{grp}: code ran under resource limits only (no network or file isolation here)"
+        )
     only = sorted({q.task_group for q in quality if q.kind == "consistency_only" and q.arm in arms})
     for grp in only:
         v.note(grp, f"{grp}: no checks declared, compared between arms only")
