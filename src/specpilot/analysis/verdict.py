@@ -24,7 +24,6 @@ from specpilot.analysis.decision import (
     group_verdict,
 )
 
-
 BASELINE_ON_TIME_FLOOR = 0.5  # below this at the lowest load, the SLOs are not the service's
 
 
