@@ -3,6 +3,7 @@ Leviathan gap chain and vLLM's k choice."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from specpilot.analysis.config import TuneKConfig
@@ -261,3 +262,43 @@ def test_round_columns_from_a_reader_give_the_same_summary_as_records() -> None:
     cols["pos_proposed"] = np.array([[30] * 4, [5] * 4, [0] * 4])
     cols["pos_accepted"] = np.array([[30, 30, 27, 21], [2, 0, 0, 0], [0] * 4])
     assert summarize_rounds(RoundsTable.from_columns(cols)) == summarize_rounds(recs)
+
+
+def test_decode_speedup_interval_resamples_requests_and_adds_the_drift() -> None:
+    from specpilot.analysis.round_summary import RoundsTable, speedup_intervals
+    from specpilot.records import RequestRounds
+
+    rng = np.random.default_rng(0)
+    rr = []
+    for i in range(40):  # plain 20 ms/token, speculative ~12.5 ms/token, both noisy per request
+        t_plain = 2.0 * rng.lognormal(0, 0.2)
+        t_spec = 1.25 * rng.lognormal(0, 0.2)
+        rr.append(
+            RequestRounds(
+                "b", "base", "peak", "code", f"q{i}", 100, 0, 0, 0, 100, 0.0, t_plain, 0.0
+            )
+        )
+        rr.append(
+            RequestRounds(
+                "s",
+                "spec",
+                "peak",
+                "code",
+                f"q{i}",
+                40,
+                40,
+                120,
+                60,
+                100,
+                0.2 * t_spec,
+                0.7 * t_spec,
+                0.1 * t_spec,
+            )
+        )
+    t = RoundsTable.build(rr)
+    ci = speedup_intervals(t, "base", ["spec"], level=0.95, seed=0)[("spec", "code", "peak")]
+    assert ci[0] < 1.6 < ci[1] and ci[0] > 1.2  # the true speed-up 1.6 inside, clearly > 1
+    wide = speedup_intervals(t, "base", ["spec"], level=0.95, seed=0, drift_sd=0.2)
+    lo, hi = wide[("spec", "code", "peak")]
+    assert lo < ci[0] and hi > ci[1]  # the drift between the arms' runs widens it
+    assert ("spec", "*", "*") in wide

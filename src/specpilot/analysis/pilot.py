@@ -27,6 +27,7 @@ from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.round_summary import (
     RoundsTable,
     RoundSummary,
+    speedup_intervals,
     summarize_rounds,
     with_plain,
 )
@@ -66,6 +67,7 @@ class PilotAnalysis:
     cost_lines: list[cost.CostLine] = field(default_factory=list)
     latency_cdf: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     scheduled: int = 0  # steady-state and cold-start requests analysed (warm-up excluded)
+    round_table: RoundsTable | None = None  # the per-request round aggregates analysed
     notes: list[str] = field(default_factory=list)
 
 
@@ -104,6 +106,7 @@ def _rounds(a: PilotAnalysis, data: PilotData) -> None:
         rt = RoundsTable.from_columns(data.request_rounds_columns)
     else:
         rt = RoundsTable.build(data.request_rounds)
+    a.round_table = rt
     cells = summarize_rounds(rt)
     pooled = summarize_rounds(rt, ("arm", "task_group"))
     pooled += summarize_rounds(rt, ("arm",))  # task_group "*"
@@ -171,11 +174,36 @@ def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
     a.comparisons += paired.comparisons_for(table, pairs, **kw)
 
 
+def _speedup_cis(a: PilotAnalysis) -> None:
+    """Intervals of every decode speed-up (``round_summary.speedup_intervals``)."""
+    if a.round_table is None:
+        return
+    drift = a.aa.drift.sd if a.aa is not None and a.aa.drift is not None else 0.0
+    cis: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for b in {p[0] for p in a.plan.pairs}:
+        mine = [c for x, c in a.plan.pairs if x == b]
+        cis |= speedup_intervals(
+            a.round_table, b, mine, level=a.config.ci_level, seed=a.config.seed, drift_sd=drift
+        )
+
+    def put(rs: list[RoundSummary]) -> list[RoundSummary]:
+        return [
+            replace(r, decode_speedup_ci=cis[(r.arm, r.task_group, r.phase)])
+            if r.decode_speedup is not None and (r.arm, r.task_group, r.phase) in cis
+            else r
+            for r in rs
+        ]
+
+    a.rounds, a.rounds_pooled = put(a.rounds), put(a.rounds_pooled)
+
+
 def _end_to_end(a: PilotAnalysis, table: RequestTable) -> None:
+    _speedup_cis(a)
     base = a.plan.baseline or ""
     speedups = {
         (r.arm, r.task_group): r.decode_speedup for r in a.rounds_pooled if r.decode_speedup
     }
+    cis = {(r.arm, r.task_group): r.decode_speedup_ci for r in a.rounds_pooled}
     main = a.plan.candidates[0] if a.plan.candidates else None
     s_by_group = {g: s for (arm, g), s in speedups.items() if arm == main and s}
     st = e2e.StageTable.from_requests(table, base)
@@ -194,18 +222,48 @@ def _end_to_end(a: PilotAnalysis, table: RequestTable) -> None:
         def inv(x: float | None) -> float | None:
             return 1 / (1 + x) if x is not None and x > -1 else None
 
+        ci = cis.get((comp.candidate_arm, comp.task_group))
+        proj_ci: list[float | None] = [None, None]
+        if ci is not None:
+            for i, sx in enumerate(ci):
+                r2 = e2e.stage_breakdown(e2e.StageTable.from_requests(table, base, comp.phase), sx)
+                hit = next((x for x in r2 if x.task_group == comp.task_group), None)
+                proj_ci[i] = hit.projection.overall_speedup if hit and hit.projection else None
+        measured = [inv(e.high), inv(e.low)]
         a.amdahl_checks.append(
             {
                 "candidate_arm": comp.candidate_arm,
                 "task_group": comp.task_group,
                 "phase": comp.phase,
                 "decode_speedup": s,
+                "decode_speedup_ci": list(ci) if ci is not None else [None, None],
                 "decode_share": row.decode_share,
                 "projected_task_speedup": row.projection.overall_speedup,
+                "projected_task_ci": proj_ci,
                 "measured_task_speedup": inv(e.estimate),
-                "measured_task_ci": [inv(e.high), inv(e.low)],
+                "measured_task_ci": measured,
+                "agreement": _agreement(proj_ci, measured),
             }
         )
+
+
+def _agreement(projected: list[float | None], measured: list[float | None]) -> str:
+    """Do the Amdahl projection from the rounds and the measured end-to-end change agree?"""
+    plo, phi = projected
+    mlo, mhi = measured
+    if plo is None or phi is None or mlo is None or mhi is None:
+        return "not comparable (an interval is missing)"
+    if mhi < plo:
+        return (
+            "measured end to end below the projection beyond both intervals: the loss is "
+            "outside decode (queueing behind longer rounds, prefill, the draft's own prefill)"
+        )
+    if mlo > phi:
+        return (
+            "measured end to end above the projection beyond both intervals: queueing shrank "
+            "more than decode alone explains"
+        )
+    return "agree within their intervals"
 
 
 def latency_cdf(table: RequestTable, points: int = 101) -> dict[str, dict[str, list[Any]]]:

@@ -8,7 +8,10 @@ One definition each (DESIGN.md; the same as ``analysis.rounds`` over raw rounds)
 - decode cost per committed token = sum(draft + verify + overhead) / sum(committed), each round's
   time already divided by its batch size; split into draft / verify / overhead shares
 - decode speed-up = plain cost per token / speculative cost per token, plain taken from the
-  baseline arm in the same group and phase (same window definition)
+  baseline arm in the same group and phase (same window definition); its interval
+  (``speedup_intervals``) resamples the requests of both arms (percentile bootstrap of the log
+  ratio), and adds the A/A control's between-run drift in quadrature: the two arms' rounds were
+  timed in different minutes of the machine
 
 The pooled figures lean toward long completions (they hold more rounds), so each cell also
 carries the per-request distribution: a histogram of per-request acceptance rates and the
@@ -75,6 +78,8 @@ class RoundSummary:
     per_request_mean_acceptance_rate: float | None
     per_request_mal_p10_p50_p90: tuple[float | None, ...]
     decode_speedup: float | None = None  # vs the baseline arm's cell (set by ``with_plain``)
+    # its interval (``speedup_intervals``): requests resampled, between-run drift added
+    decode_speedup_ci: tuple[float, float] | None = None
 
     @property
     def time_s(self) -> float:
@@ -280,4 +285,70 @@ def with_plain(
         if c.arm != baseline_arm and wanted and p and p.cost_per_token_s and c.cost_per_token_s:
             c = replace(c, decode_speedup=p.cost_per_token_s / c.cost_per_token_s)
         out.append(c)
+    return out
+
+
+BUCKETS = 512  # above this many requests in a cell, resample random buckets of requests
+
+
+def _resampled_cost(
+    time_s: np.ndarray, committed: np.ndarray, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """(resamples,) cost per committed token of request resamples (ratio of sums)."""
+    x = np.stack([time_s, committed.astype(np.float64)], axis=1)
+    if x.shape[0] > BUCKETS:  # a ratio of sums: resampling buckets keeps its variance
+        b = rng.permutation(x.shape[0]) % BUCKETS
+        x = np.stack([np.bincount(b, weights=x[:, j], minlength=BUCKETS) for j in (0, 1)], 1)
+    m = x.shape[0]
+    idx = rng.integers(0, m, size=(resamples, m))
+    sums = x[idx].sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(sums[:, 0] / sums[:, 1])
+
+
+def speedup_intervals(
+    t: RoundsTable,
+    baseline: str,
+    candidates: Sequence[str],
+    *,
+    level: float,
+    seed: int,
+    drift_sd: float = 0.0,
+    resamples: int = 1000,
+) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(arm, group, phase) -> interval of the decode speed-up against ``baseline`` (module
+    docstring); ``*`` pools a dimension, as in ``summarize_rounds``."""
+    from statistics import NormalDist
+
+    if len(t) == 0:
+        return {}
+    arm, group, phase = (t.labels[k] for k in KEYS)
+    cost_t = t.col["draft_s"] + t.col["verify_s"] + t.col["overhead_s"]
+    committed = t.col["committed"]
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    out: dict[tuple[str, str, str], tuple[float, float]] = {}
+    cells = {(g, p) for g, p in zip(group.tolist(), phase.tolist(), strict=True)}
+    cells |= {(g, ALL) for g, _ in cells} | {(ALL, ALL)}
+    for cand in candidates:
+        for g, p in sorted(cells):
+            sel = np.ones(len(t), dtype=bool)
+            if g != ALL:
+                sel &= group == g
+            if p != ALL:
+                sel &= phase == p
+            b, c = sel & (arm == baseline), sel & (arm == cand)
+            if committed[b].sum() == 0 or committed[c].sum() == 0:
+                continue
+            rng = np.random.default_rng([seed, len(cand), len(g), len(p), int(b.sum())])
+            ratio = _resampled_cost(cost_t[b], committed[b], resamples, rng) / _resampled_cost(
+                cost_t[c], committed[c], resamples, rng
+            )
+            logs = np.log(ratio[np.isfinite(ratio) & (ratio > 0)])
+            if logs.size < 10:
+                continue
+            est = np.log(
+                (cost_t[b].sum() / committed[b].sum()) / (cost_t[c].sum() / committed[c].sum())
+            )
+            half = z * float(np.sqrt(logs.var(ddof=1) + drift_sd**2))
+            out[(cand, g, p)] = (float(np.exp(est - half)), float(np.exp(est + half)))
     return out

@@ -220,6 +220,12 @@ def load(doc: Doc, svgs: Svgs) -> str:
     return section("load", "Peak and burst behaviour", body)
 
 
+def _with_ci(x: float | None, ci: list[float | None] | None) -> str:
+    if not ci or ci[0] is None or ci[1] is None:
+        return num(x)
+    return f"{num(x)} [{num(ci[0])}, {num(ci[1])}]"
+
+
 def end_to_end(doc: Doc, svgs: Svgs) -> str:
     e = doc["end_to_end"]
     recs = html_table(
@@ -241,9 +247,10 @@ def end_to_end(doc: Doc, svgs: Svgs) -> str:
             "group",
             "phase",
             "decode share",
-            "decode speed-up",
-            "projected end-to-end speed-up (Amdahl)",
+            "decode speed-up [CI]",
+            "projected end-to-end speed-up (Amdahl) [CI]",
             "measured end-to-end speed-up [CI]",
+            "agreement",
         ],
         [
             [
@@ -251,9 +258,10 @@ def end_to_end(doc: Doc, svgs: Svgs) -> str:
                 c["task_group"],
                 c["phase"],
                 pct(c["decode_share"]),
-                num(c["decode_speedup"]),
-                num(c["projected_task_speedup"]),
-                f"{num(c['measured_task_speedup'])} [{num(c['measured_task_ci'][0])}, {num(c['measured_task_ci'][1])}]",
+                _with_ci(c["decode_speedup"], c.get("decode_speedup_ci")),
+                _with_ci(c["projected_task_speedup"], c.get("projected_task_ci")),
+                _with_ci(c["measured_task_speedup"], c["measured_task_ci"]),
+                c.get("agreement", ""),
             ]
             for c in e["amdahl_checks"]
         ],
