@@ -111,6 +111,7 @@ class Cell:
     spec_status: Mapping[int, str] = field(default_factory=dict)  # request index -> status
     retrieval_s: float = 0.0
     decode_share: float = 0.8  # of the server-side E2E
+    noise: float = 0.03  # log-scale sd of each request's own latency noise, per arm
 
 
 def _requests(
@@ -125,7 +126,7 @@ def _requests(
     start: int,
 ) -> list[RequestRecord]:
     out = []
-    noise = rng.lognormal(0, 0.03, c.n)
+    noise = rng.lognormal(0, c.noise, c.n)
     for i in range(c.n):
         e2e = float(base_lat[i] * factor * noise[i])
         status = c.spec_status.get(i, "ok") if arm == "spec" else "ok"

@@ -25,13 +25,16 @@ DRIFT_SD = 0.04  # log-scale sd of one arm's speed during one phase
 CFG = AnalysisConfig(bootstrap_resamples=200)
 
 
-def aa_pilot(seed: int, spec: float = 1.0):
-    """One synthetic pilot; ``spec`` = the candidate's true factor (1.0: an A/A pair)."""
+def aa_pilot(seed: int, spec: float = 1.0, noise: float = 0.03):
+    """One synthetic pilot; ``spec`` = the candidate's true factor (1.0: an A/A pair);
+    ``noise``: each request's own latency noise per arm (log sd)."""
     rng = np.random.default_rng([seed, 99])
     sizes = {"off_peak": 4, "peak": 8, "burst": 6}
     cells = {
         (g, p): Cell(
-            spec=spec, n=int(sizes[p] * (2 if g == "zh_business" else 1) + rng.integers(0, 4))
+            spec=spec,
+            n=int(sizes[p] * (2 if g == "zh_business" else 1) + rng.integers(0, 4)),
+            noise=noise,
         )
         for g in GROUPS
         for p in PHASES
@@ -74,9 +77,9 @@ def directional(d) -> bool:
     )
 
 
-@pytest.fixture(scope="module")
-def pilots():
-    return [aa_pilot(s) for s in range(PILOTS)]
+@pytest.fixture(scope="module", params=[0.03, 0.25], ids=["quiet-requests", "noisy-requests"])
+def pilots(request):
+    return [aa_pilot(s, noise=request.param) for s in range(PILOTS)]
 
 
 def test_identical_arms_on_a_drifting_machine_stay_within_the_nominal_rate(pilots) -> None:

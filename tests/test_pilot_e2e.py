@@ -1,8 +1,10 @@
 """``specpilot pilot --quick`` end to end on the real models (the embedded default's quick
-profile: the three builtin arms and llama.cpp plain / n-gram), killed once in the middle of
-the first arm's phases and run again: the second run resumes from the file without redoing the
-finished phase, and the pilot ends with every scheduled request of every arm accounted for, the
-drill recorded, the hardware in the manifests and a report whose verdict block is there.
+profile: the three builtin arms, the A/A control and llama.cpp plain / n-gram, interleaved:
+every engine up at once, each phase replayed on every arm in turn), killed once in the middle
+of the first phase's rotation and run again: the second run resumes from the file without
+redoing the finished phase, and the pilot ends with every scheduled request of every arm
+accounted for, the drill recorded, the hardware in the manifests and a report whose verdict
+block and A/A line are there.
 """
 
 from __future__ import annotations
@@ -55,12 +57,13 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
 
     out = tmp_path / "run"
     env = _env(tmp_path)
-    # killed inside the first arm, its first measured phase finished and the next one running
+    # killed in the first phase's rotation: the baseline's off-peak finished, the next arm's
+    # running (every engine was started before the first phase: the interleaved design)
     _kill_when(_pilot(out), env, "baseline: phase off_peak complete", after_s=1.5)
 
     cut = read_pilot(out / "pilot.duckdb")
     status = {a.arm: a.status for a in cut.arms}
-    assert status.get("baseline") == "running" and status.get("speculative") in (None, "pending")
+    assert len(status) == 6 and set(status.values()) == {"running"}, status
     done = {
         (p.run_id, p.phase): p.actual_start_t
         for p in cut.phases
@@ -74,9 +77,14 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     res = subprocess.run(_pilot(out), capture_output=True, text=True, env=env, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resuming pilot" in res.stderr
-    # the engine is started and warmed up again; the finished phase is not run again
-    assert "baseline: phases peak, burst" in res.stderr, res.stderr[-3000:]
+    # the engines are started and warmed up again; the finished phase is not run again, the
+    # cut one is, and the rotation goes on phase by phase
+    assert "baseline: phases peak" in res.stderr, res.stderr[-3000:]
     assert "baseline: phase off_peak complete" not in res.stderr
+    assert "speculative: phase off_peak complete" in res.stderr
+    assert "measurement design: interleaved" in " ".join(
+        read_pilot(out / "pilot.duckdb").pilot.notes
+    )
     print(f"resumed run: {time.perf_counter() - t0:.0f} s")
 
     data = read_pilot(out / "pilot.duckdb")

@@ -75,6 +75,7 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
         "profile": cfg.profile,
         "config_sha256": cfg.sha256(),
         "repetitions": cfg.repetitions,
+        "design": cfg.design,
         "arms": arms,
         "schedule": schedule.summary(),
         "pairs": pairs_per_cell(schedule, cfg),
@@ -99,6 +100,14 @@ def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
 
 def _print_plan(plan: dict[str, Any]) -> None:
     print(f"pilot {plan['name']} ({plan['profile']}), config sha256 {plan['config_sha256'][:12]}")
+    print(
+        f"  design: {plan['design']}"
+        + (
+            " (every engine up at once; each phase replayed on every arm in turn)"
+            if plan["design"] == "interleaved"
+            else " (one arm after the other)"
+        )
+    )
     for a in plan["arms"]:
         s = a["strategy"]
         strat = (

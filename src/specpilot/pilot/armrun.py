@@ -85,18 +85,32 @@ class ProgressSink:
         self.progress.requests(self.done, self.failed, self.total)
 
 
-def run_phases(ctx: Any, run: Any, backend: Any, url: str, model: str, arm_rec: ArmRecord) -> Any:
-    """The warm-up and every measured phase not yet complete, with edges recorded."""
+def phases_left(ctx: Any, run: Any) -> list[str]:
+    """The run's measured phases that are not complete in the pilot file, in schedule order."""
+    done = {
+        p.phase
+        for p in ctx.store.records("phases", run_id=run.run_id)
+        if p.status == "complete" and not p.warmup
+    }
+    return [p.name for p in ctx.schedule.phases if not p.warmup and p.name not in done]
+
+
+def run_phases(
+    ctx: Any,
+    run: Any,
+    backend: Any,
+    url: str,
+    model: str,
+    arm_rec: ArmRecord,
+    only: list[str] | None = None,
+) -> Any:
+    """The warm-up and every measured phase not yet complete (of ``only`` when given), with
+    edges recorded."""
     from specpilot.loadgen import LoadRunner
     from specpilot.store import PhaseRecorder
 
     store = ctx.store
-    done = {
-        p.phase
-        for p in store.records("phases", run_id=run.run_id)
-        if p.status == "complete" and not p.warmup
-    }
-    measured = [p.name for p in ctx.schedule.phases if not p.warmup and p.name not in done]
+    measured = [p for p in phases_left(ctx, run) if only is None or p in only]
     if not measured:
         return None
     _clear_phases(store, run.run_id, measured)  # a cut phase reruns from its start
@@ -120,6 +134,10 @@ def run_phases(ctx: Any, run: Any, backend: Any, url: str, model: str, arm_rec: 
     ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
     result = runner.run()
     store.flush()
+    if (
+        result.summary.interrupted
+    ):  # the runner caught Ctrl-C and kept what was confirmed: stop here
+        raise KeyboardInterrupt(f"{run.arm.name}: interrupted during {', '.join(measured)}")
     return result
 
 
@@ -190,6 +208,7 @@ def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) 
     else:
         return not_possible(run.run_id, plan.name, f"no way to switch {plan.engine} off")
     requests = drill_schedule(ctx.schedule.requests, d.phase)
+    _clear_phases(ctx.store, run.run_id, [DRILL_PHASE])  # a cut drill's records, on a rerun
     cfg = load_config(
         ctx,
         run.run_id,
@@ -227,6 +246,9 @@ def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) 
     actor.start()
     result = runner.run()
     actor.join(timeout=ctx.cfg.load.start_timeout_s)
+    if result.summary.interrupted:
+        holder["backend"] = switch.current if isinstance(switch, RestartSwitch) else backend
+        raise KeyboardInterrupt(f"{plan.name}: interrupted during the rollback drill")
     holder["backend"] = switch.current if isinstance(switch, RestartSwitch) else backend
     ctx.store.flush()
     if errors or "requested" not in marks:

@@ -232,6 +232,10 @@ class PilotConfig(_Model):
     workload: dict[str, Any] | str
     arms: list[Arm] = Field(min_length=2)
     repetitions: int = Field(1, ge=1)
+    # interleaved: every arm's engine up at once and each phase replayed on every arm in turn
+    # (pilot.interleave), so machine drift hits all arms alike; sequential: one arm after the
+    # other (when the engines do not fit in memory together, e.g. several vLLM servers on one GPU)
+    design: Literal["sequential", "interleaved"] = "sequential"
     representative_traffic: bool = False  # True only when arrivals/prompts are the service's own
     load: LoadSettings = Field(default_factory=lambda: LoadSettings())
     quality: dict[str, Any] = Field(default_factory=dict)  # QualityConfig (specpilot.quality)

@@ -5,13 +5,15 @@
     >>> result.verdict, result.files["html"]                                 # doctest: +SKIP
 
 Order of work: every arm's plan is checked first (one switch at a time, R6) and the llama.cpp
-draft file is exported, so a bad config fails before any engine starts. Arms never run at the
-same time (they would share the cores); with ``repetitions > 1`` the order alternates
+draft file is exported, so a bad config fails before any engine starts. Arms never serve load
+at the same time (they would share the cores); with ``repetitions > 1`` the order alternates
 (A B C, then C B A) so that drift does not favour one arm. Each arm: start (cold start timed
 apart), warm-up, the measured phases on the schedule's open-loop timeline with counters and
 memory scraped at every phase edge, the rollback drill, the compatibility suite, the quality
-pass, stop. A failing arm is recorded and the pilot goes on; Ctrl-C stops it, and running the
-same command again resumes from the file without redoing finished phases.
+pass, stop. ``design: sequential`` runs those steps arm after arm; ``design: interleaved``
+(``pilot.interleave``) starts every arm first and replays each phase on every arm in turn.
+A failing arm is recorded and the pilot goes on; Ctrl-C stops it, and running the same command
+again resumes from the file without redoing finished phases.
 """
 
 from __future__ import annotations
@@ -198,6 +200,16 @@ class Pilot:
 
     def _notes(self) -> list[str]:
         notes = []
+        if self.cfg.design == "interleaved":
+            from specpilot.pilot.interleave import design_note
+
+            phases = [p.name for p in self.schedule.phases if not p.warmup]
+            notes.append(design_note([p.name for p in self.plans], phases))
+        else:
+            notes.append(
+                "measurement design: sequential (one arm after the other: drift between arm "
+                "runs is measured only by an A/A control arm)"
+            )
         if self.cfg.profile == "quick":
             notes.append("quick profile: short phases, few requests per group")
         if not self.cfg.representative_traffic:
@@ -210,6 +222,30 @@ class Pilot:
         return notes
 
     def _run_all(self, runs: list[RunPlan]) -> list[str]:
+        if self.cfg.design == "interleaved":
+            from specpilot.pilot.interleave import Interleaved
+
+            failed: list[str] = []
+            for rep in sorted({r.repetition for r in runs}):
+                failed += Interleaved(self, [r for r in runs if r.repetition == rep]).run()
+            return failed
+        return self._run_sequential(runs)
+
+    def snapshot_at_start(self, steps: Any) -> None:
+        """Counters and memory of a freshly started arm (the derived alternative reads the
+        draft's memory from it before the arm has served a phase)."""
+        from specpilot.pilot.armrun import scrape_fn
+
+        run = steps.run
+        try:
+            snap = scrape_fn(steps.holder["backend"], run.arm)(
+                run.run_id, run.arm.name, "start", "after"
+            )
+        except Exception:  # a failed scrape only costs the figure
+            return
+        self.store.add_snapshots([snap])
+
+    def _run_sequential(self, runs: list[RunPlan]) -> list[str]:
         failed: list[str] = []
         for i, run in enumerate(runs):
             rec = self._arm_record(run)

@@ -2,7 +2,9 @@
 the measured phases, the rollback drill, the compatibility suite, the quality pass, stop.
 
 Each step is added to ``ArmRecord.completed_steps`` when it is done, so a resumed pilot skips
-it; the engine always stops, whatever happened.
+it; the engine always stops, whatever happened. ``execute`` runs them one after the other (the
+sequential design); ``pilot.interleave`` calls ``start``, ``load`` one phase at a time for
+every arm in turn, then ``finish`` and ``stop`` (the interleaved design).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ class ArmSteps:
         self.p = pilot
         self.run = run
         self.rec = rec
+        self.holder: dict[str, Any] = {}
+        self.url = ""
+        self.model = ""
 
     def save(self, **changes: Any) -> None:
         self.rec = dataclasses.replace(self.rec, **changes)
@@ -31,8 +36,16 @@ class ArmSteps:
         self.save(completed_steps=[*self.rec.completed_steps, step])
 
     def execute(self) -> None:
-        from specpilot.pilot import armrun
+        """Every step of the arm, one after the other (the sequential design)."""
+        self.start()
+        try:
+            self.load()
+            self.finish()
+        finally:
+            self.stop()
 
+    def start(self) -> None:
+        """Start the engine (cold start timed) and record the arm's manifest."""
         p, plan = self.p, self.run.arm
         overrides = p.derived_overrides(plan)
         backend = p.backend_for(plan, overrides=overrides)
@@ -40,7 +53,7 @@ class ArmSteps:
         t0 = time.perf_counter()
         backend.start(p.cfg.load.start_timeout_s)
         cold = time.perf_counter() - t0
-        holder = {"backend": backend}
+        self.holder = {"backend": backend}
         try:
             manifest = p.manifest(backend, plan, overrides)
             self.save(
@@ -50,30 +63,59 @@ class ArmSteps:
                 cold_start_s=self.rec.cold_start_s if self.rec.cold_start_s else cold,
                 started_unix=self.rec.started_unix or time.time(),
             )
-            url = backend.endpoint
-            model = plan.spec.model_name or served_model(url)
-            steps = set(self.rec.completed_steps)
-            if armrun.LOAD_STEP not in steps:
-                armrun.run_phases(p, self.run, backend, url, model, self.rec)
-                self.done(armrun.LOAD_STEP)
-            if "drill" not in steps and plan.strategy.kind != "none":
-                if plan.drill:
-                    armrun.run_drill(p, self.run, holder, url, model)
-                else:
-                    p.store.add_drills([armrun.not_drilled(self.run.run_id, plan)])
-                self.done("drill")
-            # the A/A control repeats the baseline's measurement only: its compatibility and
-            # quality are the baseline's by construction (the same config, checked at planning)
-            if plan.role == "control":
-                steps |= {"compat", "quality"}
-            if p.cfg.compat.enabled and "compat" not in steps:
-                p.progress.step(plan.name, "compatibility suite")
-                p.store.add_compat(p.gates.compat(holder["backend"], url, model, self.run))
-                self.done("compat")
-            if "quality" not in steps:
-                p.progress.step(plan.name, "quality pass")
-                p.store.add_outputs(p.gates.quality_pass(url, model, self.run, self.rec))
-                self.done("quality")
-            self.save(status="complete", finished_unix=time.time())
-        finally:
-            holder["backend"].stop()
+            self.url = backend.endpoint
+            self.model = plan.spec.model_name or served_model(self.url)
+        except BaseException:
+            self.stop()
+            raise
+
+    def load(self, phases: list[str] | None = None) -> None:
+        """The measured ``phases`` not yet complete (None: all); the load step is done once
+        every measured phase of the schedule is complete for this run."""
+        from specpilot.pilot import armrun
+
+        if armrun.LOAD_STEP in self.rec.completed_steps:
+            return
+        armrun.run_phases(
+            self.p, self.run, self.holder["backend"], self.url, self.model, self.rec, phases
+        )
+        if not armrun.phases_left(self.p, self.run):
+            self.done(armrun.LOAD_STEP)
+
+    def finish(self) -> None:
+        """The drill, the compatibility suite and the quality pass; then the arm is complete."""
+        from specpilot.pilot import armrun
+
+        p, plan = self.p, self.run.arm
+        steps = set(self.rec.completed_steps)
+        if armrun.LOAD_STEP not in steps:
+            raise RuntimeError(
+                f"arm {plan.name}: measured phases left: {armrun.phases_left(p, self.run)}"
+            )
+        if "drill" not in steps and plan.strategy.kind != "none":
+            if plan.drill:
+                armrun.run_drill(p, self.run, self.holder, self.url, self.model)
+            else:
+                p.store.add_drills([armrun.not_drilled(self.run.run_id, plan)])
+            self.done("drill")
+        # the A/A control repeats the baseline's measurement only: its compatibility and
+        # quality are the baseline's by construction (the same config, checked at planning)
+        if plan.role == "control":
+            steps |= {"compat", "quality"}
+        if p.cfg.compat.enabled and "compat" not in steps:
+            p.progress.step(plan.name, "compatibility suite")
+            p.store.add_compat(
+                p.gates.compat(self.holder["backend"], self.url, self.model, self.run)
+            )
+            self.done("compat")
+        if "quality" not in steps:
+            p.progress.step(plan.name, "quality pass")
+            p.store.add_outputs(p.gates.quality_pass(self.url, self.model, self.run, self.rec))
+            self.done("quality")
+        self.save(status="complete", finished_unix=time.time())
+
+    def stop(self) -> None:
+        backend = self.holder.get("backend")
+        if backend is not None:
+            backend.stop()
+            self.holder.clear()
