@@ -232,7 +232,8 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
         mine = [c for c in inp.comparisons if c.task_group == group]
         need = max((c.pairs_needed or 0 for c in mine), default=0)
         most = max((c.both_ok for c in mine), default=0)
-        neck = f"insufficient evidence: at most {most} both-ok pairs per load level" + (
+        pairs = "pair" if most == 1 else "pairs"
+        neck = f"insufficient evidence: at most {most} both-ok {pairs} per load level" + (
             f"; a decision needs about {need}" if need else ""
         )
         return GroupVerdict(group, NO, None, None, (), neck, tuple(conds), evidence="insufficient")

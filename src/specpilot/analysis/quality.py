@@ -173,9 +173,9 @@ def _group_gate(v: QualityVerdict, group: str) -> QualityGate:
     if ni is not None and key in ("pass", "fail"):
         carried.append(f"key checks ({ni.n_baseline} vs {ni.n_candidate} outputs, {ni.test})")
     if cons:
-        carried.append(f"greedy consistency ({len(cons)} prompts)")
+        carried.append(f"greedy consistency ({_n(len(cons), 'prompt')})")
     if dist:
-        carried.append(f"distribution tests ({len(dist)})")
+        carried.append(f"distribution tests ({_n(len(dist), 'test')})")
     if v.compat:
         carried.append(f"compatibility ({len(v.compat)} features)")
     return QualityGate(
@@ -189,3 +189,7 @@ def _group_gate(v: QualityVerdict, group: str) -> QualityGate:
         tuple(n for g, n in v.group_notes if g in (group, "*")),
         tuple(carried),
     )
+
+
+def _n(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")

@@ -155,7 +155,8 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
             )
             if quality:
                 neck = f"quality gate failed for {', '.join(g.task_group for g in quality)}; {neck}"
-        summary = f"do not adopt now; fix first: {neck}"
+        lead = "" if neck.startswith("insufficient evidence") else "fix first: "
+        summary = f"do not adopt now; {lead}{neck}"
     if rejected and verdict != NO:
         summary += f"; not for {', '.join(rejected)}"
     conds = [
