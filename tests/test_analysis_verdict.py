@@ -461,3 +461,24 @@ def test_a_baseline_that_misses_its_own_slos_at_the_lowest_load_is_named() -> No
         r.startswith("the baseline itself is on time for only 0% of requests at off_peak")
         for r in v.hypothesis_reasons
     )
+
+
+def test_a_failed_or_cut_arm_gets_no_verdict_and_no_rollback_rules() -> None:
+    d = case(cells(0.7))
+    spec = next(r for r in d.arms if r.arm == "spec")
+    spec.status, spec.error = "failed", "AttributeError: no attribute 'speculative.synth_rates'"
+    a = analyze(d, CFG)
+    assert [v.candidate_arm for v in a.verdicts] == [] and "spec" not in a.rollback_yaml
+    assert any(
+        n.startswith("spec against base: not measured, no verdict (spec: failed: AttributeError")
+        for n in a.notes
+    )
+    d2 = case(cells(0.7))  # killed: still "running", one of its phases never finished
+    spec2 = next(r for r in d2.arms if r.arm == "spec")
+    spec2.status = "running"
+    for p in d2.phases:
+        if p.arm == "spec" and p.phase == "peak":
+            p.status = "interrupted"
+    a2 = analyze(d2, CFG)
+    assert not a2.verdicts
+    assert any("phases not complete: peak" in n for n in a2.notes)

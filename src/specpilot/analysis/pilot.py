@@ -320,7 +320,12 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
     steady = int(np.count_nonzero(~table.cold_start))
     base = a.plan.baseline or ""
     rep = representative(data.pilot.config)
+    unjudged = not_measured(data)
     for b, c in a.plan.pairs:
+        why = "; ".join(f"{x}: {unjudged[x]}" for x in (b, c) if x in unjudged)
+        if why:  # a failed or cut arm gets no verdict and no rollback rules
+            a.notes.append(f"{c} against {b}: not measured, no verdict ({why})")
+            continue
         # an extra pair (e.g. llama.cpp plain vs n-gram) has no equal-budget alternative of its
         # own: the builtin baseline's alternative runs another engine and answers nothing there
         alt = a.plan.alternative if b == a.plan.baseline else None
@@ -366,6 +371,22 @@ def _lowest_load(a: PilotAnalysis, arm: str) -> tuple[str, float, float] | None:
         return None
     c = min(cells, key=lambda c: (c.offered_rate or 0.0, c.phase))
     return c.phase, float(c.offered_rate or 0.0), float(c.on_time_ratio or 0.0)
+
+
+def not_measured(data: PilotData) -> dict[str, str]:
+    """Arms that cannot be judged, with why: failed or interrupted in any run, or never
+    finished (still "running" or "planned" in the file) with a measured phase not complete."""
+    out: dict[str, str] = {}
+    complete = {(p.run_id, p.phase) for p in data.phases if p.status == "complete"}
+    measured = {p.phase for p in data.phases if not p.warmup}
+    for r in data.arms:
+        if r.status in ("failed", "interrupted"):
+            out[r.arm] = f"{r.status}" + (f": {r.error}" if r.error else "")
+        elif r.status != "complete":
+            left = sorted(ph for ph in measured if (r.run_id, ph) not in complete)
+            if left or not measured:
+                out[r.arm] = f"{r.status}, phases not complete: {', '.join(left) or 'none ran'}"
+    return out
 
 
 def _verify_ratios(a: PilotAnalysis, cand: str) -> dict[str, tuple[float | None, str]]:

@@ -65,6 +65,7 @@ def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
             lines.append(f"  hypothesis because: {'; '.join(reasons[:3])}{more}")
     if not doc.get("verdicts"):
         lines.append("no verdict: " + "; ".join(doc.get("notes", [])[:3]))
+    lines += [n for n in doc.get("notes", []) if "not measured, no verdict" in n]
     for d in doc.get("drills", []):
         if d.get("status") == "done":
             force = d.get("switch_in_force_s")
