@@ -262,6 +262,12 @@ def test_trace_replay_phase(tmp_path):
     data["phases"][0]["arrival"].update(window=[0, 100], target_rate=None, time_scale=1.0)
     s2 = build_schedule(_write(tmp_path, data, "w2.yaml"))
     assert s2.phases[0].duration_s == 100.0 and len(s2) == int(np.sum(t < 100))
+    # a window without a single arrival is refused with the phase, the window and the fix
+    data["phases"][0]["arrival"].update(window=[700, 800])
+    with pytest.raises(
+        ConfigError, match=r"phases.replay: the trace window 700-800 s .* no request"
+    ):
+        build_schedule(_write(tmp_path, data, "w3.yaml"))
 
 
 def test_stage_runner_times_real_and_simulated_stages(tmp_path):

@@ -47,7 +47,7 @@ from typing import Any
 from specpilot.errors import ConfigError, InputFileError
 from specpilot.records import ScheduledRequest
 from specpilot.workload.assign import RequestFactory
-from specpilot.workload.config import WorkloadConfig, load_workload, parse_workload
+from specpilot.workload.config import WorkloadConfig, WorkloadError, load_workload, parse_workload
 from specpilot.workload.phases import ArrivalPlanner, plan_phases
 from specpilot.workload.resolve import groups_section, prompt_cycles, resolve_groups
 from specpilot.workload.stages import StagePlanner
@@ -220,6 +220,8 @@ def build_schedule(
     for plan in plan_phases(cfg):
         arr = arrivals.arrivals(plan)
         new = factory.phase_requests(arr, first_index=len(requests))
+        if not new and not plan.warmup:
+            raise WorkloadError(_empty_phase(plan.name, arr))
         requests += new
         phases.append(
             PhaseInfo(
@@ -243,6 +245,20 @@ def build_schedule(
         stages=stage_specs,
         requests=requests,
         base_dir=str(base),
+    )
+
+
+def _empty_phase(name: str, arr: Any) -> str:
+    """The error for a measured phase without a single request: what it replays, and the fix."""
+    desc = arr.process.describe()
+    where = f"{desc.get('kind', 'arrival')} arrivals"
+    if desc.get("window"):
+        lo, hi = desc["window"]
+        where = f"the trace window {lo:g}-{hi:g} s of {desc.get('source', 'the trace')}"
+    return (
+        f"phases.{name}: {where} give no request in its {float(arr.duration_s):g} s: a phase "
+        "with nothing scheduled measures nothing; choose a window with arrivals "
+        "(specpilot trace-windows TRACE.csv lists them), a longer duration_s or a higher rate"
     )
 
 
