@@ -305,6 +305,22 @@ def test_llamacpp_config_validation_and_flags():
     assert f[f.index("--spec-draft-n-max") + 1] == "8"
 
 
+def test_llamacpp_ngram_k_reaches_the_ngram_settings_and_unknown_options_are_refused():
+    pytest.importorskip("xllamacpp")  # a dev dependency: installed by make test
+    c = LlamaCppConfig(model="t.gguf", spec_type="ngram-mod", draft_n_max=3)
+    # read back from the engine's own CommonParams: ngram-mod's own n_max, not only draft.n_max
+    eff = c.effective()
+    assert eff["ngram-mod"]["n_max"] == 3 and eff["ngram-mod"]["n_min"] == 1
+    assert eff["draft"]["n_max"] == 3
+    assert "--x-ngram-mod-n_max" in c.flags()
+    simple = LlamaCppConfig(model="t.gguf", spec_type="ngram-simple", draft_n_max=4)
+    assert simple.effective()["ngram-simple"]["size_m"] == 4
+    with pytest.raises(ValueError, match=r"'thread' is not a setting .* did you mean"):
+        LlamaCppConfig(model="t.gguf", extra={"thread": 2}).common_params()
+    with pytest.raises(ValueError, match=r"ngram \(ngram-mod\): 'size_q' is not a setting"):
+        LlamaCppConfig(model="t.gguf", spec_type="ngram-mod", ngram={"size_q": 3}).common_params()
+
+
 def test_prometheus_text_through_the_reference_parser():
     s = parse('a{l="x \\"q\\" y",m="1"} NaN\nb +Inf 1700000000\n# comment\nc 2e3\n')
     assert s[0].labels == {"l": 'x "q" y', "m": "1"} and s[0].value != s[0].value

@@ -215,3 +215,26 @@ def test_deep_merge_merges_named_items_and_drops():
     base = {"arms": [{"name": "a", "x": 1}, {"name": "b", "x": 2}], "k": {"p": 1, "q": 2}}
     over = {"arms": [{"name": "b", "x": 3}, {"name": "a", "drop": True}], "k": {"q": 5}}
     assert deep_merge(base, over) == {"arms": [{"name": "b", "x": 3}], "k": {"p": 1, "q": 5}}
+
+
+def test_dry_run_refuses_an_engine_option_the_installed_llama_cpp_lacks(tmp_path, capsys):
+    pytest.importorskip("xllamacpp")
+    from specpilot.cli import main
+
+    src = (EXAMPLES / "pilot-default.yaml").resolve()
+    cfg = src.read_text().replace(
+        "spec_type: ngram-mod, draft_n_max: 3}",
+        'spec_type: ngram-mod, draft_n_max: 3, extra: {"speculative.synth_rates": [1, 1, 1]}}',
+    )
+    assert "synth_rates" in cfg
+    import shutil
+
+    shutil.copytree(src.parent.parent / "traces", tmp_path / "traces")  # its relative paths
+    (tmp_path / "pilots").mkdir()
+    path = tmp_path / "pilots" / "p.yaml"
+    path.write_text(cfg)
+    code = main(["pilot", str(path), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "arm 'llamacpp-ngram': extra: 'speculative.synth_rates' is not a setting" in err
+    assert "valid:" in err and "Traceback" not in err

@@ -129,6 +129,16 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     assert {c.arm for c in data.compat} == arms - {"control"}
     assert {o.arm for o in data.outputs} == arms - {"control"}
     assert data.quality and data.consistency
+    # the n-gram arm labelled k=3 ran k=3: its ngram-mod settings read back from the engine,
+    # and llama.cpp's own counters say no draft was longer than 3
+    ngram = next(a for a in data.arms if a.arm == "llamacpp-ngram")
+    assert ngram.manifest["speculative"]["effective"]["ngram-mod"]["n_max"] == 3
+    counted = [
+        s.metrics
+        for s in data.snapshots
+        if s.arm == "llamacpp-ngram" and s.metrics.get("spec_rounds")
+    ]
+    assert all(m["spec_proposed_tokens"] <= 3 * m["spec_rounds"] for m in counted)
     # the equal-budget alternative's slots were derived from the draft's measured memory
     alt = next(a for a in data.arms if a.arm == "alternative")
     assert any("derived from speculative" in n for n in alt.budget.notes)

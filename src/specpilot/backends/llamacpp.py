@@ -18,6 +18,7 @@ it is not the Leviathan p/q ratio test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -52,6 +53,14 @@ SPEC_TYPES = {
     "ngram-cache": "COMMON_SPECULATIVE_TYPE_NGRAM_CACHE",
 }
 INSTALL_HINT = "llama.cpp backend needs xllamacpp: pip install 'specpilot[llamacpp]'"
+# specpilot's k (draft_n_max / draft_n_min) in each n-gram type's own settings: llama.cpp's
+# ``speculative.draft.n_max`` reaches only draft-model speculation, and ngram-mod's own defaults
+# (n_match 24, n_min 48, n_max 64) proposed 54-60 tokens a round in an arm labelled k=3
+NGRAM_K: dict[str, dict[str, str]] = {
+    "ngram-mod": {"n_max": "k", "n_min": "k_min"},
+    "ngram-simple": {"size_m": "k"},
+    "ngram-map-k": {"size_m": "k"},
+}
 
 
 @dataclass
@@ -86,6 +95,14 @@ class LlamaCppConfig:
         d["draft"] = str(self.draft) if self.draft is not None else None
         return json.dumps(d)
 
+    def ngram_params(self) -> dict[str, int]:
+        """The n-gram type's own settings: k mapped (``NGRAM_K``), then ``ngram`` on top."""
+        st = self.effective_spec_type()
+        if st is None or st not in NGRAM_K:
+            return dict(self.ngram)
+        k = {"k": self.draft_n_max, "k_min": max(1, min(self.draft_n_min, self.draft_n_max))}
+        return {**{name: k[v] for name, v in NGRAM_K[st].items()}, **self.ngram}
+
     def flags(self) -> list[str]:
         """The equivalent ``llama-server`` command line (recorded in the manifest)."""
         f = ["llama-server", "-m", str(self.model), "--host", self.host, "--port", str(self.port)]
@@ -105,7 +122,7 @@ class LlamaCppConfig:
             ]
             if self.draft_p_min is not None:
                 f += ["--spec-draft-p-min", str(self.draft_p_min)]
-            for k, v in sorted(self.ngram.items()):
+            for k, v in sorted(self.ngram_params().items()):
                 f += [f"--x-{st}-{k}", str(v)]  # CommonParams.speculative.<type> fields
         for k, v in sorted(self.extra.items()):
             f += [f"--x-{k}", str(v)]  # CommonParams fields without a flag name here
@@ -138,15 +155,46 @@ class LlamaCppConfig:
             p.speculative.draft.n_min = self.draft_n_min
             if self.draft_p_min is not None:
                 p.speculative.draft.p_min = self.draft_p_min
-            if self.ngram:
+            params = self.ngram_params()
+            if params:
                 if not st.startswith("ngram-") or st == "ngram-cache":
                     raise ConfigError(f"ngram parameters do not apply to spec_type {st!r}")
                 sub = getattr(p.speculative, st.replace("-", "_"))
-                for k, v in self.ngram.items():
-                    setattr(sub, k, v)
+                for k, v in params.items():
+                    _set_known(sub, k, v, f"ngram ({st})")
         for k, v in self.extra.items():
-            setattr(p, k, v)
+            _set_known(p, k, v, "extra")
         return p
+
+    def effective(self) -> dict[str, Any]:
+        """The speculation settings read back from the engine's own ``CommonParams``."""
+        p = self.common_params()
+        st = self.effective_spec_type()
+        out: dict[str, Any] = {"types": [getattr(t, "name", str(t)) for t in p.speculative.types]}
+        if st is None:
+            return out
+        d = p.speculative.draft
+        out["draft"] = {"n_max": d.n_max, "n_min": d.n_min}
+        if st.startswith("ngram-") and st != "ngram-cache":
+            sub = getattr(p.speculative, st.replace("-", "_"))
+            out[st] = {a: getattr(sub, a) for a in dir(sub) if not a.startswith("_")}
+        return out
+
+
+def _set_known(obj: Any, name: str, value: Any, where: str) -> None:
+    """Set an engine field, refusing a name the installed engine does not have."""
+    valid = sorted(a for a in dir(obj) if not a.startswith("_") and not callable(getattr(obj, a)))
+    if name not in valid:
+        import difflib
+
+        close = difflib.get_close_matches(name.split(".")[-1], valid, n=5, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        shown = ", ".join(valid) if len(valid) <= 12 else ", ".join(valid[:12]) + ", ..."
+        raise ConfigError(
+            f"{where}: {name!r} is not a setting of the installed llama.cpp "
+            f"({type(obj).__name__}): {hint}valid: {shown} ({len(valid)} in all)"
+        )
+    setattr(obj, name, value)
 
 
 def normalise_metrics(text: str) -> dict[str, float]:
@@ -311,6 +359,8 @@ class LlamaCppBackend:
         if spec["type"] is not None:
             spec.update(n_max=c.draft_n_max, n_min=c.draft_n_min, p_min=c.draft_p_min)
             spec["method_class"] = "draft_model" if spec["type"] == "draft-simple" else "ngram"
+            with contextlib.suppress(BackendError):  # no xllamacpp: the configured values stand
+                spec["effective"] = c.effective()
         models = tuple(
             m for m in (model_file("target", c.model), model_file("draft", c.draft)) if m
         )

@@ -55,6 +55,7 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
         command = backend.command() if hasattr(backend, "command") else None
         if p.engine == "llamacpp" and p.url is None:
             command = backend.cfg.flags()
+            _check_llamacpp(p.name, backend.cfg)
         arms.append(
             {
                 "name": p.name,
@@ -80,6 +81,20 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
         "schedule": schedule.summary(),
         "pairs": pairs_per_cell(schedule, cfg),
     }
+
+
+def _check_llamacpp(arm: str, cfg: Any) -> None:
+    """Build the engine's own parameters now: an option the installed llama.cpp lacks is
+    refused here, with the valid names, instead of crashing the arm at start."""
+    from specpilot.backends import BackendError
+    from specpilot.errors import ConfigError
+
+    try:
+        cfg.common_params()
+    except ConfigError as exc:
+        raise ConfigError(f"arm {arm!r}: {exc}") from None
+    except BackendError:  # xllamacpp not installed: nothing to check against here
+        return
 
 
 def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
