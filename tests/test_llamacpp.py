@@ -148,6 +148,30 @@ def test_ngram_speculation_accepts_on_copy_heavy_text(target):
     assert man.speculative["method_class"] == "ngram"
 
 
+def test_ngram_mod_with_k_3_drafts_at_most_3_tokens(target):
+    # ngram-mod has its own draft lengths (defaults n_min 48, n_max 64): the arm's k must reach
+    # them, or an arm labelled k=3 proposes up to 64 tokens a round
+    cfg = LlamaCppConfig(
+        model=target,
+        spec_type="ngram-mod",
+        draft_n_max=3,
+        ngram={"n_match": 4},
+        threads=1,
+        n_ctx=512,
+    )
+    with LlamaCppBackend(cfg) as be:
+        before = be.scrape()
+        res = load(be, sched(1, 0.0, max_tokens=48))
+        after = be.scrape()
+        man = be.describe()
+    assert res.records[0].status == "ok"
+    rounds = delta(before, after, "spec_rounds")
+    proposed = delta(before, after, "spec_proposed_tokens")
+    assert rounds >= 1, "no n-gram draft on copy-heavy text: the test lost its subject"
+    assert proposed <= 3 * rounds
+    assert man.speculative["effective"]["ngram-mod"] == {"n_match": 4, "n_max": 3, "n_min": 1}
+
+
 def test_server_killed_mid_run(target):
     """Killed after its second ok answer (not after a delay: a busy machine answers late)."""
     be = LlamaCppBackend(LlamaCppConfig(model=target, threads=1, n_parallel=2, n_ctx=1024))
