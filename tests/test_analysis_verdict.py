@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from pilot_cases import SYNTHETIC_CONFIG, Cell, case, key_checks
+from pilot_cases import PHASES, SYNTHETIC_CONFIG, Cell, case, key_checks
 from specpilot.analysis import AnalysisConfig, analyze
 from specpilot.analysis.decision import Verdict
 from specpilot.records import ConsistencyRecord, PilotData
@@ -482,3 +482,23 @@ def test_a_failed_or_cut_arm_gets_no_verdict_and_no_rollback_rules() -> None:
     a2 = analyze(d2, CFG)
     assert not a2.verdicts
     assert any("phases not complete: peak" in n for n in a2.notes)
+
+
+def test_an_engine_without_round_rows_names_its_counter_acceptance_as_the_bottleneck() -> None:
+    from specpilot.records import MetricSnapshot
+
+    d = case(cells(1.3), rounds=False)  # slower, and no per-round rows: like llama.cpp
+    m0 = {"spec_rounds": 0.0, "spec_proposed_tokens": 0.0, "spec_accepted_tokens": 0.0}
+    for ph in PHASES:
+        m1 = {"spec_rounds": 400.0, "spec_proposed_tokens": 1200.0, "spec_accepted_tokens": 5.0}
+        d.snapshots += [
+            MetricSnapshot("run-spec", "spec", ph, "before", 0.0, "llamacpp", dict(m0)),
+            MetricSnapshot("run-spec", "spec", ph, "after", 1.0, "llamacpp", m1),
+        ]
+    v = verdict(d)
+    assert v.verdict == "DO_NOT_ADOPT"
+    assert (
+        v.bottleneck is not None
+        and "acceptance 0.4% (10 of 2400 drafted tokens over 800 drafts" in v.bottleneck
+    )
+    assert "the draft is rejected almost always" in v.bottleneck

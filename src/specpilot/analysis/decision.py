@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specpilot.analysis.config import VerdictConfig
+from specpilot.analysis.counters import CounterAcceptance
 from specpilot.analysis.e2e import StageBreakdown
 from specpilot.analysis.leviathan import LeviathanGap
 from specpilot.analysis.paired import AAControl, PairedComparison
@@ -115,6 +116,8 @@ class DecisionInputs:
     representative: bool = False
     steady_requests: int = 0
     aa: AAControl | None = None  # the pilot's A/A control (None: it has none)
+    # the candidate's acceptance from the engine's own counters (engines without round rows)
+    counters: CounterAcceptance | None = None
     # the baseline's on-time ratio at its lowest measured load: (phase, rate, ratio)
     baseline_lowest: tuple[str, float, float] | None = None
 
@@ -331,10 +334,13 @@ def bottleneck(
     if slower:
         w = max(slower, key=lambda c: c.task_rel_change.estimate or 0.0)
         why = (
-            "the engine reports no per-round timings to split it into verification, draft and "
-            "acceptance"
-            if rs is None
-            else "decode alone is faster, so the loss is outside decode (prefill, queueing)"
+            "decode alone is faster, so the loss is outside decode (prefill, queueing)"
+            if rs is not None
+            else f"{inp.counters.text} (no per-round times: verification and drafting are not "
+            "split)"
+            if inp.counters is not None
+            else "the engine reports no per-round timings to split it into verification, draft "
+            "and acceptance"
         )
         return (
             f"net slower end to end: task time {w.task_rel_change.estimate:+.0%} at {w.phase}; {why}",

@@ -20,6 +20,7 @@ from specpilot.analysis import capacity as cap
 from specpilot.analysis import cost, e2e, load, paired, quality, rollback
 from specpilot.analysis.columns import ALL, quantiles
 from specpilot.analysis.config import AnalysisConfig
+from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
 from specpilot.analysis.decision import DecisionInputs, Verdict
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
@@ -68,6 +69,8 @@ class PilotAnalysis:
     latency_cdf: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     scheduled: int = 0  # steady-state and cold-start requests analysed (warm-up excluded)
     round_table: RoundsTable | None = None  # the per-request round aggregates analysed
+    # acceptance from each arm's engine counters (snapshot deltas over its measured phases)
+    counters: dict[str, CounterAcceptance] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -86,6 +89,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
         return a
     a.load_cells = load.load_cells(table, data.phases, data.chunk_gaps, data.snapshots)
     a.latency_cdf = latency_cdf(table)
+    a.counters = counter_acceptance(data.snapshots)
     _rounds(a, data)
     _quality(a, data)
     _comparisons(a, table)
@@ -349,6 +353,7 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
             representative=rep,
             steady_requests=steady,
             aa=a.aa,
+            counters=a.counters.get(c),
             baseline_lowest=_lowest_load(a, b),
         )
         v = decide(inp, a.config.verdict)

@@ -150,6 +150,7 @@ def to_document(a: PilotAnalysis) -> dict[str, Any]:
             "pooled": [clean(r) for r in a.rounds_pooled],
             "leviathan": [clean(g) for g in a.gaps],
             "k_choice": [clean(k) for k in a.k_choices],
+            "engine_counters": [clean(c) for c in a.counters.values()],
         },
         "verify_cost": {"curves": [clean(c) for c in a.curves]},
         "quality": {

@@ -310,12 +310,39 @@ def rounds(doc: Doc, svgs: Svgs) -> str:
     body = (
         "<p>All phases pooled per arm and task group; per phase in the JSON document.</p>"
         + table
+        + _engine_counters(doc)
         + "<h3>Leviathan expectation next to the measured value</h3>"
         + lev
         + k
         + figs
     )
     return section("rounds", "Per-round advance and time breakdown", body)
+
+
+def _engine_counters(doc: Doc) -> str:
+    """Acceptance from the engines' own counters (llama.cpp, vLLM: no per-round rows)."""
+    cs = [c for c in doc["rounds"].get("engine_counters", []) if c["drafts"]]
+    if not cs:
+        return ""
+    rows = [
+        [
+            c["arm"],
+            c["engine"],
+            num(c["drafts"]),
+            num(c["draft_length"]),
+            pct(c["acceptance_rate"]),
+            num(c["mean_acceptance_length"]),
+            " / ".join(pct(p) for p in c["per_position"][:6]),
+        ]
+        for c in cs
+    ]
+    head = ["arm", "engine", "drafts", "tokens a draft", "acceptance rate",
+            "mean acceptance length", "P(a >= i), i = 1.."]  # fmt: skip
+    return (
+        "<h3>Acceptance from the engines' counters</h3><p>Deltas of each engine's own "
+        "speculative counters over the measured phases, in this report's definitions (bonus "
+        "token counted); these engines export no per-round times.</p>" + html_table(head, rows)
+    )
 
 
 def _k_choice(doc: Doc) -> str:
