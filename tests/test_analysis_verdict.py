@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from pilot_cases import PHASES, SYNTHETIC_CONFIG, Cell, case, key_checks
+from pilot_cases import SYNTHETIC_CONFIG, Cell, case, key_checks
 from specpilot.analysis import AnalysisConfig, analyze
 from specpilot.analysis.decision import Verdict
 from specpilot.records import ConsistencyRecord, PilotData
