@@ -265,3 +265,14 @@ def test_latency_cdf_stops_short_by_the_failed_fraction() -> None:
     # order statistics), from 0.8 the curve is missing, never rescaled to the 8 that finished
     assert cdf["q"][7] == pytest.approx(0.7) and cdf["e2e"][7] == pytest.approx(7.3)
     assert cdf["e2e"][8:] == [None, None, None]
+
+
+def test_an_ngram_arm_is_not_costed_as_a_draft_model() -> None:
+    from specpilot.records import StrategySpec
+
+    d = case({("code", "peak"): Cell(n=4)}, alternative=False)
+    spec = next(a for a in d.arms if a.arm == "spec")
+    spec.strategy = StrategySpec("ngram", k=3, ngram_type="ngram-mod")
+    m = memory_budget(d.snapshots, d.arms, "base", "spec")
+    assert m.resource_class == "ngram" and m.draft_weight_bytes is None
+    assert any("no draft model" in n for n in m.notes)

@@ -141,6 +141,9 @@ class MemoryBudget:
     kv_bytes_per_sequence: float | None
     sequences_forgone: float | None  # target sequences the draft's memory would have held
     notes: tuple[str, ...]
+    # the strategy's resource structure (MISSION: other methods' costs never reuse the
+    # draft-model estimate): draft_model | ngram (no draft model: lookup tables only) | other
+    resource_class: str = "draft_model"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,7 +175,14 @@ def memory_budget(
     baseline: str,
     candidate: str,
 ) -> MemoryBudget:
-    """The draft's memory in the candidate arm and what it would buy in target sequences."""
+    """The draft's memory in the candidate arm and what it would buy in target sequences.
+
+    An n-gram (prompt-lookup) strategy has no draft model: no draft weights or draft KV, only
+    its lookup structures, so its extra memory is reported as such (``resource_class``),
+    never as a draft's."""
+    rec = next((a for a in arms if a.arm == candidate), None)
+    kind = rec.strategy.kind if rec is not None else "draft"
+    resource = {"draft": "draft_model", "ngram": "ngram"}.get(kind, "other")
     base = [s for s in snapshots if s.arm == baseline]
     cand = [s for s in snapshots if s.arm == candidate]
     notes: list[str] = []
@@ -187,7 +197,13 @@ def memory_budget(
         work = max(0, c_rss - b_rss - (dw or 0) - (dkv or 0))
     parts = [x for x in (dw, dkv, work) if x is not None]
     total = sum(parts) if parts else None
-    if dw is None:
+    if resource == "ngram":
+        dw = dkv = None
+        notes.append(
+            "n-gram self-speculation: no draft model (no draft weights, no draft KV cache); "
+            "the extra memory is its lookup tables and noise, not a draft-model cost"
+        )
+    elif dw is None:
         notes.append("the engine did not report the draft's weights")
     kv = _max(base, "kv_allocated_bytes")
     slots = _slots(base, next((a for a in arms if a.arm == baseline), None))
@@ -208,4 +224,5 @@ def memory_budget(
         kv_bytes_per_sequence=per_seq,
         sequences_forgone=total / per_seq if total and per_seq else None,
         notes=tuple(notes),
+        resource_class=resource,
     )

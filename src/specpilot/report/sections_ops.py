@@ -68,16 +68,26 @@ def cost(doc: Doc, svgs: Svgs) -> str:
         f'<p class="cost-line cost-{escape(c["kind"])}">{escape(c["candidate_arm"])}: {escape(c["text"])}</p>'
         for c in doc["cost"]["lines"]
     )
-    lost = "".join(
-        f"<p>Capacity held by {escape(m['candidate_arm'])}'s draft: {mib(m['total_bytes'])}, "
-        f"{num(m['sequences_forgone'])} target sequences at the baseline's KV per sequence.</p>"
-        for m in doc["memory"]
-    )
+    lost = "".join(_memory_line(m) for m in doc["memory"])
     also = (
         "<p>Not measured by the pilot, to be added by the operator: tuning effort, regression "
         "checks at each model upgrade, rollback maintenance.</p>"
     )
     return section("cost", "Cost at equal quality", lines + lost + arms + also)
+
+
+def _memory_line(m: Doc) -> str:
+    arm = escape(m["candidate_arm"])
+    if m.get("resource_class") == "ngram":
+        return (
+            f"<p>{arm} runs n-gram self-speculation: a different resource structure from a "
+            f"draft model (no draft weights, no draft KV cache); its extra peak memory, "
+            f"{mib(m['total_bytes'])}, is its lookup tables and noise, not a draft's.</p>"
+        )
+    return (
+        f"<p>Capacity held by {arm}'s draft: {mib(m['total_bytes'])}, "
+        f"{num(m['sequences_forgone'])} target sequences at the baseline's KV per sequence.</p>"
+    )
 
 
 def compatibility(doc: Doc, svgs: Svgs) -> str:
