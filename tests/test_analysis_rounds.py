@@ -302,3 +302,14 @@ def test_decode_speedup_interval_resamples_requests_and_adds_the_drift() -> None
     lo, hi = wide[("spec", "code", "peak")]
     assert lo < ci[0] and hi > ci[1]  # the drift between the arms' runs widens it
     assert ("spec", "*", "*") in wide
+
+
+def test_a_file_where_nothing_drafted_summarises_without_positions() -> None:
+    # `specpilot load --engine-opt no_draft=true` files: rounds, but not one proposal
+    from specpilot.analysis.round_summary import summarize_rounds
+    from specpilot.records import RequestRounds
+
+    rr = [RequestRounds("r", "base", "peak", "code", "q1", 10, 0, 0, 0, 10, 0.0, 0.5, 0.01)]
+    s = summarize_rounds(rr)[0]
+    assert s.acceptance_rate is None and s.acceptance_per_position == ()
+    assert s.cost_per_token_s == pytest.approx(0.051)

@@ -197,12 +197,9 @@ def _aggregate(t: RoundsTable, codes: np.ndarray, n: int) -> dict[str, Any]:
     agg: dict[str, Any] = {a: sum_by(codes, v, n) for a, v in col.items()}
     agg["requests"] = count_by(codes, None, n)
     agg["batch_w"] = sum_by(codes, col["mean_batch_size"] * col["rounds"], n)
-    agg["pos_p"] = np.stack([sum_by(codes, pos_p[:, j], n) for j in range(width)], axis=-1).reshape(
-        n, width
-    )
-    agg["pos_a"] = np.stack([sum_by(codes, pos_a[:, j], n) for j in range(width)], axis=-1).reshape(
-        n, width
-    )
+    # (cells, positions); no position at all when no request of the file drafted anything
+    agg["pos_p"] = _by_position(codes, pos_p, n)
+    agg["pos_a"] = _by_position(codes, pos_a, n)
     # Full accepts (for alpha) are countable when every speculative round of a cell proposed
     # the same k: then they are the rounds that accepted >= k, pos_accepted[k-1].
     spec = col["spec_rounds"] > 0
@@ -225,6 +222,13 @@ def _aggregate(t: RoundsTable, codes: np.ndarray, n: int) -> dict[str, Any]:
     mal = col["committed"][has] / col["rounds"][has]
     agg["mal_q"] = quantiles_by(codes[has], mal, n, (0.1, 0.5, 0.9))
     return agg
+
+
+def _by_position(codes: np.ndarray, pos: np.ndarray, n: int) -> np.ndarray:
+    width = pos.shape[1]
+    if width == 0:
+        return np.zeros((n, 0), dtype=np.float64)
+    return np.stack([sum_by(codes, pos[:, j], n) for j in range(width)], axis=-1).reshape(n, width)
 
 
 def _summary(key: dict[str, str], agg: dict[str, Any], c: int) -> RoundSummary:
