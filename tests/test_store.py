@@ -425,3 +425,22 @@ def test_a_kill_mid_run_keeps_every_confirmed_record_and_shows_the_cut(tmp_path)
     assert phases["burst"].status == "running" and phases["burst"].actual_start_t is not None
     assert phases["burst"].actual_end_t is None  # the cut: started, never ended
     assert phases["steady"].t_run == phases["burst"].t_run is not None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "byte_removed", "random"])
+def test_a_damaged_pilot_file_is_one_clear_error_never_a_duckdb_traceback(tmp_path, damage):
+    path = tmp_path / "pilot.duckdb"
+    with Store(path) as st:
+        _fill(st)
+    blob = path.read_bytes()
+    if damage == "truncated":
+        blob = blob[: len(blob) // 2]
+    elif damage == "byte_removed":
+        blob = blob[:5000] + blob[5001:]
+    else:
+        blob = np.random.default_rng(0).bytes(64 * 1024)
+    path.write_bytes(blob)
+    with pytest.raises(PilotFileError) as err:
+        read_pilot(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    assert any(w in str(err.value) for w in ("damaged", "cannot open", "not a"))

@@ -38,6 +38,15 @@ from specpilot.store.writer import Finished, Op, Writer
 _UPSERT = ("pilots", "arms", "phases", "requests")
 
 
+def damaged(path: Path, exc: BaseException) -> PilotFileError:
+    """The one-line error for a pilot file DuckDB cannot read (``exc``: what DuckDB said)."""
+    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    return PilotFileError(
+        f"{path}: damaged, not readable as a pilot file ({type(exc).__name__}: {first}); "
+        "restore it from a copy, or rerun the pilot into a new --out"
+    )
+
+
 class Store:
     """One pilot file. ``read_only=True`` for analysis (several readers, no writer)."""
 
@@ -57,10 +66,15 @@ class Store:
                 f"{self.path}: cannot open ({exc}); give a pilot file, and if another process "
                 "is writing this one, read it when that process has ended"
             ) from exc
+        except duckdb.Error as exc:  # truncated, a byte lost, random bytes: DuckDB's own words
+            raise damaged(self.path, exc) from exc
         try:
             if not read_only:
                 self._con.execute("SET preserve_insertion_order = false")  # faster bulk inserts
             prepare(self._con, str(self.path), writable=not read_only)
+        except duckdb.Error as exc:
+            self._con.close()
+            raise damaged(self.path, exc) from exc
         except BaseException:
             self._con.close()
             raise
