@@ -238,3 +238,26 @@ def test_dry_run_refuses_an_engine_option_the_installed_llama_cpp_lacks(tmp_path
     assert code == 2, err
     assert "arm 'llamacpp-ngram': extra: 'speculative.synth_rates' is not a setting" in err
     assert "valid:" in err and "Traceback" not in err
+
+
+def test_resume_refuses_a_schedule_that_changed_under_it(tmp_path):
+    # the config names its workload by path: an edited workload file keeps the config's hash,
+    # but not the schedule's, and a resumed pilot would compare arms on different traffic
+    import dataclasses
+
+    from specpilot.pilot.config import PilotConfigError, default_pilot_path, load_pilot
+    from specpilot.pilot.runner import Pilot
+    from specpilot.store import Store
+
+    path = default_pilot_path().resolve()
+    cfg = load_pilot(path, quick=True)
+    p = Pilot(cfg, tmp_path, base_dir=path.parent)
+    p.plans, p.schedule = p.prepare()
+    with Store(tmp_path / "pilot.duckdb") as st:
+        first = p._open_pilot(st)
+        assert p._open_pilot(st).pilot_id == first.pilot_id  # unchanged: it resumes
+        edited = p.schedule.to_dict()
+        edited["phases"][1]["requests"] += 3
+        st.add_pilot(dataclasses.replace(first, schedule=edited))
+        with pytest.raises(PilotConfigError, match=r"schedule changed since it started \(phase"):
+            p._open_pilot(st)

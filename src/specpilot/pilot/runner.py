@@ -182,6 +182,16 @@ class Pilot:
                     f"{old.config_sha256[:12]}); this config is {sha[:12]}: choose another --out "
                     "to start a new pilot, or rerun the same config to resume"
                 )
+            if old.schedule is not None and _digest(old.schedule) != _digest(
+                self.schedule.to_dict()
+            ):
+                changed = _schedule_change(old.schedule, self.schedule.to_dict())
+                raise PilotConfigError(
+                    f"{store.path}: the pilot's schedule changed since it started ({changed}): "
+                    "a file the workload reads (the workload file, a prompt file, a trace) was "
+                    "edited, so a resumed pilot would compare arms on different traffic; choose "
+                    "another --out to start anew, or restore the files"
+                )
             self.progress.note(f"resuming pilot {old.pilot_id} from {store.path}")
             return dataclasses.replace(old, status="running")
         pilot = PilotRecord(
@@ -401,6 +411,29 @@ def derive_kv_slots(store: Any, plan: ArmPlan, plans: list[ArmPlan]) -> dict[str
     )
     plan.budget.memory_bytes = draft
     return {"max_slots": base_slots + extra, "max_batch_size": base_slots + extra}
+
+
+def _digest(schedule: dict[str, Any]) -> str:
+    import hashlib
+    import json
+
+    blob = json.dumps(schedule, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _schedule_change(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """What differs, in a few words: the first phase whose request count or rate moved."""
+    po = {p["name"]: p for p in old.get("phases", [])}
+    for p in new.get("phases", []):
+        q = po.get(p["name"])
+        if q is None:
+            return f"phase {p['name']} is new"
+        if q.get("requests") != p.get("requests") or q.get("duration_s") != p.get("duration_s"):
+            return (
+                f"phase {p['name']}: {q.get('requests')} requests in {q.get('duration_s')} s "
+                f"then, {p.get('requests')} in {p.get('duration_s')} s now"
+            )
+    return "the requests themselves (prompts, lengths or arrival times)"
 
 
 def _sha256(path: Path) -> str:
