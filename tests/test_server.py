@@ -338,6 +338,36 @@ def test_context_and_model_errors(server: LiveServer) -> None:
     assert r.status_code == 404 and "error" in r.json()
 
 
+def test_a_huge_prompt_is_refused_at_once_and_never_stalls_the_server(server: LiveServer) -> None:
+    import threading
+    import time
+
+    # 20 MB: over the body limit, refused by its Content-Length before it is read whole
+    big = {"model": MODEL, "messages": [{"role": "user", "content": "word " * 4_000_000}]}
+    t0 = time.perf_counter()
+    r = httpx.post(server.url + "/v1/chat/completions", json=big, timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    # 2 MB: under the body limit, over what the context can hold: 400 before templating,
+    # while /health answers at once beside it
+    mid = {"model": MODEL, "messages": [{"role": "user", "content": "word " * 400_000}]}
+    health: list[float] = []
+
+    def poll() -> None:
+        for _ in range(5):
+            t = time.perf_counter()
+            httpx.get(server.url + "/health", timeout=30)
+            health.append(time.perf_counter() - t)
+
+    th = threading.Thread(target=poll)
+    th.start()
+    r = httpx.post(server.url + "/v1/chat/completions", json=mid, timeout=60)
+    th.join()
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert "characters" in r.json()["error"]["message"]
+    assert max(health) < 5.0, health  # a liveness bound, not a speed target: was 22 s
+    assert time.perf_counter() - t0 < 30
+
+
 def test_overload_gets_429_with_retry_after_and_nothing_hangs(
     serve: Callable[..., LiveServer],
 ) -> None:

@@ -66,6 +66,7 @@ def create_app(
     app = FastAPI(title="specpilot", version="0.1.0", lifespan=lifespan)
     app.state.server = state
     app.add_middleware(_InternalErrors)
+    app.add_middleware(_BodyLimit, max_bytes=state.cfg.max_body_bytes)
     _error_handlers(app, state)
     app.include_router(routes.router)
     app.include_router(admin.router)
@@ -122,6 +123,52 @@ def _error_handlers(app: FastAPI, state: ServerState) -> None:
             status_code=exc.status_code,
             headers=exc.headers,
         )
+
+
+class _BodyLimit:
+    """Refuse a request body over ``max_bytes`` with a 413 before reading it whole: by its
+    Content-Length when it has one, else while it streams in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = error_body(
+            f"the request body is over the server's limit of {self.max_bytes} bytes: send a "
+            "shorter prompt (the model's context is far smaller)",
+            type="invalid_request_error",
+            code="request_too_large",
+        )
+        await JSONResponse(body, status_code=413)(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counting_receive, send)
+        except _TooLarge:
+            await self._refuse(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
 
 
 class _InternalErrors:

@@ -8,6 +8,7 @@ Each generation route checks readiness and the model name, builds the prompt
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -16,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from specpilot.serve.generation import generate
 from specpilot.serve.metrics import CONTENT_TYPE
 from specpilot.serve.prompts import chat_prompt, completion_prompt
-from specpilot.serve.protocol import ChatCompletionRequest, CompletionRequest
+from specpilot.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest
 from specpilot.serve.state import State
 
 router = APIRouter()
@@ -60,7 +61,11 @@ async def metrics(state: State) -> Response:
 async def completions(body: CompletionRequest, request: Request, state: State) -> Response:
     engine, _ = state.check_ready()
     model = state.served_model(body.model)
-    ids = completion_prompt(state.tokenizer, engine.target.cfg.vocab_size, body)
+    _check_prompt_size(state, body)
+    # tokenising a long prompt takes time: off the event loop, so it never stalls the others
+    ids = await asyncio.to_thread(
+        completion_prompt, state.tokenizer, engine.target.cfg.vocab_size, body
+    )
     return await generate(state, request, body, ids, model=model, chat=False, tools_on=False)
 
 
@@ -69,5 +74,21 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, state:
     state.check_ready()
     model = state.served_model(body.model)
     tools_on = bool(body.tools) and body.tool_choice != "none"
-    ids = chat_prompt(state.tokenizer, body, tools_on)
+    _check_prompt_size(state, body)
+    ids = await asyncio.to_thread(chat_prompt, state.tokenizer, body, tools_on)
     return await generate(state, request, body, ids, model=model, chat=True, tools_on=tools_on)
+
+
+def _check_prompt_size(state: Any, body: Any) -> None:
+    """A prompt whose text alone cannot fit the context is refused before templating."""
+    engine, _ = state.check_ready()
+    limit = state.cfg.max_prompt_chars_per_token * engine.max_seq_len
+    text = body.model_dump_json(include={"prompt", "messages", "tools"})
+    if len(text) > limit:
+        raise APIError(
+            400,
+            f"the prompt is {len(text)} characters: more than {engine.max_seq_len} tokens of "
+            f"context can hold (at most {limit} characters are read); shorten it",
+            param="messages" if hasattr(body, "messages") else "prompt",
+            code="context_length_exceeded",
+        )

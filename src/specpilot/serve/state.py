@@ -46,6 +46,12 @@ class ServerConfig:
     strategy_file: Path | None = None
     spec_metrics: str = "off"  # server-wide default: off | summary | detailed
     default_temperature: float = 1.0  # OpenAI's default
+    # a request body larger than this is refused (413) before it is read whole: a 20 MB chat
+    # prompt used to hold the event loop for 22 s in templating before its 400
+    max_body_bytes: int = 4 << 20
+    # prompt text (characters) per context token allowed into templating and tokenising; a
+    # token is rarely under 1 character, so more characters than this x the context cannot fit
+    max_prompt_chars_per_token: int = 8
 
 
 class ServerState:
