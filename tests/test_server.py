@@ -311,6 +311,13 @@ def test_logprobs_and_per_request_spec_metrics(client: openai.OpenAI) -> None:
         ({"presence_penalty": 1.0}, "presence_penalty"),
         ({"max_tokens": 10_000}, "max_tokens"),
         ({"messages": [{"role": "user", "content": "word " * 300}]}, "messages"),
+        # union-typed fields keep their whole path (names starting like "str" were cut)
+        ({"stream": "maybe"}, "stream"),
+        ({"stream_options": "yes"}, "stream_options"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "strict": "x"}}]},
+            "tools.0.function.strict",
+        ),
     ],
 )
 def test_invalid_parameters_are_400_naming_the_parameter(
@@ -366,6 +373,15 @@ def test_a_huge_prompt_is_refused_at_once_and_never_stalls_the_server(server: Li
     assert "characters" in r.json()["error"]["message"]
     assert max(health) < 5.0, health  # a liveness bound, not a speed target: was 22 s
     assert time.perf_counter() - t0 < 30
+
+
+def test_an_empty_body_says_what_to_send(server: LiveServer) -> None:
+    r = httpx.post(
+        server.url + "/v1/chat/completions",
+        content=b"",
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 400 and "request body is empty" in r.json()["error"]["message"]
 
 
 def test_overload_gets_429_with_retry_after_and_nothing_hangs(

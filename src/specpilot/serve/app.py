@@ -46,7 +46,12 @@ _UNPARSABLE = (
     "the request body is not valid JSON: it must be UTF-8 text nested less than ~1000 deep"
 )
 # Union members pydantic puts into an error's location; the field path is what a client needs.
-_UNION_MEMBER = re.compile(r"^(str|int|bool|float|list|dict|function-|literal|json-)")
+# Only whole tags: "str", "list[str]", "literal['auto']", "function-after[...]", a model class;
+# never a field name that merely starts like one ("stream", "strict").
+_UNION_MEMBER = re.compile(
+    r"^(str|int|bool|float|list|dict|set|tuple|bytes|none)(\[.*\])?$|^[a-z-]+\[.*\]$"
+    r"|^function-|^[A-Z]\w*$"
+)
 
 
 def create_app(
@@ -78,6 +83,12 @@ def invalid_body_error(exc: RequestValidationError) -> APIError:
     first: dict[str, Any] = dict(exc.errors()[0]) if exc.errors() else {}
     if first.get("type") == "json_invalid":
         return APIError(400, _json_error(first, exc.body), code="invalid_json")
+    if tuple(first.get("loc", ())) == ("body",) and first.get("type") == "missing":
+        msg = (
+            "the request body is empty: send a JSON object with model and messages (chat) or "
+            "prompt (completions)"
+        )
+        return APIError(400, msg, code="invalid_json")
     if tuple(first.get("loc", ())) == ("body",) and first.get("type") == "model_attributes_type":
         msg = "the request body must be a JSON object (sent with Content-Type: application/json)"
         return APIError(400, msg, code="invalid_json")
