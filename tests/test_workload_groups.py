@@ -154,7 +154,19 @@ def test_length_spec_sampling_stays_in_bounds():
 
 
 def test_hash_split_is_stable_and_roughly_one_third_eval():
-    assert hash_split("hello") == hash_split("hello")
+    import os
+    import subprocess
+    import sys
+
+    # stable across processes: Python's own str hash is salted per process, this split is not
+    words = [f"prompt {i}" for i in range(20)]
+    code = (
+        "from specpilot.workload.groups import hash_split; "
+        f"print(','.join(hash_split(w) for w in {words!r}))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.strip().split(",") == [hash_split(w) for w in words], out.stderr
     splits = [hash_split(f"prompt {i}") for i in range(3000)]
     assert 0.28 < splits.count("eval") / 3000 < 0.39
     assert 0.12 < splits.count("dev") / 3000 < 0.21
