@@ -158,3 +158,14 @@ def test_top1_rate_is_skipped_when_an_engine_omits_alternatives():
     tests = {t.test: t for t in distribution_tests(outs, "base", "cand", permutations=99)}
     assert "top1_rate" not in tests  # no candidate sample has it: nothing to compare
     assert not tests["mean_logprob"].differs and tests["mean_logprob"].samples == (6, 6)
+
+
+def test_log_prob_tests_are_left_out_when_the_candidate_log_probs_are_broken():
+    from specpilot.quality.summary import _logprobs_broken, gate
+    from specpilot.records import CompatRecord
+
+    bad = [CompatRecord("r", "cand", "logprobs", "fail", evidence="position 1: no alternatives")]
+    assert _logprobs_broken(bad, "cand") == "position 1: no alternatives"
+    assert _logprobs_broken(bad, "other") == ""
+    v = gate([], [], bad, baseline_arm="base", candidate_arm="cand")
+    assert any("log-prob distribution tests left out" in n for n in v.notes)

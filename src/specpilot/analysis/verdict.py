@@ -127,13 +127,15 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
         verdict, rng = NO, None
         quality = [g for g in gvs if (g.bottleneck or "").startswith("quality:")]
         if quality and len(quality) == len(gvs):
-            neck = (
-                "quality gate failed for every group ("
-                + "; ".join(
-                    f"{g.task_group}: {(g.bottleneck or '')[len('quality: ') :]}" for g in quality
+            why = {g.task_group: (g.bottleneck or "")[len("quality: ") :] for g in quality}
+            if len(set(why.values())) == 1:  # one reason for all (a compat regression): once
+                neck = f"quality gate failed for every group ({next(iter(why.values()))})"
+            else:
+                neck = (
+                    "quality gate failed for every group ("
+                    + "; ".join(f"{g}: {w}" for g, w in why.items())
+                    + ")"
                 )
-                + ")"
-            )
         elif gvs and all(g.evidence == "insufficient" for g in gvs):
             need = max((g.bottleneck or "" for g in gvs), key=len)
             if pooled.verdict == NO:
