@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from specpilot.report.fmt import interval, md_table, num, pct
-from specpilot.report.sections_load import method_of
+from specpilot.report.sections_load import method_of, outcome_text
 
 
 def _verdict(v: dict[str, Any]) -> list[str]:
@@ -107,12 +107,7 @@ def _pairs(doc: dict[str, Any]) -> list[str]:
             interval(c["task_rel_change"]),
             num(c.get("p_adjusted")),
             pct(c.get("power")),
-            c["outcome"]
-            + (
-                f" (needs ~{c['pairs_needed']})"
-                if c["outcome"] == "insufficient" and c.get("pairs_needed")
-                else ""
-            ),
+            outcome_text(c),
         ]
         for c in comps
     ]

@@ -180,16 +180,18 @@ def _comparison_table(doc: Doc) -> str:
                 interval(c["on_time_diff"]),
                 num(c.get("p_adjusted")),
                 pct(c.get("power")),
-                c["outcome"]
-                + (
-                    f" (a decision needs ~{c['pairs_needed']} pairs)"
-                    if c["outcome"] == "insufficient" and c.get("pairs_needed")
-                    else ""
-                ),
+                outcome_text(c),
             ]
             for c in doc["comparisons"]
         ],
     )
+
+
+def outcome_text(c: Doc) -> str:
+    """A comparison's outcome; an insufficient one with the pairs a decision would need."""
+    if c["outcome"] == "insufficient" and c.get("pairs_needed"):
+        return f"insufficient (a decision needs ~{c['pairs_needed']} pairs)"
+    return str(c["outcome"])
 
 
 def method_of(doc: Doc) -> str:
