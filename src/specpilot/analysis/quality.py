@@ -17,7 +17,7 @@ The cells (``quality_cells``) describe: pass rates, top failure reasons, greedy 
 A group without records of a kind has that gate "no_data" (reported, not passed). ``carried``
 names the checks that decided the gate. Acceptance rate is never a quality metric.
 
-    >>> from specpilot.records import QualityRecord as Q
+    >>> from specpilot.records import PilotData, PilotRecord, QualityRecord as Q
     >>> q = [Q("r", "base", "code", f"p{i}", "tests", "code_tests", "key", True) for i in range(12)]
     >>> q += [Q("r", "spec", "code", f"p{i}", "tests", "code_tests", "key", i < 3) for i in range(12)]
     >>> g = quality_gates(PilotData(PilotRecord("p", "d", {}, "", "0", 0.0), quality=q), "base", "spec")
