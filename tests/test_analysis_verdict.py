@@ -502,3 +502,12 @@ def test_an_engine_without_round_rows_names_its_counter_acceptance_as_the_bottle
         and "acceptance 0.4% (10 of 2400 drafted tokens over 800 drafts" in v.bottleneck
     )
     assert "the draft is rejected almost always" in v.bottleneck
+
+
+def test_groups_too_small_but_pooled_faster_is_not_switched_on_for_any_group() -> None:
+    cs = {(g, p): Cell(spec=0.5, n=5) for g in GROUPS for p in ("off_peak", "peak")}
+    v = verdict(case(cs))
+    assert all(group(v, g).evidence == "insufficient" for g in GROUPS)
+    assert group(v, "*").verdict == "ADOPT"
+    assert v.verdict == "DO_NOT_ADOPT"
+    assert "pooled over groups speculation pays at every measured load" in v.summary

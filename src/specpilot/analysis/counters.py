@@ -22,14 +22,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specpilot.backends.protocol import SPEC_ACCEPTED as ACCEPTED
+from specpilot.backends.protocol import SPEC_POS as POS
+from specpilot.backends.protocol import SPEC_PROPOSED as PROPOSED
+from specpilot.backends.protocol import SPEC_ROUNDS as ROUNDS
 from specpilot.records import MetricSnapshot
-
-ROUNDS, PROPOSED, ACCEPTED, POS = (
-    "spec_rounds",
-    "spec_proposed_tokens",
-    "spec_accepted_tokens",
-    "spec_accepted_pos_",
-)
 
 
 @dataclass(frozen=True)

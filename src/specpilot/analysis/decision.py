@@ -37,9 +37,10 @@ from typing import Any
 
 from specpilot.analysis.config import VerdictConfig
 from specpilot.analysis.counters import CounterAcceptance
+from specpilot.analysis.drift import AAControl
 from specpilot.analysis.e2e import StageBreakdown
 from specpilot.analysis.leviathan import LeviathanGap
-from specpilot.analysis.paired import AAControl, PairedComparison
+from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.quality import QualityGate
 from specpilot.analysis.round_summary import RoundSummary
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from specpilot.analysis import stats
 from specpilot.analysis.columns import ALL
+from specpilot.analysis.drift import Drift
 from specpilot.analysis.requests import RequestTable
 
 CHUNK_ELEMENTS = 4_000_000  # resample indices held at once
@@ -54,33 +55,6 @@ class Interval:
     estimate: float | None
     low: float | None
     high: float | None
-
-
-@dataclass(frozen=True)
-class Drift:
-    """Between-run drift of the machine, as a standard deviation of log task time per cell.
-
-    ``values`` are the A/A control's pooled change per phase (log scale); ``sd`` is their
-    root mean square, ``df`` how many there are. Each value is drift *plus* its own within-run
-    noise, so this over-states the drift, on purpose: the method-of-moments estimate (less the
-    cells' squared standard errors, floored at 0) gave identical arms a direction in 6% of 200
-    synthetic pilots at 25% per-request noise, above the nominal 5%; this one in 0.5%
-    (``tests/test_aa_calibration.py``). Longer phases shrink the over-statement.
-    """
-
-    sd: float
-    df: int
-    source: str
-    values: tuple[float, ...] = ()
-
-    @classmethod
-    def from_control(cls, aa: Sequence[PairedComparison], source: str) -> Drift | None:
-        vals = tuple(
-            float(c.log_change) for c in aa if c.task_group == ALL and c.log_change is not None
-        )
-        if not vals:
-            return None
-        return cls(float(np.sqrt(np.mean(np.square(vals)))), len(vals), source, vals)
 
 
 @dataclass(frozen=True)
@@ -112,42 +86,6 @@ class PairedComparison:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class AAControl:
-    """The control arm against the baseline: same config twice, so any direction is drift."""
-
-    baseline_arm: str
-    control_arm: str
-    cells: int
-    directional: tuple[str, ...]  # "phase/group: +3.1% (slower)" of each directional cell
-    largest: float | None  # the largest |task-time change| of a pooled cell
-    drift: Drift | None
-
-    @property
-    def stable(self) -> bool:
-        return not self.directional
-
-    @property
-    def text(self) -> str:
-        d = self.drift
-        drift = (
-            f"between-run drift sd {d.sd:.1%} (from {d.df} phases) is added to every interval"
-            if d is not None
-            else "no drift estimate (no pooled A/A cell)"
-        )
-        head = f"A/A control ({self.control_arm} vs {self.baseline_arm}, the same config twice): "
-        if self.stable:
-            big = f"; largest pooled change {self.largest:+.1%}" if self.largest is not None else ""
-            return head + f"no directional cell of {self.cells}{big}; {drift}"
-        return (
-            head
-            + f"{len(self.directional)} of {self.cells} cells directional ("
-            + "; ".join(self.directional[:4])
-            + (f"; {len(self.directional) - 4} more" if len(self.directional) > 4 else "")
-            + f"): the measurement is unstable; {drift}"
-        )
 
 
 def pair_rows(t: RequestTable, base: str, cand: str) -> tuple[np.ndarray, np.ndarray, int]:

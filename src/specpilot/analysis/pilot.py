@@ -22,6 +22,7 @@ from specpilot.analysis.columns import ALL, quantiles
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
 from specpilot.analysis.decision import DecisionInputs, Verdict
+from specpilot.analysis.drift import AAControl, Drift, aa_control
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
 from specpilot.analysis.requests import RequestTable
@@ -60,7 +61,7 @@ class PilotAnalysis:
     recommendations: list[e2e.TaskRecommendation] = field(default_factory=list)
     amdahl_checks: list[dict[str, Any]] = field(default_factory=list)
     comparisons: list[paired.PairedComparison] = field(default_factory=list)
-    aa: paired.AAControl | None = None  # the A/A control's result (None: the pilot has no control)
+    aa: AAControl | None = None  # the A/A control's result (None: the pilot has no control)
     capacities: list[cap.Capacity] = field(default_factory=list)
     crossovers: list[cap.Crossover] = field(default_factory=list)
     memory: list[cap.MemoryBudget] = field(default_factory=list)
@@ -138,23 +139,15 @@ def _quality(a: PilotAnalysis, data: PilotData) -> None:
         a.gates += quality.quality_gates(data, b, c)
 
 
-def _aa(a: PilotAnalysis, table: RequestTable, kw: dict[str, Any]) -> paired.Drift | None:
+def _aa(a: PilotAnalysis, table: RequestTable, kw: dict[str, Any]) -> Drift | None:
     """The A/A comparison (within-run noise only: it is what measures the drift)."""
     base, ctrl = a.plan.baseline, a.plan.control
     if base is None or ctrl is None:
         return None
     aa = paired.compare_arms(table, base, ctrl, **kw)
-    drift = paired.Drift.from_control(aa, f"A/A control {ctrl} vs {base}")
-    directional = tuple(
-        f"{c.phase}/{c.task_group}: {c.task_rel_change.estimate:+.1%} ({c.outcome})"
-        for c in aa
-        if c.outcome in ("faster", "slower") and c.task_rel_change.estimate is not None
-    )
-    pooled = [c.task_rel_change.estimate for c in aa if c.task_group == ALL]
-    largest = max((x for x in pooled if x is not None), key=abs, default=None)
-    a.aa = paired.AAControl(base, ctrl, len(aa), directional, largest, drift)
+    a.aa = aa_control(aa, base, ctrl)
     a.comparisons += aa
-    return drift
+    return a.aa.drift
 
 
 def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:

@@ -27,6 +27,7 @@ quantiles of per-request mean acceptance length.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -343,7 +344,7 @@ def speedup_intervals(
             b, c = sel & (arm == baseline), sel & (arm == cand)
             if committed[b].sum() == 0 or committed[c].sum() == 0:
                 continue
-            rng = np.random.default_rng([seed, len(cand), len(g), len(p), int(b.sum())])
+            rng = np.random.default_rng([seed, zlib.crc32(f"{baseline}|{cand}|{g}|{p}".encode())])
             ratio = _resampled_cost(cost_t[b], committed[b], resamples, rng) / _resampled_cost(
                 cost_t[c], committed[c], resamples, rng
             )

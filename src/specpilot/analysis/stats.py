@@ -35,6 +35,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from specpilot.quality.stats import holm
+
 EXACT_MAX = 16  # up to this many pairs the sign-flip test enumerates all 2^n sign vectors
 MONTE_CARLO = 20_000  # sign vectors drawn above EXACT_MAX
 
@@ -99,12 +101,11 @@ def holm_tarone(p: Sequence[float], min_p: Sequence[float], alpha: float) -> lis
     while k < m and sum(1 for q in min_p if q <= alpha / k) > k:
         k += 1
     eligible = [i for i in range(m) if min_p[i] <= alpha / k]
-    family = max(k, len(eligible)) if eligible else 1
+    # Holm over a family of k (at least the eligible ones): the untestable rest as p = 1
+    padded = holm([p[i] for i in eligible] + [1.0] * (k - len(eligible)))
     out = [1.0] * m
-    running = 0.0
-    for rank, i in enumerate(sorted(eligible, key=lambda i: p[i])):
-        running = max(running, min(1.0, (family - rank) * p[i]))
-        out[i] = running
+    for j, i in enumerate(eligible):
+        out[i] = padded[j]
     return out
 
 

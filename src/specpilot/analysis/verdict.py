@@ -137,16 +137,19 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
                     + ")"
                 )
         elif gvs and all(g.evidence == "insufficient" for g in gvs):
-            need = max((g.bottleneck or "" for g in gvs), key=len)
+            need = next((g.bottleneck for g in gvs if g.bottleneck), "insufficient evidence")
             if pooled.verdict == NO:
                 neck = pooled.bottleneck or need
                 if pooled.evidence != "insufficient":
                     neck += " (all groups pooled; per group: insufficient evidence)"
             else:  # pooled it pays: not enough to switch on for any one group (R7)
-                where = _window_text(pooled) if pooled.verdict == WINDOWS else "pays"
+                where = (
+                    "pays at every measured load"
+                    if pooled.verdict == ADOPT
+                    else f"pays in {', '.join(pooled.windows)}"
+                )
                 neck = (
-                    f"{need} per group; pooled over groups speculation "
-                    f"{where.replace('*: ', '').replace('* in ', 'pays in ')}: measure per "
+                    f"{need} (per group); pooled over groups speculation {where}: measure per "
                     "group before switching it on"
                 )
         else:

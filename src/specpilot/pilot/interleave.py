@@ -21,7 +21,6 @@ rotation; Ctrl-C stops every engine and marks the arms in flight as interrupted.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,16 +50,8 @@ class Interleaved:
         self.steps: list[ArmSteps] = []
 
     def _fail(self, steps: ArmSteps, exc: BaseException) -> None:
-        err = f"{type(exc).__name__}: {exc}"
-        name = steps.run.arm.name
-        self.p.progress.note(f"arm {name} failed: {err}")
-        self.failed.append(name)
-        latest = self.p._arm_record(steps.run)
-        self.p.store.add_arm(
-            dataclasses.replace(
-                latest, status="failed", error=err[:2000], finished_unix=time.time()
-            )
-        )
+        self.failed.append(steps.run.arm.name)
+        self.p.record_failure(steps.run, exc)
         steps.stop()
         self.steps.remove(steps)
 

@@ -182,10 +182,8 @@ class Pilot:
                     f"{old.config_sha256[:12]}); this config is {sha[:12]}: choose another --out "
                     "to start a new pilot, or rerun the same config to resume"
                 )
-            if old.schedule is not None and _digest(old.schedule) != _digest(
-                self.schedule.to_dict()
-            ):
-                changed = _schedule_change(old.schedule, self.schedule.to_dict())
+            changed = self.schedule.change_from(old.schedule) if old.schedule else None
+            if changed is not None:
                 raise PilotConfigError(
                     f"{store.path}: the pilot's schedule changed since it started ({changed}): "
                     "a file the workload reads (the workload file, a prompt file, a trace) was "
@@ -241,6 +239,17 @@ class Pilot:
             return failed
         return self._run_sequential(runs)
 
+    def record_failure(self, run: RunPlan, exc: BaseException) -> None:
+        """The arm's run as failed, with the error, in the pilot file and on the terminal."""
+        err = f"{type(exc).__name__}: {exc}"
+        self.progress.note(f"arm {run.arm.name} failed: {err}")
+        latest = self._arm_record(run)
+        self.store.add_arm(
+            dataclasses.replace(
+                latest, status="failed", error=err[:2000], finished_unix=time.time()
+            )
+        )
+
     def snapshot_at_start(self, steps: Any) -> None:
         """Counters and memory of a freshly started arm (the derived alternative reads the
         draft's memory from it before the arm has served a phase)."""
@@ -269,14 +278,7 @@ class Pilot:
                 raise
             except Exception as exc:  # one arm failing does not lose the others
                 failed.append(run.arm.name)
-                err = f"{type(exc).__name__}: {exc}"
-                self.progress.note(f"arm {run.arm.name} failed: {err}")
-                latest = self._arm_record(run)
-                self.store.add_arm(
-                    dataclasses.replace(
-                        latest, status="failed", error=err[:2000], finished_unix=time.time()
-                    )
-                )
+                self.record_failure(run, exc)
             self.durations.append(time.perf_counter() - t0)
             self.progress.eta_s = self.eta(len(runs) - i - 1)
         return failed
@@ -411,29 +413,6 @@ def derive_kv_slots(store: Any, plan: ArmPlan, plans: list[ArmPlan]) -> dict[str
     )
     plan.budget.memory_bytes = draft
     return {"max_slots": base_slots + extra, "max_batch_size": base_slots + extra}
-
-
-def _digest(schedule: dict[str, Any]) -> str:
-    import hashlib
-    import json
-
-    blob = json.dumps(schedule, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def _schedule_change(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """What differs, in a few words: the first phase whose request count or rate moved."""
-    po = {p["name"]: p for p in old.get("phases", [])}
-    for p in new.get("phases", []):
-        q = po.get(p["name"])
-        if q is None:
-            return f"phase {p['name']} is new"
-        if q.get("requests") != p.get("requests") or q.get("duration_s") != p.get("duration_s"):
-            return (
-                f"phase {p['name']}: {q.get('requests')} requests in {q.get('duration_s')} s "
-                f"then, {p.get('requests')} in {p.get('duration_s')} s now"
-            )
-    return "the requests themselves (prompts, lengths or arrival times)"
 
 
 def _sha256(path: Path) -> str:

@@ -74,6 +74,37 @@ def _compat(records: Sequence[CompatRecord], base: str, cand: str, v: QualityVer
             v.note("*", f"compat: {feature} fails in both arms")
 
 
+def _key_checks(v: QualityVerdict, cfg: QualityConfig) -> None:
+    """Each group's non-inferiority conclusion as a failure (inferior) or a note (no gate)."""
+    rate = {(r.arm, r.task_group): r for r in v.pass_rates}
+    for ni in v.non_inferiority:
+        if ni.candidate_arm != v.candidate_arm:
+            continue
+        g = ni.task_group
+        b, c = rate[(v.baseline_arm, g)], rate[(v.candidate_arm, g)]
+        passed = f"{g}: key checks passed {c.passed}/{c.n} vs the baseline's {b.passed}/{b.n}"
+        top = f": {next(iter(c.reasons))}" if c.reasons else ""
+        if ni.conclusion == "inferior":
+            why = f"significantly fewer (upper bound of the difference {ni.upper_bound:+.3f} < 0)"
+            v.fail(g, f"{passed}, {why}{top}")
+        elif ni.conclusion == "inferior_not_excluded":
+            why = f"diff {ni.diff:+.3f}, bound {ni.lower_bound:+.3f} <= -{ni.margin}"
+            v.fail(g, f"{passed}, not shown non-inferior ({why}){top}")
+        elif ni.conclusion == "underpowered":
+            need = ni.n_for_80 or "> 2000"
+            v.note(
+                g,
+                f"{g}: n = {min(ni.n_baseline, ni.n_candidate)} per arm gives power "
+                f"{ni.power:.2f} for a {ni.margin:.0%} margin; {need} per arm needed",
+            )
+        elif ni.conclusion == "uninformative":
+            v.note(
+                g,
+                f"{g}: key checks uninformative: the baseline passes {b.passed}/{b.n} (< "
+                f"{cfg.uninformative_below:.0%}), so they cannot tell a worse arm apart; not a gate",
+            )
+
+
 def _logprobs_broken(records: Sequence[CompatRecord], arm: str) -> str:
     r = next((c for c in records if c.arm == arm and c.feature == "logprobs"), None)
     return r.evidence if r is not None and r.status == "fail" else ""
@@ -140,40 +171,7 @@ def gate(
     v.non_inferiority = non_inferiority(
         v.pass_rates, baseline_arm, cfg.margin, cfg.alpha, cfg.min_power, cfg.uninformative_below
     )
-    base_rate = {r.task_group: r for r in v.pass_rates if r.arm == baseline_arm}
-    cand_rate = {r.task_group: r for r in v.pass_rates if r.arm == candidate_arm}
-    for ni in v.non_inferiority:
-        if ni.candidate_arm != candidate_arm:
-            continue
-        grp = ni.task_group
-        b, c = base_rate[grp], cand_rate[grp]
-        rates = f"{c.passed}/{c.n} vs the baseline's {b.passed}/{b.n}"
-        top = f": {next(iter(c.reasons))}" if c.reasons else ""
-        if ni.conclusion == "inferior":
-            v.fail(
-                grp,
-                f"{grp}: key checks passed {rates}, significantly fewer (upper bound of the "
-                f"difference {ni.upper_bound:+.3f} < 0){top}",
-            )
-        elif ni.conclusion == "inferior_not_excluded":
-            v.fail(
-                grp,
-                f"{grp}: key checks passed {rates}, not shown non-inferior (diff {ni.diff:+.3f}, "
-                f"bound {ni.lower_bound:+.3f} <= -{ni.margin}){top}",
-            )
-        elif ni.conclusion == "underpowered":
-            v.note(
-                grp,
-                f"{grp}: n = {min(ni.n_baseline, ni.n_candidate)} per arm gives power "
-                f"{ni.power:.2f} for a {ni.margin:.0%} margin; {ni.n_for_80 or '> 2000'} per arm needed",
-            )
-        elif ni.conclusion == "uninformative":
-            v.note(
-                grp,
-                f"{grp}: key checks uninformative: the baseline passes {b.passed}/{b.n} "
-                f"(< {cfg.uninformative_below:.0%}), so they cannot tell a worse arm apart; "
-                "not a gate",
-            )
+    _key_checks(v, cfg)
     weak = sorted({q.task_group for q in quality if q.isolation == "rlimits" and q.arm in arms})
     for grp in weak:
         v.note(

@@ -86,7 +86,7 @@ class ResourceBudget:
 
 
 # control: a second instance of the baseline's exact config, the pilot's A/A measurement of
-# between-run drift (analysis.paired.Drift)
+# between-run drift (analysis.drift.Drift)
 ARM_ROLES = ("baseline", "speculative", "alternative", "control", "extra")
 
 

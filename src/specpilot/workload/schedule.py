@@ -149,6 +149,23 @@ class Schedule:
     def sha256(self) -> str:
         return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
 
+    def change_from(self, stored: dict[str, Any]) -> str | None:
+        """None when ``stored`` (a pilot file's copy) is this schedule, else what differs in a
+        few words: the first phase whose request count or duration moved."""
+        if Schedule.from_dict(stored).sha256() == self.sha256():
+            return None
+        before = {p["name"]: p for p in stored.get("phases", [])}
+        for p in self.phases:
+            q = before.get(p.name)
+            if q is None:
+                return f"phase {p.name} is new"
+            if q.get("requests") != p.requests or q.get("duration_s") != p.duration_s:
+                return (
+                    f"phase {p.name}: {q.get('requests')} requests in {q.get('duration_s')} s "
+                    f"then, {p.requests} in {p.duration_s} s now"
+                )
+        return "the requests themselves (prompts, lengths or arrival times)"
+
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json(), encoding="utf-8")
 
