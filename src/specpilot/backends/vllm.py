@@ -13,8 +13,8 @@ Formats copied from vLLM's sources and docs (the tests replay them):
   streaming) carries ``metrics.speculative_decoding`` with ``num_spec_steps``,
   ``num_draft_tokens``, ``num_accepted_draft_tokens`` (bonus excluded), ``acceptance_histogram``,
   ``acceptance_histogram_by_draft_length``, ``mean_acceptance_length``, ``draft_acceptance_rate``,
-  ``num_spec_tokens``; ``detailed`` adds ``per_step_accepted`` / ``per_step_drafted``. These are
-  per-step counts without times, so they stay in the request's ``spec.raw`` (no RoundRecords).
+  ``num_spec_tokens``; ``detailed`` adds ``per_step_accepted`` / ``per_step_drafted``: per-step
+  counts without times, which become round records with derived times (``rounds_from``).
 - ``docs/features/per_request_metrics.md`` (``--enable-per-request-metrics``): ``metrics``
   also holds ``queue_time_ms`` (-> ``queue_s``), ``time_to_first_token_ms`` (scheduled to first
   token: -> ``prefill_s``), ``generation_time_ms`` (first to last token: -> ``decode_s``),
@@ -30,11 +30,14 @@ Formats copied from vLLM's sources and docs (the tests replay them):
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specpilot.backends import prom
@@ -47,10 +50,11 @@ from specpilot.backends.protocol import (
     SPEC_POS,
     SPEC_PROPOSED,
     SPEC_ROUNDS,
+    START_TIMEOUT_S,
     Manifest,
 )
 from specpilot.backends.scrape import MetricsSource, Scraped, scrape
-from specpilot.records import MetricSnapshot, ResponseExtras
+from specpilot.records import MetricSnapshot, ResponseExtras, RoundRecord
 
 SPEC_KEYS = (
     "mean_acceptance_length",
@@ -125,8 +129,17 @@ def normalise_metrics(text: str, prefix: str = "vllm:") -> dict[str, float]:
 
 
 def parse_metrics(texts: Mapping[str, str]) -> Scraped:
-    """vLLM's /metrics: counters only (GPU memory comes from nvidia-smi when vLLM runs here)."""
-    return Scraped(normalise_metrics(texts["/metrics"]))
+    """vLLM's /metrics: counters, and the KV cache's size in tokens from
+    ``vllm:cache_config_info`` (labels ``num_gpu_blocks`` x ``block_size``; on the CPU backend
+    "gpu" blocks are the CPU cache's). Bytes need the model's shape: ``VllmBackend.scrape``."""
+    text = texts["/metrics"]
+    out = normalise_metrics(text)
+    for sample in prom.parse(text):
+        if sample.name == "vllm:cache_config_info":
+            with contextlib.suppress(KeyError, ValueError):
+                blocks, size = sample.labels["num_gpu_blocks"], sample.labels["block_size"]
+                out["kv_capacity_tokens"] = float(int(blocks) * int(size))
+    return Scraped(out)
 
 
 METRICS = MetricsSource("vllm", ("/metrics",), parse_metrics)
@@ -150,10 +163,59 @@ def spec_from(
     )
 
 
+def rounds_from(
+    sd: Mapping[str, Any], output_tokens: int | None, decode_s: float | None
+) -> list[RoundRecord]:
+    """``per_step_accepted`` / ``per_step_drafted`` (``detailed``) -> one ``RoundRecord`` per
+    speculative step: proposed = drafted, accepted, committed = accepted + 1 (the bonus or
+    correction token). The first output token comes from the prefill, so the rounds commit at
+    most output tokens - 1; a round past that is cut (``truncated`` "length").
+
+    vLLM exports no per-round times: each round gets committed x the request's decode time per
+    token (generation time / tokens after the first) as ``verify_s``, so the draft / verify
+    split of a vLLM round is not known (``draft_s`` 0); the report says so.
+
+        >>> [(r.proposed, r.accepted, r.committed) for r in rounds_from(
+        ...     {"per_step_accepted": [2, 0, 3], "per_step_drafted": [3, 3, 3]}, 6, 0.5)]
+        [(3, 2, 3), (3, 0, 1), (3, 3, 1)]
+    """
+    acc, drafted = sd.get("per_step_accepted"), sd.get("per_step_drafted")
+    if not isinstance(acc, list) or not isinstance(drafted, list) or len(acc) != len(drafted):
+        return []
+    per_token = None
+    if decode_s is not None and output_tokens and output_tokens > 1:
+        per_token = decode_s / (output_tokens - 1)
+    left = output_tokens - 1 if output_tokens is not None else None
+    out = []
+    for i, (a, d) in enumerate(zip(acc, drafted, strict=True)):
+        committed, cut = int(a) + 1, None
+        if left is not None:
+            if left <= 0:
+                break
+            if committed > left:
+                committed, cut = left, "length"
+            left -= committed
+        out.append(
+            RoundRecord(
+                request_id="",
+                round_index=i,
+                proposed=int(d),
+                accepted=int(a),
+                committed=committed,
+                draft_s=0.0,
+                verify_s=committed * per_token if per_token is not None else 0.0,
+                overhead_s=0.0,
+                truncated=cut,
+            )
+        )
+    return out
+
+
 def response_extras(
     obj: Mapping[str, Any], headers: Mapping[str, str] | None = None, *, strict: bool = False
 ) -> ResponseExtras:
-    """The response's ``metrics`` (timings and ``speculative_decoding``) -> ``ResponseExtras``."""
+    """The response's ``metrics`` (timings and ``speculative_decoding``) -> ``ResponseExtras``;
+    ``detailed`` per-step counts become round records."""
     metrics = obj.get("metrics")
     out = ResponseExtras(server_request_id=header(headers, "x-request-id") or obj.get("id"))
     if not isinstance(metrics, Mapping):
@@ -167,15 +229,50 @@ def response_extras(
         out.spec = spec_from(sd, "vllm", strict)
         if unknown:
             out.spec["unknown_keys"] = unknown + out.spec.get("unknown_keys", [])
+        usage = obj.get("usage")
+        n = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
+        out.rounds = rounds_from(sd, int(n) if isinstance(n, int) else None, out.decode_s)
     return out
+
+
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+
+
+def _hf_config(model: str | None) -> dict[str, Any]:
+    p = Path(model or "") / "config.json"
+    try:
+        return dict(json.loads(p.read_text())) if p.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def kv_bytes_per_token(config: Mapping[str, Any], dtype_bytes: int) -> int:
+    """K and V of every layer for one token: 2 x layers x kv heads x head dim x bytes."""
+    heads = int(config.get("num_attention_heads") or 1)
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or int(config.get("hidden_size") or 0) // heads)
+    return 2 * int(config.get("num_hidden_layers") or 0) * kv_heads * head_dim * dtype_bytes
+
+
+def weight_bytes(model: str | None, dtype_bytes: int) -> int | None:
+    """A Hugging Face directory's weights at the serving dtype (safetensors sizes rescaled from
+    the stored dtype): what the engine holds, not what the process table shows."""
+    if not model or not Path(model).is_dir():
+        return None
+    stored = DTYPE_BYTES.get(str(_hf_config(model).get("dtype") or "float32"), 4)
+    size = sum(f.stat().st_size for f in Path(model).glob("*.safetensors"))
+    return int(size * dtype_bytes / stored) if size else None
 
 
 @dataclass
 class VllmBackend(SubprocessLifecycle):
-    """``vllm serve`` as a subprocess (needs a GPU and vLLM installed; not run here).
+    """``vllm serve`` as a subprocess: on a GPU, or on this CPU from the venv that
+    ``specpilot engines install vllm`` made (its executable and launch environment).
 
     draft + k: draft-model speculation (``method`` "draft_model"); ``speculative_config``
-    overrides everything for other methods (ngram, eagle...), as vLLM's own JSON.
+    overrides everything for other methods (ngram, suffix, eagle...), as vLLM's own JSON.
+    ``kv_space_gib`` / ``threads_bind``: the CPU backend's ``VLLM_CPU_KVCACHE_SPACE`` and
+    ``VLLM_CPU_OMP_THREADS_BIND``; ``env``: more variables for the server.
     """
 
     model: str
@@ -186,17 +283,27 @@ class VllmBackend(SubprocessLifecycle):
     host: str = "127.0.0.1"
     port: int = 0
     served_model_name: str | None = None
+    dtype: str | None = None
+    enforce_eager: bool = False
     # Per-request statistics in each response (recent vLLM; None / False for older releases,
     # which refuse the flags): speculative counts ("summary" | "detailed") and timings.
     per_request_metrics: str | None = "detailed"
     per_request_timings: bool = True
     extra_args: list[str] = field(default_factory=list)
     executable: str | None = None
+    venv: str | None = None
+    kv_space_gib: float | None = None
+    threads_bind: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
     name: str = "vllm"
 
     def __post_init__(self) -> None:
         self.port = self.port or free_port(self.host)
         self._server: ServerProcess | None = None
+        self._served_version: str | None = None
+        from specpilot.backends.vllm_install import default_venv, installed
+
+        self._install = installed(Path(self.venv) if self.venv else default_venv())
 
     @property
     def endpoint(self) -> str:
@@ -210,13 +317,18 @@ class VllmBackend(SubprocessLifecycle):
         return {"model": self.draft, "num_speculative_tokens": self.k, "method": self.method}
 
     def command(self) -> list[str]:
-        exe = self.executable or shutil.which("vllm")
+        exe = self.executable or (self._install.executable if self._install else None)
+        exe = exe or shutil.which("vllm")
         argv = (
             [exe, "serve"] if exe else [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
         )
         argv += [self.model, "--host", self.host, "--port", str(self.port)]
         if self.served_model_name:
             argv += ["--served-model-name", self.served_model_name]
+        if self.dtype:
+            argv += ["--dtype", self.dtype]
+        if self.enforce_eager:
+            argv += ["--enforce-eager"]
         sc = self.spec_config()
         if sc is not None:
             argv += ["--speculative-config", json.dumps(sc, sort_keys=True)]
@@ -226,18 +338,49 @@ class VllmBackend(SubprocessLifecycle):
             argv += ["--enable-per-request-metrics"]
         return argv + list(self.extra_args)
 
-    def version(self) -> str:
-        try:
-            from importlib.metadata import version
+    def launch_env(self) -> dict[str, str]:
+        """The variables the server gets beyond ours: the install's, the CPU sizes, ``env``."""
+        out = dict(self._install.env) if self._install else {}
+        out.setdefault("HF_HUB_OFFLINE", "1")  # never download weights at run time
+        if self.kv_space_gib is not None:
+            out["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_space_gib:g}"
+        if self.threads_bind is not None:
+            out["VLLM_CPU_OMP_THREADS_BIND"] = self.threads_bind
+        out.update(self.env)
+        return out
 
-            return version("vllm")
-        except Exception:
-            return "unknown"
+    def start(self, timeout_s: float | None = None) -> None:
+        self._server = ServerProcess(self.command(), self.endpoint, env=self.launch_env())
+        self._server.start(START_TIMEOUT_S if timeout_s is None else timeout_s)
+        with contextlib.suppress(Exception):
+            import httpx
+
+            self._served_version = str(
+                httpx.get(self.endpoint + "/version", timeout=5).json()["version"]
+            )
+
+    def version(self) -> str:
+        """What the running server says (``GET /version``), else the install's, else unknown."""
+        if self._served_version:
+            return self._served_version
+        if self._install is not None:
+            return self._install.version
+        return "unknown"
+
+    def _dtype_bytes(self) -> int:
+        want = self.dtype or str(_hf_config(self.model).get("dtype") or "bfloat16")
+        return DTYPE_BYTES.get(want, 2)
 
     def describe(self) -> Manifest:
         models = tuple(
             m for m in (model_file("target", self.model), model_file("draft", self.draft)) if m
         )
+        notes = []
+        if self._install is not None:
+            notes.append(
+                f"vLLM {self._install.version} ({self._install.device}) from "
+                f"{self._install.venv}; install fixes: {'; '.join(self._install.fixes) or 'none'}"
+            )
         return Manifest(
             engine="vllm",
             engine_version=self.version(),
@@ -247,14 +390,32 @@ class VllmBackend(SubprocessLifecycle):
             launch=tuple(self.command()),
             speculative=self.spec_config() or {},
             hardware=hardware_info(),
+            notes=tuple(notes),
         )
 
     def scrape(
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
     ) -> MetricSnapshot:
-        return scrape(
+        """Counters, RSS of the server's process tree, and memory derived from the model's
+        shape: KV bytes = the cache's tokens (``cache_config_info``) x K/V bytes per token
+        (target and draft layers share vLLM's cache), weights from the safetensors sizes."""
+        snap = scrape(
             METRICS, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase, label=label
         )
+        tokens = snap.metrics.get("kv_capacity_tokens")
+        b = self._dtype_bytes()
+        per_target = kv_bytes_per_token(_hf_config(self.model), b)
+        per_draft = kv_bytes_per_token(_hf_config(self.draft), b) if self.draft else 0
+        update: dict[str, Any] = {
+            "target_weight_bytes": snap.target_weight_bytes or weight_bytes(self.model, b),
+        }
+        if self.draft:
+            update["draft_weight_bytes"] = snap.draft_weight_bytes or weight_bytes(self.draft, b)
+        if tokens and per_target:
+            update["kv_allocated_bytes"] = int(tokens * (per_target + per_draft))
+            if per_draft:
+                update["draft_kv_bytes"] = int(tokens * per_draft)
+        return dataclasses.replace(snap, **{k: v for k, v in update.items() if v is not None})
 
     def response_extras(
         self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None

@@ -29,7 +29,14 @@ from specpilot.records import ResourceBudget, StrategySpec
 # Settings that must be equal between an arm and its reference (R6). "capacity" may differ
 # only for the equal-budget alternative, and only where its budget declares it.
 FROZEN = ("target", "tokenizer_sha256", "dtype", "threads", "context_limit")
-CAPACITY = ("max_slots", "max_batch_size", "n_parallel", "max_num_seqs", "gpu_memory_utilization")
+CAPACITY = (
+    "max_slots",
+    "max_batch_size",
+    "n_parallel",
+    "max_num_seqs",
+    "gpu_memory_utilization",
+    "kv_space_gib",  # vLLM's CPU KV cache (VLLM_CPU_KVCACHE_SPACE)
+)
 
 
 @dataclass
@@ -128,17 +135,18 @@ def frozen_of(
             "context_limit": o.n_ctx // o.n_parallel,
         }
         capacity = {"n_parallel": o.n_parallel}
-    else:  # vllm / sglang started by specpilot
-        target = o.model
+    else:  # vllm / sglang started by specpilot (a vLLM arm without model: the default target)
+        target = _resolved_target(o.model) if arm.engine == "vllm" else o.model
         frozen = {
             "target": target,
             "dtype": getattr(o, "dtype", None),
-            "threads": None,
+            "threads": getattr(o, "threads_bind", None),
             "context_limit": getattr(o, "max_model_len", None),
         }
         capacity = {
             "max_num_seqs": getattr(o, "max_num_seqs", None),
             "gpu_memory_utilization": getattr(o, "gpu_memory_utilization", None),
+            "kv_space_gib": getattr(o, "kv_space_gib", None),
         }
     if resolve_files and target is not None:
         # the file's content, not its path, is what must be equal

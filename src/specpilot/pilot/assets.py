@@ -86,3 +86,67 @@ def export_full_head(spec: str, target: Path, out: Path) -> Path:
     return write_llama_gguf(
         full, out, tokenizer_from=target, name=f"specpilot-{Path(spec).name}", dtype="f16"
     )
+
+
+# -- Hugging Face directories (vLLM loads no GGUF) -------------------------------------------
+
+
+def _cache_root() -> Path:
+    return cache_dir().parent
+
+
+def gguf_to_hf(gguf: Path, out: Path) -> Path:
+    """A GGUF model -> a Hugging Face directory (fp32 safetensors, tokenizer, chat template).
+
+    transformers dequantises the GGUF on load; it then refuses to save a GGUF-loaded model
+    until its quantizer and ``quantization_config`` are cleared (transformers 5.x)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a pilot's log shows steps, not tensor counters
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
+    return out
+
+
+def _cached_hf(gguf: Path, name: str, key: str) -> Path:
+    out = _cache_root() / "hf" / f"{name}-{key[:16]}"
+    if (out / "config.json").is_file():
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    gguf_to_hf(gguf, tmp)
+    tmp.replace(out)
+    return out
+
+
+def hf_target_dir(target: str | Path | None = None) -> Path:
+    """The target (a GGUF file; None: the default) as a cached Hugging Face directory. A
+    directory is used as it is."""
+    from specpilot.backends.facts import model_file
+    from specpilot.engine.loader import default_target_path
+
+    path = Path(target) if target is not None else default_target_path()
+    if path.is_dir():
+        return path
+    mf = model_file("target", path)
+    return _cached_hf(path, path.stem, mf.sha256 if mf and mf.sha256 else str(path))
+
+
+def hf_draft_dir(spec: str, target: str | Path | None = None) -> Path:
+    """A specpilot draft (``shipped:NAME`` or a draft directory) as a Hugging Face directory:
+    its layers on the target's embedding with a tied full-vocabulary head (the GGUF export of
+    :func:`llamacpp_draft_file`, converted). A Hugging Face directory is used as it is."""
+    from specpilot.engine.loader import default_target_path
+
+    if not spec.startswith("shipped:") and (Path(spec) / "config.json").is_file():
+        return Path(spec)
+    target_path = Path(target) if target is not None else default_target_path()
+    gguf = llamacpp_draft_file(spec, target_path)
+    return _cached_hf(gguf, gguf.name.removesuffix(".f16.gguf"), "hf")

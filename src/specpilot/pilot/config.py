@@ -31,13 +31,14 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specpilot.errors import ConfigError
 from specpilot.pilot.yamlpos import LineMap
 
 ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
-class PilotConfigError(ValueError):
+class PilotConfigError(ConfigError):
     """A pilot file that does not validate; each line is ``file:line: field: problem -> fix``."""
 
 
@@ -101,9 +102,15 @@ class LlamaCppOptions(_Model):
 
 
 class VllmOptions(_Model):
-    """``vllm serve`` (GPU). Typed fields become flags; ``extra_args`` are passed verbatim."""
+    """``vllm serve`` on a GPU, or on the CPU from ``specpilot engines install vllm``'s venv.
+    Typed fields become flags or variables; ``extra_args`` are passed verbatim.
 
-    model: str
+    ``model``: a Hugging Face directory or hub id in the local cache; a ``.gguf`` file or None
+    (the default target) is converted to a Hugging Face directory first (vLLM loads no GGUF),
+    and so is a ``shipped:NAME`` or specpilot draft directory given as ``draft``.
+    """
+
+    model: str | None = None
     draft: str | None = None
     k: int = Field(3, ge=1)
     method: str = "draft_model"
@@ -114,9 +121,14 @@ class VllmOptions(_Model):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     tensor_parallel_size: int | None = Field(None, ge=1)
     served_model_name: str | None = None
+    enforce_eager: bool = False  # no torch.compile: starts in ~40 s instead of ~3 min on a CPU
     per_request_metrics: Literal["summary", "detailed"] | None = "detailed"  # recent vLLM
     per_request_timings: bool = True  # --enable-per-request-metrics (recent vLLM)
     executable: str | None = None
+    venv: str | None = None  # where `specpilot engines install vllm` put it (.venv-vllm)
+    kv_space_gib: float | None = Field(None, gt=0)  # CPU: VLLM_CPU_KVCACHE_SPACE
+    threads_bind: str | None = None  # CPU: VLLM_CPU_OMP_THREADS_BIND, e.g. "0-1"
+    env: dict[str, str] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
 
 

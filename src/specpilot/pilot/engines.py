@@ -39,7 +39,6 @@ def _builtin_args(o: Any, dtype: str | None) -> list[str]:
 def _vllm_args(o: Any) -> list[str]:
     args: list[str] = []
     for flag, value in (
-        ("--dtype", o.dtype),
         ("--max-model-len", o.max_model_len),
         ("--max-num-seqs", o.max_num_seqs),
         ("--gpu-memory-utilization", o.gpu_memory_utilization),
@@ -104,15 +103,21 @@ def make_backend(
         from specpilot.backends.vllm import VllmBackend
 
         return VllmBackend(
-            model=o.model,
+            model=o.model or "default-target",  # converted by the pilot (Pilot.prepare)
             draft=o.draft,
             k=o.k,
             method=o.method,
             speculative_config=o.speculative_config,
             served_model_name=o.served_model_name,
+            dtype=o.dtype,
+            enforce_eager=o.enforce_eager,
             per_request_metrics=o.per_request_metrics,
             per_request_timings=o.per_request_timings,
             executable=o.executable,
+            venv=o.venv,
+            kv_space_gib=o.kv_space_gib,
+            threads_bind=o.threads_bind,
+            env=dict(o.env),
             extra_args=_vllm_args(o),
             port=port or 0,
         )

