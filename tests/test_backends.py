@@ -102,7 +102,12 @@ def test_vllm_per_request_metrics_strict():
     assert x.spec["acceptance_rate"] == pytest.approx(10 / 129)
     assert x.spec["acceptance_histogram"] == [39, 1, 0, 3]
     assert (x.queue_s, x.prefill_s, x.decode_s) == (0.0123, 0.0852, 1.2405)
-    assert x.server_request_id == "chatcmpl-1" and x.rounds == []
+    assert x.server_request_id == "chatcmpl-1"
+    # the per-step counts as rounds: the first token is the prefill's, so the rounds commit
+    # 52 of the 53 (the last one cut), each timed at the request's decode time per token
+    assert [(r.proposed, r.accepted) for r in x.rounds] == [(3, a) for a in [0] * 39 + [1, 3, 3, 3]]
+    assert sum(r.committed for r in x.rounds) == 52 and x.rounds[-1].truncated == "length"
+    assert x.rounds[0].verify_s == pytest.approx(1.2405 / 52) and x.rounds[0].draft_s == 0
     assert vl.response_extras({"choices": []}).spec is None
 
 

@@ -176,10 +176,9 @@ def test_the_gpu_example_parses_and_launches_exactly_these_commands():
     cmds = {p.name: make_backend(p, port=8000).command() for p in plans}
     tail = lambda c: c[c.index("serve") :]  # noqa: E731  (the interpreter path varies)
     model = "meta-llama/Llama-3.1-8B-Instruct"
-    common = ["--dtype", "bfloat16", "--max-model-len", "8192"]
     assert tail(cmds["baseline"]) == [
-        "serve", model, "--host", "127.0.0.1", "--port", "8000", "--enable-per-request-metrics",
-        *common,
+        "serve", model, "--host", "127.0.0.1", "--port", "8000", "--dtype", "bfloat16",
+        "--enable-per-request-metrics", "--max-model-len", "8192",
         "--max-num-seqs", "128", "--gpu-memory-utilization", "0.85",
     ]  # fmt: skip
     spec = tail(cmds["speculative"])
