@@ -48,7 +48,7 @@ def pilot(tmp_path_factory):
     assert res.returncode == 0, res.stderr[-4000:]
     from specpilot.store import read_pilot
 
-    return res, read_pilot(out / "pilot.duckdb"), json.loads((out / "report.json").read_text())
+    return res, read_pilot(out / "pilot.duckdb", rounds=True), json.loads((out / "report.json").read_text())
 
 
 def test_the_batch_mixing_bug_is_caught_and_the_verdict_says_no(pilot):
@@ -60,7 +60,8 @@ def test_the_batch_mixing_bug_is_caught_and_the_verdict_says_no(pilot):
     ].evidence
     assert compat[("vllm-draft", "top_k")].status == "fail"
     (v,) = doc["verdicts"]
-    assert v["outcome"] == "DO_NOT_ADOPT" and v["candidate_arm"] == "vllm-draft"
+    assert v["verdict"] == "DO_NOT_ADOPT" and v["candidate_arm"] == "vllm-draft"
+    assert "sampled_batch" in v["bottleneck"]
     assert "sampled_batch" in res.stdout and "DO_NOT_ADOPT" in res.stdout
 
 

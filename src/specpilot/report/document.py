@@ -109,7 +109,31 @@ def _compat(a: PilotAnalysis) -> dict[str, Any]:
 
 
 def _drills(a: PilotAnalysis) -> list[dict[str, Any]]:
+    from specpilot.analysis.parity import weigh
+
     out = [clean(d) for d in a.data.drills]
+    for d in out:
+        if d.get("status") != "done":
+            continue
+        detail = d.get("detail") or {}
+        cell = next(
+            (
+                c
+                for c in a.comparisons
+                if c.candidate_arm == d["arm"]
+                and c.task_group == "*"
+                and c.phase == detail.get("source_phase")
+            ),
+            None,
+        )
+        est = cell.task_rel_change.estimate if cell is not None else None
+        gain = -est if est is not None and cell is not None and cell.outcome == "faster" else None
+        d["weighed"] = weigh(
+            d.get("switch_in_force_s"),
+            int(d.get("interrupted") or 0),
+            gain,
+            cell.offered_rate if cell is not None else None,
+        )
     drilled = {d.arm for d in a.data.drills}
     for arm in a.plan.candidates:
         if arm not in drilled:

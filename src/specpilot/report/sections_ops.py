@@ -129,6 +129,8 @@ def drills(doc: Doc, svgs: Svgs) -> str:
             else ("never recovered" if d["status"] == "done" else "n/a"),
             num(d.get("interrupted")),
             num(d.get("delayed")),
+            ((d.get("detail") or {}).get("post_rollback") or {}).get("text", "n/a"),
+            d.get("weighed", ""),
         ]
         for d in doc["drills"]
     ]
@@ -142,6 +144,8 @@ def drills(doc: Doc, svgs: Svgs) -> str:
             "goodput recovered after",
             "interrupted",
             "delayed",
+            "after the rollback (same prompts as the baseline)",
+            "cost against the gain",
         ],
         rows,
     )
