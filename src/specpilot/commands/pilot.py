@@ -130,6 +130,8 @@ def _print_plan(plan: dict[str, Any]) -> None:
             if s["kind"] == "none"
             else f"{s['kind']} k={s['k']} {s.get('draft_id') or s.get('ngram_type') or ''}"
         )
+        if (s.get("params") or {}).get("synth_rates"):
+            strat += f" SYNTHETIC acceptance {s['params']['synth_rates']} (invalid text by design)"
         ref = f" vs {a['compared_with']}" if a["compared_with"] else ""
         print(f"  {a['name']:<16} {a['role']:<11} {a['engine']:<8} {strat}{ref}")
         if a["launch"]:

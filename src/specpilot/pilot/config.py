@@ -88,6 +88,9 @@ class LlamaCppOptions(_Model):
     n_parallel: int = Field(2, ge=1)
     threads: int | None = Field(None, ge=1)
     ngram: dict[str, int] = Field(default_factory=dict)
+    # synthetic acceptance (invalid text by design): checks that the quality gates say no
+    synth_rates: list[Annotated[float, Field(ge=0, le=1)]] | None = None
+    synth_len: int | None = Field(None, ge=1)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
