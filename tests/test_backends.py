@@ -408,7 +408,7 @@ def test_vllm_backend_launches_from_the_install_record(tmp_path):
     }  # fmt: skip
     (venv / MARKER).write_text(json.dumps(record))
     be = vl.VllmBackend(
-        "m", draft="d", venv=str(venv), kv_space_gib=1.5, threads_bind="0-1", env={"A": "b"},
+        "m", draft="d", venv=str(venv), kv_space_gib=2, threads_bind="0-1", env={"A": "b"},
         dtype="float32", enforce_eager=True,
     )  # fmt: skip
     cmd = be.command()
@@ -416,7 +416,7 @@ def test_vllm_backend_launches_from_the_install_record(tmp_path):
     assert "--enforce-eager" in cmd and cmd[cmd.index("--dtype") + 1] == "float32"
     env = be.launch_env()
     assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["LD_PRELOAD"] == "/x/libtcmalloc.so"
-    assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("1.5", "0-1")
+    assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"]) == ("2", "0-1")
     assert env["A"] == "b" and env["HF_HUB_OFFLINE"] == "1"
     assert be.version() == "0.32.0"  # before start: the install's; after: GET /version
     assert any("a stand-in dist-info" in n for n in be.describe().notes)

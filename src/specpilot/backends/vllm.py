@@ -292,7 +292,7 @@ class VllmBackend(SubprocessLifecycle):
     extra_args: list[str] = field(default_factory=list)
     executable: str | None = None
     venv: str | None = None
-    kv_space_gib: float | None = None
+    kv_space_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE takes whole GiB
     threads_bind: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     name: str = "vllm"
@@ -343,7 +343,7 @@ class VllmBackend(SubprocessLifecycle):
         out = dict(self._install.env) if self._install else {}
         out.setdefault("HF_HUB_OFFLINE", "1")  # never download weights at run time
         if self.kv_space_gib is not None:
-            out["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_space_gib:g}"
+            out["VLLM_CPU_KVCACHE_SPACE"] = str(int(self.kv_space_gib))
         if self.threads_bind is not None:
             out["VLLM_CPU_OMP_THREADS_BIND"] = self.threads_bind
         out.update(self.env)

@@ -129,7 +129,7 @@ class VllmOptions(_Model):
     per_request_timings: bool = True  # --enable-per-request-metrics (recent vLLM)
     executable: str | None = None
     venv: str | None = None  # where `specpilot engines install vllm` put it (.venv-vllm)
-    kv_space_gib: float | None = Field(None, gt=0)  # CPU: VLLM_CPU_KVCACHE_SPACE
+    kv_space_gib: int | None = Field(None, ge=1)  # CPU: VLLM_CPU_KVCACHE_SPACE (whole GiB)
     threads_bind: str | None = None  # CPU: VLLM_CPU_OMP_THREADS_BIND, e.g. "0-1"
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)

@@ -294,8 +294,9 @@ class Pilot:
             t0 = time.perf_counter()
             try:
                 self._run_arm(run, rec)
-            except KeyboardInterrupt:
-                self.store.add_arm(dataclasses.replace(rec, status="interrupted"))
+            except KeyboardInterrupt:  # the steps finished so far stay done (latest record)
+                latest = self._arm_record(run)
+                self.store.add_arm(dataclasses.replace(latest, status="interrupted"))
                 raise
             except Exception as exc:  # one arm failing does not lose the others
                 failed.append(run.arm.name)
