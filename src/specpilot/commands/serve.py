@@ -89,6 +89,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="off",
         help="include per-request speculative stats in every response (requests may opt in anyway)",
     )
+    p.add_argument(
+        "--request-read-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a client has to send a whole request (headers and body) before its "
+        "connection is closed (slow clients)",
+    )
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=run)
 
@@ -169,7 +176,16 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    from specpilot.serve.transport import timed_protocol
+
+    if args.request_read_timeout <= 0:
+        raise ValueError(f"--request-read-timeout must be > 0, got {args.request_read_timeout}")
     uvicorn.run(
-        app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=30
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=30,
+        http=timed_protocol(args.request_read_timeout),
     )
     return 0
