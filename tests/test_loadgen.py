@@ -328,9 +328,11 @@ def test_server_killed_mid_run():
     assert cut and all(r.first_content_t is not None for r in cut)
 
 
-def test_ctrl_c_stops_cleanly(tmp_path):
-    """SIGINT to a real process: it exits 0 with every request recorded. The signal comes after
-    the child reported five ok records (not after a delay: a busy machine starts late)."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_stop_cleanly(tmp_path, sig):
+    """SIGINT or SIGTERM to a real process: it exits 0 with every request recorded. The signal
+    comes after the child reported five ok records (not after a delay: a busy machine starts
+    late)."""
     script = tmp_path / "run.py"
     out = tmp_path / "out.json"
     script.write_text(
@@ -354,7 +356,7 @@ def test_ctrl_c_stops_cleanly(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     for _ in range(5):
         assert proc.stdout.readline().strip() == "ok"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     assert proc.wait(20) == 0
     proc.stdout.close()
     summary = json.loads(out.read_text())

@@ -56,3 +56,31 @@ def test_without_the_marker_nothing_is_watched(monkeypatch):
     before = {t.name for t in threading.enumerate()}
     die_with_parent()
     assert "die-with-parent" not in {t.name for t in threading.enumerate()} - before
+
+
+def test_a_foreign_engine_under_the_guard_stops_when_its_parent_is_killed():
+    """vLLM cannot watch its parent: ``backends.guard`` does it for any command."""
+    parent = textwrap.dedent(
+        """
+        import os, signal, subprocess, sys
+        cmd = [sys.executable, "-m", "specpilot.backends.guard", str(os.getpid()), "--",
+               sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(60)"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        print(p.stdout.readline().strip(), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60)
+    pid = int(out.stdout.strip())  # the engine's pid (the guard's child)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":
+                return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    raise AssertionError("the guarded command outlived its parent by 20 s")

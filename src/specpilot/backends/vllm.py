@@ -350,7 +350,11 @@ class VllmBackend(SubprocessLifecycle):
         return out
 
     def start(self, timeout_s: float | None = None) -> None:
-        self._server = ServerProcess(self.command(), self.endpoint, env=self.launch_env())
+        import os
+
+        # vLLM cannot watch its starter itself: the guard ends it if the pilot dies
+        guarded = [sys.executable, "-m", "specpilot.backends.guard", str(os.getpid()), "--"]
+        self._server = ServerProcess(guarded + self.command(), self.endpoint, env=self.launch_env())
         self._server.start(START_TIMEOUT_S if timeout_s is None else timeout_s)
         with contextlib.suppress(Exception):
             import httpx

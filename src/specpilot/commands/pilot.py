@@ -170,9 +170,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             _print_plan(plan)
         return 0
+    import signal
+
     from specpilot.pilot.progress import PilotProgress
     from specpilot.pilot.runner import Pilot, default_out_dir
 
+    # SIGTERM (a supervisor, `kill`) stops the pilot as Ctrl-C does: the arm marked interrupted,
+    # every record written so far kept, engines stopped; a rerun resumes
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     out = Path(args.out) if args.out else default_out_dir()
     progress = PilotProgress(quiet=True if args.quiet else None)
     with progress:

@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 
 _LEAD_S = 0.02  # phase start is this far after the dispatcher is ready
 
+# what stops a load cleanly (records kept, the run marked interrupted): Ctrl-C, and the SIGTERM
+# a supervisor or `kill` sends
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class LoadRunner:
     """Replays a schedule against ``cfg.endpoint.url``.
@@ -172,7 +176,7 @@ class LoadRunner:
 
     # -- running ------------------------------------------------------------------------
     def run(self) -> LoadResult:
-        """Run to completion; Ctrl-C stops cleanly and keeps what was recorded."""
+        """Run to completion; Ctrl-C (or SIGTERM) stops cleanly and keeps what was recorded."""
         return asyncio.run(self._main())
 
     async def _main(self) -> LoadResult:
@@ -180,21 +184,24 @@ class LoadRunner:
         handled = threading.current_thread() is threading.main_thread()
         if handled:
 
-            def on_sigint() -> None:
+            def on_signal(sig: signal.Signals) -> None:
                 self.interrupted = True
-                self._stop("interrupted (Ctrl-C)")
-                loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C is a hard stop
+                self._stop(f"interrupted ({'Ctrl-C' if sig == signal.SIGINT else sig.name})")
+                for s in STOP_SIGNALS:  # a second one is a hard stop
+                    loop.remove_signal_handler(s)
 
             try:
-                loop.add_signal_handler(signal.SIGINT, on_sigint)
+                for s in STOP_SIGNALS:
+                    loop.add_signal_handler(s, on_signal, s)
             except (NotImplementedError, RuntimeError):
                 handled = False
         try:
             return await self.run_async()
         finally:
             if handled:
-                with contextlib.suppress(Exception):
-                    loop.remove_signal_handler(signal.SIGINT)
+                for s in STOP_SIGNALS:
+                    with contextlib.suppress(Exception):
+                        loop.remove_signal_handler(s)
 
     def _order(self, r: ScheduledRequest) -> tuple[float, float, int]:
         if self.cfg.design.phase_timing == "schedule":
