@@ -233,7 +233,9 @@ def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) 
             events.append({"t": marks["in_force"], "event": "switch off in force (server)"})
             snap = scrape_fn(switch.current if isinstance(switch, RestartSwitch) else backend, plan)
             _snapshot(ctx, snap, run.run_id, plan.name, "drill:off")
-            time.sleep(max(0.0, marks["requested"] + d.hold_s - time.perf_counter()))
+            # hold_s counts from the switch being in force: a restart (vLLM: ~40 s here) would
+            # otherwise eat the whole hold and leave nothing served rolled back to compare
+            time.sleep(max(0.0, marks["in_force"] + d.hold_s - time.perf_counter()))
             marks["back"], back_in_force = switch.on()
             marks["back_s"] = back_in_force - marks["back"]
             events.append({"t": marks["back"], "event": "switch on requested"})

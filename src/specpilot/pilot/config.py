@@ -215,7 +215,7 @@ class LoadSettings(_Model):
 
 class DrillSettings(_Model):
     """The rollback drill (R8): replay ``phase`` once more on each drilled arm, switch
-    speculation off ``switch_after_s`` into it, back on ``hold_s`` later."""
+    speculation off ``switch_after_s`` into it, back on ``hold_s`` after the switch is in force."""
 
     enabled: bool = True
     phase: str = "peak"
