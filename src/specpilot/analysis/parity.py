@@ -94,7 +94,8 @@ def post_rollback(
         return RollbackParity(
             arm, reference_arm, n, None, None, None, "insufficient",
             f"{n} request(s) served while rolled back pair with the baseline's: no comparison "
-            f"(lengthen drill.hold_s)",
+            "(the drill phase must outlast the switch being in force: a longer drill.phase, "
+            "a shorter switch_after_s, or a longer hold_s)",
         )  # fmt: skip
     d = np.asarray(logs)
     est, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
