@@ -135,8 +135,10 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
-def admin(url: str, method: str, path: str, **kw: Any) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {TOKEN}"}
+def admin(
+    url: str, method: str, path: str, headers: dict[str, str] | None = None, **kw: Any
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {TOKEN}", **(headers or {})}
     return httpx.request(method, url + path, headers=headers, timeout=10, **kw)
 
 
@@ -495,6 +497,10 @@ def test_admin_requires_token_and_loopback(
     assert admin(server.url, "GET", "/admin/strategy").json()["default"] == 2
     remote_only = serve(admin_hosts=frozenset({"10.1.2.3"}))
     assert admin(remote_only.url, "GET", "/admin/strategy").status_code == 403
+    # through a local reverse proxy every client is loopback: proxied requests are refused
+    for h in ({"X-Forwarded-For": "203.0.113.9"}, {"Via": "1.1 nginx"}, {"Forwarded": "for=x"}):
+        r = admin(server.url, "GET", "/admin/strategy", headers=h)
+        assert r.status_code == 403 and "proxied" in r.json()["error"]["message"], r.text
 
 
 def test_switch_applies_to_new_requests_in_flight_keep_theirs(server: LiveServer) -> None:

@@ -90,6 +90,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="include per-request speculative stats in every response (requests may opt in anyway)",
     )
     p.add_argument(
+        "--admin-trust-proxy",
+        action="store_true",
+        help="accept /admin requests that carry proxy headers (X-Forwarded-For, Via, ...); "
+        "by default they are refused, since behind a proxy every client looks like loopback",
+    )
+    p.add_argument(
         "--request-read-timeout",
         type=float,
         default=10.0,
@@ -145,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         default_k=k,
         scheduler=sched,
         admin_token=token,
+        admin_trust_proxy=args.admin_trust_proxy,
         strategy_file=args.strategy_file,
         spec_metrics=args.per_request_spec_decode_metrics,
     )

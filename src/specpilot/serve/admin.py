@@ -1,6 +1,12 @@
 """The admin endpoints: the runtime strategy switch (R8) and drain/resume.
 
 Loopback clients only, with ``Authorization: Bearer <admin token>`` (no token configured: 403).
+
+Threat model: the token is the guard; the loopback check is a second fence that a local
+reverse proxy defeats (every client it forwards arrives from 127.0.0.1). So a request that
+carries a proxy's headers (``Forwarded``, ``X-Forwarded-For``, ``X-Real-IP``, ``Via``) is
+refused (403) unless ``admin_trust_proxy`` is set; a proxy that adds none of them cannot be
+told from a local client: do not route ``/admin`` through one.
 ``GET|PUT /admin/strategy``, ``POST /admin/strategy/reload`` (re-read ``--strategy-file``; a bad
 file changes nothing), ``POST /admin/drain`` (503 to new requests, running ones finish),
 ``POST /admin/resume``. A change applies to requests that arrive after it; the answer says how
@@ -24,6 +30,7 @@ from specpilot.serve.state import ServerState, State
 from specpilot.serve.strategy import StrategyTable
 
 log = logging.getLogger("specpilot.serve")
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip", "via")
 
 
 def require_admin(request: Request, state: State) -> None:
@@ -31,6 +38,15 @@ def require_admin(request: Request, state: State) -> None:
     host = request.client.host if request.client else ""
     if host not in cfg.admin_hosts:
         raise APIError(403, "admin endpoints answer loopback clients only", type="permission_error")
+    proxied = [h for h in PROXY_HEADERS if h in request.headers]
+    if proxied and not cfg.admin_trust_proxy:
+        raise APIError(
+            403,
+            f"admin endpoints refuse proxied requests ({', '.join(proxied)} present): the "
+            "loopback check cannot see the real client behind a proxy; call /admin directly "
+            "(or start the server with admin_trust_proxy)",
+            type="permission_error",
+        )
     if not cfg.admin_token:
         raise APIError(
             403,

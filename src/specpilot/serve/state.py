@@ -43,6 +43,7 @@ class ServerConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     admin_token: str | None = None  # None: admin endpoints refuse (403)
     admin_hosts: frozenset[str] = LOOPBACK
+    admin_trust_proxy: bool = False  # accept /admin requests that carry proxy headers
     strategy_file: Path | None = None
     spec_metrics: str = "off"  # server-wide default: off | summary | detailed
     default_temperature: float = 1.0  # OpenAI's default
