@@ -18,7 +18,7 @@ export TOKENIZERS_PARALLELISM := false
 # tests/conftest.py); PYTEST_WORKERS=0 runs them in one process with two threads.
 PYTEST_WORKERS ?= 2
 
-.PHONY: install vllm test test-fast demo check bench clean
+.PHONY: install vllm sandbox test test-fast demo check bench clean
 
 install: $(STAMP) $(MODEL_STAMP)
 
@@ -42,7 +42,16 @@ vllm: $(VLLM_STAMP)
 $(VLLM_STAMP): | $(STAMP)
 	$(BIN)/specpilot engines install vllm --venv $(VLLM_VENV)
 
-test: install vllm
+# The code sandbox's strongest mode is bubblewrap (Debian's `bubblewrap`): installed here when
+# we are root on Debian; elsewhere the sandbox runs in unshare or rlimits mode and every result
+# names the mode it ran in.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && { apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+	       || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; } \
+	  || echo "bubblewrap not installed: the code sandbox runs in unshare or rlimits mode"
+
+test: install vllm sandbox
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # Everything but the tests that load the real model (marked slow): the quick loop while editing.

@@ -136,3 +136,30 @@ def test_unknown_or_unavailable_isolation_is_refused():
     for m in missing:
         with pytest.raises(ValueError, match="does not work on this machine"):
             run_tests("", {}, LIM, m)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_output_flood_costs_the_parent_nothing(mode):
+    """300 MB to stderr and stdout: kept to output_bytes, read in chunks (the parent's RSS grew
+    by 2 GB when everything was read first), and the tests still report."""
+    flood = "import sys\nfor _ in range(150):\n    sys.stderr.write('x' * (1 << 20)); sys.stdout.write('y' * (1 << 20))\n"
+    before = psutil.Process().memory_info().rss
+    res = run_tests(flood + "def f():\n    return 1\n", {"t": "assert f() == 1"},
+                    SandboxLimits(cpu_s=8, wall_s=20.0, file_bytes=1 << 30), mode)  # fmt: skip
+    grown = psutil.Process().memory_info().rss - before
+    assert res.status == "ok" and res.passed == ["t"], (res.status, res.stderr[-200:])
+    assert len(res.stderr) <= 64 << 10 and grown < 64 << 20, grown
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_results_printed_by_the_snippet_itself_do_not_count(mode):
+    """The forgery seen: read the harness's marker, print all-passed results, exit 0 before the
+    tests run. Results count only with the harness's own (secret) exit status."""
+    forge = (
+        "import sys, json, os\n"
+        "m = sys.modules['__main__']\n"
+        "print('\\n' + m.marker + json.dumps({'load': None, 'tests': {'t': None}}), flush=True)\n"
+        "os._exit(0)\n"
+    )
+    res = run(forge, mode, {"t": "assert False"})
+    assert res.status == "no_result" and res.passed == [], (res.status, res.tests)

@@ -66,7 +66,9 @@ _HARNESS = r"""
 import json, signal, sys, types, traceback
 job = json.loads(sys.stdin.read())
 marker = job.pop("marker")
+_code = job.pop("exit_code")  # the parent accepts results only with this exit status
 out = sys.stdout
+import os as _os
 class _Raises:
     def __init__(self, exc, match=None):
         self.exc, self.match = exc, match
@@ -115,6 +117,7 @@ if res["load"] is None:
             res["tests"][name] = type(e).__name__ + (": " + str(e)[:200] if str(e) else "")
 out.write("\n" + marker + json.dumps(res) + "\n")
 out.flush()
+_os._exit(_code)
 """
 
 
@@ -356,7 +359,19 @@ def run_tests(
             os.chown(workdir, uid, uid)
         cwd = workdir
     marker = "@@specpilot-result-" + secrets.token_hex(8) + "@@"
-    job = {"code": code, "tests": dict(tests), "per_test_s": lim.per_test_s, "marker": marker}
+    # results count only with this exit status (the harness exits with it after the tests):
+    # a snippet that prints fake results and exits early reports nothing. This raises the bar;
+    # code that digs the value out of its own process could still forge, since the tests run
+    # in the process that runs the code: sandbox results are evidence about a model's output,
+    # not a security boundary (the isolation is the boundary)
+    exit_code = 3 + secrets.randbelow(120)
+    job = {
+        "code": code,
+        "tests": dict(tests),
+        "per_test_s": lim.per_test_s,
+        "marker": marker,
+        "exit_code": exit_code,
+    }
     argv = [*_prefix(mode), _python(), "-I", "-S", "-c", _HARNESS]
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": cwd if workdir else "/tmp"}
     t0 = time.perf_counter()
@@ -371,13 +386,13 @@ def run_tests(
     )
     timed_out = False
     try:
-        out, err = proc.communicate(json.dumps(job).encode(), timeout=lim.wall_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_uid(uid, proc)
-        out, err = proc.communicate()
+        out, err, timed_out = _bounded_communicate(
+            proc, json.dumps(job).encode(), lim.wall_s, lim.output_bytes
+        )
     finally:
         _kill_uid(uid, proc)
+        proc.wait()
+        _close_pipes(proc)
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
     res = SandboxResult(
@@ -389,7 +404,62 @@ def run_tests(
         stdout=out[: lim.output_bytes].decode("utf-8", "replace"),
         stderr=err[: lim.output_bytes].decode("utf-8", "replace"),
     )
+    if proc.returncode != exit_code:  # not the harness's own end: whatever it printed is void
+        return res
     return _parse(res, out.decode("utf-8", "replace"), marker, timed_out)
+
+
+def _bounded_communicate(
+    proc: subprocess.Popen[bytes], data: bytes, wall_s: float, keep: int
+) -> tuple[bytes, bytes, bool]:
+    """Feed ``data`` to stdin and read stdout / stderr in chunks, keeping at most ``keep``
+    bytes of each (the first ``keep``, and for stdout also its last ``keep``, where the
+    harness's result line is): a snippet that writes 1 GiB costs the parent nothing. Returns
+    (stdout, stderr, timed out)."""
+    import selectors
+
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.write(data)
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+    head = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    tail = bytearray()
+    sel = selectors.DefaultSelector()
+    for f in head:
+        os.set_blocking(f.fileno(), False)
+        sel.register(f, selectors.EVENT_READ)
+    deadline = time.monotonic() + wall_s
+    while sel.get_map():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return bytes(head[proc.stdout]), bytes(head[proc.stderr]), True
+        for key, _ in sel.select(min(left, 0.5)):
+            chunk = os.read(key.fd, 1 << 16)
+            if not chunk:
+                sel.unregister(key.fileobj)
+                continue
+            buf = head[key.fileobj]  # type: ignore[index]
+            if len(buf) < keep:
+                buf += chunk[: keep - len(buf)]
+            if key.fileobj is proc.stdout:
+                tail += chunk
+                del tail[: max(0, len(tail) - keep)]
+    out = bytes(head[proc.stdout])
+    if len(out) >= keep:  # the result line is at the end: keep the tail too
+        out = out + b"\n" + bytes(tail)
+    try:
+        proc.wait(max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return out, bytes(head[proc.stderr]), True
+    return out, bytes(head[proc.stderr]), False
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()
 
 
 def _parse(res: SandboxResult, out: str, marker: str, timed_out: bool) -> SandboxResult:
