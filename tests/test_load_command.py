@@ -158,3 +158,41 @@ def test_model_name_comes_from_the_endpoint():
     with TestServer() as srv:
         assert served_model(srv.url) == "specpilot-testserver"
     assert served_model("http://127.0.0.1:9") == "default"
+
+
+def test_a_killed_load_is_reported_as_cut_never_as_complete(tmp_path):
+    """SIGKILL a real ``specpilot load`` about halfway: the report names the cut phase with how many
+    of its scheduled requests have a record, and makes no comparison (the arm is not its own
+    reference; it was printed as "baseline vs baseline")."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from specpilot.store import read_pilot
+
+    wl = tmp_path / "w.yaml"
+    wl.write_text(
+        "name: cut\nseed: 3\ngroups: {code: {weight: 1}}\n"
+        "phases:\n  - {name: steady, duration_s: 8, arrival: {kind: constant, rate: 5}}\n"
+    )
+    out = tmp_path / "run.duckdb"
+    with TestServer(TestServerConfig(itl_s=0.005, output_tokens=8)) as srv:
+        cmd = [sys.executable, "-m", "specpilot.cli", "load", srv.url, "--workload", str(wl)]
+        p = subprocess.Popen([*cmd, "--out", str(out), "--no-warmup", "--quiet"])
+        deadline = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3.5)  # about half of the 8 s phase (the writer locks the file: no peeking)
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+    data = read_pilot(out)
+    kept = len(data.requests)
+    (phase,) = [ph for ph in data.phases if not ph.warmup]
+    assert phase.status == "running" and phase.scheduled == 40 and 1 <= kept < 40
+    rep = tmp_path / "rep"
+    assert main(["report", str(out), "--no-plots", "--out", str(rep)]) == 0
+    doc = json.loads((rep / "report.json").read_text())
+    assert doc["verdicts"] == [] and doc["comparisons"] == []
+    assert any(f"{kept} of its 40 scheduled requests" in n for n in doc["notes"]), doc["notes"]

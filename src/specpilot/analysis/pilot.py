@@ -85,6 +85,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     plan = plan_arms(data.arms, set(table.arm.tolist()))
     a = PilotAnalysis(data, cfg, plan, hardware_text(data.pilot.hardware), notes=list(plan.notes))
     a.scheduled = len(table)
+    a.notes += cut_phases(data)
     if plan.baseline is None:
         a.notes.insert(0, "no baseline arm: nothing to compare")
         return a
@@ -379,6 +380,25 @@ def _lowest_load(a: PilotAnalysis, arm: str) -> tuple[str, float, float] | None:
         return None
     c = min(cells, key=lambda c: (c.offered_rate or 0.0, c.phase))
     return c.phase, float(c.offered_rate or 0.0), float(c.on_time_ratio or 0.0)
+
+
+def cut_phases(data: PilotData) -> list[str]:
+    """One note per measured phase that did not complete (a killed or interrupted run): how
+    many of its scheduled requests have a record. Its cells are shown, and marked here."""
+    got: dict[tuple[str, str], int] = {}
+    for r in data.requests:
+        got[(r.run_id, r.phase)] = got.get((r.run_id, r.phase), 0) + 1
+    cols = data.request_columns
+    if cols is not None:
+        for run_id, phase in zip(cols["run_id"], cols["phase"], strict=True):
+            got[(str(run_id), str(phase))] = got.get((str(run_id), str(phase)), 0) + 1
+    return [
+        f"{p.arm} phase {p.phase} is not complete ({p.status}): {got.get((p.run_id, p.phase), 0)} "
+        f"of its {p.scheduled} scheduled requests have a record; the run ended before the phase "
+        "did, and its cells measure only that part"
+        for p in data.phases
+        if p.status != "complete" and not p.warmup
+    ]
 
 
 def not_measured(data: PilotData) -> dict[str, str]:

@@ -67,7 +67,7 @@ def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan
             continue
         same = [p for p in plain if p.engine == a.engine]
         ref = next((p for p in same if p.role == "baseline"), same[0] if same else base)
-        if ref is None:
+        if ref is None or ref.arm == a.arm:  # an arm is never its own reference
             notes.append(f"candidate {a.arm} has no plain arm to compare with")
             continue
         pairs.append((ref.arm, a.arm))
