@@ -31,20 +31,23 @@ def test_a_server_child_stops_when_its_parent_is_killed(tmp_path):
         """
     )
     out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60)
-    pid = int(out.stdout.strip())
-    deadline = time.monotonic() + 20
+    _gone_within(int(out.stdout.strip()), 20, "the child")
+
+
+def _gone_within(pid: int, seconds: float, what: str) -> None:
+    """Wait until ``pid`` is gone (a zombie of init counts as gone); else kill it and fail."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return  # gone
-        # a zombie of init counts as gone too
+            return
         with open(f"/proc/{pid}/stat") as f:
             if f.read().split(")")[-1].split()[0] == "Z":
                 return
         time.sleep(0.1)
     os.kill(pid, 9)
-    raise AssertionError("the child outlived its parent by 20 s")
+    raise AssertionError(f"{what} outlived its parent by {seconds:g} s")
 
 
 def test_without_the_marker_nothing_is_watched(monkeypatch):
@@ -71,16 +74,4 @@ def test_a_foreign_engine_under_the_guard_stops_when_its_parent_is_killed():
         """
     )
     out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60)
-    pid = int(out.stdout.strip())  # the engine's pid (the guard's child)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(")")[-1].split()[0] == "Z":
-                return
-        time.sleep(0.1)
-    os.kill(pid, 9)
-    raise AssertionError("the guarded command outlived its parent by 20 s")
+    _gone_within(int(out.stdout.strip()), 20, "the guarded command")  # the guard's child
