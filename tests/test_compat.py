@@ -71,9 +71,7 @@ def test_builtin_server_passes_every_feature(builtin_url, arm):
     assert list(got) == list(FEATURES) and all(r.arm == arm for r in recs)
     # the builtin server refuses n > 1 by name (one choice per request): unsupported, said so
     assert got["n"].status == "unsupported" and "n" in got["n"].evidence
-    failing = {
-        f: (r.status, r.evidence) for f, r in got.items() if r.status != "pass" and f != "n"
-    }
+    failing = {f: (r.status, r.evidence) for f, r in got.items() if r.status != "pass" and f != "n"}
     assert not failing, failing
     assert got["cancellation"].detail["running_during"] >= 1
     assert got["cancellation"].detail["fell_after_s"] is not None

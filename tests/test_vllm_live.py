@@ -48,7 +48,11 @@ def pilot(tmp_path_factory):
     assert res.returncode == 0, res.stderr[-4000:]
     from specpilot.store import read_pilot
 
-    return res, read_pilot(out / "pilot.duckdb", rounds=True), json.loads((out / "report.json").read_text())
+    return (
+        res,
+        read_pilot(out / "pilot.duckdb", rounds=True),
+        json.loads((out / "report.json").read_text()),
+    )
 
 
 def test_the_batch_mixing_bug_is_caught_and_the_verdict_says_no(pilot):

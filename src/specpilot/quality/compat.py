@@ -264,7 +264,7 @@ def f_logprobs(c: Client, o: CompatOptions) -> Outcome:
 
 
 def f_seed(c: Client, o: CompatOptions) -> Outcome:
-    kw = dict(max_tokens=o.max_tokens, temperature=1.0, seed=1234)
+    kw: dict[str, Any] = dict(max_tokens=o.max_tokens, temperature=1.0, seed=1234)
     a, b = _text(c.chat(PROSE, **kw)), _text(c.chat(PROSE, **kw))
     other = _text(c.chat(PROSE, **{**kw, "seed": 4321}))
     if a == b:
@@ -317,7 +317,7 @@ def f_sampled_batch(c: Client, o: CompatOptions) -> Outcome:
         if i == 0:
             time.sleep(0.05)  # the sampled rows are in the batch first
             return _text(c.chat(greedy, fresh=True, max_tokens=n, temperature=0))
-        body = {"max_tokens": n, "temperature": 1.0, "seed": 100 + i}
+        body: dict[str, Any] = {"max_tokens": n, "temperature": 1.0, "seed": 100 + i}
         return _text(c.chat(sampled[i - 1], **body))
 
     with ThreadPoolExecutor(1 + len(sampled)) as pool:

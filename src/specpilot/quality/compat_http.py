@@ -96,7 +96,7 @@ class Client:
         }
 
     def chat(
-        self, messages: list[dict[str, Any]], fresh: bool = False, **kw: Any
+        self, messages: list[dict[str, Any]], *, fresh: bool = False, **kw: Any
     ) -> dict[str, Any]:
         """One call; an identical greedy body is answered from the first call unless ``fresh``
         (a check whose point is to ask again, e.g. in a batch)."""
