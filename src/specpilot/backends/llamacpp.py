@@ -78,11 +78,11 @@ class LlamaCppConfig:
     port: int = 0
     alias: str | None = None
     ngram: dict[str, int] = field(default_factory=dict)  # e.g. {"size_n": 3} for ngram-simple
-    # Synthetic acceptance (llama.cpp's --spec-synth-rates / --spec-synth-len): the engine
-    # accepts drafts at these per-position rates whatever the target says, so the text is
-    # invalid by design: an arm that checks the quality gates say no to wrong output.
+    # Synthetic acceptance (llama.cpp's --spec-synth-rates): the engine accepts drafts at these
+    # per-position rates whatever the target says, so the text is invalid by design: an arm
+    # that checks the quality gates say no to wrong output. (--spec-synth-len is left out: any
+    # value of it made this xllamacpp refuse to start, "Failed to init server".)
     synth_rates: list[float] | None = None
-    synth_len: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # CommonParams attribute -> value
 
     def effective_spec_type(self) -> str | None:
@@ -131,8 +131,6 @@ class LlamaCppConfig:
                 f += [f"--x-{st}-{k}", str(v)]  # CommonParams.speculative.<type> fields
         if self.synth_rates:
             f += ["--spec-synth-rates", ",".join(f"{r:g}" for r in self.synth_rates)]
-        if self.synth_len is not None:
-            f += ["--spec-synth-len", str(self.synth_len)]
         for k, v in sorted(self.extra.items()):
             f += [f"--x-{k}", str(v)]  # CommonParams fields without a flag name here
         return f
@@ -179,8 +177,6 @@ class LlamaCppConfig:
             if not all(0.0 <= r <= 1.0 for r in self.synth_rates):
                 raise ConfigError(f"synth_rates {self.synth_rates}: each a rate in [0, 1]")
             p.speculative.synth_rates = [float(r) for r in self.synth_rates]
-        if self.synth_len is not None:
-            p.speculative.synth_len = float(self.synth_len)
         for k, v in self.extra.items():
             _set_known(p, k, v, "extra")
         return p
@@ -195,10 +191,7 @@ class LlamaCppConfig:
         d = p.speculative.draft
         out["draft"] = {"n_max": d.n_max, "n_min": d.n_min}
         if list(p.speculative.synth_rates):
-            out["synth"] = {
-                "rates": list(p.speculative.synth_rates),
-                "len": p.speculative.synth_len,
-            }
+            out["synth"] = {"rates": list(p.speculative.synth_rates)}
         if st.startswith("ngram-") and st != "ngram-cache":
             sub = getattr(p.speculative, st.replace("-", "_"))
             out[st] = {a: getattr(sub, a) for a in dir(sub) if not a.startswith("_")}

@@ -10,7 +10,8 @@ each applied by code here with the reason (found by hand on 2026-12-01, see ENVI
 On a GPU machine the same command installs PyPI's ``vllm`` (CUDA) instead: untested here, no
 GPU was at hand; none of the CPU fixes are applied there.
 
-The venv's ``specpilot-engine.json`` records the device, version, executable and the launch
+Where: :func:`default_venv` (shared by version under ``~/.cache/specpilot/venvs``, or a
+project's own ``.venv-vllm``). The venv's ``specpilot-engine.json`` records the device, version, executable and the launch
 environment (``LD_PRELOAD``, ``VLLM_TARGET_DEVICE``), so a second call is a check, not a
 reinstall.
 
@@ -43,8 +44,20 @@ CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 
 
 def default_venv() -> Path:
-    """``$SPECPILOT_VLLM_VENV``, else ``.venv-vllm`` in the current directory (the project)."""
-    return Path(os.environ.get("SPECPILOT_VLLM_VENV") or ".venv-vllm").absolute()
+    """``$SPECPILOT_VLLM_VENV``; else ``.venv-vllm`` in the current directory when one is
+    there; else the shared one, ``~/.cache/specpilot/venvs/vllm-VERSION`` (``$SPECPILOT_CACHE``
+    / ``$XDG_CACHE_HOME`` move it). Shared by version, not per clone: a fresh clone (CI, a
+    new worktree) would otherwise pay ~3 minutes and 3.5 GB to install the same wheels again."""
+    if os.environ.get("SPECPILOT_VLLM_VENV"):
+        return Path(os.environ["SPECPILOT_VLLM_VENV"]).absolute()
+    local = Path(".venv-vllm").absolute()
+    if (local / MARKER).is_file():
+        return local
+    if os.environ.get("SPECPILOT_CACHE"):
+        root = Path(os.environ["SPECPILOT_CACHE"])
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specpilot"
+    return root / "venvs" / f"vllm-{VLLM_VERSION}"
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """``specpilot engines install vllm``: vLLM in a venv of its own, the CPU build's fixes applied.
 
-The venv defaults to ``.venv-vllm`` in the current directory (``--venv`` or
-``$SPECPILOT_VLLM_VENV`` to move it); pilots find it there. A second call checks the install
+The venv defaults to ``~/.cache/specpilot/venvs/vllm-VERSION``, shared by every clone
+(``--venv DIR`` or ``$SPECPILOT_VLLM_VENV`` to put it elsewhere, e.g. ``.venv-vllm`` in the
+project, which pilots started there find first). A second call checks the install
 (``vllm --version``) and returns; ``--force`` reinstalls.
 """
 
@@ -16,7 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     esub = p.add_subparsers(dest="engines_command", metavar="ACTION", required=True)
     i = esub.add_parser("install", help="install an engine into a venv of its own")
     i.add_argument("engine", choices=["vllm"], help="the engine to install")
-    i.add_argument("--venv", type=Path, default=None, help="venv directory (default .venv-vllm)")
+    i.add_argument(
+        "--venv",
+        type=Path,
+        default=None,
+        help="venv directory (default ~/.cache/specpilot/venvs/vllm-VERSION)",
+    )
     i.add_argument(
         "--device",
         choices=["auto", "cpu", "cuda"],

@@ -66,7 +66,7 @@ def strategy_of(arm: Any) -> StrategySpec:
         return StrategySpec(kind="draft", k=o.k, draft_id=o.draft)
     if arm.engine == "llamacpp":
         # synthetic acceptance is recorded with the method it fakes (the label says "synthetic")
-        synth = {"synth_rates": o.synth_rates, "synth_len": o.synth_len} if o.synth_rates else {}
+        synth = {"synth_rates": o.synth_rates} if o.synth_rates else {}
         if o.draft is not None:
             params = {"n_min": o.draft_n_min, "p_min": o.draft_p_min, **synth}
             return StrategySpec(kind="draft", k=o.draft_n_max, draft_id=o.draft, params=params)

@@ -90,7 +90,6 @@ class LlamaCppOptions(_Model):
     ngram: dict[str, int] = Field(default_factory=dict)
     # synthetic acceptance (invalid text by design): checks that the quality gates say no
     synth_rates: list[Annotated[float, Field(ge=0, le=1)]] | None = None
-    synth_len: int | None = Field(None, ge=1)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -96,7 +96,6 @@ def make_backend(
             threads=o.threads,
             ngram=dict(o.ngram),
             synth_rates=list(o.synth_rates) if o.synth_rates else None,
-            synth_len=o.synth_len,
             extra=dict(o.extra),
             port=port or 0,
         )
