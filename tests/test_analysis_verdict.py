@@ -511,3 +511,24 @@ def test_groups_too_small_but_pooled_faster_is_not_switched_on_for_any_group() -
     assert group(v, "*").verdict == "ADOPT"
     assert v.verdict == "DO_NOT_ADOPT"
     assert "pooled over groups speculation pays at every measured load" in v.summary
+
+
+def test_a_synthetic_acceptance_arm_is_never_adopted_however_fast() -> None:
+    """The same data that gives ADOPT, with the candidate marked as a synthetic-acceptance
+    (validation) arm: DO_NOT_ADOPT, and the headline says why first."""
+    import dataclasses
+
+    data = case(cells(0.7))
+    assert verdict(data).verdict == "ADOPT"
+    arms = [
+        dataclasses.replace(
+            a, strategy=dataclasses.replace(a.strategy, params={"synth_rates": [1.0, 1.0]})
+        )
+        if a.arm == "spec"
+        else a
+        for a in data.arms
+    ]
+    v = verdict(dataclasses.replace(data, arms=arms))
+    assert v.verdict == "DO_NOT_ADOPT" and v.groups_adopted == () and v.load_range_rps is None
+    assert v.bottleneck.startswith("validation arm: synthetic acceptance [1.0, 1.0]")
+    assert v.summary.startswith("never adopted")

@@ -361,12 +361,35 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
             baseline_lowest=_lowest_load(a, b),
         )
         v = decide(inp, a.config.verdict)
+        cand = a.plan.record(c)
+        if cand is not None and (cand.strategy.params or {}).get("synth_rates"):
+            v = validation_arm(v, cand.strategy.params["synth_rates"])
         scope = set(v.groups_adopted) | set(v.groups_in_windows) or set(inp.groups_expected)
         trig = rollback.triggers(
             _slos(a, table, base, scope), a.config.rollback, c, a.config.verdict.slo_attainment
         )
         a.verdicts.append(with_triggers(v, trig))
         a.rollback_yaml[c] = rollback.rules_yaml(trig, c)
+
+
+def validation_arm(v: Verdict, rates: Any) -> Verdict:
+    """A synthetic-acceptance arm (the engine accepts drafts at ``rates`` whatever the target
+    says: invalid text by design) is a check of the quality gates, never a candidate: its
+    verdict is DO_NOT_ADOPT whatever its speed, and the headline says so first."""
+    why = (
+        f"validation arm: synthetic acceptance {list(rates)} (the text is invalid by design; "
+        "it checks that the quality gates say no, and is never adopted)"
+    )
+    gates = v.bottleneck or ""
+    return replace(
+        v,
+        verdict="DO_NOT_ADOPT",
+        groups_adopted=(),
+        groups_in_windows=(),
+        load_range_rps=None,
+        bottleneck=why + (f"; {gates}" if gates else ""),
+        summary="never adopted: " + why,
+    )
 
 
 def _lowest_load(a: PilotAnalysis, arm: str) -> tuple[str, float, float] | None:
