@@ -5,8 +5,10 @@ Loopback clients only, with ``Authorization: Bearer <admin token>`` (no token co
 Threat model: the token is the guard; the loopback check is a second fence that a local
 reverse proxy defeats (every client it forwards arrives from 127.0.0.1). So a request that
 carries a proxy's headers (``Forwarded``, ``X-Forwarded-For``, ``X-Real-IP``, ``Via``) is
-refused (403) unless ``admin_trust_proxy`` is set; a proxy that adds none of them cannot be
-told from a local client: do not route ``/admin`` through one.
+refused (403) first, unless ``admin_trust_proxy`` is set (then uvicorn takes the client from
+``X-Forwarded-For`` of a loopback proxy, and that address must be in ``admin_hosts``); a
+proxy that adds none of them cannot be told from a local client: do not route ``/admin``
+through one.
 ``GET|PUT /admin/strategy``, ``POST /admin/strategy/reload`` (re-read ``--strategy-file``; a bad
 file changes nothing), ``POST /admin/drain`` (503 to new requests, running ones finish),
 ``POST /admin/resume``. A change applies to requests that arrive after it; the answer says how
@@ -36,8 +38,6 @@ PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip"
 def require_admin(request: Request, state: State) -> None:
     cfg = state.cfg
     host = request.client.host if request.client else ""
-    if host not in cfg.admin_hosts:
-        raise APIError(403, "admin endpoints answer loopback clients only", type="permission_error")
     proxied = [h for h in PROXY_HEADERS if h in request.headers]
     if proxied and not cfg.admin_trust_proxy:
         raise APIError(
@@ -47,6 +47,8 @@ def require_admin(request: Request, state: State) -> None:
             "(or start the server with admin_trust_proxy)",
             type="permission_error",
         )
+    if host not in cfg.admin_hosts:
+        raise APIError(403, "admin endpoints answer loopback clients only", type="permission_error")
     if not cfg.admin_token:
         raise APIError(
             403,
