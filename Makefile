@@ -53,8 +53,11 @@ sandbox:
 	       || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; } \
 	  || echo "bubblewrap not installed: the code sandbox runs in unshare or rlimits mode"
 
+# --no-loadscope-reorder: xdist would otherwise hand out files by test count (most first), which
+# put the 1-test, 7-minute end-to-end pilot last with one worker idle; tests/conftest.py orders
+# the longest files first instead.
 test: install vllm sandbox
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Everything but the tests that load the real model (marked slow): the quick loop while editing.
 test-fast: install

@@ -25,9 +25,11 @@ torch.set_num_threads(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT"
 
 VOCAB = 49152
 
-# The longest files first: under `--dist loadfile` xdist hands files to the 2 workers in
-# collection order, so a 4-minute file collected late leaves one worker idle at the end (seen:
-# 9 min wall for 14.5 min of CPU). Measured with `pytest --durations`; the rest keep their order.
+# The longest files first: under `--dist loadfile --no-loadscope-reorder` (the Makefile) xdist
+# hands files to the 2 workers in collection order, so a 4-minute file collected late leaves one
+# worker idle at the end (seen: 9 min wall for 14.5 min of CPU; without the flag xdist 3.8 sorts
+# files by test count and ran the 1-test end-to-end pilot last). Measured with `pytest
+# --durations`; the rest keep their order.
 LONGEST_FIRST = (
     "test_pilot_e2e.py",
     "test_vllm_live.py",
