@@ -260,3 +260,18 @@ def test_resume_refuses_a_schedule_that_changed_under_it(tmp_path):
         st.add_pilot(dataclasses.replace(first, schedule=edited))
         with pytest.raises(PilotConfigError, match=r"schedule changed since it started \(phase"):
             p._open_pilot(st)
+
+
+def test_a_resume_refuses_a_target_file_whose_content_changed():
+    """The pilot's identity covers the models: an arm recorded on one target file content and a
+    plan whose file at the same path now hashes otherwise stop the resume, naming both."""
+    from types import SimpleNamespace as NS
+
+    from specpilot.pilot.runner import target_changed
+
+    rec = NS(arm="base", manifest={"frozen": {"target": "sha256:aaaa1111"}})
+    plan = NS(name="base", frozen={"target": "sha256:bbbb2222", "target_path": "/m/t.gguf"})
+    why = target_changed([rec], [plan])
+    assert why is not None and "/m/t.gguf" in why and "sha256:aaaa" in why and "sha256:bbbb" in why
+    assert target_changed([rec], [NS(name="base", frozen={"target": "sha256:aaaa1111"})]) is None
+    assert target_changed([NS(arm="base", manifest={})], [plan]) is None  # nothing recorded yet

@@ -211,6 +211,7 @@ class Pilot:
                     "edited, so a resumed pilot would compare arms on different traffic; choose "
                     "another --out to start anew, or restore the files"
                 )
+            self._check_models_unchanged(store)
             self.progress.note(f"resuming pilot {old.pilot_id} from {store.path}")
             return dataclasses.replace(old, status="running")
         pilot = PilotRecord(
@@ -249,6 +250,14 @@ class Pilot:
                 "beats the best other use of the draft's resources"
             )
         return notes
+
+    def _check_models_unchanged(self, store: Any) -> None:
+        changed = target_changed(store.records("arms"), self.plans)
+        if changed:
+            raise PilotConfigError(
+                f"{store.path}: {changed}: a resumed pilot would compare arms on different "
+                "models; choose another --out to start anew, or restore the file"
+            )
 
     def _run_all(self, runs: list[RunPlan]) -> list[str]:
         if self.cfg.design == "interleaved":
@@ -398,6 +407,31 @@ class Pilot:
             run_order=run.order,
             repetition=run.repetition,
         )
+
+
+def target_changed(records: list[ArmRecord], plans: list[ArmPlan]) -> str | None:
+    """Why a resume must stop, or None: an arm already recorded ran on a target file whose
+    content hash (frozen in its manifest) differs from the file at that path now.
+
+        >>> from types import SimpleNamespace as NS
+        >>> rec = NS(arm="a", manifest={"frozen": {"target": "sha256:aa"}})
+        >>> target_changed([rec], [NS(name="a", frozen={"target": "sha256:bb", "target_path": "t"})])
+        "arm 'a' ran on another target file than t holds now (content sha256:aa then, sha256:bb now)"
+        >>> target_changed([rec], [NS(name="a", frozen={"target": "sha256:aa"})]) is None
+        True
+    """
+    plans_by = {p.name: p for p in plans}
+    for rec in records:
+        plan = plans_by.get(rec.arm)
+        then = ((rec.manifest or {}).get("frozen") or {}).get("target")
+        now = plan.frozen.get("target") if plan is not None else None
+        if plan is not None and then and now and then != now:
+            where = plan.frozen.get("target_path", "the target")
+            return (
+                f"arm {rec.arm!r} ran on another target file than {where} holds now "
+                f"(content {str(then)[:12]} then, {str(now)[:12]} now)"
+            )
+    return None
 
 
 def plain_overrides(plan: ArmPlan) -> dict[str, Any]:
