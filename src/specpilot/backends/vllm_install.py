@@ -53,11 +53,9 @@ def default_venv() -> Path:
     local = Path(".venv-vllm").absolute()
     if (local / MARKER).is_file():
         return local
-    if os.environ.get("SPECPILOT_CACHE"):
-        root = Path(os.environ["SPECPILOT_CACHE"])
-    else:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specpilot"
-    return root / "venvs" / f"vllm-{VLLM_VERSION}"
+    from specpilot import cache_root
+
+    return cache_root() / "venvs" / f"vllm-{VLLM_VERSION}"
 
 
 @dataclass

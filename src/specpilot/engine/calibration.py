@@ -311,10 +311,9 @@ def resolve_mode(flag: str | None = None) -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SPECPILOT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")), "specpilot"
-    )
-    return Path(root) / "calibration"
+    from specpilot import cache_root
+
+    return cache_root() / "calibration"
 
 
 def cache_key(fields: dict[str, Any]) -> str:

@@ -244,10 +244,9 @@ def load_tokenizer(path: Path) -> Any:
 
 
 def tokenizer_cache_dir() -> Path:
-    root = os.environ.get("SPECPILOT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")), "specpilot"
-    )
-    return Path(root) / "tokenizers"
+    from specpilot import cache_root
+
+    return cache_root() / "tokenizers"
 
 
 _SHA_CACHE: dict[tuple[str, float, int], str] = {}

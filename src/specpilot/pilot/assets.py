@@ -16,11 +16,10 @@ from pathlib import Path
 
 
 def cache_dir() -> Path:
-    """``$SPECPILOT_CACHE/gguf``, else ``$XDG_CACHE_HOME/specpilot/gguf`` (``~/.cache``)."""
-    if os.environ.get("SPECPILOT_CACHE"):
-        return Path(os.environ["SPECPILOT_CACHE"]) / "gguf"
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "specpilot" / "gguf"
+    """``gguf`` under :func:`specpilot.cache_root`."""
+    from specpilot import cache_root
+
+    return cache_root() / "gguf"
 
 
 def _fingerprint(draft_path: Path, target: Path) -> str:
@@ -91,10 +90,6 @@ def export_full_head(spec: str, target: Path, out: Path) -> Path:
 # -- Hugging Face directories (vLLM loads no GGUF) -------------------------------------------
 
 
-def _cache_root() -> Path:
-    return cache_dir().parent
-
-
 def gguf_to_hf(gguf: Path, out: Path) -> Path:
     """A GGUF model -> a Hugging Face directory (fp32 safetensors, tokenizer, chat template).
 
@@ -117,7 +112,9 @@ def gguf_to_hf(gguf: Path, out: Path) -> Path:
 
 
 def _cached_hf(gguf: Path, name: str, key: str) -> Path:
-    out = _cache_root() / "hf" / f"{name}-{key[:16]}"
+    from specpilot import cache_root
+
+    out = cache_root() / "hf" / f"{name}-{key[:16]}"
     if (out / "config.json").is_file():
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
