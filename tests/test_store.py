@@ -231,6 +231,37 @@ def test_request_rounds_verify_costs_and_chunk_gaps_by_hand(tmp_path):
     assert sorted(g[("baseline", "burst", "zh_business")].gap_s) == pytest.approx([0.3, 0.5])
 
 
+def test_llamacpp_requests_become_round_summaries_from_their_totals(tmp_path):
+    """llama.cpp gives per-response totals (``draft_n`` / ``draft_n_accepted``, decode time), no
+    rounds: each ok request is one round-summary row, decode steps = (tokens - 1) - accepted."""
+    with Store(tmp_path / "p.duckdb") as st:
+        st.add_pilot(_pilot())
+        for order, name in enumerate(("llamacpp-plain", "llamacpp-ngram")):
+            st.add_arm(dataclasses.replace(_arm(name, 0, order), engine="llamacpp"))
+        spec = {"engine": "llamacpp", "source": "timings", "proposed": 9, "accepted": 6}
+
+        def req(arm, i, status="ok", **kw):
+            return dataclasses.replace(_request(arm, "peak", i, status), output_tokens=21, **kw)
+
+        ng = req("llamacpp-ngram", 1, decode_s=0.5, spec=spec)
+        plain = req("llamacpp-plain", 1, decode_s=0.8, spec=None)
+        bad = req("llamacpp-ngram", 2, "timeout", decode_s=0.1, spec=spec)
+        for r in (ng, plain, bad):
+            st.sink(r)
+        b = _request("builtin", "peak", 3)  # a builtin request without rounds gets no row
+        st.add_arm(_arm("builtin", 0, 2))
+        st.sink(b)
+        data, cols = st.read(), st.read(columns=True)
+    got = {r.arm: r for r in data.request_rounds}
+    assert set(got) == {"llamacpp-plain", "llamacpp-ngram"}  # the timeout has no row
+    n = got["llamacpp-ngram"]
+    assert (n.rounds, n.spec_rounds, n.proposed, n.accepted, n.committed) == (14, 0, 9, 6, 20)
+    assert n.verify_s == pytest.approx(0.5) and n.draft_s == 0.0 and n.accepted_hist == []
+    p = got["llamacpp-plain"]
+    assert (p.rounds, p.proposed, p.committed, p.verify_s) == (20, 0, 20, pytest.approx(0.8))
+    assert sorted(cols.request_rounds_columns["arm"].tolist()) == sorted(got)
+
+
 def test_columns_for_analysis_at_scale_match_the_records(tmp_path):
     """``read(columns=True)``: the same requests and round aggregates as numpy columns; the
     analysis gives the same round summaries and load cells from either form."""

@@ -22,43 +22,11 @@ import importlib
 import os
 import pkgutil
 import sys
-from types import TracebackType
 
 import specpilot.commands as commands_pkg
 from specpilot import __version__
 from specpilot.errors import SpecpilotError
 
-# User-error classes of modules that predate specpilot.errors, by qualified name (importing
-# them here would load torch/pydantic for `--help`). Their owners can make each one subclass
-# ConfigError / InputFileError / EngineStartError and then drop it from this set.
-LEGACY_USER_ERRORS = frozenset(
-    {
-        "specpilot.engine.loader.ModelLoadError",
-        "specpilot.engine.loader.TokenizerMismatchError",
-    }
-)
-# Modules whose plain ``raise ValueError`` still means "bad user input" until their owners
-# raise specpilot.errors classes instead. A ValueError raised anywhere else (a library, any
-# other module) is a bug and keeps its traceback. Shrink this set; never grow it.
-LEGACY_VALUEERROR_MODULES = frozenset(
-    {
-        "specpilot.commands.distill",
-        "specpilot.commands.generate",
-        "specpilot.commands.screen_drafts",
-        "specpilot.commands.serve",
-        "specpilot.engine.generate",
-        "specpilot.engine.runtime",
-        "specpilot.engine.sampling",
-        "specpilot.engine.scheduler",
-        "specpilot.backends.gguf_export",
-        "specpilot.workload.groups",
-        "specpilot.draft.corpora",
-        "specpilot.draft.distill",
-        "specpilot.draft.model",
-        "specpilot.draft.recipe",
-        "specpilot.draft.screening",
-    }
-)
 # A path the user named that is not there (or not a file): no traceback helps.
 _PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
@@ -76,25 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _raising_module(tb: TracebackType | None) -> str | None:
-    """``__name__`` of the module whose code raised (the innermost Python frame)."""
-    name = None
-    while tb is not None:
-        name = tb.tb_frame.f_globals.get("__name__")
-        tb = tb.tb_next
-    return name
-
-
 def user_error_text(exc: BaseException) -> str | None:
     """What to print for a user error (message, and fix when known); None for a bug."""
     if isinstance(exc, SpecpilotError):
         return exc.describe()
-    names = {f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__}
-    if names & LEGACY_USER_ERRORS:
-        return str(exc)
     if isinstance(exc, _PATH_ERRORS):
-        return str(exc)
-    if type(exc) is ValueError and _raising_module(exc.__traceback__) in LEGACY_VALUEERROR_MODULES:
         return str(exc)
     return None
 

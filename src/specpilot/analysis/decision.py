@@ -354,7 +354,13 @@ def bottleneck(
 
 
 def _decode_neck(inp: DecisionInputs, group: str, rs: RoundSummary) -> str:
-    k = round(rs.k or 0)
+    if rs.k is None:  # per-request totals (llama.cpp): no round count, acceptance from totals
+        steps = f"{rs.mean_acceptance_length or 0.0:.2f} tokens per decode step"
+        if inp.counters is not None:
+            return f"{inp.counters.text}; {steps}"
+        rate = f"{rs.acceptance_rate:.1%}" if rs.acceptance_rate is not None else "unknown"
+        return f"acceptance {rate} ({rs.accepted} of {rs.proposed} drafted tokens), {steps}"
+    k = round(rs.k)
     v, src = inp.verify_ratio.get(group, (None, ""))
     hw = f" on this hardware ({inp.hardware})" if inp.hardware else " on this hardware"
     if v is not None and v >= VERIFY_COST_LIMIT:

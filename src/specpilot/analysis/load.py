@@ -40,8 +40,8 @@ from specpilot.analysis.columns import (
     quantiles_by,
     sum_by,
 )
-from specpilot.analysis.requests import STATUSES, RequestTable
-from specpilot.records import ChunkGaps, MetricSnapshot, PhaseRecord
+from specpilot.analysis.requests import RequestTable
+from specpilot.records import STATUSES, ChunkGaps, MetricSnapshot, PhaseRecord
 
 QS = (0.5, 0.9, 0.99)
 

@@ -36,7 +36,7 @@ from specpilot.analysis.round_summary import (
 from specpilot.analysis.tune_k import KChoice, KRun, choose_k
 from specpilot.analysis.verdict import decide, with_triggers
 from specpilot.analysis.verify_cost import VerifyCurve, curve_for, verify_curves
-from specpilot.records import ArmRecord, PilotData
+from specpilot.records import TOTALS_ENGINES, ArmRecord, PilotData
 
 
 @dataclass
@@ -141,6 +141,18 @@ def _rounds(a: PilotAnalysis, data: PilotData) -> None:
             "its committed tokens x the request's generation time per token (generation_time_ms "
             "/ tokens after the first), shown as verify time: the draft / verify split and the "
             "Leviathan gap of a vLLM arm are not measured"
+        )
+    totals = sorted(
+        {r.arm for r in data.arms if r.engine in TOTALS_ENGINES and r.arm in with_rounds}
+    )
+    if totals:
+        a.notes.append(
+            f"{', '.join(totals)}: llama.cpp reports per-response totals, not rounds. Each ok "
+            "request is one row: drafted / accepted tokens (timings.draft_n / draft_n_accepted), "
+            "decode steps = output tokens - 1 - accepted, and the decode time (predicted_ms) as "
+            "verify time. Which steps carried a draft is not reported, so k, alpha and the "
+            "draft / verify split of a llama.cpp arm are not measured; tokens per decode step "
+            "counts the steps without a draft (the counters' figure is per draft)"
         )
 
 

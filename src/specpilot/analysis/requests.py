@@ -27,7 +27,6 @@ import numpy as np
 from specpilot.analysis.columns import factorize, fromiter
 from specpilot.records import DRILL_PHASE, ArmRecord, QualityRecord, RequestRecord
 
-STATUSES = ("ok", "timeout", "rejected", "error", "cancelled", "not_sent")
 OBJECT_COLUMNS = ("run_id", "arm", "phase", "task_group", "request_id", "prompt_id", "status")
 FLOAT_COLUMNS = (
     "sent_t",

@@ -212,12 +212,15 @@ def _aggregate(t: RoundsTable, codes: np.ndarray, n: int) -> dict[str, Any]:
     full = np.where(const_k, pos_a[rows, k_int - 1] if width else 0, 0)
     agg["full"] = sum_by(codes, full, n)
     agg["k_unknown"] = (count_by(codes, spec & ~const_k, n) > 0) | _k_varies(codes, k_req, spec, n)
-    rate = np.where(spec, col["accepted"] / np.maximum(col["proposed"], 1), 0.0)
+    # per-request acceptance over the requests that drafted (an engine that reports per-request
+    # totals only, llama.cpp, has drafts but no speculative-round count)
+    drafted = col["proposed"] > 0
+    rate = np.where(drafted, col["accepted"] / np.maximum(col["proposed"], 1), 0.0)
     bins = np.minimum((rate * HIST_BINS).astype(np.int64), HIST_BINS - 1)
     agg["hist"] = np.bincount(
-        codes[spec] * HIST_BINS + bins[spec], minlength=n * HIST_BINS
+        codes[drafted] * HIST_BINS + bins[drafted], minlength=n * HIST_BINS
     ).reshape(n, HIST_BINS)
-    agg["spec_requests"] = count_by(codes, spec, n)
+    agg["spec_requests"] = count_by(codes, drafted, n)
     agg["rate_sum"] = sum_by(codes, rate, n)
     has = col["rounds"] > 0
     mal = col["committed"][has] / col["rounds"][has]

@@ -33,9 +33,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from specpilot.analysis.e2e import StageTable
+from specpilot.errors import InputFileError
 
 
-class TraceError(ValueError):
+class TraceError(InputFileError):
     """A trace that cannot be read; the message names the line or field and the fix."""
 
 

@@ -38,9 +38,8 @@ from specpilot.backends.protocol import (
 )
 from specpilot.backends.scrape import MetricsSource, scrape
 from specpilot.errors import ConfigError
-from specpilot.records import MetricSnapshot, ResponseExtras
+from specpilot.records import ENGINES, MetricSnapshot, ResponseExtras
 
-ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")
 ResponseParser = Callable[[Mapping[str, Any], Mapping[str, str] | None], ResponseExtras]
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specpilot.errors import ConfigError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.head_vocab < 0 or args.minutes <= 0 or not 0 < args.gen_fraction < 1:
-        raise ValueError("--head-vocab >= 0, --minutes > 0 and 0 < --gen-fraction < 1")
+        raise ConfigError("--head-vocab >= 0, --minutes > 0 and 0 < --gen-fraction < 1")
     cfg = RecipeConfig(
         target=Path(args.target) if args.target else default_target_path(),
         layers=args.layers,
@@ -113,7 +115,7 @@ def _weights(text: str | None) -> dict[str, float] | None:
         except ValueError:
             sep = ""
         if not sep:
-            raise ValueError(
+            raise ConfigError(
                 f"--weights: {part!r} is not GROUP=NUMBER; write e.g. --weights code=2,longform=0.5"
             )
     return out

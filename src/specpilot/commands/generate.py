@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from specpilot.commands._engine_args import add_engine_format_args
+from specpilot.errors import ConfigError
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -130,7 +131,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
     spec = not args.no_spec and args.draft != "none"
     if spec and args.k < 1:
-        raise ValueError(
+        raise ConfigError(
             f"-k must be >= 1 for speculative decoding (got {args.k}); use --no-spec for plain"
         )
     params = SamplingParams(

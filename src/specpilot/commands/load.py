@@ -45,9 +45,8 @@ from typing import Any
 
 from specpilot.errors import ConfigError
 from specpilot.loadgen.client import served_model
-from specpilot.records import ARM_ROLES
+from specpilot.records import ARM_ROLES, ENGINES
 
-ENGINES = ["openai", "builtin", "llamacpp", "vllm", "sglang"]
 START_TIMEOUT_S = 600.0  # specpilot.backends.START_TIMEOUT_S (not imported: keeps --help fast)
 
 

@@ -17,8 +17,10 @@ Running the same command again with the same ``--out`` resumes an interrupted pi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,9 +102,8 @@ def _check_llamacpp(arm: str, cfg: Any) -> None:
 def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
     """The sample-size plan: pairs each (phase, group) cell will have (schedule x repetitions)
     against the pairs a direction needs (``analysis.verdict.min_pairs``)."""
-    from specpilot.analysis import AnalysisConfig
 
-    acfg = AnalysisConfig.model_validate(cfg.analysis or {})
+    acfg = cfg.analysis
     counts: dict[str, dict[str, int]] = {}
     for r in schedule.requests:
         if not r.warmup:
@@ -156,6 +157,20 @@ def _print_plan(plan: dict[str, Any]) -> None:
         )
 
 
+@contextlib.contextmanager
+def _named(path: Path) -> Iterator[None]:
+    """A config or input error found past validation (arms that differ in two switches, a
+    trace that is not there) names the pilot file it came from."""
+    from specpilot.errors import ConfigError, InputFileError
+
+    try:
+        yield
+    except (ConfigError, InputFileError) as exc:
+        if str(path) in exc.message:
+            raise
+        raise type(exc)(f"{path}: {exc.message}", fix=exc.fix) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from specpilot.pilot.config import default_pilot_path, load_pilot
 
@@ -164,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
     path = (Path(args.config) if args.config else default_pilot_path()).resolve()
     cfg = load_pilot(path, quick=args.quick)
     if args.dry_run:
-        plan = plan_summary(cfg, path.parent)
+        with _named(path):
+            plan = plan_summary(cfg, path.parent)
         if args.json:
             print(json.dumps(plan, indent=2, default=str))
         else:
@@ -180,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     out = Path(args.out) if args.out else default_out_dir()
     progress = PilotProgress(quiet=True if args.quiet else None)
-    with progress:
+    with progress, _named(path):
         result = Pilot(cfg, out, base_dir=path.parent, progress=progress).run()
     print(result.summary)
     for kind, f in sorted(result.files.items()):

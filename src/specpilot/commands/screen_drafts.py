@@ -11,6 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+from specpilot.errors import ConfigError
+
 DEFAULT_CANDIDATES = [
     "distilled-d4=shipped:smollm2-135m-instruct-d4",
     "truncated-4=truncate:0,1,28,29",
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             name, spec = Path(item).name or item, item
         draft = load_draft(spec, target, torch.float32)
         if draft is None:
-            raise ValueError(f"--draft {item}: 'none' is measured anyway as the plain baseline")
+            raise ConfigError(f"--draft {item}: 'none' is measured anyway as the plain baseline")
         candidates[name] = draft
     memo: dict = {}
     apply_format(target.model, fmt, memo)
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         wanted = args.groups.split(",")
         unknown = set(wanted) - set(prompts)
         if unknown:
-            raise ValueError(f"unknown groups {sorted(unknown)}; have {sorted(prompts)}")
+            raise ConfigError(f"unknown groups {sorted(unknown)}; have {sorted(prompts)}")
         prompts = {g: prompts[g] for g in wanted}
     if args.replay:
         from specpilot.draft.screening import format_replay, replay_report

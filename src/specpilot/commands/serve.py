@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specpilot.commands._engine_args import add_engine_format_args
+from specpilot.errors import ConfigError
 
 if TYPE_CHECKING:
     from specpilot.engine.generate import Engine
@@ -132,9 +133,9 @@ def run(args: argparse.Namespace) -> int:
     # benchmarks/engine_speed.py) and k>=4 was slower than plain decoding on this CPU.
     k = args.k if args.k is not None else (3 if draft else 0)
     if k < 0:
-        raise ValueError(f"-k must be >= 0, got {k}")
+        raise ConfigError(f"-k must be >= 0, got {k}")
     if k > 0 and draft is None:
-        raise ValueError("-k > 0 needs a draft; drop --no-draft or set -k 0")
+        raise ConfigError("-k > 0 needs a draft; drop --no-draft or set -k 0")
     token = args.admin_token or os.environ.get("SPECPILOT_ADMIN_TOKEN") or secrets.token_urlsafe(16)
     sched = SchedulerConfig(
         max_running=args.max_slots,
@@ -186,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     from specpilot.serve.transport import timed_protocol
 
     if args.request_read_timeout <= 0:
-        raise ValueError(f"--request-read-timeout must be > 0, got {args.request_read_timeout}")
+        raise ConfigError(f"--request-read-timeout must be > 0, got {args.request_read_timeout}")
     uvicorn.run(
         app,
         host=args.host,

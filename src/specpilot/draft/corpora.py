@@ -39,6 +39,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specpilot.errors import ConfigError
+
 GROUPS = ("zh_business", "code", "structured", "longform")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|\[[0-9;]*m")
 
@@ -290,12 +292,14 @@ def build_prompts(
     ``spec_files`` limits the stdlib files their specs come from (None: all of them).
     """
     if split not in ("train", "heldout"):
-        raise ValueError("split must be 'train' or 'heldout'")
+        raise ConfigError("split must be 'train' or 'heldout'")
     unknown = set(weights or {}) - set(GROUPS)
     if unknown or any(w < 0 for w in (weights or {}).values()):
-        raise ValueError(f"weights: groups must be among {GROUPS} with weights >= 0, got {weights}")
+        raise ConfigError(
+            f"weights: groups must be among {GROUPS} with weights >= 0, got {weights}"
+        )
     if not 0.0 <= code_write_share <= 1.0:
-        raise ValueError(f"code_write_share must be in [0, 1], got {code_write_share}")
+        raise ConfigError(f"code_write_share must be in [0, 1], got {code_write_share}")
     count = {g: round(per_group * (weights or {}).get(g, 1.0)) for g in GROUPS}
     rng = random.Random(f"{seed}-{split}")
 

@@ -31,6 +31,7 @@ import torch
 from specpilot.draft.teacher import TeacherSample
 from specpilot.engine.draft_format import RestrictedHead
 from specpilot.engine.model import Transformer
+from specpilot.errors import ConfigError
 
 
 def head_vocab(
@@ -183,7 +184,7 @@ def train_draft(
     simply passes more minutes.
     """
     if minutes is None and max_steps is None:
-        raise ValueError("give minutes or max_steps")
+        raise ConfigError("give minutes or max_steps")
     head = _head(draft)
     remap = _remap(head)
     dev = torch.device(device)

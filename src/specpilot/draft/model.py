@@ -19,6 +19,7 @@ from torch import nn
 
 from specpilot.engine.draft_format import RestrictedHead
 from specpilot.engine.model import Transformer
+from specpilot.errors import ConfigError
 
 
 def default_init_layers(n_target_layers: int, n_layers: int) -> list[int]:
@@ -28,7 +29,7 @@ def default_init_layers(n_target_layers: int, n_layers: int) -> list[int]:
     docs/ENVIRONMENT.md used 0, 1, 28, 29 for four layers of thirty).
     """
     if not 1 <= n_layers <= n_target_layers:
-        raise ValueError(f"--layers must be in [1, {n_target_layers}], got {n_layers}")
+        raise ConfigError(f"--layers must be in [1, {n_target_layers}], got {n_layers}")
     first = n_layers // 2
     last = n_layers - first
     return list(range(first)) + list(range(n_target_layers - last, n_target_layers))
@@ -42,7 +43,7 @@ def make_draft(
     ``head_ids`` None keeps the target's full tied head (shared, not copied).
     """
     if not init_layers or any(not 0 <= i < target.cfg.n_layers for i in init_layers):
-        raise ValueError(f"layers {list(init_layers)} must be in [0, {target.cfg.n_layers})")
+        raise ConfigError(f"layers {list(init_layers)} must be in [0, {target.cfg.n_layers})")
     cfg = replace(target.cfg, n_layers=len(init_layers))
     draft = Transformer(cfg)
     draft.embed = target.embed

@@ -38,6 +38,7 @@ from specpilot.engine.draft_format import (
 )
 from specpilot.engine.loader import LoadedModel, file_sha256, load_model
 from specpilot.engine.model import Transformer
+from specpilot.errors import ConfigError
 
 SHARD = 256  # samples per cache shard
 
@@ -157,12 +158,12 @@ def initial_draft(
 
         draft = load_draft(cfg.init_draft, target, torch.float32)
         if draft is None or head_ids_of(draft) is None:
-            raise ValueError(
+            raise ConfigError(
                 f"--init-draft {cfg.init_draft}: not a distilled draft with a restricted head "
                 "(give a draft directory or shipped:NAME)"
             )
         if cfg.layers != draft.cfg.n_layers:
-            raise ValueError(
+            raise ConfigError(
                 f"--layers {cfg.layers} but --init-draft {cfg.init_draft} has "
                 f"{draft.cfg.n_layers} layers: pass --layers {draft.cfg.n_layers}"
             )
@@ -183,7 +184,7 @@ def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[st
     prompts = tokenized_prompts(cfg, loaded.tokenizer, log)
     samples = teacher_data(cfg, target, prompts, eos, deadline_gen, log)
     if len(samples) < 4:
-        raise ValueError("too little teacher data: raise --minutes or --gen-fraction")
+        raise ConfigError("too little teacher data: raise --minutes or --gen-fraction")
     gen_s = time.monotonic() - t_start
     held = samples[::20]  # every 20th sample (its own prompt) is held out for agreement
     train = [s for i, s in enumerate(samples) if i % 20]

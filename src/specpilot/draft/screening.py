@@ -34,6 +34,7 @@ from specpilot.analysis.rounds import (
 from specpilot.engine.generate import Engine
 from specpilot.engine.model import Transformer
 from specpilot.engine.sampling import SamplingParams
+from specpilot.errors import ConfigError
 from specpilot.records import RoundRecord
 
 
@@ -156,9 +157,9 @@ def screen(
 ) -> ScreenReport:
     """Measure every candidate on every group and k; rank by measured cost per committed token."""
     if not candidates:
-        raise ValueError("no candidate drafts to screen")
+        raise ConfigError("no candidate drafts to screen")
     if any(k < 1 for k in ks):
-        raise ValueError("k must be >= 1 (plain decoding is measured anyway)")
+        raise ConfigError("k must be >= 1 (plain decoding is measured anyway)")
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     say = log or (lambda _m: None)
     # plain decoding: the baseline, and the target's outputs (for perplexity)
@@ -308,7 +309,7 @@ def replay_greedy_rounds(
     round is cut where the output ends. Equal to the engine's counts (tests/test_draft.py).
     """
     if k < 1:
-        raise ValueError("k must be >= 1")
+        raise ConfigError("k must be >= 1")
     t = torch.tensor([list(tokens)])
     pred = draft.lm_head(draft.hidden_train(t))[0].argmax(-1)  # pred[i] proposes tokens[i + 1]
     out = list(tokens[prompt_len:])

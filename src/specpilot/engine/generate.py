@@ -48,6 +48,7 @@ from specpilot.engine.model import Transformer
 from specpilot.engine.requests import RequestState, TokenLogprob, commit
 from specpilot.engine.rounds import Clock, Row, accept, propose, verify
 from specpilot.engine.sampling import SamplingParams, sample, warp
+from specpilot.errors import ConfigError
 from specpilot.records import GenerationResult, PrefillRecord, RoundRecord
 
 __all__ = ["Engine", "MemoryReport", "RequestState", "TokenLogprob"]
@@ -94,7 +95,7 @@ class Engine:
         self.device = target.embed.weight.device
         seq = max_seq_len or min(target.cfg.context_length, 2048)
         if seq > target.cfg.context_length:
-            raise ValueError(
+            raise ConfigError(
                 f"max_seq_len={seq} exceeds the target's context length {target.cfg.context_length}"
             )
         self.max_seq_len, self.max_slots = seq, max_slots
@@ -116,16 +117,16 @@ class Engine:
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams, k: int) -> None:
         """Raise ValueError naming the bad field (prompt, k, sampling parameters)."""
         if not prompt_ids:
-            raise ValueError("prompt must contain at least one token")
+            raise ConfigError("prompt must contain at least one token")
         if not isinstance(k, int) or k < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"k must be an integer >= 1 for speculative decoding (0 = plain), got {k!r}"
             )
         if k > 0 and self.draft is None:
-            raise ValueError("k > 0 needs a draft model: load one (--draft PATH) or set k = 0")
+            raise ConfigError("k > 0 needs a draft model: load one (--draft PATH) or set k = 0")
         vocab = self.target.cfg.vocab_size
         if any(not 0 <= int(t) < vocab for t in prompt_ids):
-            raise ValueError(f"prompt contains token ids outside the vocabulary [0, {vocab})")
+            raise ConfigError(f"prompt contains token ids outside the vocabulary [0, {vocab})")
         params.validate(self.max_seq_len, len(prompt_ids))
 
     def new_request(

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.errors import InputFileError
+
 _MAGIC = b"GGUF"
 # value type -> struct format (scalars); 8 = string, 9 = array
 _SCALARS = {
@@ -41,7 +43,7 @@ _NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: n
           6: np.float32, 7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}  # fmt: skip
 
 
-class GGUFFormatError(ValueError):
+class GGUFFormatError(InputFileError):
     """The file is not a GGUF this reader understands (names the offset and what was found)."""
 
 
@@ -92,7 +94,23 @@ class _Cursor:
 
 
 def read_gguf(path: str | Path) -> GGUFFile:
-    """Metadata and memory-mapped tensors of a GGUF file."""
+    """Metadata and memory-mapped tensors of a GGUF file; a truncated or damaged one is a
+    ``GGUFFormatError`` naming the file and the byte where it ends."""
+    p = Path(path)
+    if not p.is_file():
+        raise GGUFFormatError(f"{p}: no such GGUF file", fix="check the path")
+    try:
+        return _read(p)
+    except (struct.error, ValueError, IndexError, KeyError) as exc:
+        if isinstance(exc, GGUFFormatError):
+            raise
+        raise GGUFFormatError(
+            f"{p}: not a complete GGUF file ({p.stat().st_size} bytes; {exc})",
+            fix="copy or download the file again (it is truncated or damaged)",
+        ) from None
+
+
+def _read(path: Path) -> GGUFFile:
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
     from gguf.quants import quant_shape_to_byte_shape
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from specpilot.engine.model import LlamaConfig, Transformer
+from specpilot.errors import ConfigError, InputFileError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -33,11 +34,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(InputFileError):
     """A model or tokenizer path that cannot be used; the message says what to do."""
 
 
-class TokenizerMismatchError(ValueError):
+class TokenizerMismatchError(ConfigError):
     """Target and draft tokenizers differ: speculative decoding would verify garbage."""
 
 

@@ -35,6 +35,7 @@ from specpilot.engine.loader import (
     load_model,
 )
 from specpilot.engine.model import Transformer
+from specpilot.errors import ConfigError
 
 # The default draft: distilled from SmolLM2-135M-Instruct (src/specpilot/data/drafts/, see its
 # MODEL_CARD.md). "truncate:0,1,28,29" is the untrained layer-copy baseline.
@@ -65,7 +66,7 @@ def parse_dtype(name: str) -> torch.dtype:
     try:
         return DTYPES[name]
     except KeyError:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}") from None
+        raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}") from None
 
 
 def load_draft(spec: str | None, target: LoadedModel, dtype: torch.dtype) -> Transformer | None:
@@ -75,7 +76,7 @@ def load_draft(spec: str | None, target: LoadedModel, dtype: torch.dtype) -> Tra
         try:
             layers = [int(x) for x in spec.removeprefix("truncate:").split(",") if x]
         except ValueError:
-            raise ValueError(f"draft {spec!r}: use truncate:I,J,... with layer indices") from None
+            raise ConfigError(f"draft {spec!r}: use truncate:I,J,... with layer indices") from None
         return layer_truncated_copy(target.model, layers)
     path = draft_spec_path(spec)
     if is_draft_dir(path):  # a distilled draft: only its own layers, on the target's embedding

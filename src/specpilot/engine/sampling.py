@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specpilot.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -33,21 +35,21 @@ class SamplingParams:
     def validate(self, context_length: int | None = None, prompt_tokens: int = 0) -> None:
         """Raise ValueError naming the field and the allowed range."""
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+            raise ConfigError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+            raise ConfigError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if context_length is not None and prompt_tokens + self.max_tokens > context_length:
-            raise ValueError(
+            raise ConfigError(
                 f"max_tokens={self.max_tokens} with a {prompt_tokens}-token prompt exceeds the "
                 f"context length {context_length}; lower max_tokens to at most "
                 f"{max(context_length - prompt_tokens, 0)}"
             )
         if any(not isinstance(s, str) or not s for s in self.stop):
-            raise ValueError("stop must be a list of non-empty strings")
+            raise ConfigError("stop must be a list of non-empty strings")
 
     @property
     def greedy(self) -> bool:

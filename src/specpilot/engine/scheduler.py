@@ -39,6 +39,7 @@ from typing import Protocol
 
 from specpilot.engine.generate import Engine, RequestState, TokenLogprob
 from specpilot.engine.sampling import SamplingParams
+from specpilot.errors import ConfigError
 from specpilot.records import RoundRecord
 
 _ids = itertools.count()
@@ -72,17 +73,17 @@ class SchedulerConfig:
 
     def validate(self, engine_slots: int) -> None:
         if self.max_running is not None and not 1 <= self.max_running <= engine_slots:
-            raise ValueError(
+            raise ConfigError(
                 f"max_running must be in [1, {engine_slots}] (the engine's KV slots), got {self.max_running}"
             )
         if self.max_queued < 0:
-            raise ValueError(f"max_queued must be >= 0, got {self.max_queued}")
+            raise ConfigError(f"max_queued must be >= 0, got {self.max_queued}")
         if self.max_batch_size is not None and self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+            raise ConfigError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         for name in ("queue_timeout_s", "request_timeout_s"):
             v = getattr(self, name)
             if v is not None and v <= 0:
-                raise ValueError(f"{name} must be > 0 (or None), got {v}")
+                raise ConfigError(f"{name} must be > 0 (or None), got {v}")
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ class Scheduler:
         """Validate and queue. Raises ValueError, QueueFull or Draining (nothing queued then)."""
         self.engine.validate(prompt_ids, params, k)
         if logprobs is not None and logprobs < 0:
-            raise ValueError(f"logprobs must be >= 0, got {logprobs}")
+            raise ConfigError(f"logprobs must be >= 0, got {logprobs}")
         now = time.perf_counter()
         t = Ticket(
             request_id=request_id or f"sched-{next(_ids)}",
@@ -271,7 +272,7 @@ class Scheduler:
                     self._retry_hint(),
                 )
             if t.request_id in self._tickets:
-                raise ValueError(f"request_id {t.request_id!r} is already in flight")
+                raise ConfigError(f"request_id {t.request_id!r} is already in flight")
             self._tickets[t.request_id] = t
             self._waiting.append(t)
             self._lock.notify_all()

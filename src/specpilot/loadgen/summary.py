@@ -12,9 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specpilot.loadgen.config import LoadConfig
-from specpilot.records import ChunkTiming, PrefillRecord, RequestRecord, RoundRecord
-
-STATUSES = ("ok", "timeout", "rejected", "error", "cancelled", "not_sent")
+from specpilot.records import STATUSES, ChunkTiming, PrefillRecord, RequestRecord, RoundRecord
 
 
 def quantile(xs: Sequence[float], q: float) -> float | None:

@@ -99,6 +99,9 @@ def gguf_to_hf(gguf: Path, out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from specpilot.engine.gguf_read import read_gguf
+
+    read_gguf(gguf)  # a damaged file is one line naming it, not transformers' struct.error
     hf_logging.disable_progress_bar()  # a pilot's log shows steps, not tensor counters
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32

@@ -22,19 +22,22 @@ quality samples) and records that the run was the quick profile.
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from specpilot.errors import ConfigError
-from specpilot.pilot.yamlpos import LineMap
+from specpilot import validation
+from specpilot.analysis.config import AnalysisConfig
+from specpilot.errors import ConfigError, InputFileError
+from specpilot.quality.config import QualityConfig
+from specpilot.records import ENGINES
+from specpilot.validation import StrictModel
+from specpilot.yamlpos import LineMap, yaml_error_text
 
-ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
@@ -42,8 +45,7 @@ class PilotConfigError(ConfigError):
     """A pilot file that does not validate; each line is ``file:line: field: problem -> fix``."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Model = StrictModel
 
 
 # -- engine options ------------------------------------------------------------------------
@@ -252,8 +254,8 @@ class PilotConfig(_Model):
     design: Literal["sequential", "interleaved"] = "sequential"
     representative_traffic: bool = False  # True only when arrivals/prompts are the service's own
     load: LoadSettings = Field(default_factory=lambda: LoadSettings())
-    quality: dict[str, Any] = Field(default_factory=dict)  # QualityConfig (specpilot.quality)
-    analysis: dict[str, Any] = Field(default_factory=dict)  # AnalysisConfig (specpilot.analysis)
+    quality: QualityConfig = Field(default_factory=lambda: QualityConfig())
+    analysis: AnalysisConfig = Field(default_factory=lambda: AnalysisConfig())
     drill: DrillSettings = Field(default_factory=lambda: DrillSettings())
     compat: CompatSettings = Field(default_factory=lambda: CompatSettings())
     quick: dict[str, Any] | None = None  # overrides applied by --quick
@@ -306,62 +308,13 @@ class PilotConfig(_Model):
 
 # -- loading ---------------------------------------------------------------------------------
 
-_FIXES = {
-    "missing": "add it",
-    "extra_forbidden": "remove it or fix its spelling",
-    "literal_error": "use one of the listed values",
-    "union_tag_invalid": "set engine to one of builtin, llamacpp, vllm, sglang, openai",
-    "union_tag_not_found": "add 'engine:'",
-    "greater_than": "use a larger value",
-    "greater_than_equal": "use a larger value",
-    "less_than_equal": "use a smaller value",
-    "too_short": "add entries",
-    "string_pattern_mismatch": "use letters, digits, '_', '-' or '.'",
-    "float_parsing": "write a number",
-    "int_parsing": "write a whole number",
-    "bool_parsing": "write true or false",
-}
-_TAGS = set(ENGINES)
-
-
-def _user_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Drop the discriminator's branch (``builtin``...) and pydantic's union member names."""
-    out = []
-    for i, part in enumerate(loc):
-        if part in _TAGS and i >= 1 and isinstance(loc[i - 1], int):
-            continue
-        if isinstance(part, str) and part.startswith(("str", "dict[", "function-")):
-            continue
-        out.append(part)
-    return tuple(out)
-
-
-def _dotted(path: tuple[Any, ...]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def _field_names() -> set[str]:
-    from specpilot.workload.config import model_field_names
-
-    return model_field_names(globals(), _Model)
+_FIXES = {"union_tag_invalid": f"set engine to one of {', '.join(ENGINES)}"}
 
 
 def format_errors(exc: ValidationError, where: str, lines: LineMap | None = None) -> str:
-    out = [f"{where}: {exc.error_count()} problem(s)"]
-    for e in exc.errors():
-        path = _user_path(tuple(e["loc"]))
-        msg = e["msg"].removeprefix("Value error, ")
-        fix = _FIXES.get(e["type"])
-        if e["type"] == "extra_forbidden" and path:
-            close = difflib.get_close_matches(str(path[-1]), sorted(_field_names()), n=1)
-            fix = f"did you mean {close[0]!r}?" if close else fix
-        line = lines.line(path) if lines is not None else None
-        at = f"{where}:{line}" if line is not None else where
-        out.append(f"  {at}: {_dotted(path)}: {msg}" + (f" -> {fix}" if fix else ""))
-    return "\n".join(out)
+    return validation.format_errors(
+        exc, where, root=PilotConfig, lines=lines, tags=ENGINES, fixes=_FIXES
+    )
 
 
 def deep_merge(base: Any, over: Any) -> Any:
@@ -399,30 +352,66 @@ def parse_pilot(
     """Validate a pilot mapping; ``quick`` applies its ``quick:`` overrides first."""
     if not isinstance(data, dict):
         raise PilotConfigError(f"{where}: expected a mapping at the top level (name:, arms:, ...)")
-    if quick:
-        over = data.get("quick")
-        if not isinstance(over, dict):
-            raise PilotConfigError(
-                f"{where}: --quick needs a 'quick:' section with the overrides of the quick profile"
-            )
-        data = deep_merge({k: v for k, v in data.items() if k != "quick"}, over)
-        data["profile"] = "quick"
-        lines = None  # merged values no longer sit on the file's lines
+    over = data.get("quick")
+    if quick and not isinstance(over, dict):
+        raise PilotConfigError(
+            f"{where}: --quick needs a 'quick:' section with the overrides of the quick profile"
+        )
+    full = _validate(data, where, lines)
+    if over is None:
+        return full
+    if not isinstance(over, dict):
+        raise PilotConfigError(
+            f"{where}: quick: expected a mapping of overrides (workload:, arms:)"
+        )
+    # the quick profile is checked on every load, so a broken one fails before a run, not in CI
+    merged = deep_merge({k: v for k, v in data.items() if k != "quick"}, over)
+    merged["profile"] = "quick"
+    # merged values no longer sit on the file's lines: the errors name the quick profile instead
+    fast = _validate(merged, f"{where} (with its quick: overrides)", None)
+    return fast if quick else full
+
+
+def _validate(data: dict[str, Any], where: str, lines: LineMap | None) -> PilotConfig:
     try:
-        return PilotConfig.model_validate(data)
+        cfg = PilotConfig.model_validate(data)
     except ValidationError as exc:
         raise PilotConfigError(format_errors(exc, where, lines)) from None
+    if isinstance(cfg.workload, dict):
+        from specpilot.workload.config import WorkloadError, parse_workload
+
+        try:
+            wl = parse_workload(cfg.workload, where, lines=lines, prefix=("workload",))
+        except WorkloadError as exc:
+            raise PilotConfigError(str(exc)) from None
+        _check_drill(cfg, [p.name for p in wl.phases], where)
+    return cfg
+
+
+def _check_drill(cfg: PilotConfig, phases: list[str], where: str) -> None:
+    """The drill replays one of the workload's phases: a name that is not one fails at load,
+    not after every arm has run."""
+    drilled = cfg.drill.enabled and any(
+        a.drill if a.drill is not None else a.role == "speculative" for a in cfg.arms
+    )
+    if drilled and cfg.drill.phase not in phases:
+        raise PilotConfigError(
+            f"{where}: drill.phase {cfg.drill.phase!r} is not a phase of the workload "
+            f"({', '.join(phases)})",
+            fix=f"set drill.phase to one of {', '.join(phases)}, or drill.enabled: false",
+        )
 
 
 def read_pilot_yaml(path: str | Path) -> tuple[dict[str, Any], LineMap]:
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"pilot file not found: {p}")
+        raise InputFileError(f"pilot file not found: {p}", fix="check the path")
     text = p.read_text("utf-8")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise PilotConfigError(f"{p}: not valid YAML ({exc})") from None
+        msg, fix = yaml_error_text(p, exc)
+        raise PilotConfigError(msg, fix=fix) from None
     return data, LineMap.from_text(text)
 
 

@@ -31,13 +31,12 @@ def cross_arm(store: Any, gates: Any, plans: list[ArmPlan], progress: Any) -> No
 
 def report(path: Path, out_dir: Path, cfg: Any, progress: Any) -> tuple[dict[str, Path], Any]:
     """Analyse the pilot file and write the report next to it; returns (files, document)."""
-    from specpilot.analysis.config import AnalysisConfig
     from specpilot.report import build_report
     from specpilot.store import read_pilot
 
     progress.step("all arms", "analysis and report")
     data = read_pilot(path)
-    rep = build_report(data, AnalysisConfig.model_validate(cfg.analysis or {}))
+    rep = build_report(data, cfg.analysis)
     files: dict[str, Path] = {"duckdb": path}
     for p in rep.write(out_dir):
         key = p.suffix.lstrip(".") if p.name.startswith("report.") else p.stem

@@ -17,10 +17,9 @@ from specpilot.records import ArmRecord, CompatRecord, OutputRecord, PilotData
 
 class Gates:
     def __init__(self, cfg: Any, base_dir: Path) -> None:
-        from specpilot.quality.config import QualityConfig
         from specpilot.quality.recheck import resolve_groups
 
-        self.cfg = QualityConfig.model_validate(cfg.quality or {})
+        self.cfg = cfg.quality
         self.compat_features = cfg.compat.features
         workload = cfg.workload
         if isinstance(workload, str):

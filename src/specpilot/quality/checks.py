@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from specpilot.errors import ConfigError
 from specpilot.quality import structchecks, textchecks
 from specpilot.quality.sandbox import SandboxLimits
 from specpilot.workload.config import CheckModel, format_errors
@@ -51,7 +52,7 @@ _TEXT = {
 }
 
 
-class CheckError(ValueError):
+class CheckError(ConfigError):
     """A check declaration that does not validate or does not resolve for a prompt."""
 
 

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from specpilot.quality.sandbox import SandboxLimits
+from specpilot.validation import StrictModel
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Model = StrictModel  # unknown keys refused, frozen (specpilot.validation)
 
 
 class SandboxConfig(_Model):

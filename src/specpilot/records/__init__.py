@@ -33,6 +33,7 @@ from specpilot.records.gates import (
     QualityRecord,
 )
 from specpilot.records.load import (
+    STATUSES,
     ChunkTiming,
     MetricSnapshot,
     RequestRecord,
@@ -41,6 +42,8 @@ from specpilot.records.load import (
 )
 from specpilot.records.pilot import (
     ARM_ROLES,
+    ENGINES,
+    TOTALS_ENGINES,
     ArmRecord,
     HardwareFacts,
     PhaseRecord,
@@ -54,7 +57,10 @@ __all__ = [
     "COMPAT_STATUSES",
     "DRILL_PHASE",
     "DRILL_STATUSES",
+    "ENGINES",
     "SEVERITIES",
+    "STATUSES",
+    "TOTALS_ENGINES",
     "ArmRecord",
     "ChunkGaps",
     "ChunkTiming",

@@ -57,6 +57,10 @@ class ChunkTiming:
     index: int = 0
 
 
+# RequestRecord.status, in this order everywhere it is counted
+STATUSES = ("ok", "timeout", "rejected", "error", "cancelled", "not_sent")
+
+
 @dataclass
 class RequestRecord:
     """Every scheduled request ends as exactly one of these (status is never empty).

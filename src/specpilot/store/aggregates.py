@@ -35,7 +35,13 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from specpilot.records import ChunkGaps, RequestRecord, RequestRounds, VerifyCostPoint
+from specpilot.records import (
+    TOTALS_ENGINES,
+    ChunkGaps,
+    RequestRecord,
+    RequestRounds,
+    VerifyCostPoint,
+)
 from specpilot.store.codec import records_of, to_records
 from specpilot.store.schema import record_columns
 
@@ -64,10 +70,14 @@ def request_rounds_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         f", count(*) FILTER (WHERE proposed > 0 AND accepted = {j})::BIGINT AS h{j}"
         for j in range(k + 1)
     )
+    zeros = "".join(f", 0::BIGINT AS p{i}, 0::BIGINT AS a{i}" for i in range(1, k + 1))
+    zeros += "".join(f", 0::BIGINT AS h{j}" for j in range(k + 1))
     sql = f"""
         SELECT a.*, coalesce(q.phase, a.round_phase) AS phase,
                coalesce(q.task_group, '') AS task_group
         FROM (
+            {_totals_sql(zeros)}
+            UNION ALL
             SELECT run_id, arm, request_id, any_value(phase) AS round_phase, count(*) AS rounds,
                    count(*) FILTER (WHERE proposed > 0) AS spec_rounds,
                    sum(proposed)::BIGINT AS proposed, sum(accepted)::BIGINT AS accepted,
@@ -96,6 +106,38 @@ def request_rounds_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     cols["accepted_hist"] = table("h", 0)
     cols["kmax"] = np.asarray(cols["kmax"], dtype=np.int64)
     return cols
+
+
+# Engines that give per-request totals, not rounds (llama.cpp: ``timings.predicted_n`` /
+# ``draft_n`` / ``draft_n_accepted``), get one row per ok request: every decode step commits its
+# accepted drafts + 1, so decode steps = (output tokens - 1) - accepted (the first token is the
+# prefill's, as for vLLM); which steps carried a draft is not reported, so ``spec_rounds`` is 0
+# (k and the full-accept count stay unknown); the step time is the engine's decode time
+# (``predicted_ms``), shown as verify time, not split.
+
+
+def _totals_sql(zeros: str) -> str:
+    engines = ", ".join(f"'{e}'" for e in TOTALS_ENGINES)
+    return f"""
+            SELECT q.run_id, q.arm, q.request_id, q.phase AS round_phase,
+                   (q.output_tokens - 1 - t.acc)::BIGINT AS rounds, 0::BIGINT AS spec_rounds,
+                   t.prop::BIGINT AS proposed, t.acc::BIGINT AS accepted,
+                   (q.output_tokens - 1)::BIGINT AS committed, 0.0::DOUBLE AS draft_s,
+                   q.decode_s::DOUBLE AS verify_s, 0.0::DOUBLE AS overhead_s,
+                   0::BIGINT AS truncated_rounds, 1.0::DOUBLE AS mean_batch_size,
+                   0 AS kmax{zeros}
+            FROM (
+                SELECT run_id, arm, request_id,
+                       coalesce(try_cast(spec->>'proposed' AS DOUBLE), 0) AS prop,
+                       coalesce(try_cast(spec->>'accepted' AS DOUBLE), 0) AS acc
+                FROM requests
+            ) t
+            JOIN requests q USING (run_id, arm, request_id)
+            JOIN arms m USING (run_id)
+            WHERE m.engine IN ({engines}) AND q.status = 'ok' AND q.decode_s IS NOT NULL
+              AND q.output_tokens - 1 - t.acc > 0
+              AND NOT EXISTS (SELECT 1 FROM rounds r WHERE r.run_id = q.run_id
+                              AND r.arm = q.arm AND r.request_id = q.request_id)"""
 
 
 def as_lists(cols: dict[str, Any]) -> dict[str, Any]:

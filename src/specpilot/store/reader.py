@@ -143,7 +143,13 @@ def export_file(path: str | Path, out_dir: str | Path) -> dict[Path, int]:
     """Export any specpilot DuckDB file as it is (also version 1): path -> rows."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"no pilot file at {path}")
-    con = duckdb.connect(str(path), read_only=True)
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:  # not a DuckDB file, or locked by a writer
+        raise PilotFileError(
+            f"{path}: cannot open ({exc})",
+            fix="give a specpilot DuckDB file; if a pilot is writing it, export when it is done",
+        ) from None
     try:
         paths = export_parquet(con, out_dir)
         return {

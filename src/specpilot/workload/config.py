@@ -15,7 +15,6 @@ A complete example: ``examples/workload.yaml``. The smallest useful one::
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -32,16 +31,18 @@ from pydantic import (
     model_validator,
 )
 
-from specpilot.errors import ConfigError
+from specpilot import validation
+from specpilot.errors import ConfigError, InputFileError
+from specpilot.validation import StrictModel
 from specpilot.workload.groups import BUILTIN_GROUPS
+from specpilot.yamlpos import LineMap, yaml_error_text
 
 
 class WorkloadError(ConfigError):
     """A workload file that does not validate; the message lists field -> fix."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Model = StrictModel  # unknown keys refused, frozen (specpilot.validation)
 
 
 class LengthModel(_Model):
@@ -119,7 +120,6 @@ class RegexCheck(_Check):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, v: str) -> str:
-        import re
 
         try:
             re.compile(v)
@@ -330,7 +330,7 @@ class WorkloadConfig(_Model):
     seed: int = 0
     groups: dict[str, GroupModel] = Field(min_length=1)
     stages: dict[str, StageModel] = Field(default_factory=dict)
-    warmup: WarmupModel = Field(default_factory=lambda: WarmupModel(requests=0, rate=1.0))
+    warmup: WarmupModel = Field(default_factory=lambda: WarmupModel())
     phases: list[PhaseModel] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -370,19 +370,8 @@ class WorkloadConfig(_Model):
 
 
 _FIXES = {
-    "missing": "add it",
-    "extra_forbidden": "remove it or fix its spelling",
-    "literal_error": "use one of the listed values",
     "union_tag_invalid": "set kind to one of the listed values",
     "union_tag_not_found": "add 'kind:'",
-    "string_type": "write a string",
-    "greater_than": "use a larger value",
-    "greater_than_equal": "use a larger value",
-    "less_than_equal": "use a smaller value",
-    "too_short": "add at least one entry",
-    "string_pattern_mismatch": "use letters, digits, '_', '-' or '.'",
-    "float_parsing": "write a number",
-    "int_parsing": "write a whole number",
 }
 
 
@@ -391,71 +380,58 @@ _TAGS = frozenset(
 )
 
 
-_MEMBER = re.compile(r"^(list|dict|str|int|float|bool|constrained-str|union)(\[.*\])?$")
+def format_errors(
+    exc: ValidationError,
+    where: str = "workload",
+    *,
+    lines: Any = None,
+    prefix: tuple[Any, ...] = (),
+    root: type[BaseModel] | None = None,
+) -> str:
+    return validation.format_errors(
+        exc, where, root=root or WorkloadConfig, lines=lines, prefix=prefix, tags=_TAGS,
+        fixes=_FIXES, special=_meta_ref,
+    )  # fmt: skip
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in _TAGS or _MEMBER.match(str(part)):
-            continue  # a discriminator's branch or a union member's type: not the user's path
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
+def _meta_ref(e: Any) -> tuple[str, str] | None:
+    """A value that looks like a meta reference but is not one."""
+    if e["type"] == "string_pattern_mismatch" and "meta:" in str(
+        (e.get("ctx") or {}).get("pattern")
+    ):
+        return (
+            "not a meta reference",
+            "write the value itself, or meta:KEY to read it from each prompt",
+        )
+    return None
 
 
-def model_field_names(namespace: dict[str, Any], base: type[BaseModel]) -> set[str]:
-    """Every field name of the ``base`` subclasses in a module's namespace ("did you mean")."""
-    names: set[str] = set()
-    for obj in namespace.values():
-        if isinstance(obj, type) and issubclass(obj, base) and obj is not base:
-            names.update(obj.model_fields)
-    return names
-
-
-def _field_names() -> set[str]:
-    return model_field_names(globals(), _Model)
-
-
-def format_errors(exc: ValidationError, where: str = "workload") -> str:
-    lines = [f"{where}: {exc.error_count()} problem(s)"]
-    for e in exc.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        fix = _FIXES.get(e["type"])
-        if e["type"] == "string_pattern_mismatch" and "meta:" in str(
-            (e.get("ctx") or {}).get("pattern")
-        ):
-            msg, fix = (
-                "not a meta reference",
-                "write the value itself, or meta:KEY to read it from each prompt",
-            )
-        if e["type"] == "extra_forbidden" and e["loc"]:
-            close = difflib.get_close_matches(str(e["loc"][-1]), sorted(_field_names()), n=1)
-            fix = f"did you mean {close[0]!r}?" if close else fix
-        lines.append(f"  {_loc(e['loc'])}: {msg}" + (f" -> {fix}" if fix else ""))
-    return "\n".join(lines)
-
-
-def parse_workload(data: Any, where: str = "workload") -> WorkloadConfig:
+def parse_workload(
+    data: Any, where: str = "workload", *, lines: Any = None, prefix: tuple[Any, ...] = ()
+) -> WorkloadConfig:
     if not isinstance(data, dict):
         raise WorkloadError(f"{where}: expected a mapping at the top level (groups:, phases:, ...)")
     try:
         return WorkloadConfig.model_validate(data)
     except ValidationError as exc:
-        raise WorkloadError(format_errors(exc, where)) from None
+        raise WorkloadError(format_errors(exc, where, lines=lines, prefix=prefix)) from None
 
 
 def load_workload(path: str | Path) -> WorkloadConfig:
     """Read and validate a workload YAML (the file may also be a pilot YAML with ``workload:``)."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"workload file not found: {p}")
+        raise InputFileError(
+            f"workload file not found: {p}",
+            fix="check the path (a pilot's workload: path is relative to the pilot file)",
+        )
+    text = p.read_text("utf-8")
     try:
-        data = yaml.safe_load(p.read_text("utf-8"))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise WorkloadError(f"{p}: not valid YAML ({exc})") from None
+        msg, fix = yaml_error_text(p, exc)
+        raise WorkloadError(msg, fix=fix) from None
+    prefix: tuple[str, ...] = ()
     if isinstance(data, dict) and "workload" in data and "phases" not in data:
-        data = data["workload"]
-    return parse_workload(data, str(p))
+        data, prefix = data["workload"], ("workload",)
+    return parse_workload(data, str(p), lines=LineMap.from_text(text), prefix=prefix)

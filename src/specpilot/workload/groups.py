@@ -60,6 +60,8 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.errors import ConfigError, InputFileError
+
 SPLITS = ("train", "dev", "eval")
 SPLIT_SELECTORS = ("train", "dev", "eval", "train+dev", "all")
 IMPORT_FORMATS = ("openai_jsonl", "sharegpt", "specbench", "specpilot_jsonl")
@@ -82,9 +84,9 @@ class LengthSpec:
 
     def __post_init__(self) -> None:
         if self.dist not in ("fixed", "uniform", "lognormal"):
-            raise ValueError(f"length dist {self.dist!r}: use fixed, uniform or lognormal")
+            raise ConfigError(f"length dist {self.dist!r}: use fixed, uniform or lognormal")
         if self.mean < 1 or self.min < 1 or (self.max is not None and self.max < self.min):
-            raise ValueError(f"bad length spec {self}: need 1 <= min <= max and mean >= 1")
+            raise ConfigError(f"bad length spec {self}: need 1 <= min <= max and mean >= 1")
 
     @property
     def upper(self) -> int:
@@ -161,7 +163,7 @@ class TaskGroup:
 def select_split(prompts: Iterable[Prompt], selector: str) -> list[Prompt]:
     """Prompts of one split: ``train``, ``dev``, ``eval``, ``train+dev`` or ``all``."""
     if selector not in SPLIT_SELECTORS:
-        raise ValueError(f"split {selector!r}: use one of {', '.join(SPLIT_SELECTORS)}")
+        raise ConfigError(f"split {selector!r}: use one of {', '.join(SPLIT_SELECTORS)}")
     wanted = {"train+dev": {"train", "dev"}, "all": set(SPLITS)}.get(selector, {selector})
     return [p for p in prompts if p.split in wanted]
 
@@ -275,7 +277,9 @@ def builtin_group_names() -> list[str]:
 def load_group(name: str) -> TaskGroup:
     """A built-in group with all its prompts (every split)."""
     if name not in _BUILTIN:
-        raise ValueError(f"unknown group {name!r}: built-in groups are {', '.join(BUILTIN_GROUPS)}")
+        raise ConfigError(
+            f"unknown group {name!r}: built-in groups are {', '.join(BUILTIN_GROUPS)}"
+        )
     text = (
         resources.files("specpilot.workload")
         .joinpath("data")
@@ -316,7 +320,7 @@ def import_prompts(
     """Read a user prompt file in one of :data:`IMPORT_FORMATS` as prompts of ``group``."""
     p = Path(path)
     if fmt not in IMPORT_FORMATS:
-        raise ValueError(f"format {fmt!r}: use one of {', '.join(IMPORT_FORMATS)}")
+        raise ConfigError(f"format {fmt!r}: use one of {', '.join(IMPORT_FORMATS)}")
     if not p.is_file():
         raise FileNotFoundError(f"prompt file not found: {p}")
     text = p.read_text("utf-8")
@@ -334,7 +338,7 @@ def import_prompts(
     if limit is not None:
         out = out[:limit]
     if not out:
-        raise ValueError(f"{p}: no usable prompts in {fmt} format (check the file's format)")
+        raise InputFileError(f"{p}: no usable prompts in {fmt} format (check the file's format)")
     return out
 
 
@@ -344,14 +348,14 @@ def _json_lines(text: str, where: str) -> Iterable[tuple[int, Any]]:
             try:
                 yield n, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}:{n}: not valid JSON ({exc.msg})") from None
+                raise InputFileError(f"{where}:{n}: not valid JSON ({exc.msg})") from None
 
 
 def _parse_specpilot_lines(lines: Iterable[str], group: str, where: str) -> Iterable[Prompt]:
     for n, obj in _json_lines("\n".join(lines), where):
         split = obj.get("split") or hash_split(json.dumps(obj["messages"], ensure_ascii=False))
         if split not in SPLITS:
-            raise ValueError(f"{where}:{n}: split {split!r}: use train, dev or eval")
+            raise InputFileError(f"{where}:{n}: split {split!r}: use train, dev or eval")
         yield Prompt(
             id=str(obj.get("id", f"{group}-{n:04d}")),
             group=group,
@@ -380,13 +384,15 @@ def _parse_openai_jsonl(text: str, group: str, where: str) -> list[Prompt]:
     for n, obj in _json_lines(text, where):
         msgs = obj.get("messages") if isinstance(obj, dict) else None
         if not isinstance(msgs, list) or not msgs:
-            raise ValueError(f"{where}:{n}: expected an object with a non-empty 'messages' list")
+            raise InputFileError(
+                f"{where}:{n}: expected an object with a non-empty 'messages' list"
+            )
         msgs = [{"role": m["role"], "content": m.get("content") or ""} for m in msgs]
         meta: dict[str, Any] = {}
         if msgs[-1]["role"] == "assistant":  # the dataset's answer: a reference, not prompt
             meta["reference"] = msgs.pop()["content"]
         if not msgs or msgs[-1]["role"] != "user":
-            raise ValueError(f"{where}:{n}: the prompt must end with a user message")
+            raise InputFileError(f"{where}:{n}: the prompt must end with a user message")
         pid = str(obj.get("id", f"{group}-{n:04d}"))
         out.append(_make(group, pid, msgs, meta, obj.get("split")))
     return out
@@ -439,7 +445,7 @@ def _parse_specbench(text: str, group: str, where: str) -> list[Prompt]:
     for n, obj in _json_lines(text, where):
         turns = obj.get("turns")
         if not isinstance(turns, list) or not turns:
-            raise ValueError(f"{where}:{n}: expected a Spec-Bench question with a 'turns' list")
+            raise InputFileError(f"{where}:{n}: expected a Spec-Bench question with a 'turns' list")
         meta = {
             "category": obj.get("category"),
             "question_id": obj.get("question_id"),

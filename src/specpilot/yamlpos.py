@@ -57,3 +57,16 @@ def _child(node: yaml.Node, part: Any) -> tuple[yaml.Node, int] | None:
         item = node.value[part]
         return item, int(item.start_mark.line)
     return None
+
+
+def yaml_error_text(path: Any, exc: yaml.YAMLError) -> tuple[str, str]:
+    """A YAML syntax error as one line, ``FILE:LINE:COL: not valid YAML (problem)``, and its fix."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    what = f"{problem} ({context})" if context else problem
+    return (
+        f"{at}: not valid YAML: {what}",
+        "close every [ and {, indent nested keys under their parent, quote values with ': '",
+    )

@@ -1,0 +1,180 @@
+"""Config validation, written once: the strict pydantic base and the one-line-per-problem
+error text every config file (pilot, workload, analysis, quality, trace stages) uses.
+
+``format_errors`` turns a pydantic ``ValidationError`` into ``file:line: field.path: problem ->
+fix`` lines: the path is the user's (a discriminator's branch and pydantic's union member names
+dropped), the line comes from the file when a ``LineMap``-like ``lines`` is given, and an
+unknown key gets the closest field name of the config tree, or where that name belongs.
+
+    >>> dotted(user_path(("arms", 1, "builtin", "options", "thread"), tags={"builtin"}))
+    'arms[1].options.thread'
+
+(``tests/test_cli_bad_files.py`` runs it on broken pilot, workload, trace, GGUF and DuckDB files.)
+
+This module imports only pydantic (every layer may use it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+__all__ = ["FIXES", "StrictModel", "dotted", "field_paths", "format_errors", "user_path"]
+
+
+class StrictModel(BaseModel):
+    """Every config model: unknown keys refused (a typo is an error, never ignored), frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+FIXES = {
+    "missing": "add it",
+    "extra_forbidden": "remove it or fix its spelling",
+    "literal_error": "use one of the listed values",
+    "union_tag_invalid": "use one of the listed values",
+    "union_tag_not_found": "add the missing tag key",
+    "string_type": "write a string",
+    "greater_than": "use a larger value",
+    "greater_than_equal": "use a larger value",
+    "less_than": "use a smaller value",
+    "less_than_equal": "use a smaller value",
+    "too_short": "add entries",
+    "string_pattern_mismatch": "use letters, digits, '_', '-' or '.'",
+    "float_parsing": "write a number",
+    "int_parsing": "write a whole number",
+    "bool_parsing": "write true or false",
+    "dict_type": "write a mapping (key: value)",
+    "list_type": "write a list",
+}
+
+# pydantic's names for union members and validators inside a location (not the user's path)
+_MEMBER = re.compile(
+    r"^(list|dict|str|int|float|bool|constrained-str|union|function-\w+)(\[.*\])?$"
+)
+
+
+class Lines(Protocol):
+    def line(self, path: Any) -> int | None: ...
+
+
+def user_path(loc: Iterable[Any], tags: Iterable[str] = ()) -> tuple[Any, ...]:
+    """A pydantic location as the user wrote it: a discriminator's branch (``tags``: the tag
+    values, e.g. engine or arrival kinds) and union member names dropped."""
+    tags = set(tags)
+    out: list[Any] = []
+    for part in loc:
+        if isinstance(part, str) and (part in tags or _MEMBER.match(part)):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def dotted(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _resolve(annotation: Any, model: type[BaseModel]) -> Any:
+    """A forward reference (``from __future__ import annotations`` where pydantic deferred it)
+    evaluated in the model's module and defining scope."""
+    if isinstance(annotation, str):
+        annotation = typing.ForwardRef(annotation)
+    if not isinstance(annotation, typing.ForwardRef):
+        return annotation
+    ns = {
+        **vars(sys.modules.get(model.__module__, types)),
+        **(model.__pydantic_parent_namespace__ or {}),
+    }
+    try:
+        return eval(annotation.__forward_arg__, ns)  # the model's own annotation
+    except Exception:
+        return None
+
+
+def _models_in(annotation: Any) -> list[tuple[type[BaseModel], str]]:
+    """The models inside a field's annotation, with ``[]`` where a list or mapping sits."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [(annotation, "")]
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _models_in(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for a in args for m in _models_in(a)]
+    if origin in (list, tuple, set, frozenset, dict, Mapping) and args:
+        inner = args[-1] if origin in (dict, Mapping) else args[0]
+        return [(m, "[]" + s) for m, s in _models_in(inner)]
+    return []
+
+
+def field_paths(root: type[BaseModel]) -> dict[str, set[str]]:
+    """Every field name of a config tree -> the dotted paths of the models that have it."""
+    out: dict[str, set[str]] = {}
+    seen: set[tuple[type[BaseModel], str]] = set()
+
+    def walk(model: type[BaseModel], at: str) -> None:
+        if (model, at) in seen:
+            return
+        seen.add((model, at))
+        for name, f in model.model_fields.items():
+            out.setdefault(name, set()).add(at or "(top level)")
+            for sub, suffix in _models_in(_resolve(f.annotation, model)):
+                walk(sub, (f"{at}.{name}" if at else name) + suffix)
+
+    walk(root, "")
+    return out
+
+
+def _unknown_fix(name: str, here: str, paths: Mapping[str, set[str]]) -> str | None:
+    elsewhere = sorted(paths.get(name, set()) - {here})
+    if elsewhere:
+        return f"{name!r} is not a field here: it belongs under {' or '.join(elsewhere)}"
+    close = difflib.get_close_matches(name, sorted(paths), n=1)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+def _generic(path: tuple[Any, ...]) -> str:
+    return dotted("[]" if isinstance(p, int) else p for p in path).replace(".[]", "[]")
+
+
+def format_errors(
+    exc: ValidationError,
+    where: str,
+    *,
+    root: type[BaseModel] | None = None,
+    lines: Lines | None = None,
+    prefix: tuple[Any, ...] = (),
+    tags: Iterable[str] = (),
+    fixes: Mapping[str, str] | None = None,
+    special: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None,
+) -> str:
+    """One line per problem: ``where[:line]: path: message -> fix``. ``prefix`` is where the
+    validated mapping sits in the file (``("workload",)`` for a pilot's inline workload);
+    ``special(error)`` may return a (message, fix) of its own for an error."""
+    fixes = {**FIXES, **(fixes or {})}
+    paths = field_paths(root) if root is not None else {}
+    out = [f"{where}: {exc.error_count()} problem(s)"]
+    for e in exc.errors():
+        path = (*prefix, *user_path(e["loc"], tags))
+        msg = e["msg"].removeprefix("Value error, ")
+        fix = fixes.get(e["type"])
+        own = special(e) if special is not None else None
+        if own is not None:
+            msg, fix = own
+        elif e["type"] == "extra_forbidden" and path and paths:
+            here = _generic(path[len(prefix) : -1]) if len(path) > len(prefix) + 1 else ""
+            fix = _unknown_fix(str(path[-1]), here or "(top level)", paths) or fix
+        line = lines.line(path) if lines is not None else None
+        at = f"{where}:{line}" if line is not None else where
+        out.append(f"  {at}: {dotted(path)}: {msg}" + (f" -> {fix}" if fix else ""))
+    return "\n".join(out)
