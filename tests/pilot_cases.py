@@ -54,7 +54,7 @@ def arms(alternative: bool = True, k: int = 3, control: bool = True) -> list[Arm
             "base",
             "baseline",
             "builtin",
-            manifest={"dtype": "bf16", "kv_slots": 4},
+            manifest={"dtype": "bf16", "capacity": {"max_slots": 4}},
             budget=ResourceBudget(memory_bytes=2 << 30, cores=2),
             run_order=0,
         ),
@@ -64,7 +64,7 @@ def arms(alternative: bool = True, k: int = 3, control: bool = True) -> list[Arm
             "spec",
             "speculative",
             "builtin",
-            manifest={"dtype": "bf16"},
+            manifest={"dtype": "bf16", "capacity": {"max_slots": 4}},
             strategy=StrategySpec("draft", k=k, draft_id="d4"),
             run_order=1,
         ),
@@ -77,7 +77,7 @@ def arms(alternative: bool = True, k: int = 3, control: bool = True) -> list[Arm
                 "alt",
                 "alternative",
                 "builtin",
-                manifest={"dtype": "bf16", "kv_slots": 6},
+                manifest={"dtype": "bf16", "capacity": {"max_slots": 6}},
                 budget=ResourceBudget(
                     matched_against="spec", notes=["draft memory -> 2 more slots"]
                 ),
@@ -92,7 +92,7 @@ def arms(alternative: bool = True, k: int = 3, control: bool = True) -> list[Arm
                 "ctl",
                 "control",
                 "builtin",
-                manifest={"dtype": "bf16", "kv_slots": 4},
+                manifest={"dtype": "bf16", "capacity": {"max_slots": 4}},
                 budget=ResourceBudget(memory_bytes=2 << 30, cores=2),
                 run_order=3,
             )
@@ -300,6 +300,7 @@ def snapshots() -> list[MetricSnapshot]:
             target_weight_bytes=gib // 2,
             draft_weight_bytes=100 * (1 << 20),
             draft_kv_bytes=50 * (1 << 20),
+            kv_allocated_bytes=gib // 4 + 50 * (1 << 20),  # the target's KV + the draft's
         ),
     ]
 

@@ -154,19 +154,45 @@ def _max(snaps: Sequence[MetricSnapshot], attr: str) -> int | None:
     return max(vals) if vals else None
 
 
-SLOT_KEYS = ("kv_slots", "max_batch_size", "max_num_seqs", "parallel", "slots")
+# where each engine's manifest says how many sequences it holds at once (``capacity``)
+SLOT_KEYS = ("max_slots", "n_parallel", "max_num_seqs", "max_running_requests")
 
 
-def _slots(snaps: Sequence[MetricSnapshot], arm: ArmRecord | None) -> float | None:
-    for s in snaps:
-        for k in ("kv_slots_total", "kv_slots"):
-            if s.metrics.get(k):
-                return float(s.metrics[k])
+def target_slots(arm: ArmRecord | None) -> int | None:
+    """Sequences the arm's engine holds at once, from its manifest's ``capacity``."""
+    cap = ((arm.manifest or {}).get("capacity") or {}) if arm is not None else {}
     for k in SLOT_KEYS:
-        v = (arm.manifest if arm else {}).get(k)
+        v = cap.get(k)
         if isinstance(v, int | float) and v > 0:
-            return float(v)
+            return int(v)
     return None
+
+
+@dataclass(frozen=True)
+class SlotEquivalent:
+    """The draft's memory counted in target KV slots (the one definition: the equal-budget
+    alternative's extra slots and the report's "sequences forgone" are both this)."""
+
+    draft_bytes: int  # draft weights + draft KV
+    per_slot_bytes: float  # target KV per slot: (KV allocated - draft KV) / slots
+    slots: float  # draft_bytes / per_slot_bytes
+
+
+def draft_as_kv_slots(snap: MetricSnapshot, slots: int) -> SlotEquivalent | None:
+    """From one snapshot of the arm that holds the draft (None without draft or KV memory).
+
+    >>> from specpilot.records import MetricSnapshot as S
+    >>> s = S("r", "spec", "peak", "after", 0, "builtin", {}, kv_allocated_bytes=5_000,
+    ...       draft_kv_bytes=1_000, draft_weight_bytes=3_000)
+    >>> draft_as_kv_slots(s, 4)
+    SlotEquivalent(draft_bytes=4000, per_slot_bytes=1000.0, slots=4.0)
+    """
+    draft = int(snap.draft_weight_bytes or 0) + int(snap.draft_kv_bytes or 0)
+    target_kv = int(snap.kv_allocated_bytes or 0) - int(snap.draft_kv_bytes or 0)
+    if not draft or target_kv <= 0 or slots <= 0:
+        return None
+    per = target_kv / slots
+    return SlotEquivalent(draft, per, draft / per)
 
 
 def memory_budget(
@@ -205,12 +231,19 @@ def memory_budget(
         )
     elif dw is None:
         notes.append("the engine did not report the draft's weights")
-    kv = _max(base, "kv_allocated_bytes")
-    slots = _slots(base, next((a for a in arms if a.arm == baseline), None))
-    per_seq = kv / slots if kv and slots else None
-    if per_seq is None:
+    slots = target_slots(rec)
+    with_draft = [s for s in cand if s.draft_weight_bytes]
+    eq = draft_as_kv_slots(with_draft[-1], slots) if with_draft and slots else None
+    per_seq = eq.per_slot_bytes if eq is not None else None
+    if eq is None and resource != "ngram":
         notes.append(
-            "KV bytes per sequence unknown (needs the baseline's KV allocation and slot count)"
+            "KV bytes per sequence unknown (needs the candidate's KV allocation, its draft's "
+            "memory and its slot count)"
+        )
+    if work:
+        notes.append(
+            f"{work / 2**20:.1f} MiB more peak RSS than the draft's weights and KV explain "
+            "(workspace and noise: not counted in slots)"
         )
     return MemoryBudget(
         candidate_arm=candidate,
@@ -222,7 +255,7 @@ def memory_budget(
         baseline_peak_rss_bytes=b_rss,
         candidate_peak_rss_bytes=c_rss,
         kv_bytes_per_sequence=per_seq,
-        sequences_forgone=total / per_seq if total and per_seq else None,
+        sequences_forgone=eq.slots if eq is not None else None,
         notes=tuple(notes),
         resource_class=resource,
     )

@@ -13,14 +13,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from specpilot.analysis.drill import summarize
+from specpilot.definitions import goodput
 from specpilot.pilot.drill import (
     DRILL_PHASE,
     RestartSwitch,
     RuntimeSwitch,
     drill_schedule,
-    goodput,
     not_possible,
-    summarize,
 )
 from specpilot.records import (
     ArmRecord,

@@ -453,15 +453,16 @@ def derive_kv_slots(store: Any, plan: ArmPlan, plans: list[ArmPlan]) -> dict[str
             f"arm {plan.name!r}: budget.derive kv_slots needs the memory of arm {matched!r}, "
             "which has no snapshot with draft memory (did it run and expose memory?)"
         )
+    from specpilot.analysis.capacity import draft_as_kv_slots
+
     s = snaps[-1]
-    draft = int(s.draft_weight_bytes or 0) + int(s.draft_kv_bytes or 0)
-    target_kv = int(s.kv_allocated_bytes or 0) - int(s.draft_kv_bytes or 0)
     matched_plan = next(p for p in plans if p.name == matched)
     slots = int(matched_plan.capacity.get("max_slots") or 1)
-    per_slot = target_kv / slots if slots and target_kv > 0 else 0
-    if per_slot <= 0:
+    eq = draft_as_kv_slots(s, slots)
+    if eq is None:
         raise PilotConfigError(f"arm {plan.name!r}: arm {matched!r} reported no target KV memory")
-    extra = int(draft // per_slot)
+    draft, per_slot = eq.draft_bytes, eq.per_slot_bytes
+    extra = int(eq.slots)
     base_slots = int(plan.capacity.get("max_slots") or slots)
     plan.budget.notes.append(
         f"derived from {matched}: draft weights {s.draft_weight_bytes} B + draft KV "
