@@ -136,3 +136,70 @@ def test_the_check_sees_deferred_and_from_imports(tmp_path: Path) -> None:
 def test_the_layers_form_no_cycle() -> None:
     for unit in SITS_ON:
         assert all(unit not in allowed(u) for u in SITS_ON[unit]), unit
+
+
+def module_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """module -> the specpilot modules it imports (deferred and type-only imports included:
+    a circle through a function body or ``TYPE_CHECKING`` is a circle all the same). An import
+    of a package means its ``__init__``; ``from pkg import name`` means ``pkg.name`` when that
+    is a module. A package's ``__init__`` re-exporting its own modules is not an edge back."""
+    root = src / "specpilot"
+    modules = {
+        ".".join(f.relative_to(src).with_suffix("").parts).removesuffix(".__init__"): f
+        for f in root.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, f in modules.items():
+        for node in ast.walk(ast.parse(f.read_text("utf-8"), str(f))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
+            for n in names:
+                if n in modules and n != module and not module.startswith(n + "."):
+                    graph[module].add(n)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_between_modules() -> None:
+    assert import_circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]  # the finder works
+    assert import_circles(module_graph()) == []

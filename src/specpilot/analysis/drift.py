@@ -16,14 +16,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from specpilot.analysis.columns import ALL
 
-if TYPE_CHECKING:
-    from specpilot.analysis.paired import PairedComparison
+
+class _Estimate(Protocol):
+    @property
+    def estimate(self) -> float | None: ...
+
+
+class PairedComparison(Protocol):
+    """What the A/A summary reads of ``analysis.paired.PairedComparison`` (named here: paired
+    imports this module for ``Drift``)."""
+
+    @property
+    def phase(self) -> str: ...
+    @property
+    def task_group(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def log_change(self) -> float | None: ...
+    @property
+    def task_rel_change(self) -> _Estimate: ...
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,37 @@ op (``sampling.greedy_accept_batch``). Sampling rows use their request's generat
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import torch
 
+from specpilot.engine.graphs import StepRunner
+from specpilot.engine.model import Transformer
 from specpilot.engine.requests import RequestState
 from specpilot.engine.sampling import greedy_accept_batch, sample, speculative_accept, warp
 
-if TYPE_CHECKING:
-    from specpilot.engine.generate import Engine
-
 Row = tuple[int, list[int], int]  # (slot, new tokens, position of the first)
+
+
+class Engine(Protocol):
+    """What a round needs of ``engine.generate.Engine`` (named here, so the two modules do not
+    import each other)."""
+
+    device: torch.device
+    target: Transformer
+    draft: Transformer | None
+    runners: dict[int, StepRunner]
+
+    def device_tensor(self, values: list[Any]) -> torch.Tensor: ...
+
+    def pack_rows(
+        self, rows: Sequence[Row]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]: ...
+
+    def forward_rows(
+        self, model: Transformer, rows: Sequence[Row], last_only: bool = False
+    ) -> torch.Tensor: ...
 
 
 def propose(

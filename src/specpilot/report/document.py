@@ -12,37 +12,16 @@ the numbers of every table and the data series of every plot (``figures``).
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from typing import Any
-
-import numpy as np
 
 from specpilot import __version__
 from specpilot.analysis.pilot import PilotAnalysis
 from specpilot.records import PilotData
 from specpilot.report.definitions import DEFINITIONS
 from specpilot.report.figures import figure_data
+from specpilot.report.fmt import clean
 
 SCHEMA_VERSION = 1
-
-
-def clean(x: Any) -> Any:
-    """JSON-safe: dataclasses and tuples as dicts/lists, numpy scalars as Python, NaN/inf as null."""
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        d = x.to_dict() if hasattr(x, "to_dict") else dataclasses.asdict(x)
-        return clean(d)
-    if isinstance(x, dict):
-        return {str(k): clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [clean(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return [clean(v) for v in x.tolist()]
-    if isinstance(x, np.generic):
-        return clean(x.item())
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def _phases(data: PilotData) -> list[dict[str, Any]]:

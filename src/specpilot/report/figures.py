@@ -195,7 +195,7 @@ def _verify(a: PilotAnalysis) -> dict[str, Any]:
 
 def figure_data(doc: dict[str, Any], a: PilotAnalysis) -> list[dict[str, Any]]:
     """Every plot's title, caption and data (in ``FIGURE_IDS`` order)."""
-    from specpilot.report.document import clean
+    from specpilot.report.fmt import clean
 
     n_req = a.scheduled
     specs = {

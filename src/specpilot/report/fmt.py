@@ -6,9 +6,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Sequence
 from html import escape
 from typing import Any
+
+import numpy as np
 
 NA = "n/a"
 
@@ -75,3 +79,21 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 class Markup(str):
     """A string that is already HTML (not escaped again by ``html_table``)."""
+
+
+def clean(x: Any) -> Any:
+    """JSON-safe: dataclasses and tuples as dicts/lists, numpy scalars as Python, NaN/inf as null."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        d = x.to_dict() if hasattr(x, "to_dict") else dataclasses.asdict(x)
+        return clean(d)
+    if isinstance(x, dict):
+        return {str(k): clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [clean(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return [clean(v) for v in x.tolist()]
+    if isinstance(x, np.generic):
+        return clean(x.item())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

@@ -49,9 +49,9 @@ API (``Store``; the load generator and the pilot write through it):
 """
 
 from specpilot.store.phases import PhaseRecorder
-from specpilot.store.reader import export_file, read_pilot
+from specpilot.store.reader import export_file
 from specpilot.store.schema import SCHEMA_VERSION, TABLES, PilotFileError
-from specpilot.store.store import Store
+from specpilot.store.store import Store, read_pilot
 
 open_pilot = read_pilot  # ``PilotData.open(path)``-style name for the same reader
 

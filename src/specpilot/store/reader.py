@@ -114,18 +114,6 @@ def calibration_points(arms: list[ArmRecord]) -> list[VerifyCostPoint]:
     return out
 
 
-def read_pilot(path: str | Path, *, rounds: bool = False, columns: bool = False) -> PilotData:
-    """Every record of the pilot in ``path`` (``rounds=True``: the raw rounds too;
-    ``columns=True``: requests and round aggregates as numpy columns, see ``pilot_data``)."""
-    from specpilot.store.store import Store, damaged
-
-    with Store(path, read_only=True) as st:
-        try:
-            return st.read(rounds=rounds, columns=columns)
-        except duckdb.Error as exc:  # a file damaged past its header: found while reading
-            raise damaged(st.path, exc) from exc
-
-
 def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: str | Path) -> list[Path]:
     """One Parquet file per table of an open file (any schema version)."""
     out = Path(out_dir)

@@ -299,3 +299,13 @@ class Store:
         self.flush()
         with self._lock:
             return export_parquet(self.con, out_dir)
+
+
+def read_pilot(path: str | Path, *, rounds: bool = False, columns: bool = False) -> PilotData:
+    """Every record of the pilot in ``path`` (``rounds=True``: the raw rounds too;
+    ``columns=True``: requests and round aggregates as numpy columns, see ``pilot_data``)."""
+    with Store(path, read_only=True) as st:
+        try:
+            return st.read(rounds=rounds, columns=columns)
+        except duckdb.Error as exc:  # a file damaged past its header: found while reading
+            raise damaged(st.path, exc) from exc
