@@ -202,6 +202,10 @@ def test_request_rounds_verify_costs_and_chunk_gaps_by_hand(tmp_path):
         warm = _request("speculative", "warmup", 9, warmup=True)
         st.sink(warm, _chunks(warm), _rounds(warm, 3))  # excluded from gaps and verify costs
         data = st.read()
+    # warm-up requests are left out of the round aggregates too (they once made a "warmup"
+    # cell and leaked into every pooled figure)
+    assert all(rr.phase != "warmup" for rr in data.request_rounds)
+    assert warm.request_id not in {rr.request_id for rr in data.request_rounds}
     spec = [rr for rr in data.request_rounds if rr.arm == "speculative" and rr.phase == "peak"]
     rr = next(r for r in spec if r.request_id == "peak-000001")
     counts = (rr.rounds, rr.spec_rounds, rr.proposed, rr.accepted, rr.committed)

@@ -1,6 +1,7 @@
 """What analysis needs from the big tables, computed in DuckDB (no Python loop per row).
 
-- ``request_rounds``: one ``RequestRounds`` per request that has rounds: sums, the request's
+- ``request_rounds``: one ``RequestRounds`` per measured request (warm-up requests left out,
+  as everywhere in the analysis) that has rounds: sums, the request's
   batch share of round time (each round's time / its batch size), per-position counts
   (``pos_proposed[i-1]``: rounds that proposed >= i drafts; ``pos_accepted[i-1]``: rounds that
   accepted >= i) and ``accepted_hist[j]`` (rounds with a proposal that accepted exactly j),
@@ -90,6 +91,7 @@ def request_rounds_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
             FROM rounds GROUP BY run_id, arm, request_id
         ) a
         LEFT JOIN requests q USING (run_id, arm, request_id)
+        WHERE NOT coalesce(q.warmup, false)
         ORDER BY a.run_id, a.arm, a.request_id
     """
     cols: dict[str, Any] = con.execute(sql).fetchnumpy()
@@ -134,7 +136,8 @@ def _totals_sql(zeros: str) -> str:
             ) t
             JOIN requests q USING (run_id, arm, request_id)
             JOIN arms m USING (run_id)
-            WHERE m.engine IN ({engines}) AND q.status = 'ok' AND q.decode_s IS NOT NULL
+            WHERE m.engine IN ({engines}) AND q.status = 'ok' AND NOT q.warmup
+              AND q.decode_s IS NOT NULL
               AND q.output_tokens - 1 - t.acc > 0
               AND NOT EXISTS (SELECT 1 FROM rounds r WHERE r.run_id = q.run_id
                               AND r.arm = q.arm AND r.request_id = q.request_id)"""
