@@ -156,7 +156,9 @@ def module_graph(src: Path = SRC) -> dict[str, set[str]]:
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names = [
-                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    f"{node.module}.{a.name}"
+                    if f"{node.module}.{a.name}" in modules
+                    else node.module
                     for a in node.names
                 ]
             for n in names:

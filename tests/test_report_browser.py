@@ -107,3 +107,27 @@ def test_screenshot_of_the_report(page: Path) -> None:
     top = img.crop((0, 0, 1280, 800))
     greens = sum(1 for r, g, b in top.getdata() if g > 140 and r < 80 and b < 80)
     assert greens > 500
+
+
+def test_chinese_text_renders_as_glyphs_not_boxes(page: Path) -> None:
+    """Two different CJK characters in the page's own font stack: with a CJK font they are two
+    different glyphs; without one both are the same empty box (the zh_business failure
+    reasons once printed that way)."""
+    from PIL import Image, ImageChops
+
+    cell = "position:fixed;top:0;width:200px;height:200px;font-size:160px;line-height:200px;"
+    probe = (
+        f'<div style="{cell}left:0;background:#fff">国</div>'
+        f'<div style="{cell}left:220px;background:#fff">语</div>'
+    )
+    probed = page.with_name("cjk.html")
+    probed.write_text(page.read_text().replace("</body>", probe + "</body>"))
+    shot = page.with_name("cjk.png")
+    res = chromium("--window-size=600,300", f"--screenshot={shot}", probed.as_uri())
+    assert shot.exists(), res.stderr[-2000:]
+    img = Image.open(shot).convert("L")
+    a, b = img.crop((0, 0, 200, 200)), img.crop((220, 0, 420, 200))
+    inked = [sum(1 for v in x.getdata() if v < 128) for x in (a, b)]
+    assert min(inked) > 500, inked  # each character is drawn
+    diff = ImageChops.difference(a, b)
+    assert sum(1 for v in diff.getdata() if v > 64) > 500  # ... as two different glyphs

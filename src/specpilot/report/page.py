@@ -18,7 +18,8 @@ from specpilot.report import sections_load as sl
 from specpilot.report import sections_ops as so
 
 CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans",sans-serif;margin:0 auto;max-width:1200px;
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","Noto Sans CJK SC","PingFang SC",
+"Microsoft YaHei","Source Han Sans SC",sans-serif;margin:0 auto;max-width:1200px;
 padding:1rem 1.5rem;color:#222;line-height:1.35}
 h1{font-size:1.5rem;margin:.2rem 0}h2{border-bottom:2px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
 h3{font-size:1rem;margin:1rem 0 .3rem}
