@@ -38,7 +38,8 @@ SITS_ON: dict[str, list[str]] = {
     "report": ["analysis", "quality"],
     "pilot": ["report"],
     "draft": ["engine", "workload", "analysis"],
-    "commands": ["pilot", "serve", "draft"],
+    "simulate": ["analysis"],  # calibrated from a pilot file's records
+    "commands": ["pilot", "serve", "draft", "simulate"],
     "cli": ["commands"],
 }
 FORBIDDEN = {("quality", "loadgen")}  # quality checks speak HTTP themselves

@@ -58,10 +58,11 @@ def workload(tmp_path_factory):
     return path
 
 
-def test_rounds_prefills_and_phase_counters_of_a_real_run(server, workload, tmp_path):
+@pytest.fixture(scope="module")
+def real_run(server, workload, tmp_path_factory):
+    """The load run written to a pilot file: (schedule, path, load result)."""
     sched = build_schedule(str(workload))
-    assert 8 <= len(sched.requests) <= 12
-    path = tmp_path / "pilot.duckdb"
+    path = tmp_path_factory.mktemp("run") / "pilot.duckdb"
     store = Store(path)
     store.add_pilot(PilotRecord("p", sched.name, {}, "", "0", 0.0, schedule=sched.to_dict()))
     store.add_arm(ArmRecord("p", "r1", "speculative", "speculative", "builtin",
@@ -76,6 +77,12 @@ def test_rounds_prefills_and_phase_counters_of_a_real_run(server, workload, tmp_
     PhaseRecorder(store, "r1", "speculative", server.scrape, durations).attach(runner)
     result = runner.run()
     store.close()
+    return sched, path, result
+
+
+def test_rounds_prefills_and_phase_counters_of_a_real_run(real_run):
+    sched, path, result = real_run
+    assert 8 <= len(sched.requests) <= 12
     assert [r.status for r in result.records] == ["ok"] * len(sched.requests), [
         r.error for r in result.records
     ]
@@ -118,6 +125,28 @@ def test_rounds_prefills_and_phase_counters_of_a_real_run(server, workload, tmp_
         assert after.kv_allocated_bytes > after.draft_kv_bytes > 0 and after.rss_bytes > 50e6
     vc = {(v.tokens, v.batch_size) for v in data.verify_costs}
     assert any(tokens == K + 1 for tokens, _ in vc)
+
+
+def test_the_simulator_calibrated_on_one_phase_predicts_the_others(real_run, capsys):
+    """Issue 23's gate on a real (tiny) run: calibrate on off_peak, predict peak and burst from
+    their measured arrivals and lengths. The figures are the result, printed; the verdict
+    must follow the rule (validated iff every gated miss is within the tolerance)."""
+    from specpilot.simulate import validate
+
+    _, path, _ = real_run
+    data = read_pilot(path)
+    v = validate(data, "speculative", ["off_peak"], ["peak", "burst"])
+    gated = [c for c in v.checks if c.gated]
+    assert len(gated) == 4 and all(c.measured and c.predicted for c in gated), v.checks
+    assert v.validated == all(abs(c.rel_error or 0) <= v.tolerance for c in gated)
+    with capsys.disabled():
+        print("\n" + v.text)
+        for c in v.checks:
+            print(f"  {c.phase:8} {c.metric:9} measured {c.measured} predicted {c.predicted}")
+    assert main(["simulate", str(path), "--arm", "speculative", "--validate",
+                 "--calibrate-on", "off_peak"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "simulation of speculative" in out and "e2e_p99" in out
 
 
 def test_the_load_command_persists_rounds_from_a_url(server, workload, tmp_path, capsys):

@@ -207,7 +207,7 @@ def test_an_arm_given_by_url_is_not_started_nor_drilled():
     remote = plans[-1]
     assert remote.url and not remote.drill and "target" in remote.unknown
     be = make_backend(remote)
-    assert be.endpoint == "http://h:1" and not be.describe()["started_by_specpilot"]
+    assert be.endpoint == "http://h:1" and not be.describe().started_by_specpilot
 
 
 def test_deep_merge_merges_named_items_and_drops():

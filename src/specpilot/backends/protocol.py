@@ -71,6 +71,7 @@ class Manifest:
     hardware: dict[str, Any]
     notes: tuple[str, ...] = ()
     created_unix: float = field(default_factory=time.time)
+    started_by_specpilot: bool = True  # False: an endpoint given by URL (someone else runs it)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(json.loads(json.dumps(asdict(self), default=str)))

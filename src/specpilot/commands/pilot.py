@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
     """What ``--dry-run`` prints: arms, references, strategies, frozen settings, commands."""
+    from specpilot.backends.llamacpp import LlamaCppBackend
     from specpilot.pilot.arms import check_one_switch, plan_arms
     from specpilot.pilot.engines import make_backend
     from specpilot.workload import build_schedule
@@ -55,7 +56,7 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
     for p in plans:
         backend = make_backend(p)
         command = backend.command() if hasattr(backend, "command") else None
-        if p.engine == "llamacpp" and p.url is None:
+        if isinstance(backend, LlamaCppBackend):
             command = backend.cfg.flags()
             _check_llamacpp(p.name, backend.cfg)
         arms.append(

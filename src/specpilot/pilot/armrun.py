@@ -14,7 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from specpilot.analysis.drill import summarize
+from specpilot.backends.protocol import Backend
 from specpilot.definitions import goodput
+from specpilot.pilot.arms import ArmPlan
+from specpilot.pilot.context import PilotContext, RunPlan
 from specpilot.pilot.drill import (
     DRILL_PHASE,
     RestartSwitch,
@@ -26,16 +29,18 @@ from specpilot.records import (
     ArmRecord,
     ChunkTiming,
     DrillRecord,
+    MetricSnapshot,
     PrefillRecord,
     RequestRecord,
     RoundRecord,
 )
+from specpilot.store import Store
 
 LOAD_STEP = "load"
 
 
 def load_config(
-    ctx: Any, run_id: str, arm: str, url: str, model: str, extras: Any, **over: Any
+    ctx: PilotContext, run_id: str, arm: str, url: str, model: str, extras: Any, **over: Any
 ) -> Any:
     """The load generator's config for one arm (the pilot's load settings)."""
     from specpilot.loadgen import LoadConfig
@@ -85,7 +90,7 @@ class ProgressSink:
         self.progress.requests(self.done, self.failed, self.total)
 
 
-def phases_left(ctx: Any, run: Any) -> list[str]:
+def phases_left(ctx: PilotContext, run: RunPlan) -> list[str]:
     """The run's measured phases that are not complete in the pilot file, in schedule order."""
     done = {
         p.phase
@@ -96,9 +101,9 @@ def phases_left(ctx: Any, run: Any) -> list[str]:
 
 
 def run_phases(
-    ctx: Any,
-    run: Any,
-    backend: Any,
+    ctx: PilotContext,
+    run: RunPlan,
+    backend: Backend,
     url: str,
     model: str,
     arm_rec: ArmRecord,
@@ -141,7 +146,7 @@ def run_phases(
     return result
 
 
-def _clear_phases(store: Any, run_id: str, phases: list[str]) -> None:
+def _clear_phases(store: Store, run_id: str, phases: list[str]) -> None:
     """Delete every per-request record of ``phases`` of a run (a cut phase's partial data)."""
     ids = [r.request_id for r in store.records("requests", run_id=run_id) if r.phase in phases]
     for rid in ids:
@@ -151,26 +156,15 @@ def _clear_phases(store: Any, run_id: str, phases: list[str]) -> None:
             store.delete(table, run_id=run_id, phase=p)
 
 
-def backend_extras(backend: Any, engine: str) -> Any:
-    if hasattr(backend, "response_extras"):
-        return backend.response_extras
-    from specpilot.backends import response_extras_for
-
-    return response_extras_for(engine)
+def backend_extras(backend: Backend, engine: str) -> Any:
+    return backend.response_extras
 
 
-def scrape_fn(backend: Any, plan: Any) -> Any:
-    if hasattr(backend, "scrape"):
-        return backend.scrape
-    from specpilot.backends import scrape_endpoint
-
-    def scrape(run_id: str, arm: str, phase: str, label: str) -> Any:
-        return scrape_endpoint(plan.engine, backend.endpoint, run_id, arm, phase, label)
-
-    return scrape
+def scrape_fn(backend: Backend, plan: ArmPlan) -> Callable[[str, str, str, str], MetricSnapshot]:
+    return backend.scrape
 
 
-def baseline_goodput(ctx: Any, phase: str) -> float | None:
+def baseline_goodput(ctx: PilotContext, phase: str) -> float | None:
     """Goodput of the baseline arm's first run in ``phase`` (the drill's recovery target)."""
     base = next((a for a in ctx.plans if a.role == "baseline"), None)
     if base is None:
@@ -184,7 +178,9 @@ def baseline_goodput(ctx: Any, phase: str) -> float | None:
     return goodput(recs, info.duration_s)
 
 
-def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) -> DrillRecord:
+def run_drill(
+    ctx: PilotContext, run: RunPlan, holder: dict[str, Any], url: str, model: str
+) -> DrillRecord:
     """Replay the drill phase; switch speculation off after ``switch_after_s``, on again after
     ``hold_s``; summarise from the drill phase's records."""
     from specpilot.loadgen import LoadRunner
@@ -295,7 +291,7 @@ def run_drill(ctx: Any, run: Any, holder: dict[str, Any], url: str, model: str) 
     return rec
 
 
-def not_drilled(run_id: str, plan: Any) -> DrillRecord:
+def not_drilled(run_id: str, plan: ArmPlan) -> DrillRecord:
     """The record of a candidate arm the pilot did not drill, saying why."""
     if plan.url is not None:
         return not_possible(
@@ -319,7 +315,13 @@ def _wait_for(get: Callable[[], float | None], timeout_s: float = 60.0) -> float
     return value
 
 
-def _snapshot(ctx: Any, scrape: Any, run_id: str, arm: str, label: str) -> None:
+def _snapshot(
+    ctx: PilotContext,
+    scrape: Callable[[str, str, str, str], MetricSnapshot],
+    run_id: str,
+    arm: str,
+    label: str,
+) -> None:
     try:
         ctx.store.add_snapshots([scrape(run_id, arm, DRILL_PHASE, label)])
     except Exception:  # a failed scrape does not stop the drill

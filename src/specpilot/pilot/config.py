@@ -299,7 +299,7 @@ class PilotConfig(_Model):
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
-    def arm(self, name: str) -> Any:
+    def arm(self, name: str) -> Arm:
         for a in self.arms:
             if a.name == name:
                 return a

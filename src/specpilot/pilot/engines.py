@@ -18,11 +18,14 @@ what is unknown, counters only if its engine's ``/metrics`` parser is known, no 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specpilot.backends.protocol import Backend, Manifest
 from specpilot.pilot.arms import ArmPlan
+from specpilot.records import MetricSnapshot, ResponseExtras
 
 
 def _builtin_args(o: Any, dtype: str | None) -> list[str]:
@@ -56,7 +59,7 @@ def make_backend(
     llamacpp_draft: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
     port: int | None = None,
-) -> Any:
+) -> Backend:
     """The backend of an arm (not started). ``dtype`` pins the builtin engine's weight format
     (every arm of a pilot uses the first arm's choice); ``llamacpp_draft`` is the GGUF file a
     ``shipped:`` draft was exported to; ``overrides`` replace option fields (the alternative's
@@ -171,12 +174,44 @@ class Endpoint:
     def stop(self) -> None:
         return None
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "engine": self.plan.engine,
-            "endpoint": self.endpoint,
-            "started_by_specpilot": False,
-            "unknown": list(self.plan.unknown),
-            "note": "given by URL: model files, flags and the speculative config behind it are "
-            "not known to specpilot; it cannot be restarted, so it cannot be drilled",
-        }
+    def __post_init__(self) -> None:
+        self.name = self.plan.engine
+
+    def kill(self) -> None:
+        from specpilot.backends.protocol import BackendError
+
+        raise BackendError(f"{self.endpoint} is not run by specpilot: it cannot be killed")
+
+    def describe(self) -> Manifest:
+        from specpilot.backends.facts import hardware_info
+
+        return Manifest(
+            engine=self.plan.engine,
+            engine_version="unknown",
+            endpoint=self.endpoint,
+            models=(),
+            tokenizer_sha256=None,
+            launch=(),
+            speculative={"known": False, "unknown": list(self.plan.unknown)},
+            hardware={"client": hardware_info(), "server": "unknown"},
+            notes=(
+                "given by URL: model files, flags and the speculative config behind it are "
+                "not known to specpilot; it cannot be restarted, so it cannot be drilled",
+            ),
+            started_by_specpilot=False,
+        )
+
+    def scrape(
+        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
+    ) -> MetricSnapshot:
+        """The engine's own /metrics when it has them (``openai``: nothing to read)."""
+        from specpilot.backends import scrape_endpoint
+
+        return scrape_endpoint(self.plan.engine, self.endpoint, run_id, arm, phase, label)
+
+    def response_extras(
+        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> ResponseExtras:
+        from specpilot.backends import response_extras_for
+
+        return response_extras_for(self.plan.engine)(obj, headers)

@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.pilot.arms import ArmPlan
+from specpilot.pilot.config import PilotConfig
+from specpilot.pilot.gates import Gates
+from specpilot.pilot.progress import PilotProgress
+from specpilot.store import Store
 
 
 def pairs(plans: list[ArmPlan]) -> list[tuple[str, str]]:
@@ -19,7 +23,7 @@ def pairs(plans: list[ArmPlan]) -> list[tuple[str, str]]:
     return [(p.reference, p.name) for p in plans if p.reference is not None]
 
 
-def cross_arm(store: Any, gates: Any, plans: list[ArmPlan], progress: Any) -> None:
+def cross_arm(store: Store, gates: Gates, plans: list[ArmPlan], progress: PilotProgress) -> None:
     progress.step("all arms", "quality checks and greedy consistency across arms")
     data = store.read()
     quality, consistency = gates.cross_arm(data, pairs(plans))
@@ -29,7 +33,9 @@ def cross_arm(store: Any, gates: Any, plans: list[ArmPlan], progress: Any) -> No
     store.add_consistency(consistency)
 
 
-def report(path: Path, out_dir: Path, cfg: Any, progress: Any) -> tuple[dict[str, Path], Any]:
+def report(
+    path: Path, out_dir: Path, cfg: PilotConfig, progress: PilotProgress
+) -> tuple[dict[str, Path], dict[str, Any]]:
     """Analyse the pilot file and write the report next to it; returns (files, document)."""
     from specpilot.report import build_report
     from specpilot.store import read_pilot

@@ -12,21 +12,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specpilot.pilot.config import PilotConfig
 from specpilot.records import ArmRecord, CompatRecord, OutputRecord, PilotData
+from specpilot.workload.config import WorkloadConfig
 
 
 class Gates:
-    def __init__(self, cfg: Any, base_dir: Path) -> None:
+    def __init__(self, cfg: PilotConfig, base_dir: Path) -> None:
         from specpilot.quality.recheck import resolve_groups
 
         self.cfg = cfg.quality
         self.compat_features = cfg.compat.features
-        workload = cfg.workload
-        if isinstance(workload, str):
+        workload: WorkloadConfig | dict[str, Any]
+        if isinstance(cfg.workload, str):
             from specpilot.workload.config import load_workload
 
-            base_dir = Path(workload).parent
-            workload = load_workload(workload)
+            base_dir = Path(cfg.workload).parent
+            workload = load_workload(cfg.workload)
+        else:
+            workload = cfg.workload
         self.base_dir = base_dir
         self.groups = resolve_groups(workload, base_dir)
         self.task_groups = _task_groups(workload, base_dir)
@@ -40,21 +44,21 @@ class Gates:
             self._plan = plan_quality(self.task_groups, self.cfg)
         return self._plan
 
-    def compat(self, backend: Any, url: str, model: str, run: Any) -> list[CompatRecord]:
+    def compat(self, url: str, model: str, rec: ArmRecord) -> list[CompatRecord]:
         from specpilot.quality.compat import FEATURES, run_compat
 
         features = self.compat_features or FEATURES
-        return run_compat(url, arm=run.arm.name, run_id=run.run_id, model=model, features=features)
+        return run_compat(url, arm=rec.arm, run_id=rec.run_id, model=model, features=features)
 
-    def quality_pass(self, url: str, model: str, run: Any, rec: ArmRecord) -> list[OutputRecord]:
+    def quality_pass(self, url: str, model: str, rec: ArmRecord) -> list[OutputRecord]:
         from specpilot.quality.runner import run_quality_pass
 
         return run_quality_pass(
             url,
             model,
             self.plan(),
-            arm=run.arm.name,
-            run_id=run.run_id,
+            arm=rec.arm,
+            run_id=rec.run_id,
             manifest_sha256=rec.manifest_sha256,
             cfg=self.cfg,
         )

@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from specpilot.pilot.context import PilotContext, RunPlan
 from specpilot.pilot.steps import ArmSteps
 
 
@@ -43,7 +44,7 @@ def design_note(arms: Sequence[str], phases: Sequence[str]) -> str:
 class Interleaved:
     """Runs one repetition's runs interleaved (module docstring)."""
 
-    def __init__(self, pilot: Any, runs: Sequence[Any]) -> None:
+    def __init__(self, pilot: PilotContext, runs: Sequence[RunPlan]) -> None:
         self.p = pilot
         self.runs = list(runs)
         self.failed: list[str] = []
@@ -66,13 +67,13 @@ class Interleaved:
 
     def run(self) -> list[str]:
         p = self.p
-        self.steps = [ArmSteps(p, r, p._arm_record(r)) for r in self.runs]
+        self.steps = [ArmSteps(p, r, p.arm_record(r)) for r in self.runs]
         self.steps = [s for s in self.steps if s.rec.status != "complete"]
         try:
             for s in list(self.steps):  # one at a time: each cold start on an idle machine
                 self._each([s], "start")
                 if s in self.steps:
-                    p.snapshot_at_start(s)
+                    p.snapshot_at_start(s.run, s.holder["backend"])
             phases = [ph.name for ph in p.schedule.phases if not ph.warmup]
             names = [s.run.arm.name for s in self.steps]
             for phase, order in phase_orders(names, phases):
@@ -81,7 +82,7 @@ class Interleaved:
             self._each(self.steps, "finish")
         except KeyboardInterrupt:
             for s in self.steps:
-                latest = p._arm_record(s.run)
+                latest = p.arm_record(s.run)
                 if latest.status != "complete":
                     p.store.add_arm(dataclasses.replace(latest, status="interrupted"))
             raise

@@ -26,20 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.config import PilotConfig, PilotConfigError
+from specpilot.pilot.context import RunPlan
+from specpilot.pilot.gates import Gates
 from specpilot.pilot.progress import PilotProgress
 from specpilot.records import ArmRecord, PilotRecord
-
-
-@dataclass
-class RunPlan:
-    """One execution of one arm: the unit the pilot file records (``run_id``)."""
-
-    arm: ArmPlan
-    repetition: int
-    order: int
-    run_id: str
+from specpilot.store import Store
+from specpilot.workload import Schedule
 
 
 @dataclass
@@ -78,7 +73,13 @@ def run_order(plans: list[ArmPlan], repetitions: int, pilot_id: str) -> list[Run
 
 
 class Pilot:
-    """Runs a validated :class:`PilotConfig` into ``out_dir`` (pilot.duckdb + the report)."""
+    """Runs a validated :class:`PilotConfig` into ``out_dir`` (pilot.duckdb + the report); the
+    ``PilotContext`` its arms' steps call (``schedule``, ``store`` and ``gates`` are set by
+    ``run``)."""
+
+    schedule: Schedule
+    store: Store
+    gates: Gates
 
     def __init__(
         self,
@@ -100,13 +101,10 @@ class Pilot:
         self.vllm_models: dict[str, dict[str, str]] = {}  # arm -> model / draft HF directories
         self.durations: list[float] = []
         self.plans: list[ArmPlan] = []
-        self.schedule: Any = None
-        self.store: Any = None
         self.overrides: dict[str, dict[str, Any]] = {}
-        self.gates: Any = None
 
     # -- planning ------------------------------------------------------------------------
-    def prepare(self) -> tuple[list[ArmPlan], Any]:
+    def prepare(self) -> tuple[list[ArmPlan], Schedule]:
         """Check the arms (R6) and build the schedule; export drafts llama.cpp needs."""
         from specpilot.workload import build_schedule
 
@@ -152,7 +150,8 @@ class Pilot:
         """Seconds left: the mean measured arm so far, else a guess from the schedule."""
         if self.durations:
             return sum(self.durations) / len(self.durations) * remaining
-        planned = sum(p.duration_s for p in self.schedule.phases) if self.schedule else 60.0
+        schedule = getattr(self, "schedule", None)
+        planned = sum(p.duration_s for p in schedule.phases) if schedule else 60.0
         return (30.0 + 1.5 * planned) * remaining
 
     # -- running -------------------------------------------------------------------------
@@ -188,7 +187,7 @@ class Pilot:
             failed_arms=failed,
         )
 
-    def _open_pilot(self, store: Any) -> PilotRecord:
+    def _open_pilot(self, store: Store) -> PilotRecord:
         """A new pilot record, or the existing one when resuming the same config."""
         from specpilot import __version__
         from specpilot.backends.facts import hardware_facts
@@ -251,7 +250,7 @@ class Pilot:
             )
         return notes
 
-    def _check_models_unchanged(self, store: Any) -> None:
+    def _check_models_unchanged(self, store: Store) -> None:
         changed = target_changed(store.records("arms"), self.plans)
         if changed:
             raise PilotConfigError(
@@ -273,23 +272,20 @@ class Pilot:
         """The arm's run as failed, with the error, in the pilot file and on the terminal."""
         err = f"{type(exc).__name__}: {exc}"
         self.progress.note(f"arm {run.arm.name} failed: {err}")
-        latest = self._arm_record(run)
+        latest = self.arm_record(run)
         self.store.add_arm(
             dataclasses.replace(
                 latest, status="failed", error=err[:2000], finished_unix=time.time()
             )
         )
 
-    def snapshot_at_start(self, steps: Any) -> None:
+    def snapshot_at_start(self, run: RunPlan, backend: Backend) -> None:
         """Counters and memory of a freshly started arm (the derived alternative reads the
         draft's memory from it before the arm has served a phase)."""
         from specpilot.pilot.armrun import scrape_fn
 
-        run = steps.run
         try:
-            snap = scrape_fn(steps.holder["backend"], run.arm)(
-                run.run_id, run.arm.name, "start", "after"
-            )
+            snap = scrape_fn(backend, run.arm)(run.run_id, run.arm.name, "start", "after")
         except Exception:  # a failed scrape only costs the figure
             return
         self.store.add_snapshots([snap])
@@ -297,14 +293,14 @@ class Pilot:
     def _run_sequential(self, runs: list[RunPlan]) -> list[str]:
         failed: list[str] = []
         for i, run in enumerate(runs):
-            rec = self._arm_record(run)
+            rec = self.arm_record(run)
             if rec.status == "complete":
                 continue
             t0 = time.perf_counter()
             try:
                 self._run_arm(run, rec)
             except KeyboardInterrupt:  # the steps finished so far stay done (latest record)
-                latest = self._arm_record(run)
+                latest = self.arm_record(run)
                 self.store.add_arm(dataclasses.replace(latest, status="interrupted"))
                 raise
             except Exception as exc:  # one arm failing does not lose the others
@@ -322,7 +318,7 @@ class Pilot:
         overrides: dict[str, Any] | None = None,
         port: int | None = None,
         plain: bool = False,
-    ) -> Any:
+    ) -> Backend:
         """The arm's backend; ``plain`` is the same engine with speculation off (the drill's
         restart), on ``port`` so clients keep their endpoint."""
         from specpilot.pilot.engines import make_backend
@@ -347,7 +343,9 @@ class Pilot:
         self.overrides[plan.name] = over
         return over
 
-    def manifest(self, backend: Any, plan: ArmPlan, overrides: dict[str, Any]) -> dict[str, Any]:
+    def manifest(
+        self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
+    ) -> dict[str, Any]:
         """The backend's description plus the frozen settings (R6) and the manifest's hash.
 
         The strategy the engine reports must be the one the config asked for: a builtin server
@@ -391,7 +389,7 @@ class Pilot:
 
         ArmSteps(self, run, rec).execute()
 
-    def _arm_record(self, run: RunPlan) -> ArmRecord:
+    def arm_record(self, run: RunPlan) -> ArmRecord:
         found = self.store.records("arms", run_id=run.run_id)
         if found:
             return found[0]
@@ -443,7 +441,7 @@ def plain_overrides(plan: ArmPlan) -> dict[str, Any]:
     return {"draft": None, "speculative_config": None}
 
 
-def derive_kv_slots(store: Any, plan: ArmPlan, plans: list[ArmPlan]) -> dict[str, Any]:
+def derive_kv_slots(store: Store, plan: ArmPlan, plans: list[ArmPlan]) -> dict[str, Any]:
     """The alternative's ``max_slots``: its own plus the target KV slots the matched arm's
     draft memory (weights + KV) would buy, from that arm's scraped memory."""
     matched = plan.budget.matched_against

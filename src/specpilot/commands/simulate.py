@@ -1,0 +1,126 @@
+"""``specpilot simulate PILOT.duckdb``: the calibrated serving simulator (past the pilot's machine).
+
+Calibrates an arm's step, prefill and overhead costs and its per-group committed tokens per
+round from the pilot file, then:
+
+- ``--validate``: calibrates on ``--calibrate-on`` phases and predicts the others from their
+  measured arrivals and lengths, next to what was measured (the gate: p50 / p99 E2E within
+  15%); a simulation that misses it says NOT validated, and is no evidence.
+- ``--rate R [R ...]``: Poisson arrivals at each rate, prompts and outputs resampled from the
+  arm's measured requests; ``--replicas N`` behind ``--router`` round_robin | least_loaded.
+- ``--baseline B``: also the baseline arm, and where the candidate's p50 E2E stops beating it
+  over the rates (over 5 seeds: the bracket is the interval).
+
+Every figure names its profile: the pilot, the arm, the phases and the CPU it was measured on.
+
+    specpilot simulate runs/x/pilot.duckdb --arm speculative --validate
+    specpilot simulate runs/x/pilot.duckdb --arm speculative --baseline baseline --rate 0.5 1 2 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="calibrated serving simulation: validation, other rates, replicas, crossover",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("pilot", help="pilot file (pilot.duckdb)")
+    p.add_argument("--arm", default=None, help="arm to simulate (default: the speculative arm)")
+    p.add_argument("--baseline", default=None, help="also simulate this arm; print the crossover")
+    p.add_argument("--validate", action="store_true", help="the validation gate")
+    p.add_argument("--calibrate-on", nargs="+", default=None, help="phases to calibrate on")
+    p.add_argument("--rate", nargs="+", type=float, default=None, help="Poisson rates (req/s)")
+    p.add_argument("--requests", type=int, default=2000, help="requests per simulated rate")
+    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--router", default="round_robin", choices=["round_robin", "least_loaded"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def _arm(data: Any, name: str | None, role: str) -> str:
+    from specpilot.errors import ConfigError
+
+    names = [a.arm for a in data.arms]
+    if name is not None:
+        if name not in names:
+            raise ConfigError(f"no arm {name!r} in the pilot", fix=f"one of {', '.join(names)}")
+        return name
+    rec = next((a for a in data.arms if a.role == role), None)
+    if rec is None:
+        raise ConfigError(f"the pilot has no {role} arm", fix=f"name one: --arm {names[0]}")
+    return rec.arm
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from specpilot.errors import ConfigError
+    from specpilot.simulate import calibrate, crossover, measured, poisson_workload, predict
+    from specpilot.simulate import validate as gate
+    from specpilot.store import read_pilot
+
+    data = read_pilot(args.pilot)
+    arm = _arm(data, args.arm, "speculative")
+    order = [p["name"] for p in (data.pilot.schedule or {}).get("phases", [])]
+    mine = {p.phase for p in data.phases if p.arm == arm and not p.warmup and p.phase != "drill"}
+    phases = [p for p in order if p in mine] + sorted(mine - set(order))  # the schedule's order
+    if not phases:
+        raise ConfigError(f"arm {arm!r} has no measured phases in {args.pilot}")
+    out: dict[str, Any] = {"arm": arm}
+    if args.validate:
+        cal = args.calibrate_on or phases[:1]
+        bad = [p for p in cal if p not in phases]
+        if bad:
+            raise ConfigError(f"--calibrate-on {bad}: not phases of {arm}", fix=", ".join(phases))
+        rest = [p for p in phases if p not in cal]
+        if not rest:
+            raise ConfigError("--validate needs a phase to predict", fix="calibrate on fewer")
+        v = gate(data, arm, cal, rest, seed=args.seed)
+        out["validation"] = v.to_dict()
+        if not args.json:
+            print(v.text)
+            print(f"  profile: {v.profile}")
+            print(f"  {'phase':<10}{'metric':<10}{'measured':>10}{'predicted':>11}{'error':>8}")
+            for c in v.checks:
+                err = "n/a" if c.rel_error is None else f"{c.rel_error:+.0%}"
+                m = "n/a" if c.measured is None else f"{c.measured:.3g}"
+                pr = "n/a" if c.predicted is None else f"{c.predicted:.3g}"
+                print(
+                    f"  {c.phase:<10}{c.metric:<10}{m:>10}{pr:>11}{err:>8}{'' if c.gated else '  (not gated)'}"
+                )
+    if args.rate:
+        costs = calibrate(data, arm, args.calibrate_on)
+        template, _ = measured(data, arm, phases[-1])
+        rows = []
+        for rate in args.rate:
+            w = poisson_workload(template, rate, args.requests, np.random.default_rng(args.seed))
+            f = predict(costs, w, seed=args.seed, replicas=args.replicas, router=args.router)
+            rows.append({"rate": rate, **f.to_dict()})
+        out["what_if"] = {"profile": costs.profile, "replicas": args.replicas, "rows": rows}
+        if not args.json:
+            print(f"{arm} simulated ({costs.profile}; {args.replicas} replica(s), {args.router}):")
+            for r in rows:
+                print(
+                    f"  {r['rate']:>7.3g} req/s  E2E p50 {r['e2e_p50'] or float('nan'):.3g} s"
+                    f"  p99 {r['e2e_p99'] or float('nan'):.3g} s  TTFT p50 "
+                    f"{r['ttft_p50'] or float('nan'):.3g} s  goodput {r['goodput']:.3g}/s"
+                )
+        if args.baseline:
+            base = calibrate(data, _arm(data, args.baseline, "baseline"), args.calibrate_on)
+            x = crossover(base, costs, template, args.rate, n=args.requests)
+            out["crossover"] = {"text": x.text, "bracket": x.bracket, "ratio_p50": x.ratio_p50}
+            if not args.json:
+                print(x.text + " (simulated: trust it only where --validate passes)")
+    if not args.validate and not args.rate:
+        raise ConfigError("nothing to simulate", fix="add --validate and/or --rate R ...")
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    return 0

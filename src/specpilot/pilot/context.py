@@ -1,0 +1,58 @@
+"""The pilot seam, typed: what one arm's steps (``steps``, ``armrun``, ``interleave``) call on
+the pilot that runs them (``runner.Pilot`` is the one implementation; mypy checks it against
+``PilotContext``), and the unit of execution, ``RunPlan``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from specpilot.backends.protocol import Backend
+from specpilot.pilot.arms import ArmPlan
+from specpilot.pilot.config import PilotConfig
+from specpilot.pilot.gates import Gates
+from specpilot.pilot.progress import PilotProgress
+from specpilot.records import ArmRecord
+from specpilot.store import Store
+from specpilot.workload import Schedule
+
+
+@dataclass
+class RunPlan:
+    """One execution of one arm: the unit the pilot file records (``run_id``)."""
+
+    arm: ArmPlan
+    repetition: int
+    order: int
+    run_id: str
+
+
+class PilotContext(Protocol):
+    cfg: PilotConfig
+    store: Store
+    schedule: Schedule
+    progress: PilotProgress
+    plans: list[ArmPlan]
+    gates: Gates
+    admin_token: str
+
+    def backend_for(
+        self,
+        plan: ArmPlan,
+        *,
+        overrides: dict[str, Any] | None = None,
+        port: int | None = None,
+        plain: bool = False,
+    ) -> Backend: ...
+
+    def derived_overrides(self, plan: ArmPlan) -> dict[str, Any]: ...
+
+    def manifest(
+        self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    def record_failure(self, run: RunPlan, exc: BaseException) -> None: ...
+
+    def arm_record(self, run: RunPlan) -> ArmRecord: ...
+
+    def snapshot_at_start(self, run: RunPlan, backend: Backend) -> None: ...

@@ -1,0 +1,201 @@
+"""The simulator's cost model, calibrated from a pilot file: what one engine step, one prefill
+and the time outside the engine cost for an arm, and how many tokens a speculative round
+commits, per task group. Every fit carries its error and the points it came from.
+
+- step time(b): one decode step (a plain token, or a whole speculative round: draft, verify,
+  overhead) at b requests decoding. Each request's round rows give its round time x its mean
+  batch size (the rows hold the request's batch share); a least-squares line in b.
+- prefill time(n): the prefill records (the target's and the draft's, each row's share of its
+  batch) against prompt tokens; for engines without them, the server's own prefill timings.
+- overhead: the time a served request spends outside the engine (client, HTTP, tokenizer),
+  the 10th percentile of E2E - (prefill + decode) over ok requests that report both (the low
+  end: queueing is the simulator's to add, not the overhead's).
+- committed tokens per round, per task group: the measured histogram of accepted drafts
+  (``RequestRounds.accepted_hist``: P(a = j), committed j + 1), never an i.i.d. alpha; an arm
+  without a histogram (llama.cpp totals) commits its mean tokens per decode step.
+
+    >>> f = fit_linear(np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.12, 0.14]))
+    >>> round(f(4), 3), f.rel_rmse < 1e-9
+    (0.16, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specpilot.errors import ConfigError
+from specpilot.records import DRILL_PHASE, PilotData, RequestRounds
+
+
+@dataclass(frozen=True)
+class Linear:
+    """y = a + b x over the points it was fitted on (``x_range``); ``rel_rmse``: the fit's
+    root-mean-square error relative to the mean of y."""
+
+    a: float
+    b: float
+    n: int
+    rel_rmse: float
+    x_range: tuple[float, float]
+
+    def __call__(self, x: float) -> float:
+        return max(0.0, self.a + self.b * x)
+
+
+def fit_linear(x: np.ndarray, y: np.ndarray) -> Linear:
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) == 0:
+        raise ValueError("no points to fit")
+    if len(np.unique(x)) < 2:
+        a, b = float(np.mean(y)), 0.0
+    else:
+        b, a = (float(v) for v in np.polyfit(x, y, 1))
+    resid = y - (a + b * x)
+    mean = float(np.mean(y)) or 1.0
+    rel = float(np.sqrt(np.mean(resid**2)) / abs(mean))
+    return Linear(a, b, len(x), rel, (float(x.min()), float(x.max())))
+
+
+@dataclass(frozen=True)
+class ArmCosts:
+    arm: str
+    engine: str
+    step: Linear
+    prefill: Linear
+    overhead_s: float
+    slots: int
+    k: int | None  # drafts per speculative round (None: plain)
+    # task group -> (committed tokens per round, their probabilities); "*" pools every group
+    committed: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    phases: tuple[str, ...] = ()
+    profile: str = ""  # where the figures come from (file, arm, phases, CPU)
+
+    def mean_committed(self, group: str) -> float:
+        v, p = self.committed.get(group) or self.committed.get("*") or (np.ones(1), np.ones(1))
+        return float(np.dot(v, p))
+
+
+def _slots(data: PilotData, arm: str) -> int:
+    from specpilot.analysis.capacity import target_slots
+
+    rec = next((a for a in data.arms if a.arm == arm), None)
+    return target_slots(rec) or 1
+
+
+def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) -> ArmCosts:
+    """The arm's costs from its measured requests of ``phases`` (None: every measured phase)."""
+    rec = next((a for a in data.arms if a.arm == arm), None)
+    if rec is None:
+        raise ConfigError(f"no arm {arm!r} in the pilot ({', '.join(a.arm for a in data.arms)})")
+    wanted = (
+        set(phases) if phases else {p.phase for p in data.phases if p.arm == arm and not p.warmup}
+    )
+    wanted.discard(DRILL_PHASE)
+    rr = [r for r in data.request_rounds if r.arm == arm and r.phase in wanted and r.rounds > 0]
+    if not rr:
+        raise ConfigError(f"arm {arm!r} has no round records in phases {sorted(wanted)}")
+    x = np.array([r.mean_batch_size for r in rr])
+    y = np.array(
+        [(r.draft_s + r.verify_s + r.overhead_s) / r.rounds * r.mean_batch_size for r in rr]
+    )
+    step = fit_linear(x, y)
+    pre = [p for p in data.prefills if p.arm == arm and p.phase in wanted]
+    if pre:
+        # a batched prefill's rows each carry the batch's time: a request's share is 1/batch
+        prefill = fit_linear(
+            np.array([p.prompt_tokens for p in pre]),
+            np.array([(p.target_s + p.draft_s) / max(1, p.batch_size) for p in pre]),
+        )
+    else:
+        reqs = [
+            q for q in data.requests
+            if q.arm == arm and q.phase in wanted and q.prefill_s is not None and q.prompt_tokens
+        ]  # fmt: skip
+        prefill = (
+            fit_linear(
+                np.array([q.prompt_tokens for q in reqs]), np.array([q.prefill_s for q in reqs])
+            )
+            if reqs
+            else Linear(0.0, 0.0, 0, float("nan"), (0.0, 0.0))
+        )
+    ok = [
+        q for q in data.requests
+        if q.arm == arm and q.phase in wanted and q.status == "ok" and not q.warmup
+        and q.sent_t is not None and q.done_t is not None
+    ]  # fmt: skip
+    by_id = {r.request_id: r for r in rr}
+    resid = []
+    for q in ok:
+        r = by_id.get(q.request_id)
+        engine = q.prefill_s if q.prefill_s is not None else None
+        decode = q.decode_s
+        if r is not None and decode is None:
+            decode = (r.draft_s + r.verify_s + r.overhead_s) * r.mean_batch_size
+        if engine is None:
+            engine = prefill(q.prompt_tokens or 0)
+        if decode is not None and q.done_t is not None and q.sent_t is not None:
+            resid.append(q.done_t - q.sent_t - engine - decode)
+    overhead = max(0.0, float(np.percentile(resid, 10))) if resid else 0.0
+    spec = [r for r in rr if r.proposed > 0]
+    k = (
+        round(sum(r.proposed for r in spec) / max(1, sum(r.spec_rounds for r in spec)))
+        if spec
+        else None
+    )
+    committed = _committed(spec, [r for r in rr if r.proposed == 0])
+    cpu = data.pilot.hardware.cpu_model if data.pilot.hardware else "unknown CPU"
+    profile = f"pilot {data.pilot.pilot_id}, arm {arm}, phases {', '.join(sorted(wanted))}, {cpu}"
+    return ArmCosts(
+        arm, rec.engine, step, prefill, overhead, _slots(data, arm), k or None, committed,
+        tuple(sorted(wanted)), profile,
+    )  # fmt: skip
+
+
+def _committed(
+    spec: list[RequestRounds], plain: list[RequestRounds]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    groups = [*sorted({r.task_group for r in spec}), "*"]
+    for g in groups:
+        mine = [r for r in spec if g == "*" or r.task_group == g]
+        hist = [r.accepted_hist for r in mine if r.accepted_hist]
+        if hist:
+            width = max(len(h) for h in hist)
+            h = np.zeros(width)
+            for one in hist:
+                h[: len(one)] += one
+            if h.sum() > 0:
+                out[g] = (np.arange(1, width + 1, dtype=float), h / h.sum())
+                continue
+        rounds = sum(r.rounds for r in mine)
+        if rounds:  # totals only: the mean tokens per decode step
+            out[g] = (np.array([sum(r.committed for r in mine) / rounds]), np.ones(1))
+    if not spec and plain:
+        out["*"] = (np.ones(1), np.ones(1))
+    return out
+
+
+def rounds_needed(
+    tokens: np.ndarray, values: np.ndarray, probs: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Decode steps to commit ``tokens`` (after the prefill's first token) when each step
+    commits one of ``values`` with ``probs`` (a single value: deterministic)."""
+    need = np.maximum(np.asarray(tokens, dtype=np.int64), 0)
+    out = np.zeros(len(need), dtype=np.int64)
+    if len(values) == 1:
+        return np.ceil(need / float(values[0])).astype(np.int64)
+    top = int(need.max()) if len(need) else 0
+    if top == 0:
+        return out
+    chunk = max(1, 20_000_000 // top)
+    for s in range(0, len(need), chunk):
+        n = need[s : s + chunk]
+        draws = rng.choice(values.astype(np.int64), size=(len(n), top), p=probs)
+        total = np.cumsum(draws, axis=1)
+        out[s : s + chunk] = np.where(n > 0, np.argmax(total >= n[:, None], axis=1) + 1, 0)
+    return out

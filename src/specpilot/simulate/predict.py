@@ -1,0 +1,249 @@
+"""Predictions from a calibrated arm: replay a pilot phase, scale it to another rate, or run it
+on N replicas; the validation gate; the crossover between two arms.
+
+The validation gate (``validate``): calibrate on some of the pilot's phases, replay the others'
+measured arrivals, prompts and output lengths through the simulator, and compare p50 / p99 of
+E2E and TTFT and the goodput with what was measured. Within ``tolerance`` (15%) on p50 and p99
+E2E the arm's simulation is *validated*; otherwise it is reported as not validated with its
+misses, and nothing downstream may use it as evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from specpilot.errors import ConfigError
+from specpilot.records import PilotData
+from specpilot.simulate.costs import ArmCosts, calibrate, rounds_needed
+from specpilot.simulate.engine import simulate
+
+TOLERANCE = 0.15
+
+
+@dataclass
+class Workload:
+    """Requests to simulate: arrival (s from the start), prompt and output tokens, task group,
+    deadline and TTFT SLO (NaN: none)."""
+
+    arrival_t: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    group: np.ndarray
+    deadline_s: np.ndarray
+    ttft_slo_s: np.ndarray
+    duration_s: float
+
+    def __len__(self) -> int:
+        return len(self.arrival_t)
+
+
+@dataclass(frozen=True)
+class Figures:
+    requests: int
+    ok: int
+    e2e_p50: float | None
+    e2e_p99: float | None
+    ttft_p50: float | None
+    ttft_p99: float | None
+    goodput: float  # on-time completions per second of the workload's duration
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _q(x: np.ndarray, q: float) -> float | None:
+    x = x[np.isfinite(x)]
+    return float(np.quantile(x, q)) if len(x) else None
+
+
+def figures(w: Workload, ok: np.ndarray, e2e: np.ndarray, ttft: np.ndarray) -> Figures:
+    on_time = (
+        ok
+        & (np.isnan(w.deadline_s) | (e2e <= w.deadline_s))
+        & (np.isnan(w.ttft_slo_s) | (ttft <= w.ttft_slo_s))
+    )
+    e, t = np.where(ok, e2e, np.inf), np.where(ok, ttft, np.inf)
+    return Figures(
+        len(w), int(ok.sum()), _q(e, 0.5), _q(e, 0.99), _q(t, 0.5), _q(t, 0.99),
+        float(on_time.sum() / w.duration_s) if w.duration_s > 0 else 0.0,
+    )  # fmt: skip
+
+
+def measured(data: PilotData, arm: str, phase: str) -> tuple[Workload, Figures]:
+    """The phase as the arm saw it: its requests' arrivals and lengths, and the figures."""
+    reqs = [
+        r for r in data.requests
+        if r.arm == arm and r.phase == phase and not r.warmup and r.status != "not_sent"
+    ]  # fmt: skip
+    if not reqs:
+        raise ConfigError(f"arm {arm!r} has no requests in phase {phase!r}")
+    reqs.sort(key=lambda r: r.scheduled_t)
+    t0 = min(r.scheduled_t for r in reqs)
+    info = next((p for p in data.phases if p.arm == arm and p.phase == phase), None)
+    duration = info.planned_end_s - info.planned_start_s if info is not None else 0.0
+
+    def col(name: str) -> np.ndarray:
+        return np.array([np.nan if getattr(r, name) is None else getattr(r, name) for r in reqs])
+
+    w = Workload(
+        np.array([r.scheduled_t - t0 for r in reqs]),
+        np.nan_to_num(col("prompt_tokens")).astype(np.int64),
+        np.nan_to_num(col("output_tokens"), nan=1).astype(np.int64),
+        np.array([r.task_group for r in reqs], dtype=object),
+        col("deadline_s"),
+        col("ttft_slo_s"),
+        duration or float(max(r.scheduled_t for r in reqs) - t0) or 1.0,
+    )
+    ok = np.array([r.status == "ok" for r in reqs])
+    sent = col("sent_t")
+    e2e = col("done_t") - sent
+    ttft = col("first_content_t") - sent
+    return w, figures(w, ok, np.nan_to_num(e2e, nan=np.inf), np.nan_to_num(ttft, nan=np.inf))
+
+
+def predict(
+    costs: ArmCosts, w: Workload, *, seed: int = 0, replicas: int = 1, router: str = "round_robin",
+    queue_timeout_s: float = float("inf"),
+) -> Figures:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    steps = np.zeros(len(w), dtype=np.int64)
+    for g in np.unique(w.group):
+        sel = w.group == g
+        v, p = costs.committed.get(str(g)) or costs.committed["*"]
+        steps[sel] = rounds_needed(w.output_tokens[sel] - 1, v, p, rng)
+    r = simulate(
+        w.arrival_t, w.prompt_tokens, steps, step_s=costs.step, prefill_s=costs.prefill,
+        slots=costs.slots, replicas=replicas, router=router, queue_timeout_s=queue_timeout_s,
+        overhead_s=costs.overhead_s,
+    )  # fmt: skip
+    return figures(w, r.ok, r.e2e, r.ttft)
+
+
+@dataclass(frozen=True)
+class Check:
+    phase: str
+    metric: str
+    measured: float | None
+    predicted: float | None
+    rel_error: float | None
+    gated: bool  # part of the gate (p50 and p99 E2E)
+    within: bool | None
+
+
+@dataclass(frozen=True)
+class Validation:
+    arm: str
+    calibrated_on: tuple[str, ...]
+    predicted_on: tuple[str, ...]
+    tolerance: float
+    checks: tuple[Check, ...]
+    validated: bool
+    profile: str
+
+    @property
+    def text(self) -> str:
+        gated = [c for c in self.checks if c.gated and c.rel_error is not None]
+        worst = max(gated, key=lambda c: abs(c.rel_error or 0), default=None)
+        miss = (
+            f"; largest miss {worst.metric} at {worst.phase}: {worst.rel_error:+.0%}"
+            if worst
+            else ""
+        )
+        state = "validated" if self.validated else "NOT validated"
+        return (
+            f"simulation of {self.arm} {state} (calibrated on {', '.join(self.calibrated_on)}, "
+            f"predicting {', '.join(self.predicted_on)}, p50/p99 E2E within "
+            f"{self.tolerance:.0%}){miss}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["text"] = self.text
+        return d
+
+
+def validate(
+    data: PilotData, arm: str, calibrate_on: Sequence[str], predict_on: Sequence[str], *,
+    tolerance: float = TOLERANCE, seed: int = 0,
+) -> Validation:  # fmt: skip
+    costs = calibrate(data, arm, calibrate_on)
+    checks = []
+    for phase in predict_on:
+        w, meas = measured(data, arm, phase)
+        pred = predict(costs, w, seed=seed)
+        for metric, gated in (("e2e_p50", True), ("e2e_p99", True), ("ttft_p50", False),
+                              ("ttft_p99", False), ("goodput", False)):  # fmt: skip
+            m, p = getattr(meas, metric), getattr(pred, metric)
+            rel = (p - m) / m if m and p is not None else None
+            within = None if rel is None else abs(rel) <= tolerance
+            checks.append(Check(phase, metric, m, p, rel, gated, within))
+    gate = [c for c in checks if c.gated]
+    ok = bool(gate) and all(c.within for c in gate)
+    return Validation(
+        arm, tuple(calibrate_on), tuple(predict_on), tolerance, tuple(checks), ok, costs.profile
+    )
+
+
+def poisson_workload(template: Workload, rate: float, n: int, rng: np.random.Generator) -> Workload:
+    """``n`` Poisson arrivals at ``rate`` with prompts, outputs and groups resampled (jointly)
+    from ``template`` (a measured phase or a trace)."""
+    gaps = rng.exponential(1.0 / rate, size=n)
+    idx = rng.integers(0, len(template), size=n)
+    t = np.cumsum(gaps) - gaps[0]
+    return Workload(
+        t, template.prompt_tokens[idx], template.output_tokens[idx], template.group[idx],
+        template.deadline_s[idx], template.ttft_slo_s[idx], float(t[-1]) if n else 0.0,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where the candidate's p50 E2E stops beating the baseline's, between rates (per seed:
+    the spread of the bracket over seeds is its interval)."""
+
+    baseline: str
+    candidate: str
+    rates: tuple[float, ...]
+    ratio_p50: tuple[tuple[float | None, ...], ...]  # per seed, per rate: candidate / baseline
+    bracket: tuple[float, float] | None  # lowest and highest crossing rate over the seeds
+    text: str
+
+
+def crossover(
+    base: ArmCosts, cand: ArmCosts, template: Workload, rates: Sequence[float], *,
+    n: int = 2000, seeds: Sequence[int] = (0, 1, 2, 3, 4),
+) -> Crossover:  # fmt: skip
+    table, crossings = [], []
+    for s in seeds:
+        row: list[float | None] = []
+        cross = None
+        for rate in rates:
+            w = poisson_workload(template, rate, n, np.random.default_rng([s, int(rate * 1e6)]))
+            b = predict(base, w, seed=s).e2e_p50
+            c = predict(cand, w, seed=s).e2e_p50
+            ratio = c / b if b and c is not None else None
+            if cross is None and ratio is not None and ratio >= 1.0:
+                cross = rate
+            row.append(ratio)
+        table.append(tuple(row))
+        if cross is not None:
+            crossings.append(cross)
+    never = [r for r in table if r and r[0] is not None and r[0] >= 1.0]
+    if not crossings:
+        text = f"{cand.arm} keeps a lower p50 E2E than {base.arm} at every simulated rate"
+        bracket = None
+    elif len(never) == len(table):
+        text = f"{cand.arm} does not beat {base.arm} on p50 E2E at any simulated rate"
+        bracket = (float(rates[0]), float(rates[0]))
+    else:
+        bracket = (float(min(crossings)), float(max(crossings)))
+        text = (
+            f"{cand.arm} stops beating {base.arm} on p50 E2E between {bracket[0]:.3g} and "
+            f"{bracket[1]:.3g} req/s (first simulated rate where it does not, over "
+            f"{len(seeds)} seeds; {len(crossings)} of them cross)"
+        )
+    return Crossover(base.arm, cand.arm, tuple(rates), tuple(table), bracket, text)
