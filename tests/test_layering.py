@@ -35,7 +35,7 @@ SITS_ON: dict[str, list[str]] = {
     "store": ["workload", "loadgen", "backends"],
     "analysis": ["store", "quality"],
     "quality": ["store"],
-    "report": ["analysis", "quality"],
+    "report": ["analysis", "quality", "simulate"],
     "pilot": ["report"],
     "draft": ["engine", "workload", "analysis"],
     "simulate": ["analysis"],  # calibrated from a pilot file's records

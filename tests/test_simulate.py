@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -68,3 +69,26 @@ def test_a_hand_built_round_distribution_gives_leviathans_tokens_per_round():
     steps = rounds_needed(tokens, values, probs, np.random.default_rng(0))
     assert (tokens.sum() / steps.sum()) == pytest.approx(expected, rel=0.01)
     assert (steps >= np.ceil(tokens / (k + 1))).all() and (steps <= tokens).all()
+
+
+def test_the_report_section_gives_a_crossover_only_for_validated_simulations():
+    from pilot_cases import full_case
+    from specpilot.simulate.section import pilot_simulation
+
+    data = full_case()
+    sim = pilot_simulation(data, [("base", "spec")], requests=300)
+    by_arm = {v["arm"]: v for v in sim["validations"]}
+    assert set(by_arm) == {"base", "spec"}, sim["notes"]
+    for v in by_arm.values():
+        gated = [c for c in v["checks"] if c["gated"]]
+        assert gated and v["validated"] == all(c["within"] for c in gated)
+        assert v["profile"].startswith("pilot ")
+    (x,) = sim["crossovers"]
+    both = by_arm["base"]["validated"] and by_arm["spec"]["validated"]
+    assert x["validated"] == both and (x["bracket"] is None or both)
+    assert ("not validated" in x["text"]) != both
+    (ks,) = sim["k_schedules"]
+    ranges = ks["ranges"]
+    assert ranges[0][0] == 1 and all(0 <= r[2] <= 3 for r in ranges)
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))  # contiguous
+    assert '"num_speculative_tokens_per_batch_size"' in ks["vllm_speculative_config"]

@@ -40,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--requests", type=int, default=2000, help="requests per simulated rate")
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--router", default="round_robin", choices=["round_robin", "least_loaded"])
+    p.add_argument(
+        "--k-schedule",
+        action="store_true",
+        help="k per batch size against --baseline, in vLLM's speculative-config syntax",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -67,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from specpilot.simulate import validate as gate
     from specpilot.store import read_pilot
 
-    data = read_pilot(args.pilot)
+    data = read_pilot(args.pilot)  # records (the simulator reads requests one by one)
     arm = _arm(data, args.arm, "speculative")
     order = [p["name"] for p in (data.pilot.schedule or {}).get("phases", [])]
     mine = {p.phase for p in data.phases if p.arm == arm and not p.warmup and p.phase != "drill"}
@@ -119,8 +124,21 @@ def run(args: argparse.Namespace) -> int:
             out["crossover"] = {"text": x.text, "bracket": x.bracket, "ratio_p50": x.ratio_p50}
             if not args.json:
                 print(x.text + " (simulated: trust it only where --validate passes)")
-    if not args.validate and not args.rate:
-        raise ConfigError("nothing to simulate", fix="add --validate and/or --rate R ...")
+    if args.k_schedule:
+        from specpilot.simulate.kschedule import k_schedule
+
+        ks = k_schedule(data, _arm(data, args.baseline, "baseline"), arm)
+        out["k_schedule"] = {"ranges": ks.ranges, "notes": ks.notes,
+                             "vllm_speculative_config": ks.vllm_speculative_config()}  # fmt: skip
+        if not args.json:
+            print(ks.text)
+            print(f"  --speculative-config '{ks.vllm_speculative_config()}'")
+            for n in ks.notes:
+                print(f"  note: {n}")
+    if not args.validate and not args.rate and not args.k_schedule:
+        raise ConfigError(
+            "nothing to simulate", fix="add --validate, --rate R ... and/or --k-schedule"
+        )
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     return 0

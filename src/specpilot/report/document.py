@@ -20,6 +20,7 @@ from specpilot.records import PilotData
 from specpilot.report.definitions import DEFINITIONS
 from specpilot.report.figures import figure_data
 from specpilot.report.fmt import clean
+from specpilot.simulate.section import pilot_simulation
 
 SCHEMA_VERSION = 1
 
@@ -172,6 +173,8 @@ def to_document(a: PilotAnalysis) -> dict[str, Any]:
             "arms": [clean(c) for c in a.capacities],
             "crossover": [clean(c) for c in a.crossovers],
         },
+        # simulated, and labelled so: validated on the pilot's own phases or not used
+        "simulation": clean(pilot_simulation(a.data, list(a.plan.pairs))),
         "memory": [clean(m) for m in a.memory],
         "cost": {"arms": [clean(c) for c in a.costs], "lines": [clean(c) for c in a.cost_lines]},
         "compatibility": _compat(a),

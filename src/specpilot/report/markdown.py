@@ -135,6 +135,19 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for v in doc["verdicts"]:
         out += _verdict(v)
     out += _load(doc) + _pairs(doc)
+    sim = doc.get("simulation") or {}
+    if sim.get("validations") or sim.get("crossovers"):
+        out += [
+            "## Simulation (calibrated on this pilot)",
+            "",
+            *[f"- {v['text']}" for v in sim.get("validations", [])],
+            *[f"- {x['text']}" for x in sim.get("crossovers", [])],
+            *[
+                f"- {k['text']} (vLLM: `{k['vllm_speculative_config']}`)"
+                for k in sim.get("k_schedules", [])
+            ],
+            "",
+        ]
     if doc["cost"]["lines"]:
         out += [
             "## Cost",

@@ -50,6 +50,7 @@ SECTIONS = (
     ("load", "Peak and burst behaviour", sl.load),
     ("end-to-end", "End to end", sl.end_to_end),
     ("capacity", "Capacity and crossover", sl.capacity),
+    ("simulation", "Simulation (calibrated on this pilot)", sl.simulation),
     ("memory", "Memory", so.memory),
     ("cost", "Cost", so.cost),
     ("compatibility", "Compatibility matrix", so.compatibility),

@@ -309,3 +309,35 @@ def capacity(doc: Doc, svgs: Svgs) -> str:
     return section(
         "capacity", "Capacity and crossover", caps + cross + figure(doc, svgs, "load_curves")
     )
+
+
+def simulation(doc: Doc, svgs: Svgs) -> str:
+    sim = doc.get("simulation") or {}
+    lines = "".join(f"<p>{escape(v['text'])}</p>" for v in sim.get("validations", []))
+    rows = [
+        [
+            v["arm"], c["phase"], c["metric"], num(c["measured"]), num(c["predicted"]),
+            "n/a" if c["rel_error"] is None else f"{c['rel_error']:+.0%}",
+            "gate" if c["gated"] else "",
+        ]
+        for v in sim.get("validations", [])
+        for c in v["checks"]
+    ]  # fmt: skip
+    table = html_table(
+        ["arm", "phase", "metric", "measured", "simulated", "error", ""], rows
+    ) if rows else ""  # fmt: skip
+    cross = "".join(f"<p><b>{escape(x['text'])}</b></p>" for x in sim.get("crossovers", []))
+    cross += "".join(
+        f"<p>{escape(k['text'])}: <code>--speculative-config '{escape(k['vllm_speculative_config'])}'"
+        f"</code> ({escape('; '.join(k['notes'][1:]))})</p>"
+        for k in sim.get("k_schedules", [])
+    )
+    notes = "".join(f"<p>{escape(n)}</p>" for n in sim.get("notes", []))
+    head = (
+        "<p>Simulated (specpilot simulate): each arm calibrated on its first measured phase and "
+        "checked on the others; only a validated simulation (p50 and p99 E2E within 15%) gives "
+        "a crossover.</p>"
+    )
+    return section(
+        "simulation", "Simulation (calibrated on this pilot)", head + lines + cross + table + notes
+    )

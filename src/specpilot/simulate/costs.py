@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -198,4 +199,54 @@ def rounds_needed(
         draws = rng.choice(values.astype(np.int64), size=(len(n), top), p=probs)
         total = np.cumsum(draws, axis=1)
         out[s : s + chunk] = np.where(n > 0, np.argmax(total >= n[:, None], axis=1) + 1, 0)
+    return out
+
+
+_REQUEST_FIELDS = (
+    "prompt_tokens", "output_tokens", "sent_t", "first_content_t", "done_t", "deadline_s",
+    "ttft_slo_s", "prefill_s", "decode_s",
+)  # fmt: skip
+
+
+def with_records(data: PilotData) -> PilotData:
+    """``data`` with its requests and round aggregates as records: a reader at scale hands them
+    over as columns only (``columns=True``, ``specpilot report``)."""
+    import dataclasses
+    import math
+
+    from specpilot.records import RequestRecord
+    from specpilot.store.aggregates import as_lists
+    from specpilot.store.codec import records_of
+
+    out = data
+    if not data.request_rounds and data.request_rounds_columns is not None:
+        rr = records_of(RequestRounds, as_lists(data.request_rounds_columns))
+        out = dataclasses.replace(out, request_rounds=rr)
+    cols = data.request_columns
+    if not data.requests and cols is not None:
+
+        def val(x: Any) -> Any:
+            return None if isinstance(x, float) and math.isnan(x) else x
+
+        n = len(cols["request_id"])
+        reqs = [
+            RequestRecord(
+                str(cols["run_id"][i]),
+                str(cols["arm"][i]),
+                str(cols["phase"][i]),
+                str(cols["task_group"][i]),
+                str(cols["request_id"][i]),
+                float(cols["scheduled_t"][i]),
+                str(cols["status"][i]),
+                warmup=bool(cols["warmup"][i]),
+                **{f: val(cols[f][i].item()) for f in _REQUEST_FIELDS},
+            )
+            for i in range(n)
+        ]
+        for r in reqs:
+            for f in ("prompt_tokens", "output_tokens"):
+                v = getattr(r, f)
+                if v is not None:
+                    setattr(r, f, int(v))
+        out = dataclasses.replace(out, requests=reqs)
     return out

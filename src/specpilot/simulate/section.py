@@ -1,0 +1,82 @@
+"""The report's simulation section: each compared arm's simulation validated against the
+pilot's own phases (calibrated on the first, predicting the others), and, where both arms of a
+pair pass the gate, the simulated crossover over rates from the lowest measured level to twice
+the highest. A pair with an arm that misses the gate gets no crossover: the verdict never rests
+on an unvalidated simulation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from specpilot.errors import SpecpilotError
+from specpilot.records import PilotData
+from specpilot.simulate.costs import calibrate, with_records
+from specpilot.simulate.kschedule import k_schedule
+from specpilot.simulate.predict import Validation, crossover, measured, validate
+
+RATES = 8
+
+
+def measured_phases(data: PilotData, arm: str) -> list[str]:
+    """The arm's measured phases in the schedule's order."""
+    order = [p["name"] for p in (data.pilot.schedule or {}).get("phases", [])]
+    mine = {p.phase for p in data.phases if p.arm == arm and not p.warmup and p.phase != "drill"}
+    return [p for p in order if p in mine] + sorted(mine - set(order))
+
+
+def pilot_simulation(
+    data: PilotData, pairs: Sequence[tuple[str, str]], *, requests: int = 1500
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"validations": [], "crossovers": [], "k_schedules": [], "notes": []}
+    data = with_records(data)
+    arms = list(dict.fromkeys(a for pair in pairs for a in pair))
+    done: dict[str, Validation] = {}
+    for arm in arms:
+        phases = measured_phases(data, arm)
+        if len(phases) < 2:
+            out["notes"].append(f"{arm}: one measured phase, nothing to validate a simulation on")
+            continue
+        try:
+            v = validate(data, arm, phases[:1], phases[1:])
+        except SpecpilotError as exc:
+            out["notes"].append(f"{arm}: not simulated ({exc.message})")
+            continue
+        done[arm] = v
+        out["validations"].append(v.to_dict())
+    for b, c in pairs:
+        try:
+            ks = k_schedule(data, b, c)
+        except SpecpilotError:
+            ks = None
+        if ks is not None:
+            out["k_schedules"].append({
+                "baseline_arm": b, "candidate_arm": c, "ranges": [list(r) for r in ks.ranges],
+                "text": f"{c}: {ks.text}",
+                "vllm_speculative_config": ks.vllm_speculative_config(), "notes": list(ks.notes),
+            })  # fmt: skip
+        if b not in done or c not in done:
+            continue
+        if not (done[b].validated and done[c].validated):
+            bad = [a for a in (b, c) if not done[a].validated]
+            out["crossovers"].append({
+                "baseline_arm": b, "candidate_arm": c, "bracket": None, "validated": False,
+                "text": f"{c} vs {b}: no simulated crossover, the simulation of {', '.join(bad)} "
+                "is not validated (simulated figures are no evidence here)",
+            })  # fmt: skip
+            continue
+        rates = [p.offered_rate for p in data.phases if p.arm == b and not p.warmup]
+        rates = [r for r in rates if r > 0]
+        if not rates:
+            continue
+        grid = np.geomspace(min(rates), 2 * max(rates), RATES).round(4).tolist()
+        template, _ = measured(data, b, measured_phases(data, b)[-1])
+        x = crossover(calibrate(data, b), calibrate(data, c), template, grid, n=requests)
+        out["crossovers"].append({
+            "baseline_arm": b, "candidate_arm": c, "bracket": x.bracket, "validated": True,
+            "rates": list(x.rates), "ratio_p50": [list(r) for r in x.ratio_p50],
+            "text": f"{x.text} (simulated, validated on this pilot's phases)",
+        })  # fmt: skip
+    return out
