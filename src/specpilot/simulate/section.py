@@ -18,6 +18,7 @@ from specpilot.simulate.kschedule import k_schedule
 from specpilot.simulate.predict import Validation, crossover, measured, validate
 
 RATES = 8
+MAX_REQUESTS = 200_000  # above this the report leaves simulation to `specpilot simulate`
 
 
 def measured_phases(data: PilotData, arm: str) -> list[str]:
@@ -31,6 +32,14 @@ def pilot_simulation(
     data: PilotData, pairs: Sequence[tuple[str, str]], *, requests: int = 1500
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"validations": [], "crossovers": [], "k_schedules": [], "notes": []}
+    cols = data.request_columns
+    n = len(cols["request_id"]) if cols is not None else len(data.requests)
+    if n > MAX_REQUESTS:
+        out["notes"].append(
+            f"{n} requests: the report does not simulate at this scale (it would read every "
+            "request as a record); run specpilot simulate on the file"
+        )
+        return out
     data = with_records(data)
     arms = list(dict.fromkeys(a for pair in pairs for a in pair))
     done: dict[str, Validation] = {}
