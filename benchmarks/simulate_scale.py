@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -38,7 +39,9 @@ def main() -> int:
         return 0.0005 * p
 
     per_request = float(steps.mean()) * step(8) / 8 + prefill(100)
-    cpu = platform.processor() or platform.machine()
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    names = [ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")]
+    cpu = names[0] if names else platform.machine()
     print(f"{n} requests, rounds drawn in {t_draw:.1f} s ({cpu})")
     for r in args.replicas:
         lam = 0.8 * r / per_request
