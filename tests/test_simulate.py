@@ -92,3 +92,17 @@ def test_the_report_section_gives_a_crossover_only_for_validated_simulations():
     assert ranges[0][0] == 1 and all(0 <= r[2] <= 3 for r in ranges)
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))  # contiguous
     assert '"num_speculative_tokens_per_batch_size"' in ks["vllm_speculative_config"]
+
+
+def test_a_trace_replays_at_its_own_gaps_times_the_scale(tmp_path):
+    from pilot_cases import full_case
+    from specpilot.simulate import calibrate, predict
+    from specpilot.simulate.predict import trace_workload
+
+    f = tmp_path / "t.csv"
+    f.write_text("timestamp,input_tokens,output_tokens\n0,10,5\n1,20,6\n3,30,7\n")
+    w = trace_workload(str(f), time_scale=2.0)
+    assert w.arrival_t.tolist() == [0.0, 2.0, 6.0] and w.output_tokens.tolist() == [5, 6, 7]
+    assert w.prompt_tokens.tolist() == [10, 20, 30] and set(w.group) == {"*"}
+    fig = predict(calibrate(full_case(), "spec"), w)
+    assert fig.requests == 3 and fig.ok == 3 and fig.e2e_p50 is not None

@@ -16,21 +16,29 @@ from collections.abc import Sequence
 from specpilot.records import RequestRecord, RoundRecord
 
 
+def mean_acceptance_length_from(committed: float, rounds: float) -> float | None:
+    """Tokens committed per round from totals (None for no rounds): every path that has sums
+    (the store's aggregates, an engine's counters, a response's summary) calls this one."""
+    return committed / rounds if rounds else None
+
+
+def acceptance_rate_from(accepted: float, proposed: float) -> float | None:
+    """Accepted draft tokens / proposed ones from totals (None when nothing was proposed)."""
+    return accepted / proposed if proposed else None
+
+
 def mean_acceptance_length(rounds: Sequence[RoundRecord]) -> float | None:
     """Tokens committed per round, the correction/bonus token included: sum(committed) / rounds.
 
     vLLM's ``1 + accepted / drafts`` when no round was cut by EOS, a stop string or max_tokens;
     a cut round counts what it actually committed. None for no rounds.
     """
-    if not rounds:
-        return None
-    return sum(r.committed for r in rounds) / len(rounds)
+    return mean_acceptance_length_from(sum(r.committed for r in rounds), len(rounds))
 
 
 def acceptance_rate(rounds: Sequence[RoundRecord]) -> float | None:
     """Accepted draft tokens / proposed draft tokens (None when nothing was proposed)."""
-    proposed = sum(r.proposed for r in rounds)
-    return sum(r.accepted for r in rounds) / proposed if proposed else None
+    return acceptance_rate_from(sum(r.accepted for r in rounds), sum(r.proposed for r in rounds))
 
 
 def on_time(r: RequestRecord, key_failed: bool = False) -> bool:

@@ -26,6 +26,7 @@ from specpilot.backends.protocol import SPEC_ACCEPTED as ACCEPTED
 from specpilot.backends.protocol import SPEC_POS as POS
 from specpilot.backends.protocol import SPEC_PROPOSED as PROPOSED
 from specpilot.backends.protocol import SPEC_ROUNDS as ROUNDS
+from specpilot.definitions import acceptance_rate_from, mean_acceptance_length_from
 from specpilot.records import MetricSnapshot
 
 
@@ -41,11 +42,14 @@ class CounterAcceptance:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return round(self.accepted / self.drafted, 6) if self.drafted else None
+        rate = acceptance_rate_from(self.accepted, self.drafted)
+        return round(rate, 6) if rate is not None else None
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        return round(1.0 + self.accepted / self.drafts, 6) if self.drafts else None
+        # each draft's verification commits its accepted tokens + the bonus one
+        mal = mean_acceptance_length_from(self.accepted + self.drafts, self.drafts)
+        return round(mal, 6) if mal is not None else None
 
     @property
     def draft_length(self) -> float | None:

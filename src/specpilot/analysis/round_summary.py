@@ -43,6 +43,7 @@ from specpilot.analysis.columns import (
     quantiles_by,
     sum_by,
 )
+from specpilot.definitions import acceptance_rate_from, mean_acceptance_length_from
 from specpilot.records import DRILL_PHASE, RequestRounds
 
 HIST_BINS = 10  # per-request acceptance rate in [0, 0.1), ..., [0.9, 1.0]
@@ -259,8 +260,8 @@ def _summary(key: dict[str, str], agg: dict[str, Any], c: int) -> RoundSummary:
         mean_batch_size=float(agg["batch_w"][c] / rounds) if rounds else 1.0,
         k=proposed / spec_rounds if spec_rounds else None,
         full_accept_rounds=None if agg["k_unknown"][c] or not spec_rounds else int(agg["full"][c]),
-        acceptance_rate=accepted / proposed if proposed else None,
-        mean_acceptance_length=committed / rounds if rounds else None,
+        acceptance_rate=acceptance_rate_from(accepted, proposed),
+        mean_acceptance_length=mean_acceptance_length_from(committed, rounds),
         acceptance_per_position=tuple(float(a / p) for p, a in zip(pp, pa, strict=True) if p),
         cost_per_token_s=t / committed if committed else None,
         per_request_acceptance_hist=tuple(int(x) for x in agg["hist"][c]),

@@ -25,7 +25,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specpilot.definitions import mean_acceptance_length  # noqa: F401  (re-exported: the one definition)
+from specpilot.definitions import (
+    acceptance_rate_from,
+    mean_acceptance_length,  # noqa: F401  (re-exported: the one definition)
+    mean_acceptance_length_from,
+)
 from specpilot.records import RoundRecord
 
 
@@ -86,8 +90,8 @@ def window_metrics(rounds: Sequence[RoundRecord]) -> WindowMetrics:
         proposed=proposed,
         accepted=accepted,
         committed=committed,
-        acceptance_rate=accepted / proposed if proposed else None,
-        mean_acceptance_length=committed / len(rounds),  # = definitions.mean_acceptance_length
+        acceptance_rate=acceptance_rate_from(accepted, proposed),
+        mean_acceptance_length=mean_acceptance_length_from(committed, len(rounds)) or 0.0,
         acceptance_per_position=tuple(per_pos),
         draft_s=draft,
         verify_s=verify,

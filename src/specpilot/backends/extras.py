@@ -18,6 +18,8 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from specpilot.definitions import acceptance_rate_from, mean_acceptance_length_from
+
 logger = logging.getLogger("specpilot.backends")
 _logged: set[tuple[str, str]] = set()
 
@@ -68,9 +70,13 @@ def spec_summary(
         "proposed": proposed,
         "accepted": accepted,
         "committed": accepted + rounds if accepted is not None and rounds is not None else None,
-        "acceptance_rate": accepted / proposed if accepted is not None and proposed else None,
+        "acceptance_rate": (
+            acceptance_rate_from(accepted, proposed) if accepted is not None and proposed else None
+        ),
         "mean_acceptance_length": (
-            1.0 + accepted / rounds if accepted is not None and rounds else None
+            mean_acceptance_length_from(accepted + rounds, rounds)
+            if accepted is not None and rounds
+            else None
         ),
         "acceptance_histogram": list(histogram) if histogram is not None else None,
     }

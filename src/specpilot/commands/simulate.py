@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validate", action="store_true", help="the validation gate")
     p.add_argument("--calibrate-on", nargs="+", default=None, help="phases to calibrate on")
     p.add_argument("--rate", nargs="+", type=float, default=None, help="Poisson rates (req/s)")
+    p.add_argument("--trace", default=None, help="replay this arrival trace (CSV/JSONL) instead")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="with --trace: multiply its gaps (2 = half its rate)",
+    )
     p.add_argument("--requests", type=int, default=2000, help="requests per simulated rate")
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--router", default="round_robin", choices=["round_robin", "least_loaded"])
@@ -124,6 +131,22 @@ def run(args: argparse.Namespace) -> int:
             out["crossover"] = {"text": x.text, "bracket": x.bracket, "ratio_p50": x.ratio_p50}
             if not args.json:
                 print(x.text + " (simulated: trust it only where --validate passes)")
+    if args.trace:
+        from specpilot.simulate.predict import trace_workload
+
+        costs = calibrate(data, arm, args.calibrate_on)
+        w = trace_workload(args.trace, args.time_scale)
+        f = predict(costs, w, seed=args.seed, replicas=args.replicas, router=args.router)
+        rate = len(w) / w.duration_s if w.duration_s else float("nan")
+        out["trace"] = {"path": args.trace, "time_scale": args.time_scale, "rate": rate,
+                        "profile": costs.profile, **f.to_dict()}  # fmt: skip
+        if not args.json:
+            print(
+                f"{arm} on {args.trace} x{args.time_scale:g} ({len(w)} requests, {rate:.3g} req/s; "
+                f"{args.replicas} replica(s)): E2E p50 {f.e2e_p50 or float('nan'):.3g} s, "
+                f"p99 {f.e2e_p99 or float('nan'):.3g} s, TTFT p50 {f.ttft_p50 or float('nan'):.3g} s"
+                f" ({costs.profile}; simulated)"
+            )
     if args.k_schedule:
         from specpilot.simulate.kschedule import k_schedule
 
@@ -135,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  --speculative-config '{ks.vllm_speculative_config()}'")
             for n in ks.notes:
                 print(f"  note: {n}")
-    if not args.validate and not args.rate and not args.k_schedule:
+    if not (args.validate or args.rate or args.k_schedule or args.trace):
         raise ConfigError(
             "nothing to simulate", fix="add --validate, --rate R ... and/or --k-schedule"
         )

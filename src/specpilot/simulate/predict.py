@@ -200,6 +200,23 @@ def poisson_workload(template: Workload, rate: float, n: int, rng: np.random.Gen
     )  # fmt: skip
 
 
+def trace_workload(path: str, time_scale: float = 1.0, max_requests: int | None = None) -> Workload:
+    """A trace's arrivals (gaps x ``time_scale``: 2 replays it at half its rate) with its own
+    input and output tokens; no task groups (the arm's pooled acceptance) and no SLOs."""
+    from specpilot.workload.trace import load_trace
+
+    if time_scale <= 0:
+        raise ConfigError(f"--time-scale {time_scale}: must be > 0", fix="e.g. --time-scale 2")
+    tr = load_trace(path)
+    n = len(tr.t) if max_requests is None else min(len(tr.t), max_requests)
+    t = (tr.t[:n] - tr.t[0]) * time_scale
+    nan = np.full(n, np.nan)
+    return Workload(
+        t, tr.input_tokens[:n].astype(np.int64), np.maximum(tr.output_tokens[:n], 1).astype(np.int64),
+        np.full(n, "*", dtype=object), nan, nan.copy(), float(t[-1]) if n else 0.0,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Crossover:
     """Where the candidate's p50 E2E stops beating the baseline's, between rates (per seed:
