@@ -24,16 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.backends.protocol import ModelFile
+from specpilot.hashing import file_sha256
 from specpilot.records import HardwareFacts
-
-
-@functools.lru_cache(maxsize=64)
-def _sha256(path: str, mtime: float, size: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def model_file(role: str, path: str | Path | None) -> ModelFile | None:
@@ -43,16 +35,14 @@ def model_file(role: str, path: str | Path | None) -> ModelFile | None:
     p = Path(path)
     if p.is_file():
         st = p.stat()
-        return ModelFile(
-            role, str(p.resolve()), _sha256(str(p.resolve()), st.st_mtime, st.st_size), st.st_size
-        )
+        return ModelFile(role, str(p.resolve()), file_sha256(p), st.st_size)
     if p.is_dir():
         h = hashlib.sha256()
         total = 0
         for f in sorted(x for x in p.rglob("*") if x.is_file()):
             st = f.stat()
             h.update(f.relative_to(p).as_posix().encode() + b"\0")
-            h.update(_sha256(str(f.resolve()), st.st_mtime, st.st_size).encode())
+            h.update(file_sha256(f).encode())
             total += st.st_size
         return ModelFile(role, str(p.resolve()), h.hexdigest(), total)
     return ModelFile(role, str(path), None, None)  # a hub id or remote name: not hashable here

@@ -27,6 +27,7 @@ from torch import nn
 
 from specpilot.engine.model import LlamaConfig, Transformer
 from specpilot.errors import ConfigError, InputFileError
+from specpilot.hashing import file_sha256
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -248,21 +249,6 @@ def tokenizer_cache_dir() -> Path:
     from specpilot import cache_root
 
     return cache_root() / "tokenizers"
-
-
-_SHA_CACHE: dict[tuple[str, float, int], str] = {}
-
-
-def file_sha256(path: Path) -> str:
-    st = path.stat()
-    key = (str(path.resolve()), st.st_mtime, st.st_size)
-    if key not in _SHA_CACHE:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _SHA_CACHE[key] = h.hexdigest()
-    return _SHA_CACHE[key]
 
 
 def load_model(
