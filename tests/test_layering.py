@@ -21,13 +21,23 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 # validation (the strict config base and its error text) and yamlpos (YAML line numbers) are
 # leaves too: pydantic / yaml only
-BASE = {"records", "errors", "definitions", "specpilot", "validation", "yamlpos", "hashing"}
+BASE = {
+    "records",
+    "errors",
+    "definitions",
+    "specpilot",
+    "validation",
+    "yamlpos",
+    "hashing",
+    "cpuinfo",
+}
 # unit -> the layers it sits on directly (it may import them and whatever they may import).
 SITS_ON: dict[str, list[str]] = {
     "definitions": [],
     "validation": [],
     "yamlpos": [],
-    "hashing": [],  # base: DESIGN.md's metric definitions over records
+    "hashing": [],
+    "cpuinfo": [],  # base: DESIGN.md's metric definitions over records
     "engine": [],
     "serve": ["engine"],
     "workload": [],

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.backends.protocol import ModelFile
+from specpilot.cpuinfo import parse_cpuinfo
 from specpilot.hashing import file_sha256
 from specpilot.records import HardwareFacts
 
@@ -82,23 +83,14 @@ def tokenizer_sha256(path: str | Path | None) -> str | None:
     return None
 
 
-def cpu_model_and_flags(cpuinfo: str) -> tuple[str, list[str]]:
-    """The first ``model name`` and ``flags`` lines of a ``/proc/cpuinfo`` text (flags sorted).
+def cpu_model_and_flags(text: str) -> tuple[str, list[str]]:
+    """The CPU model and every flag of a ``/proc/cpuinfo`` text (``specpilot.cpuinfo``).
 
     >>> cpu_model_and_flags("model name\\t: Xeon\\nflags\\t\\t: sse2 avx2 avx512_bf16\\n")
     ('Xeon', ['avx2', 'avx512_bf16', 'sse2'])
     """
-    model, flags = "", list[str]()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and not model:
-            model = value.strip()
-        elif key in ("flags", "Features") and not flags:  # Features: ARM's name for them
-            flags = sorted(set(value.split()))
-        if model and flags:
-            break
-    return model, flags
+    c = parse_cpuinfo(text)
+    return c.model if "model name" in text else "", list(c.flags)
 
 
 def _gpus() -> list[dict[str, Any]]:

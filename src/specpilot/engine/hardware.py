@@ -15,12 +15,13 @@ the engine's calibration and is part of its cache key.
 from __future__ import annotations
 
 import os
-import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from specpilot import cpuinfo
 
 # Flags that change which kernels are fast (matmul, bf16, int8 dot products, tiles).
 KERNEL_FLAGS = (
@@ -59,30 +60,9 @@ class CpuInfo:
 
 
 def parse_cpuinfo(text: str) -> CpuInfo:
-    """Parse ``/proc/cpuinfo`` text (x86 layout; other layouts give what they have)."""
-    model, flags = "", set[str]()
-    cores: set[tuple[str, str]] = set()
-    phys = core = ""
-    for line in [*text.splitlines(), ""]:
-        key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if key == "model name" and not model:
-            model = value
-        elif key in ("flags", "Features") and not flags:
-            flags = set(value.split())
-        elif key == "physical id":
-            phys = value
-        elif key == "core id":
-            core = value
-        elif not key:  # a blank line ends one logical processor
-            if core:
-                cores.add((phys, core))
-            phys = core = ""
-    return CpuInfo(
-        model=model or platform.processor() or platform.machine(),
-        flags=tuple(f for f in KERNEL_FLAGS if f in flags),
-        physical_cores=len(cores) or None,
-    )
+    """``specpilot.cpuinfo.parse_cpuinfo``, keeping the flags the kernels care about."""
+    c = cpuinfo.parse_cpuinfo(text)
+    return CpuInfo(c.model, tuple(f for f in KERNEL_FLAGS if f in c.flags), c.physical_cores)
 
 
 @dataclass(frozen=True)
