@@ -4,6 +4,7 @@ computed by hand, rewrites, the one writer thread, older files, and a kill mid-r
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -291,6 +292,13 @@ def test_columns_for_analysis_at_scale_match_the_records(tmp_path):
     assert rr["pos_proposed"][~spec].sum() == 0 and rr["accepted_hist"].shape[1] == 4
     a, b = analyze(recs), analyze(cols)
     assert a.rounds and a.rounds == b.rounds and a.load_cells == b.load_cells
+    # one path through the analysis: the pilot's own report (records) and `specpilot report
+    # FILE` (columns) write the same report.json
+    from specpilot.report import build_report
+
+    docs = [json.dumps(build_report(d, plots=False).document, sort_keys=True, default=str)
+            for d in (recs, cols)]  # fmt: skip
+    assert docs[0] == docs[1]
 
 
 def test_a_request_written_again_replaces_its_chunks_rounds_and_prefill(tmp_path):
