@@ -241,8 +241,10 @@ def _check_arm(arm: _Arm, sched: Any, final: list[Any], chunks: list[Any]) -> di
         "trustworthy": s.trustworthy,
         "reasons": s.reasons,
     }
-    # the generator itself kept time (2 busy cores, two engines and two generators at once)
-    assert s.dispatch_lag_p99_s is not None and s.dispatch_lag_p99_s < 0.1, figures
+    # the generator itself kept time (2 busy cores, two engines and two generators at once, and
+    # in make test the other worker's tests beside them: p99 115 ms seen there once, so 250 ms;
+    # a dispatcher that falls behind by seconds still fails)
+    assert s.dispatch_lag_p99_s is not None and s.dispatch_lag_p99_s < 0.25, figures
     return figures
 
 
