@@ -106,3 +106,175 @@ def test_a_trace_replays_at_its_own_gaps_times_the_scale(tmp_path):
     assert w.prompt_tokens.tolist() == [10, 20, 30] and set(w.group) == {"*"}
     fig = predict(calibrate(full_case(), "spec"), w)
     assert fig.requests == 3 and fig.ok == 3 and fig.e2e_p50 is not None
+
+
+def test_a_client_that_gives_up_leaves_the_batch_at_the_next_step_and_frees_its_slot():
+    kw = {"step_s": lambda b: 0.1, "prefill_s": lambda p: 0.05, "slots": 1}
+    arrival, prompts, steps = np.array([0.0, 0.0]), np.array([10, 10]), np.array([10, 2])
+    keep = simulate(arrival, prompts, steps, **kw)
+    assert keep.ok.all() and keep.e2e.tolist() == pytest.approx([1.05, 1.30])
+    # A's client gives up at 0.35 s: the boundary at 0.35 drops it, B is prefilled by 0.40 and
+    # takes two steps; a request that would finish after its client left is no completion
+    r = simulate(arrival, prompts, steps, abort_s=np.array([0.35, np.inf]), **kw)
+    assert r.status.tolist() == ["timeout", "ok"]
+    assert r.ttft[1] == pytest.approx(0.40) and r.e2e[1] == pytest.approx(0.60)
+    assert math.isinf(r.e2e[0])
+    # a queued request whose client gave up before a slot freed never starts
+    q = simulate(arrival, prompts, steps, abort_s=np.array([np.inf, 0.5]), **kw)
+    assert q.status.tolist() == ["ok", "timeout"] and math.isinf(q.ttft[1])
+
+
+def test_a_request_that_did_not_finish_is_replayed_with_what_it_asked_for():
+    import dataclasses
+
+    from pilot_cases import full_case
+    from specpilot.simulate.predict import measured
+
+    data = full_case()
+    spec = [r for r in data.requests if r.arm == "spec" and r.phase == "peak"]
+    cut = spec[0]
+    cut.status, cut.output_tokens, cut.prompt_tokens = "timeout", 7, None  # what it got
+    twin = next(r for r in data.requests if r.arm == "base" and r.request_id == cut.request_id)
+    twin.output_tokens, twin.prompt_tokens = 123, 77
+    w, _ = measured(data, "spec", "peak")
+    i = sorted(spec, key=lambda r: r.scheduled_t).index(cut)
+    assert (w.prompt_tokens[i], w.output_tokens[i]) == (77, 123)  # the same slot in another arm
+    # with no finished twin anywhere, its planned max_tokens from the schedule
+    for r in data.requests:
+        if r.request_id == cut.request_id and r is not cut:
+            r.status = "error"
+    idx = int(cut.request_id.split("-")[1])
+    sched = {"requests": [{"phase": "peak", "index": idx, "max_tokens": 321}]}
+    data = dataclasses.replace(data, pilot=dataclasses.replace(data.pilot, schedule=sched))
+    w, _ = measured(data, "spec", "peak")
+    assert w.output_tokens[i] == 321 and w.prompt_tokens[i] == 100  # the phase's median prompt
+
+
+def test_the_step_cost_is_the_measured_step_cadence_where_the_file_has_it():
+    from pilot_cases import PHASES, full_case
+    from specpilot.records import StepCadence
+    from specpilot.simulate import calibrate
+
+    data = full_case()
+    p, other = list(PHASES)
+    assert calibrate(data, "spec", [p]).step.source == "rounds"  # no cadence: the rounds' times
+    data.step_cadence = [
+        StepCadence("spec", p, 1, 10, 0.2, 0.19, 0.22),
+        StepCadence("spec", p, 3, 30, 0.5, 0.45, 0.6),
+        StepCadence("spec", other, 1, 10, 9.9, 9.0, 10.0),  # another phase: not used
+    ]
+    step = calibrate(data, "spec", [p]).step
+    assert step.source == "cadence" and step.samples == 40
+    assert (step(1), step(3)) == (0.2, 0.5)  # measured batch sizes: their medians
+    assert step(2) == pytest.approx(0.35) and step(5) == pytest.approx(0.8)  # the line between
+
+
+def test_the_step_by_step_model_at_a_fixed_k_reproduces_the_event_model():
+    """The k-schedule check runs step by step; at a fixed k it must give the event model's
+    figures (same arrivals, costs and acceptance), and a schedule that drafts less must commit
+    fewer tokens per step."""
+    from specpilot.simulate import stepwise
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    arrival = np.cumsum(rng.exponential(2.2, n))  # about 80% busy at 4 slots
+    prompts = rng.integers(50, 300, n)
+    outputs = rng.integers(20, 120, n)
+    group = np.full(n, "*", dtype=object)
+    a_values, p = np.arange(4), np.array([0.4, 0.25, 0.15, 0.2])  # accepted drafts at K = 3
+    step = lambda b: 0.1 + 0.03 * b  # noqa: E731
+    pre = lambda m: 0.001 * m  # noqa: E731
+    abort = np.full(n, 20.0)
+    steps = rounds_needed(outputs - 1, a_values + 1.0, p, np.random.default_rng(1))
+    ev = simulate(arrival, prompts, steps, step_s=step, prefill_s=pre, slots=4, abort_s=abort)
+    sw = stepwise.run(arrival, prompts, outputs, group, accepted={"*": (a_values, p)},
+                      k_of_b=lambda b: 3, step_k=lambda b, k: step(b), prefill_s=pre, slots=4,
+                      abort_s=abort, seed=1)  # fmt: skip
+    # the same seed draws the same acceptance per request in both: the same run, event by event
+    assert (sw.status == ev.status).all() and 0.8 < ev.ok.mean() < 0.99  # some give up
+    assert np.allclose(sw.e2e[ev.ok], ev.e2e[ev.ok]) and np.allclose(sw.ttft[ev.ok], ev.ttft[ev.ok])
+    assert sw.k_steps.keys() == {3}
+    one = stepwise.run(arrival, prompts, outputs, group, accepted={"*": (a_values, p)},
+                       k_of_b=lambda b: 1 if b > 1 else 3, step_k=lambda b, k: step(b),
+                       prefill_s=pre, slots=4, abort_s=abort, seed=1)  # fmt: skip
+    assert set(one.k_steps) == {1, 3} and np.mean(one.e2e[one.ok]) > np.mean(sw.e2e[sw.ok])
+
+
+PROFILE = """\
+name: gpu-x
+source: vllm bench latency on gpu-x, 2026-11-20
+slots: 32
+overhead_s: 0.002
+plain:
+  - {batch: 1, step_s: 0.010}
+  - {batch: 32, step_s: 0.020}
+speculative:
+  k: 3
+  steps:
+    - {batch: 1, step_s: 0.014}
+    - {batch: 32, step_s: 0.050}
+prefill:
+  - {tokens: 100, seconds: 0.01}
+  - {tokens: 1000, seconds: 0.05}
+"""
+
+
+def test_a_hardware_profile_replaces_the_costs_and_keeps_the_pilots_acceptance(tmp_path):
+    from pilot_cases import full_case
+    from specpilot.simulate import calibrate
+    from specpilot.simulate.profile import apply, load_profile
+
+    f = tmp_path / "gpu.yaml"
+    f.write_text(PROFILE)
+    prof = load_profile(f)
+    data = full_case()
+    own = calibrate(data, "spec")
+    got = apply(own, prof, str(f))
+    assert got.committed == own.committed and got.k == own.k  # acceptance: the pilot's
+    assert got.slots == 32 and got.overhead_s == 0.002
+    assert got.step(1) == 0.014 and got.step(16.5) == pytest.approx(0.032)  # interpolated
+    assert got.prefill(550) == pytest.approx(0.03)
+    assert (
+        "gpu-x" in got.profile
+        and "vllm bench latency" in got.profile
+        and own.profile in got.profile
+    )
+    plain = apply(calibrate(data, "base"), prof)
+    assert plain.step(32) == 0.020  # a plain arm takes the plain curve
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("source: vllm bench latency on gpu-x, 2026-11-20\n", ""), [":1: source: Field required"]),
+        (
+            ("    - {batch: 1, step_s: 0.014}", "    - {batch: 1, step_s: -1}"),
+            ["gpu.yaml:11: speculative.steps[0].step_s: Input should be greater than 0"],
+        ),
+        (("slots: 32", "slot: 32"), ["slot", "did you mean 'slots'"]),
+    ],
+)
+def test_a_broken_profile_names_the_field_and_the_line(tmp_path, edit, expected):
+    from specpilot.errors import InputFileError
+    from specpilot.simulate.profile import load_profile
+
+    f = tmp_path / "gpu.yaml"
+    f.write_text(PROFILE.replace(*edit))
+    with pytest.raises(InputFileError) as e:
+        load_profile(f)
+    for part in expected:
+        assert part in e.value.describe(), e.value.describe()
+
+
+def test_a_profile_without_the_arms_k_is_refused(tmp_path):
+    from pilot_cases import full_case
+    from specpilot.errors import InputFileError
+    from specpilot.simulate import calibrate
+    from specpilot.simulate.profile import apply, load_profile
+
+    f = tmp_path / "gpu.yaml"
+    f.write_text(PROFILE.replace("  k: 3", "  k: 5"))
+    with pytest.raises(InputFileError) as e:
+        apply(calibrate(full_case(), "spec"), load_profile(f))
+    assert "speculative.k is 5, arm spec drafts k=3" in str(e.value)
+    assert e.value.fix == "measure the profile at k=3"

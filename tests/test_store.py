@@ -487,3 +487,26 @@ def test_a_damaged_pilot_file_is_one_clear_error_never_a_duckdb_traceback(tmp_pa
         read_pilot(path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
     assert any(w in str(err.value) for w in ("damaged", "cannot open", "not a"))
+
+
+def test_step_cadence_is_the_time_from_one_step_start_to_the_next_without_a_prefill(tmp_path):
+    """Rows of one decode step share its start; the step's time is the gap to the next start
+    (the loop's work outside the round included), and a gap that holds a prefill is left out."""
+    run = "pilot-1.speculative.r0"
+
+    def rnd(req, i, t, b):
+        return RoundRecord(req, i, 3, 1, 2, 0.01, 0.05, 0.0, batch_size=b, t_start=t,
+                           run_id=run, arm="speculative", phase="peak")  # fmt: skip
+
+    # steps at 0.0 (2 rows), 0.3 (2 rows), 0.6 (1 row), 1.0 (1 row); a prefill at 0.7
+    rows = [rnd("a", 0, 0.0, 2), rnd("b", 0, 0.0, 2), rnd("a", 1, 0.3, 2), rnd("b", 1, 0.3, 2),
+            rnd("a", 2, 0.6, 1), rnd("a", 3, 1.0, 1)]  # fmt: skip
+    with Store(tmp_path / "p.duckdb") as st:
+        st.add_pilot(_pilot())
+        st.add_rounds(rows)
+        st.add_prefills([PrefillRecord("c", 10, 0.2, 0.0, t_start=0.7, run_id=run,
+                                       arm="speculative", phase="peak")])  # fmt: skip
+        got = st.read().step_cadence
+    by_b = {c.batch_size: c for c in got}
+    assert set(by_b) == {2}  # the 1-row step at 0.6 has the prefill in its gap; 1.0 is last
+    assert by_b[2].samples == 2 and by_b[2].median_s == pytest.approx(0.3)

@@ -10,6 +10,10 @@ round from the pilot file, then:
   arm's measured requests; ``--replicas N`` behind ``--router`` round_robin | least_loaded.
 - ``--baseline B``: also the baseline arm, and where the candidate's p50 E2E stops beating it
   over the rates (over 5 seeds: the bracket is the interval).
+- ``--profile FILE``: the what-ifs (``--rate``, ``--trace``, ``--k-schedule``) on another
+  machine's measured step curves (a GPU's, say; ``specpilot.simulate.profile`` has the format)
+  with this pilot's acceptance. ``--validate`` always checks the pilot's own machine: a
+  profile's figures are labelled as such and are not validated here.
 
 Every figure names its profile: the pilot, the arm, the phases and the CPU it was measured on.
 
@@ -52,6 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="k per batch size against --baseline, in vLLM's speculative-config syntax",
     )
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="hardware profile file (YAML/JSON): step curves measured elsewhere",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -80,6 +89,20 @@ def run(args: argparse.Namespace) -> int:
     from specpilot.store import read_pilot
 
     data = read_pilot(args.pilot)  # records (the simulator reads requests one by one)
+    prof = None
+    if args.profile:
+        from specpilot.simulate.profile import load_profile
+
+        prof = load_profile(args.profile)
+
+    def costs_of(name: str) -> Any:
+        c = calibrate(data, name, args.calibrate_on)
+        if prof is None:
+            return c
+        from specpilot.simulate.profile import apply
+
+        return apply(c, prof, args.profile)
+
     arm = _arm(data, args.arm, "speculative")
     order = [p["name"] for p in (data.pilot.schedule or {}).get("phases", [])]
     mine = {p.phase for p in data.phases if p.arm == arm and not p.warmup and p.phase != "drill"}
@@ -109,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                     f"  {c.phase:<10}{c.metric:<10}{m:>10}{pr:>11}{err:>8}{'' if c.gated else '  (not gated)'}"
                 )
     if args.rate:
-        costs = calibrate(data, arm, args.calibrate_on)
+        costs = costs_of(arm)
         template, _ = measured(data, arm, phases[-1])
         rows = []
         for rate in args.rate:
@@ -126,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
                     f"{r['ttft_p50'] or float('nan'):.3g} s  goodput {r['goodput']:.3g}/s"
                 )
         if args.baseline:
-            base = calibrate(data, _arm(data, args.baseline, "baseline"), args.calibrate_on)
+            base = costs_of(_arm(data, args.baseline, "baseline"))
             x = crossover(base, costs, template, args.rate, n=args.requests)
             out["crossover"] = {"text": x.text, "bracket": x.bracket, "ratio_p50": x.ratio_p50}
             if not args.json:
@@ -134,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         from specpilot.simulate.predict import trace_workload
 
-        costs = calibrate(data, arm, args.calibrate_on)
+        costs = costs_of(arm)
         w = trace_workload(args.trace, args.time_scale)
         f = predict(costs, w, seed=args.seed, replicas=args.replicas, router=args.router)
         rate = len(w) / w.duration_s if w.duration_s else float("nan")
@@ -148,14 +171,24 @@ def run(args: argparse.Namespace) -> int:
                 f" ({costs.profile}; simulated)"
             )
     if args.k_schedule:
-        from specpilot.simulate.kschedule import k_schedule
+        from specpilot.simulate.kschedule import check, k_schedule
 
-        ks = k_schedule(data, _arm(data, args.baseline, "baseline"), arm)
-        out["k_schedule"] = {"ranges": ks.ranges, "notes": ks.notes,
+        base_arm = _arm(data, args.baseline, "baseline")
+        ks = k_schedule(data, base_arm, arm, profile=prof)
+        chk = check(data, base_arm, arm, ks, rates=args.rate, n=min(args.requests, 1000),
+                    profile=prof)  # fmt: skip
+        out["k_schedule"] = {"ranges": ks.ranges, "notes": ks.notes, "check": chk.to_dict(),
                              "vllm_speculative_config": ks.vllm_speculative_config()}  # fmt: skip
         if not args.json:
             print(ks.text)
             print(f"  --speculative-config '{ks.vllm_speculative_config()}'")
+            print(f"  {chk.text}")
+            print(f"  {'req/s':>8}{'goodput k=' + str(chk.k_max):>16}{'schedule':>10}"
+                  f"{'p50 E2E k=' + str(chk.k_max):>16}{'schedule':>10}")  # fmt: skip
+            for r in chk.rows:
+                print(f"  {r['rate']:>8.3g}{r['goodput_fixed'] or 0:>16.3g}"
+                      f"{r['goodput_schedule'] or 0:>10.3g}{r['e2e_p50_fixed'] or float('nan'):>16.3g}"
+                      f"{r['e2e_p50_schedule'] or float('nan'):>10.3g}")  # fmt: skip
             for n in ks.notes:
                 print(f"  note: {n}")
     if not (args.validate or args.rate or args.k_schedule or args.trace):

@@ -19,7 +19,13 @@ Identity in a pilot file (one DuckDB file = one pilot):
 
 from __future__ import annotations
 
-from specpilot.records.analysis import ChunkGaps, PilotData, RequestRounds, VerifyCostPoint
+from specpilot.records.analysis import (
+    ChunkGaps,
+    PilotData,
+    RequestRounds,
+    StepCadence,
+    VerifyCostPoint,
+)
 from specpilot.records.engine import GenerationResult, PrefillRecord, RoundRecord
 from specpilot.records.gates import (
     COMPAT_STATUSES,
@@ -82,6 +88,7 @@ __all__ = [
     "ResponseExtras",
     "RoundRecord",
     "ScheduledRequest",
+    "StepCadence",
     "StrategySpec",
     "VerifyCostPoint",
 ]

@@ -94,6 +94,25 @@ class ChunkGaps:
 
 
 @dataclass
+class StepCadence:
+    """The engine loop's step time as measured: from one decode step's start to the next's
+    (``t_start`` of the rounds, the rows of a step share it), for steps of ``batch_size`` rows
+    with no prefill between them. Unlike the rounds' own times it includes the loop's work
+    outside the round (callbacks, streaming, the scheduler): what a simulator's step costs."""
+
+    arm: str
+    phase: str
+    batch_size: int
+    samples: int
+    median_s: float
+    p10_s: float
+    p90_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class PilotData:
     """Every record of one pilot, typed: what ``analysis`` and ``report`` take.
 
@@ -111,6 +130,7 @@ class PilotData:
     prefills: list[PrefillRecord] = field(default_factory=list)
     verify_costs: list[VerifyCostPoint] = field(default_factory=list)
     chunk_gaps: list[ChunkGaps] = field(default_factory=list)
+    step_cadence: list[StepCadence] = field(default_factory=list)
     snapshots: list[MetricSnapshot] = field(default_factory=list)
     quality: list[QualityRecord] = field(default_factory=list)
     outputs: list[OutputRecord] = field(default_factory=list)

@@ -143,7 +143,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
             *[f"- {v['text']}" for v in sim.get("validations", [])],
             *[f"- {x['text']}" for x in sim.get("crossovers", [])],
             *[
-                f"- {k['text']} (vLLM: `{k['vllm_speculative_config']}`)"
+                f"- {k['text']} (vLLM: `{k['vllm_speculative_config']}`); "
+                f"{(k.get('check') or {}).get('text', 'not checked')}"
                 for k in sim.get("k_schedules", [])
             ],
             "",

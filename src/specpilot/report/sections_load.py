@@ -329,7 +329,8 @@ def simulation(doc: Doc, svgs: Svgs) -> str:
     cross = "".join(f"<p><b>{escape(x['text'])}</b></p>" for x in sim.get("crossovers", []))
     cross += "".join(
         f"<p>{escape(k['text'])}: <code>--speculative-config '{escape(k['vllm_speculative_config'])}'"
-        f"</code> ({escape('; '.join(k['notes'][1:]))})</p>"
+        f"</code>; {escape((k.get('check') or {}).get('text', 'not checked'))} "
+        f"({escape('; '.join(k['notes'][1:]))})</p>"
         for k in sim.get("k_schedules", [])
     )
     notes = "".join(f"<p>{escape(n)}</p>" for n in sim.get("notes", []))

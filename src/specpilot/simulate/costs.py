@@ -3,8 +3,12 @@ and the time outside the engine cost for an arm, and how many tokens a speculati
 commits, per task group. Every fit carries its error and the points it came from.
 
 - step time(b): one decode step (a plain token, or a whole speculative round: draft, verify,
-  overhead) at b requests decoding. Each request's round rows give its round time x its mean
-  batch size (the rows hold the request's batch share); a least-squares line in b.
+  overhead) at b requests decoding. Where the file has the rounds' start times
+  (``PilotData.step_cadence``), the measured step-to-step time at each b (median, steps with a
+  prefill between left out): that includes the engine loop's work outside the round, which the
+  rounds' own times miss (10-20% here at 4 rows). Otherwise (engines that report per-request
+  totals) each request's round rows give its round time x its mean batch size. A
+  least-squares line in b covers batch sizes that were not measured.
 - prefill time(n): the prefill records (the target's and the draft's, each row's share of its
   batch) against prompt tokens; for engines without them, the server's own prefill timings.
 - overhead: the time a served request spends outside the engine (client, HTTP, tokenizer),
@@ -63,10 +67,60 @@ def fit_linear(x: np.ndarray, y: np.ndarray) -> Linear:
 
 
 @dataclass(frozen=True)
+class StepCurve:
+    """Step seconds by batch size: the measured medians where there are (``points``, with
+    their samples), the line through them elsewhere; or (``interpolate``, a hardware profile's
+    curve) linear between the points and the last segment extended beyond them.
+
+        >>> c = StepCurve({1: 0.01, 8: 0.024}, fit_linear(np.array([1, 8]), np.array([0.01, 0.024])),
+        ...               interpolate=True)
+        >>> round(c(4), 4), round(c(16), 4)
+        (0.016, 0.04)
+    """
+
+    points: dict[int, float]
+    line: Linear
+    samples: int = 0
+    source: str = "rounds"  # "cadence": step-to-step times; "rounds": the rounds' own times
+    interpolate: bool = False
+
+    def __call__(self, b: float) -> float:
+        if self.interpolate and len(self.points) > 1:
+            xs = np.array(sorted(self.points), dtype=float)
+            ys = np.array([self.points[int(x)] for x in xs])
+            if xs[0] <= b <= xs[-1]:
+                return float(np.interp(b, xs, ys))
+            lo, hi = (0, 1) if b < xs[0] else (-2, -1)
+            slope = (ys[hi] - ys[lo]) / (xs[hi] - xs[lo])
+            return max(float(ys[lo] + slope * (b - xs[lo])), 1e-9)
+        v = self.points.get(int(b)) if float(b).is_integer() else None
+        return v if v is not None else self.line(b)
+
+    @property
+    def rel_rmse(self) -> float:
+        return self.line.rel_rmse
+
+
+def _cadence_curve(data: PilotData, arm: str, phases: set[str]) -> StepCurve | None:
+    """The step-to-step medians of ``phases`` pooled per batch size (weighted by steps)."""
+    pts = [c for c in data.step_cadence if c.arm == arm and c.phase in phases and c.samples > 0]
+    if not pts:
+        return None
+    by_b: dict[int, list[tuple[float, int]]] = {}
+    for c in pts:
+        by_b.setdefault(c.batch_size, []).append((c.median_s, c.samples))
+    points = {b: float(np.average([m for m, _ in v], weights=[n for _, n in v]))
+              for b, v in by_b.items()}  # fmt: skip
+    xs = np.repeat([float(c.batch_size) for c in pts], [c.samples for c in pts])
+    ys = np.repeat([c.median_s for c in pts], [c.samples for c in pts])
+    return StepCurve(points, fit_linear(xs, ys), int(sum(c.samples for c in pts)), "cadence")
+
+
+@dataclass(frozen=True)
 class ArmCosts:
     arm: str
     engine: str
-    step: Linear
+    step: StepCurve
     prefill: Linear
     overhead_s: float
     slots: int
@@ -104,7 +158,7 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
     y = np.array(
         [(r.draft_s + r.verify_s + r.overhead_s) / r.rounds * r.mean_batch_size for r in rr]
     )
-    step = fit_linear(x, y)
+    step = _cadence_curve(data, arm, wanted) or StepCurve({}, fit_linear(x, y), len(rr))
     pre = [p for p in data.prefills if p.arm == arm and p.phase in wanted]
     if pre:
         # a batched prefill's rows each carry the batch's time: a request's share is 1/batch

@@ -53,18 +53,24 @@ class SimResult:
 
 
 class _Replica:
-    __slots__ = ("area", "done", "joining", "last", "n", "queue", "running", "steps", "t")
+    __slots__ = ("area", "done", "joining", "last", "n", "nrun", "queue", "running", "steps",
+                 "t", "watch")  # fmt: skip
 
     def __init__(self) -> None:
         self.t = 0.0  # time of the last step boundary
         self.steps = 0  # decode steps completed
-        self.running: list[tuple[int, int]] = []  # heap of (finish step, request)
+        self.running: list[tuple[int, int]] = []  # heap of (finish step, request); lazy deletes
+        self.nrun = 0  # requests decoding (the heap also holds aborted ones)
+        self.watch: list[tuple[float, int]] = []  # heap of (abort time, request) admitted
         self.joining: list[int] = []  # admitted at the last boundary: prefilled by the next step
         self.queue: deque[int] = deque()
         self.area = 0.0
         self.last = 0.0  # last time the area was updated
         self.n = 0  # requests present (running + joining + queued)
         self.done = 0
+
+
+_QUEUED, _JOINING, _RUNNING, _GONE = 0, 1, 2, 3
 
 
 def simulate(
@@ -79,10 +85,16 @@ def simulate(
     router: str = "round_robin",
     queue_timeout_s: float = float("inf"),
     overhead_s: float = 0.0,
+    abort_s: np.ndarray | None = None,
 ) -> SimResult:
     """Serve requests arriving at ``arrival_t`` (sorted), each with ``prompt_tokens`` and
     ``steps`` decode steps after its prefill; ``overhead_s`` is added to every served request
-    (client and HTTP time outside the engine)."""
+    (client and HTTP time outside the engine).
+
+    ``abort_s`` (per request, seconds from arrival; inf or NaN: never): the client gives up
+    then (a deadline the load generator enforces) and the request leaves as ``timeout``: from
+    the queue at once, from the batch at the next step boundary (the engine applies
+    cancellations between rounds), freeing its slot."""
     if router not in ROUTERS:
         raise ValueError(f"router {router!r}: one of {', '.join(ROUTERS)}")
     n = len(arrival_t)
@@ -95,6 +107,14 @@ def simulate(
     need = [int(s) for s in steps]
     prompts = [int(p) for p in prompt_tokens]
     arr = [float(a) for a in arrival_t]
+    inf = float("inf")
+    if abort_s is None:
+        give_up = [inf] * n
+    else:
+        give_up = [
+            a + (inf if not np.isfinite(d) else float(d)) for a, d in zip(arr, abort_s, strict=True)
+        ]
+    state = [_QUEUED] * n
 
     def tau(b: int) -> float:
         v = step_cache.get(b)
@@ -106,37 +126,66 @@ def simulate(
         r.area += r.n * (t - r.last)
         r.last = t
 
+    def leave(r: _Replica, i: int, why: str) -> None:
+        status[i] = why
+        state[i] = _GONE
+        account(r, r.t)
+        r.n -= 1
+
     def admit(r: _Replica) -> None:
         """At a step boundary: queued requests take free slots (FIFO), dropping expired ones."""
-        while r.queue and len(r.running) + len(r.joining) < slots:
+        while r.queue and r.nrun + len(r.joining) < slots:
             i = r.queue.popleft()
-            if r.t - arr[i] > queue_timeout_s:
-                status[i] = "timeout"
-                account(r, r.t)
-                r.n -= 1
+            if r.t - arr[i] > queue_timeout_s or r.t >= give_up[i]:
+                leave(r, i, "timeout")
                 continue
+            state[i] = _JOINING
             r.joining.append(i)
+            if give_up[i] < inf:
+                heapq.heappush(r.watch, (give_up[i], i))
+
+    def aborts(r: _Replica) -> None:
+        """At a step boundary: admitted requests whose client gave up leave the batch."""
+        while r.watch and r.watch[0][0] <= r.t:
+            _, i = heapq.heappop(r.watch)
+            if state[i] == _RUNNING:
+                r.nrun -= 1
+                leave(r, i, "timeout")
+            elif state[i] == _JOINING:  # not prefilled yet (cannot happen at a boundary)
+                r.joining.remove(i)
+                leave(r, i, "timeout")
+
+    def boundary(r: _Replica) -> None:
+        pop_done(r)
+        aborts(r)
+        admit(r)
 
     def one_step(r: _Replica) -> None:
         """A step that prefills the joining requests (and advances the running ones)."""
-        b = len(r.running)
+        b = r.nrun
         dt = tau(b) + sum(prefill_s(prompts[i]) for i in r.joining)
         t_end = r.t + dt
         r.steps += 1 if b else 0
         joined, r.joining = r.joining, []
+        r.t = t_end
         for i in joined:
             ttft[i] = t_end - arr[i]
             if need[i] <= 0:
                 finish(r, i, t_end)
             else:
+                state[i] = _RUNNING
+                r.nrun += 1
                 heapq.heappush(r.running, (r.steps + need[i], i))
-        r.t = t_end
-        pop_done(r)
-        admit(r)
+        boundary(r)
 
     def finish(r: _Replica, i: int, t: float) -> None:
+        if t + overhead_s >= give_up[i]:  # done after the client left: a timeout
+            ttft[i] = np.inf
+            leave(r, i, "timeout")
+            return
         e2e[i] = t - arr[i] + overhead_s
         ttft[i] += overhead_s
+        state[i] = _GONE
         account(r, t)
         r.n -= 1
         r.done += 1
@@ -144,30 +193,39 @@ def simulate(
     def pop_done(r: _Replica) -> None:
         while r.running and r.running[0][0] <= r.steps:
             _, i = heapq.heappop(r.running)
-            finish(r, i, r.t)
+            if state[i] == _RUNNING:
+                r.nrun -= 1
+                finish(r, i, r.t)
+
+    def next_live(r: _Replica) -> int:
+        while r.running and state[r.running[0][1]] != _RUNNING:
+            heapq.heappop(r.running)
+        return r.running[0][0] if r.running else 0
 
     def advance(r: _Replica, until: float) -> None:
         """Run the replica's steps that end by ``until``."""
         while True:
             if r.joining:
-                b = len(r.running)
+                b = r.nrun
                 dt = tau(b) + sum(prefill_s(prompts[i]) for i in r.joining)
                 if r.t + dt > until:
                     return
                 one_step(r)
                 continue
-            if not r.running:
+            if not r.nrun:
                 return
-            b = len(r.running)
-            d = tau(b)
-            m = r.running[0][0] - r.steps  # steps until the next completion
-            if r.queue and len(r.running) < slots:
+            d = tau(r.nrun)
+            m = next_live(r) - r.steps  # steps until the next completion
+            if r.queue and r.nrun < slots:
                 m = 1  # a waiting request joins at the next boundary
+            while r.watch and state[r.watch[0][1]] != _RUNNING:
+                heapq.heappop(r.watch)
+            if r.watch and d > 0:  # the first boundary at or after the next abort
+                m = min(m, max(1, int(np.ceil((r.watch[0][0] - r.t) / d - 1e-12))))
             if r.t + m * d <= until:
                 r.steps += m
                 r.t += m * d
-                pop_done(r)
-                admit(r)
+                boundary(r)
             else:
                 k = int((until - r.t) / d) if d > 0 else m
                 r.steps += k
@@ -189,15 +247,17 @@ def simulate(
         where[i] = j
         account(r, t)
         r.n += 1
-        idle = not r.running and not r.joining
+        idle = not r.nrun and not r.joining
         r.queue.append(i)
         if idle or r.t == t:  # at a step boundary (an idle engine's is the arrival): admitted now
             r.t = max(r.t, t)
+            aborts(r)
             admit(r)
     for r in reps:
-        advance(r, float("inf"))
-        while r.joining or r.running:
-            advance(r, float("inf"))
+        while r.joining or r.nrun or r.queue:
+            advance(r, inf)
+            if not (r.joining or r.nrun):
+                admit(r)  # only queued requests left (an idle engine): they join now
     span = max((r.t for r in reps), default=0.0)
     for r in reps:
         account(r, span)

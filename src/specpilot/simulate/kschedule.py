@@ -12,8 +12,9 @@ Emitted in vLLM's own syntax, ``num_speculative_tokens_per_batch_size`` in
 ``num_speculative_tokens`` = K. A k = 0 range is not "no speculation": the draft's weights and
 KV stay allocated, and vLLM issue #49548 reports a throughput collapse when concurrency crosses
 a schedule's threshold (MTP, V1 PIECEWISE graphs); pilot the schedule as an arm before rollout.
-Not yet checked by the simulator against a fixed k (its rounds are drawn per request, not per
-step): said in the output.
+``check`` runs the schedule and the fixed K through the step-by-step simulator
+(``simulate.stepwise``: k chosen at every step from the batch size) on the same Poisson
+arrivals over seeds, and says where the schedule gains, loses or makes no difference.
 
     >>> s = best_k(steps=[lambda b: 0.1 + 0.01 * b, lambda b: 0.12 + 0.04 * b], expected=[1.0, 1.7],
     ...            max_batch=8)
@@ -26,13 +27,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specpilot.errors import ConfigError
 from specpilot.records import PilotData
-from specpilot.simulate.costs import calibrate
+from specpilot.simulate.costs import ArmCosts, calibrate
+
+if TYPE_CHECKING:
+    from specpilot.simulate.profile import HardwareProfile
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,29 @@ def best_k(
     return KSchedule(len(steps) - 1, tuple(ranges), tuple(table))
 
 
-def k_schedule(data: PilotData, plain_arm: str, spec_arm: str) -> KSchedule:
-    plain = calibrate(data, plain_arm)
-    spec = calibrate(data, spec_arm)
+def _step_k(plain: ArmCosts, spec: ArmCosts, k: int) -> Callable[[int, int], float]:
+    """Step seconds at batch b with j drafts: linear in j between the plain arm's (0) and the
+    speculative arm's (k) measured steps."""
+    return lambda b, j: plain.step(b) + j / k * (spec.step(b) - plain.step(b))
+
+
+def _costs(
+    data: PilotData, plain_arm: str, spec_arm: str, profile: HardwareProfile | None
+) -> tuple[ArmCosts, ArmCosts]:
+    plain, spec = calibrate(data, plain_arm), calibrate(data, spec_arm)
+    if profile is None:
+        return plain, spec
+    from specpilot.simulate.profile import apply
+
+    return apply(plain, profile), apply(spec, profile)
+
+
+def k_schedule(
+    data: PilotData, plain_arm: str, spec_arm: str, *, profile: HardwareProfile | None = None
+) -> KSchedule:
+    """The k per batch size from the two arms' step costs (the pilot's, or ``profile``'s) and
+    the speculative arm's measured per-position acceptance."""
+    plain, spec = _costs(data, plain_arm, spec_arm, profile)
     if spec.k is None:
         raise ConfigError(f"arm {spec_arm!r} did not speculate: no k to schedule")
     k = spec.k
@@ -87,15 +111,108 @@ def k_schedule(data: PilotData, plain_arm: str, spec_arm: str) -> KSchedule:
         acc[:n] += r.pos_accepted[:n]
     p_ge = np.divide(acc, prop, out=np.zeros(k), where=prop > 0)
     expected = [1.0 + float(p_ge[:j].sum()) for j in range(k + 1)]
+    step = _step_k(plain, spec, k)
 
-    def step_k(j: int) -> Callable[[float], float]:
-        return lambda b: plain.step(b) + j / k * (spec.step(b) - plain.step(b))
+    def at(j: int) -> Callable[[float], float]:
+        return lambda b: step(int(b), j)
 
-    s = best_k([step_k(j) for j in range(k + 1)], expected, max(plain.slots, spec.slots))
+    s = best_k([at(j) for j in range(k + 1)], expected, max(plain.slots, spec.slots))
     notes = (
         f"plain {plain.profile}; speculative {spec.profile}",
         "k = 0 keeps the draft allocated (not the same as no speculation); vLLM issue #49548: "
         "throughput collapse reported at a schedule's batch threshold; pilot it as an arm",
-        "not yet checked by the simulator against a fixed k",
     )
     return KSchedule(s.k_max, s.ranges, s.rate, notes)
+
+
+@dataclass(frozen=True)
+class ScheduleCheck:
+    """The schedule against the fixed K, simulated step by step on the same arrivals.
+    ``rows``: per rate, the mean over seeds of goodput and p50 E2E under each policy and the
+    paired goodput difference (schedule - fixed) with its standard error."""
+
+    k_max: int
+    rows: tuple[dict[str, float | None], ...]
+    text: str
+    profile: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"k_max": self.k_max, "rows": list(self.rows), "text": self.text,
+                "profile": self.profile}  # fmt: skip
+
+
+def check(
+    data: PilotData, plain_arm: str, spec_arm: str, schedule: KSchedule, *,
+    rates: Sequence[float] | None = None, n: int = 400, seeds: Sequence[int] = (0, 1, 2, 3, 4),
+    profile: HardwareProfile | None = None,
+) -> ScheduleCheck:  # fmt: skip
+    """Goodput and p50 E2E of ``schedule`` vs the fixed K over ``rates`` (default: six from a
+    sixteenth of the fixed K's estimated capacity to 1.5 times it), on Poisson arrivals with
+    the lengths of the arm's last measured phase."""
+    from specpilot.simulate import stepwise
+    from specpilot.simulate.predict import figures, measured, poisson_workload
+
+    plain, spec = _costs(data, plain_arm, spec_arm, profile)
+    if spec.k is None:
+        raise ConfigError(f"arm {spec_arm!r} did not speculate: no k to check")
+    k = spec.k
+    step = _step_k(plain, spec, k)
+    accepted = {g: (v.astype(np.int64) - 1, p) for g, (v, p) in spec.committed.items()}
+    phases = [p for p in data.phases if p.arm == spec_arm and not p.warmup and p.phase != "drill"]
+    if not phases:
+        raise ConfigError(f"arm {spec_arm!r} has no measured phase to take requests from")
+    template, _ = measured(data, spec_arm, max(phases, key=lambda p: p.planned_start_s).phase)
+    if rates is None:  # around the fixed k's capacity: all slots busy, no queue
+        per_request = float(
+            np.mean(template.output_tokens) / spec.mean_committed("*") * spec.step(spec.slots)
+            + spec.prefill(float(np.mean(template.prompt_tokens)))
+        )
+        cap = spec.slots / max(per_request, 1e-9)
+        rates = np.geomspace(cap / 16, 1.5 * cap, 6).round(6).tolist()
+
+    def k_of(b: int) -> int:
+        return next((kk for lo, hi, kk in schedule.ranges if lo <= b <= hi), schedule.ranges[-1][2])
+
+    rows: list[dict[str, float | None]] = []
+    for rate in rates:
+        got: dict[str, list[tuple[float, float | None]]] = {"fixed": [], "schedule": []}
+        for seed in seeds:
+            w = poisson_workload(template, rate, n, np.random.default_rng([seed, int(rate * 1e6)]))
+            for name, policy in (("fixed", lambda b: k), ("schedule", k_of)):
+                r = stepwise.run(
+                    w.arrival_t, w.prompt_tokens, w.output_tokens, w.group, accepted=accepted,
+                    k_of_b=policy, step_k=step, prefill_s=spec.prefill, slots=spec.slots,
+                    overhead_s=spec.overhead_s, abort_s=w.abort_s, seed=seed,
+                )  # fmt: skip
+                f = figures(w, r.ok, r.e2e, r.ttft)
+                got[name].append((f.goodput, f.e2e_p50))
+        diff = np.array([s[0] - f[0] for s, f in zip(got["schedule"], got["fixed"], strict=True)])
+        se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
+
+        def mean(xs: list[float | None]) -> float | None:
+            v = [x for x in xs if x is not None]
+            return float(np.mean(v)) if v else None
+
+        rows.append({
+            "rate": float(rate),
+            "goodput_fixed": mean([g for g, _ in got["fixed"]]),
+            "goodput_schedule": mean([g for g, _ in got["schedule"]]),
+            "e2e_p50_fixed": mean([e for _, e in got["fixed"]]),
+            "e2e_p50_schedule": mean([e for _, e in got["schedule"]]),
+            "goodput_diff": float(diff.mean()), "goodput_diff_se": se,
+        })  # fmt: skip
+    gains = [r["rate"] for r in rows if (r["goodput_diff"] or 0) > 2 * (r["goodput_diff_se"] or 0)]
+    loses = [r["rate"] for r in rows if (r["goodput_diff"] or 0) < -2 * (r["goodput_diff_se"] or 0)]
+    fmt = lambda xs: ", ".join(f"{x:.3g}" for x in xs)  # noqa: E731
+    same = [r for r in rates if r not in gains and r not in loses]
+    if not gains and not loses:
+        text = (f"the schedule and a fixed k={k} give the same goodput (within 2 standard errors "
+                f"over {len(seeds)} seeds) at every simulated rate ({fmt(rates)} req/s)")  # fmt: skip
+    else:
+        parts = [
+            f"the schedule gains goodput over a fixed k={k} at {fmt(gains)} req/s" if gains else "",
+            f"loses to it at {fmt(loses)} req/s" if loses else "",
+            f"no difference at {fmt(same)} req/s" if same else "",
+        ]  # fmt: skip
+        text = "; ".join(x for x in parts if x) + f" (simulated over {len(seeds)} seeds)"
+    return ScheduleCheck(k, tuple(rows), f"checked step by step: {text}", spec.profile)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from specpilot.errors import ConfigError
-from specpilot.records import PilotData
+from specpilot.records import PilotData, RequestRecord
 from specpilot.simulate.costs import ArmCosts, calibrate, rounds_needed
 from specpilot.simulate.engine import simulate
 
@@ -27,7 +27,8 @@ TOLERANCE = 0.15
 @dataclass
 class Workload:
     """Requests to simulate: arrival (s from the start), prompt and output tokens, task group,
-    deadline and TTFT SLO (NaN: none)."""
+    deadline and TTFT SLO (NaN: none), and when the client gives up (``abort_s`` from arrival:
+    the deadline where the load generator enforces it, else its timeout; NaN: never)."""
 
     arrival_t: np.ndarray
     prompt_tokens: np.ndarray
@@ -36,6 +37,7 @@ class Workload:
     deadline_s: np.ndarray
     ttft_slo_s: np.ndarray
     duration_s: float
+    abort_s: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_t)
@@ -73,6 +75,32 @@ def figures(w: Workload, ok: np.ndarray, e2e: np.ndarray, ttft: np.ndarray) -> F
     )  # fmt: skip
 
 
+def demand(data: PilotData, reqs: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output tokens each request asked for. A request that did not finish (a
+    timeout, an error) reports only what it got before it ended, which is not its demand: it
+    takes the lengths the same scheduled request had where it finished in another arm (every
+    arm replays the same schedule), else its planned ``max_tokens`` and the median prompt."""
+    done: dict[str, tuple[int, int]] = {}
+    for q in data.requests:
+        if q.status == "ok" and q.prompt_tokens and q.output_tokens is not None:
+            done.setdefault(q.request_id, (q.prompt_tokens, q.output_tokens))
+    planned: dict[str, int] = {}
+    for s in (data.pilot.schedule or {}).get("requests", []):
+        planned[f"{s.get('phase')}-{int(s.get('index', -1)):06d}"] = int(s.get("max_tokens") or 0)
+    known = [q.prompt_tokens for q in reqs if q.prompt_tokens]
+    median_prompt = int(np.median(known)) if known else 0
+    prompt, output = [], []
+    for q in reqs:
+        if q.status == "ok" and q.output_tokens is not None:
+            prompt.append(q.prompt_tokens or done.get(q.request_id, (median_prompt, 0))[0])
+            output.append(q.output_tokens)
+            continue
+        other = done.get(q.request_id)
+        prompt.append(q.prompt_tokens or (other[0] if other else median_prompt))
+        output.append(other[1] if other else planned.get(q.request_id) or q.output_tokens or 1)
+    return np.array(prompt, dtype=np.int64), np.maximum(np.array(output, dtype=np.int64), 1)
+
+
 def measured(data: PilotData, arm: str, phase: str) -> tuple[Workload, Figures]:
     """The phase as the arm saw it: its requests' arrivals and lengths, and the figures."""
     reqs = [
@@ -89,15 +117,18 @@ def measured(data: PilotData, arm: str, phase: str) -> tuple[Workload, Figures]:
     def col(name: str) -> np.ndarray:
         return np.array([np.nan if getattr(r, name) is None else getattr(r, name) for r in reqs])
 
+    prompt, output = demand(data, reqs)
     w = Workload(
-        np.array([r.scheduled_t - t0 for r in reqs]),
-        np.nan_to_num(col("prompt_tokens")).astype(np.int64),
-        np.nan_to_num(col("output_tokens"), nan=1).astype(np.int64),
-        np.array([r.task_group for r in reqs], dtype=object),
-        col("deadline_s"),
-        col("ttft_slo_s"),
-        duration or float(max(r.scheduled_t for r in reqs) - t0) or 1.0,
-    )
+        np.array([r.scheduled_t - t0 for r in reqs]), prompt, output,
+        np.array([r.task_group for r in reqs], dtype=object), col("deadline_s"),
+        col("ttft_slo_s"), duration or float(max(r.scheduled_t for r in reqs) - t0) or 1.0,
+    )  # fmt: skip
+    load = (data.pilot.config or {}).get("load") or {}
+    limit = float(load.get("timeout_s") or np.inf)
+    if load.get("enforce_deadlines", True):
+        w.abort_s = np.fmin(np.nan_to_num(w.deadline_s, nan=np.inf), limit)
+    else:
+        w.abort_s = np.full(len(w), limit)
     ok = np.array([r.status == "ok" for r in reqs])
     sent = col("sent_t")
     e2e = col("done_t") - sent
@@ -118,7 +149,7 @@ def predict(
     r = simulate(
         w.arrival_t, w.prompt_tokens, steps, step_s=costs.step, prefill_s=costs.prefill,
         slots=costs.slots, replicas=replicas, router=router, queue_timeout_s=queue_timeout_s,
-        overhead_s=costs.overhead_s,
+        overhead_s=costs.overhead_s, abort_s=w.abort_s,
     )  # fmt: skip
     return figures(w, r.ok, r.e2e, r.ttft)
 
@@ -197,6 +228,7 @@ def poisson_workload(template: Workload, rate: float, n: int, rng: np.random.Gen
     return Workload(
         t, template.prompt_tokens[idx], template.output_tokens[idx], template.group[idx],
         template.deadline_s[idx], template.ttft_slo_s[idx], float(t[-1]) if n else 0.0,
+        None if template.abort_s is None else template.abort_s[idx],
     )  # fmt: skip
 
 

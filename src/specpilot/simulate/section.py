@@ -14,7 +14,7 @@ import numpy as np
 from specpilot.errors import SpecpilotError
 from specpilot.records import PilotData
 from specpilot.simulate.costs import calibrate, with_records
-from specpilot.simulate.kschedule import k_schedule
+from specpilot.simulate.kschedule import check, k_schedule
 from specpilot.simulate.predict import Validation, crossover, measured, validate
 
 RATES = 8
@@ -61,9 +61,13 @@ def pilot_simulation(
         except SpecpilotError:
             ks = None
         if ks is not None:
+            try:
+                chk = check(data, b, c, ks, n=requests // 5, seeds=(0, 1, 2)).to_dict()
+            except SpecpilotError as exc:
+                chk = {"text": f"not checked ({exc.message})", "rows": []}
             out["k_schedules"].append({
                 "baseline_arm": b, "candidate_arm": c, "ranges": [list(r) for r in ks.ranges],
-                "text": f"{c}: {ks.text}",
+                "text": f"{c}: {ks.text}", "check": chk,
                 "vllm_speculative_config": ks.vllm_speculative_config(), "notes": list(ks.notes),
             })  # fmt: skip
         if b not in done or c not in done:

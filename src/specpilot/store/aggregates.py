@@ -41,6 +41,7 @@ from specpilot.records import (
     ChunkGaps,
     RequestRecord,
     RequestRounds,
+    StepCadence,
     VerifyCostPoint,
 )
 from specpilot.store.codec import records_of, to_records
@@ -216,6 +217,31 @@ def verify_costs(con: duckdb.DuckDBPyConnection) -> list[VerifyCostPoint]:
     ).fetchall()
     names = ["arm", "source", "tokens", "batch_size", "samples", "median_s", "p10_s", "p90_s"]
     return to_records(VerifyCostPoint, names, rows)
+
+
+def step_cadence(con: duckdb.DuckDBPyConnection) -> list[StepCadence]:
+    """Median step-to-step time per (arm, phase, rows in the step), steps followed by a prefill
+    left out (the gap holds the prefill, which a simulator adds apart)."""
+    rows = con.execute(
+        """
+        WITH s AS (
+            SELECT run_id, arm, t_start, min(phase) AS phase, count(*) AS rows
+            FROM rounds GROUP BY run_id, arm, t_start
+        ), g AS (
+            SELECT *, lead(t_start) OVER (PARTITION BY run_id, arm ORDER BY t_start) AS t_next
+            FROM s
+        )
+        SELECT g.arm, g.phase, g.rows, count(*), median(g.t_next - g.t_start),
+               quantile_cont(g.t_next - g.t_start, 0.1), quantile_cont(g.t_next - g.t_start, 0.9)
+        FROM g ANTI JOIN prefills p
+             ON p.run_id = g.run_id AND p.arm = g.arm
+            AND p.t_start >= g.t_start AND p.t_start < g.t_next
+        WHERE g.t_next IS NOT NULL
+        GROUP BY ALL ORDER BY ALL
+        """
+    ).fetchall()
+    names = ["arm", "phase", "batch_size", "samples", "median_s", "p10_s", "p90_s"]
+    return to_records(StepCadence, names, rows)
 
 
 def chunk_gaps(con: duckdb.DuckDBPyConnection) -> list[ChunkGaps]:

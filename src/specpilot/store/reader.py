@@ -1,7 +1,7 @@
 """Reading a pilot file: ``read_pilot`` returns every record as ``records.PilotData``.
 
 Small tables come back as typed records; the big ones as their SQL aggregates
-(``request_rounds``, ``verify_costs``, ``chunk_gaps``: see ``store.aggregates``), raw rounds
+(``request_rounds``, ``verify_costs``, ``chunk_gaps``, ``step_cadence``: see ``store.aggregates``), raw rounds
 only when asked for. Nothing downstream reparses raw JSON.
 
     >>> data = read_pilot("pilot.duckdb")                     # doctest: +SKIP
@@ -57,6 +57,7 @@ def pilot_data(
         req = pool.submit(_with_cursor, con, aggregates.request_columns) if columns else None
         gaps = pool.submit(_with_cursor, con, aggregates.chunk_gaps)
         costs = pool.submit(_with_cursor, con, aggregates.verify_costs)
+        cadence = pool.submit(_with_cursor, con, aggregates.step_cadence)
 
         def typed(name: str) -> list[Any]:
             if name in cols:
@@ -77,6 +78,7 @@ def pilot_data(
             prefills=typed("prefills"),
             verify_costs=[*costs.result(), *calibration_points(arms)],
             chunk_gaps=gaps.result(),
+            step_cadence=cadence.result(),
             snapshots=typed("snapshots"),
             quality=typed("quality"),
             outputs=typed("outputs"),
