@@ -278,3 +278,52 @@ def test_a_profile_without_the_arms_k_is_refused(tmp_path):
         apply(calibrate(full_case(), "spec"), load_profile(f))
     assert "speculative.k is 5, arm spec drafts k=3" in str(e.value)
     assert e.value.fix == "measure the profile at k=3"
+
+
+def test_the_gate_says_how_far_apart_identical_arms_are_on_the_same_figures():
+    """A prediction cannot be checked more closely than the A/A control agrees with the
+    baseline: the validation carries that floor and says when it exceeds the gate."""
+    import dataclasses
+
+    from pilot_cases import full_case
+    from specpilot.simulate import validate
+    from specpilot.simulate.predict import measured
+
+    data = full_case()
+    _, b = measured(data, "base", "peak")
+    _, c = measured(data, "ctl", "peak")
+    want = max(abs(c.e2e_p50 - b.e2e_p50) / b.e2e_p50, abs(c.e2e_p99 - b.e2e_p99) / b.e2e_p99)
+    v = validate(data, "spec", ["off_peak"], ["peak"])
+    assert v.aa_floor == pytest.approx(want) and "cannot validate" not in v.text
+    for r in data.requests:  # the control twice as slow at peak: no gate can pass on this file
+        if r.arm == "ctl" and r.phase == "peak" and r.done_t is not None:
+            r.done_t = r.sent_t + 2 * (r.done_t - r.sent_t)
+    v = validate(data, "spec", ["off_peak"], ["peak"])
+    assert v.aa_floor > 0.5 and "this file cannot validate a simulation" in v.text
+    no_control = dataclasses.replace(data, arms=[a for a in data.arms if a.role != "control"])
+    assert validate(no_control, "spec", ["off_peak"], ["peak"]).aa_floor is None
+
+
+def test_a_plain_arm_without_rounds_is_calibrated_from_its_requests_timings():
+    """vLLM without speculation (or any endpoint) reports no rounds: each ok request's decode
+    time per token is a step at the number of the arm's requests decoding beside it."""
+    import dataclasses
+
+    from pilot_cases import full_case
+    from specpilot.records import RequestRecord
+    from specpilot.simulate import calibrate
+    from specpilot.simulate.costs import _request_steps
+
+    def req(i, first, done, decode):
+        return RequestRecord("run-base", "base", "peak", "code", f"peak-{i:06d}", first - 0.5,
+                             "ok", sent_t=first - 0.5, first_content_t=first, done_t=done,
+                             output_tokens=11, prompt_tokens=50, decode_s=decode,
+                             prefill_s=0.4)  # fmt: skip
+
+    data = dataclasses.replace(full_case(), request_rounds=[], step_cadence=[],
+                               requests=[req(0, 0.0, 10.0, 10.0), req(1, 5.0, 15.0, 8.0)])  # fmt: skip
+    x, y = _request_steps(data, "base", {"peak"})
+    assert x.tolist() == [1.5, 1.5] and y.tolist() == pytest.approx([1.0, 0.8])
+    costs = calibrate(data, "base", ["peak"])
+    assert costs.step.source == "requests" and costs.step(1.5) == pytest.approx(0.9)
+    assert costs.k is None and costs.prefill(50) == pytest.approx(0.4)

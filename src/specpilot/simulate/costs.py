@@ -152,13 +152,28 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
     )
     wanted.discard(DRILL_PHASE)
     rr = [r for r in data.request_rounds if r.arm == arm and r.phase in wanted and r.rounds > 0]
-    if not rr:
-        raise ConfigError(f"arm {arm!r} has no round records in phases {sorted(wanted)}")
-    x = np.array([r.mean_batch_size for r in rr])
-    y = np.array(
-        [(r.draft_s + r.verify_s + r.overhead_s) / r.rounds * r.mean_batch_size for r in rr]
-    )
-    step = _cadence_curve(data, arm, wanted) or StepCurve({}, fit_linear(x, y), len(rr))
+    if rr:
+        x = np.array([r.mean_batch_size for r in rr])
+        y = np.array(
+            [(r.draft_s + r.verify_s + r.overhead_s) / r.rounds * r.mean_batch_size for r in rr]
+        )
+        step = _cadence_curve(data, arm, wanted) or StepCurve({}, fit_linear(x, y), len(rr))
+    else:  # a plain engine that reports no rounds (vLLM without speculation, any endpoint)
+        x, y = _request_steps(data, arm, wanted)
+        if not len(x):
+            raise ConfigError(
+                f"arm {arm!r} has no round records and no ok requests with a decode time in "
+                f"phases {sorted(wanted)}"
+            )
+        step = StepCurve({}, fit_linear(x, y), len(x), "requests")
+        rr = [
+            RequestRounds(q.run_id, q.arm, q.phase, q.task_group, q.request_id,
+                          int(q.output_tokens or 1) - 1, 0, 0, 0, int(q.output_tokens or 1) - 1,
+                          0.0, float(q.decode_s or 0.0), 0.0)
+            for q in data.requests
+            if q.arm == arm and q.phase in wanted and q.status == "ok" and not q.warmup
+            and q.decode_s is not None and (q.output_tokens or 0) > 1
+        ]  # fmt: skip
     pre = [p for p in data.prefills if p.arm == arm and p.phase in wanted]
     if pre:
         # a batched prefill's rows each carry the batch's time: a request's share is 1/batch
@@ -209,6 +224,34 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
         arm, rec.engine, step, prefill, overhead, _slots(data, arm), k or None, committed,
         tuple(sorted(wanted)), profile,
     )  # fmt: skip
+
+
+def _request_steps(data: PilotData, arm: str, phases: set[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(mean batch size, step seconds) per ok request of a plain arm from its own timings: its
+    decode time per token after the first, against the time-weighted number of the arm's
+    requests decoding while it did (its decode window counted from the first content)."""
+    reqs = [
+        q for q in data.requests
+        if q.arm == arm and q.phase in phases and q.status == "ok" and not q.warmup
+        and q.decode_s and (q.output_tokens or 0) > 1 and q.first_content_t is not None
+        and q.done_t is not None
+    ]  # fmt: skip
+    spans = [
+        (q.run_id, q.first_content_t, q.done_t)
+        for q in data.requests
+        if q.arm == arm and q.first_content_t is not None and q.done_t is not None
+    ]
+    xs, ys = [], []
+    for q in reqs:
+        a, b = float(q.first_content_t or 0.0), float(q.done_t or 0.0)
+        if b <= a:
+            continue
+        overlap = sum(
+            max(0.0, min(b, e) - max(a, s)) for run, s, e in spans if run == q.run_id
+        )  # itself included: its own window counts once
+        xs.append(overlap / (b - a))
+        ys.append(float(q.decode_s or 0.0) / (int(q.output_tokens or 2) - 1))
+    return np.array(xs), np.array(ys)
 
 
 def _committed(

@@ -174,6 +174,9 @@ class Validation:
     checks: tuple[Check, ...]
     validated: bool
     profile: str
+    # the A/A control's measured p50 / p99 E2E against the baseline's on the predicted phases:
+    # the largest relative difference between identical arms (None: no control in the pilot)
+    aa_floor: float | None = None
 
     @property
     def text(self) -> str:
@@ -185,10 +188,15 @@ class Validation:
             else ""
         )
         state = "validated" if self.validated else "NOT validated"
+        floor = ""
+        if self.aa_floor is not None:
+            floor = f"; identical arms (A/A) differ by up to {self.aa_floor:.0%} on these figures"
+            if self.aa_floor > self.tolerance:
+                floor += ", more than the gate allows: this file cannot validate a simulation"
         return (
             f"simulation of {self.arm} {state} (calibrated on {', '.join(self.calibrated_on)}, "
             f"predicting {', '.join(self.predicted_on)}, p50/p99 E2E within "
-            f"{self.tolerance:.0%}){miss}"
+            f"{self.tolerance:.0%}){miss}{floor}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -215,8 +223,32 @@ def validate(
     gate = [c for c in checks if c.gated]
     ok = bool(gate) and all(c.within for c in gate)
     return Validation(
-        arm, tuple(calibrate_on), tuple(predict_on), tolerance, tuple(checks), ok, costs.profile
-    )
+        arm, tuple(calibrate_on), tuple(predict_on), tolerance, tuple(checks), ok, costs.profile,
+        aa_floor(data, predict_on),
+    )  # fmt: skip
+
+
+def aa_floor(data: PilotData, phases: Sequence[str]) -> float | None:
+    """The largest relative difference of measured p50 / p99 E2E between the A/A control and
+    the baseline (the same configuration twice) on ``phases``: how closely this file can check
+    any prediction."""
+    roles = {a.role: a.arm for a in data.arms}
+    base, ctrl = roles.get("baseline"), roles.get("control")
+    if base is None or ctrl is None:
+        return None
+    worst: float | None = None
+    for phase in phases:
+        try:
+            _, b = measured(data, base, phase)
+            _, c = measured(data, ctrl, phase)
+        except ConfigError:
+            continue
+        for m in ("e2e_p50", "e2e_p99"):
+            x, y = getattr(b, m), getattr(c, m)
+            if x and y is not None:
+                d = abs(y - x) / x
+                worst = d if worst is None else max(worst, d)
+    return worst
 
 
 def poisson_workload(template: Workload, rate: float, n: int, rng: np.random.Generator) -> Workload:
