@@ -156,3 +156,30 @@ def test_report_command(tmp_path, monkeypatch, capsys) -> None:
     assert main(["report", str(pilot), "--no-plots", "--config", str(cfg)]) == 2
     assert "verdict.slo_atainment" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing.duckdb")]) == 2
+
+
+def test_the_group_matrix_and_time_per_token_are_analysis_results_the_report_only_draws():
+    from pilot_cases import full_case
+    from specpilot.analysis.pilot import analyze
+    from specpilot.report import build_report
+
+    a = analyze(full_case())
+    m = a.group_matrix
+    base, cand = a.plan.pairs[0]
+    assert m is not None and m.candidate_arm == cand and "*" not in m.groups and m.groups
+    for g, row in zip(m.groups, m.values, strict=True):
+        worst = min(1 / (1 + c.task_rel_change.estimate) for c in a.comparisons
+                    if (c.baseline_arm, c.candidate_arm, c.task_group) == (base, cand, g)
+                    and c.task_rel_change.estimate is not None)  # fmt: skip
+        assert row[2] == pytest.approx(worst)  # the worst load level, not the mean or best
+        r = next(r for r in a.rounds_pooled if (r.arm, r.task_group) == (cand, g))
+        assert row[0] == r.mean_acceptance_length and row[1] == r.decode_speedup
+    pooled = [r for r in a.rounds_pooled if r.task_group != "*" and r.committed]
+    assert len(a.time_per_token) == len(pooled)
+    t, r = a.time_per_token[0], pooled[0]
+    assert t.verify_ms == pytest.approx(1000 * r.verify_s / r.committed)
+    figs = {f["id"]: f["data"] for f in build_report(full_case(), plots=False).document["figures"]}
+    assert figs["group_matrix"]["values"] == m.values and figs["group_matrix"]["groups"] == m.groups
+    assert [b["verify_ms"] for b in figs["round_time_stack"]["bars"]] == pytest.approx(
+        [x.verify_ms for x in a.time_per_token]
+    )

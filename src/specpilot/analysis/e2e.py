@@ -211,3 +211,22 @@ def recommend(
             reason = f"decode is {b.decode_share:.0%} of task time{proj}"
         out.append(TaskRecommendation(b.task_group, action, neck, reason, nums))
     return out
+
+
+def agreement(projected: list[float | None], measured: list[float | None]) -> str:
+    """Do the Amdahl projection from the rounds and the measured end-to-end change agree?"""
+    plo, phi = projected
+    mlo, mhi = measured
+    if plo is None or phi is None or mlo is None or mhi is None:
+        return "not comparable (an interval is missing)"
+    if mhi < plo:
+        return (
+            "measured end to end below the projection beyond both intervals: the loss is "
+            "outside decode (queueing behind longer rounds, prefill, the draft's own prefill)"
+        )
+    if mlo > phi:
+        return (
+            "measured end to end above the projection beyond both intervals: queueing shrank "
+            "more than decode alone explains"
+        )
+    return "agree within their intervals"

@@ -18,12 +18,14 @@ import numpy as np
 
 from specpilot.analysis import capacity as cap
 from specpilot.analysis import cost, e2e, load, paired, quality, rollback
-from specpilot.analysis.columns import ALL, quantiles
+from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
+from specpilot.analysis.coverage import cut_phases, latency_cdf, not_measured
 from specpilot.analysis.decision import DecisionInputs, Verdict
 from specpilot.analysis.drift import AAControl, Drift, aa_control
 from specpilot.analysis.leviathan import LeviathanGap, compare
+from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.round_summary import (
@@ -72,6 +74,8 @@ class PilotAnalysis:
     round_table: RoundsTable | None = None  # the per-request round aggregates analysed
     # acceptance from each arm's engine counters (snapshot deltas over its measured phases)
     counters: dict[str, CounterAcceptance] = field(default_factory=dict)
+    group_matrix: GroupMatrix | None = None  # the main candidate's groups x metrics
+    time_per_token: list[TokenTime] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -102,6 +106,10 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     a.k_choices = _tune_k(a, table, data)
     _verdicts(a, table, data)
     _costs(a)
+    a.group_matrix = group_matrix(
+        plan.pairs[0] if plan.pairs else None, a.rounds_pooled, a.quality_cells, a.comparisons
+    )
+    a.time_per_token = time_per_token(a.rounds_pooled)
     return a
 
 
@@ -262,43 +270,9 @@ def _end_to_end(a: PilotAnalysis, table: RequestTable) -> None:
                 "projected_task_ci": proj_ci,
                 "measured_task_speedup": inv(e.estimate),
                 "measured_task_ci": measured,
-                "agreement": _agreement(proj_ci, measured),
+                "agreement": e2e.agreement(proj_ci, measured),
             }
         )
-
-
-def _agreement(projected: list[float | None], measured: list[float | None]) -> str:
-    """Do the Amdahl projection from the rounds and the measured end-to-end change agree?"""
-    plo, phi = projected
-    mlo, mhi = measured
-    if plo is None or phi is None or mlo is None or mhi is None:
-        return "not comparable (an interval is missing)"
-    if mhi < plo:
-        return (
-            "measured end to end below the projection beyond both intervals: the loss is "
-            "outside decode (queueing behind longer rounds, prefill, the draft's own prefill)"
-        )
-    if mlo > phi:
-        return (
-            "measured end to end above the projection beyond both intervals: queueing shrank "
-            "more than decode alone explains"
-        )
-    return "agree within their intervals"
-
-
-def latency_cdf(table: RequestTable, points: int = 101) -> dict[str, dict[str, list[Any]]]:
-    """Per arm: E2E and TTFT quantiles at ``points`` levels over all steady requests; a level
-    only failed requests reach is None (the curve stops short of 1 by the failed fraction)."""
-    out: dict[str, dict[str, list[Any]]] = {}
-    qs = np.linspace(0, 1, points).tolist()
-    for arm in sorted(set(table.arm.tolist())):
-        m = (table.arm == arm) & ~table.cold_start
-        out[arm] = {
-            "q": qs,
-            "e2e": quantiles(table.e2e[m], qs),
-            "ttft": quantiles(table.ttft[m], qs),
-        }
-    return out
 
 
 def _k_of(rec: ArmRecord) -> int | None:
@@ -415,41 +389,6 @@ def _lowest_load(a: PilotAnalysis, arm: str) -> tuple[str, float, float] | None:
         return None
     c = min(cells, key=lambda c: (c.offered_rate or 0.0, c.phase))
     return c.phase, float(c.offered_rate or 0.0), float(c.on_time_ratio or 0.0)
-
-
-def cut_phases(data: PilotData) -> list[str]:
-    """One note per measured phase that did not complete (a killed or interrupted run): how
-    many of its scheduled requests have a record. Its cells are shown, and marked here."""
-    got: dict[tuple[str, str], int] = {}
-    for r in data.requests:
-        got[(r.run_id, r.phase)] = got.get((r.run_id, r.phase), 0) + 1
-    cols = data.request_columns
-    if cols is not None:
-        for run_id, phase in zip(cols["run_id"], cols["phase"], strict=True):
-            got[(str(run_id), str(phase))] = got.get((str(run_id), str(phase)), 0) + 1
-    return [
-        f"{p.arm} phase {p.phase} is not complete ({p.status}): {got.get((p.run_id, p.phase), 0)} "
-        f"of its {p.scheduled} scheduled requests have a record; the run ended before the phase "
-        "did, and its cells measure only that part"
-        for p in data.phases
-        if p.status != "complete" and not p.warmup
-    ]
-
-
-def not_measured(data: PilotData) -> dict[str, str]:
-    """Arms that cannot be judged, with why: failed or interrupted in any run, or never
-    finished (still "running" or "planned" in the file) with a measured phase not complete."""
-    out: dict[str, str] = {}
-    complete = {(p.run_id, p.phase) for p in data.phases if p.status == "complete"}
-    measured = {p.phase for p in data.phases if not p.warmup}
-    for r in data.arms:
-        if r.status in ("failed", "interrupted"):
-            out[r.arm] = f"{r.status}" + (f": {r.error}" if r.error else "")
-        elif r.status != "complete":
-            left = sorted(ph for ph in measured if (r.run_id, ph) not in complete)
-            if left or not measured:
-                out[r.arm] = f"{r.status}, phases not complete: {', '.join(left) or 'none ran'}"
-    return out
 
 
 def _verify_ratios(a: PilotAnalysis, cand: str) -> dict[str, tuple[float | None, str]]:

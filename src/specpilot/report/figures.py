@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specpilot.analysis.matrix import GroupMatrix
 from specpilot.analysis.pilot import PilotAnalysis
 
 FIGURE_IDS = (
@@ -105,60 +106,15 @@ def _acceptance_group(a: PilotAnalysis) -> dict[str, Any]:
 
 
 def _matrix(a: PilotAnalysis) -> dict[str, Any]:
-    if not a.plan.pairs:
-        return {"candidate_arm": None, "groups": [], "metrics": [], "values": []}
-    base, cand = a.plan.pairs[0]
-    metrics = [
-        "mean acceptance length",
-        "decode speed-up",
-        "end-to-end speed-up",
-        "key-check pass rate",
-    ]
-    rounds = {r.task_group: r for r in a.rounds_pooled if r.arm == cand}
-    quality = {q.task_group: q for q in a.quality_cells if q.arm == cand}
-    checks: dict[str, list[float]] = {}
-    for x in a.amdahl_checks:
-        if x["candidate_arm"] == cand and x["measured_task_speedup"] is not None:
-            checks.setdefault(x["task_group"], []).append(x["measured_task_speedup"])
-    comps: dict[str, list[float]] = {}
-    for c in a.comparisons:
-        if (c.baseline_arm, c.candidate_arm) == (
-            base,
-            cand,
-        ) and c.task_rel_change.estimate is not None:
-            comps.setdefault(c.task_group, []).append(1 / (1 + c.task_rel_change.estimate))
-    groups = sorted({*rounds, *quality, *comps} - {"*"})
-    values = []
-    for g in groups:
-        r, q = rounds.get(g), quality.get(g)
-        task = comps.get(g)
-        values.append(
-            [
-                r.mean_acceptance_length if r else None,
-                r.decode_speedup if r else None,
-                min(task) if task else None,  # the worst load level
-                q.key_pass_rate if q else None,
-            ]
-        )
-    return {"candidate_arm": cand, "groups": groups, "metrics": metrics, "values": values}
+    m = a.group_matrix or GroupMatrix(None, metrics=[])
+    return {"candidate_arm": m.candidate_arm, "groups": m.groups, "metrics": m.metrics,
+            "values": m.values}  # fmt: skip
 
 
 def _round_stack(a: PilotAnalysis) -> dict[str, Any]:
-    bars = []
-    for r in a.rounds_pooled:
-        if r.task_group == "*" or not r.committed:
-            continue
-        bars.append(
-            {
-                "arm": r.arm,
-                "role": _role(a, r.arm),
-                "task_group": r.task_group,
-                "draft_ms": 1000 * r.draft_s / r.committed,
-                "verify_ms": 1000 * r.verify_s / r.committed,
-                "overhead_ms": 1000 * r.overhead_s / r.committed,
-            }
-        )
-    return {"bars": bars}
+    return {"bars": [{"arm": t.arm, "role": _role(a, t.arm), "task_group": t.task_group,
+                      "draft_ms": t.draft_ms, "verify_ms": t.verify_ms,
+                      "overhead_ms": t.overhead_ms} for t in a.time_per_token]}  # fmt: skip
 
 
 def _stages(a: PilotAnalysis) -> dict[str, Any]:
