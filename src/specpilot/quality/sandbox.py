@@ -35,29 +35,16 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import Any
 
+from specpilot.quality.sandbox_isolation import _prefix, _python
+
 ISOLATIONS = ("bwrap", "unshare", "rlimits")
-_SYSTEM_DIRS = (
-    "usr",
-    "lib",
-    "lib32",
-    "lib64",
-    "libx32",
-    "bin",
-    "sbin",
-    "etc",
-    "proc",
-    "sys",
-    "dev",
-)
 _UID_BASE, _UID_SPAN = 3_000_000, 1_000_000  # throw-away uids: no passwd entry, no files
 
 # Runs inside the sandbox: read {"code", "tests", "per_test_s", "marker"} from stdin, exec the
@@ -160,81 +147,6 @@ class SandboxResult:
         return {n: e for n, e in self.tests.items() if e is not None}
 
 
-def _world_usable(path: str) -> bool:
-    """Every directory on the way is searchable and the file executable by any user."""
-    p = Path(path)
-    try:
-        if not p.stat().st_mode & 0o001:
-            return False
-        return all(d.stat().st_mode & 0o001 for d in p.parents)
-    except OSError:
-        return False
-
-
-@cache
-def _python() -> str:
-    """An interpreter the throw-away uid can run: this one's base if every user may, else the
-    system's ``python3`` (the harness needs the standard library only)."""
-    base = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-    if os.geteuid() != 0 or _world_usable(base):
-        return base
-    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        real = os.path.realpath(cand)
-        if os.path.exists(real) and _world_usable(real):
-            return real
-    return base
-
-
-def _visible_dirs() -> list[str]:
-    keep = set(_SYSTEM_DIRS)
-    for p in (_python(),):
-        parts = Path(os.path.realpath(p)).parts
-        if len(parts) > 1:
-            keep.add(parts[1])
-    return sorted(keep)
-
-
-def _bwrap_prefix() -> list[str]:
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
-    for d in _visible_dirs():
-        src = "/" + d
-        if d in ("proc", "dev", "sys") or not os.path.exists(src):
-            continue
-        argv += ["--ro-bind", src, src]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp"]
-    return [*argv, "--"]
-
-
-def _unshare_prefix() -> list[str]:
-    keep = {*_visible_dirs(), "tmp"}
-    hide = sorted(
-        "/" + d
-        for d in os.listdir("/")
-        if d not in keep and os.path.isdir("/" + d) and not os.path.islink("/" + d)
-    )
-    # Hidden directories become empty read-only tmpfs; /tmp (the working directory) and
-    # /dev/shm fresh writable ones, gone when the namespace ends.
-    mounts = "".join(f"mount -t tmpfs -o ro,size=4k none {d} || exit 97; " for d in hide)
-    mounts += "mount -t tmpfs -o size=16m,mode=1777 none /tmp || exit 97; "
-    mounts += "if [ -d /dev/shm ]; then mount -t tmpfs -o size=1m none /dev/shm || exit 97; fi; "
-    return [
-        "unshare",
-        "--user",
-        "--map-root-user",
-        "--net",
-        "--mount",
-        "--ipc",
-        "--pid",
-        "--fork",
-        "--kill-child",
-        "--mount-proc",
-        "/bin/sh",
-        "-c",
-        f'{mounts}cd /tmp && exec "$@"',
-        "sandbox",
-    ]
-
-
 def _limits(lim: SandboxLimits, uid: int | None) -> Callable[[], None]:
     nproc = lim.processes
     if uid is None:  # not root: the limit counts this user's other processes too
@@ -267,14 +179,6 @@ def _throwaway_uid() -> int | None:
     if os.geteuid() != 0:
         return None
     return _UID_BASE + secrets.randbelow(_UID_SPAN)
-
-
-def _prefix(isolation: str) -> list[str]:
-    if isolation == "bwrap":
-        return _bwrap_prefix()
-    if isolation == "unshare":
-        return _unshare_prefix()
-    return []
 
 
 @cache
