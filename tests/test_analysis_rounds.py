@@ -305,7 +305,7 @@ def test_decode_speedup_interval_resamples_requests_and_adds_the_drift() -> None
 
 
 def test_a_file_where_nothing_drafted_summarises_without_positions() -> None:
-    # `specpilot load --engine-opt no_draft=true` files: rounds, but not one proposal
+    # `specpilot load --start --engine builtin` files (no draft): rounds, but not one proposal
     from specpilot.analysis.round_summary import summarize_rounds
     from specpilot.records import RequestRounds
 

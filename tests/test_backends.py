@@ -17,13 +17,13 @@ import pytest
 from specpilot.backends import (
     BackendError,
     UnknownFieldError,
-    make_backend,
     response_extras_for,
     scrape_endpoint,
 )
 from specpilot.backends import builtin as bi
 from specpilot.backends import sglang as sg
 from specpilot.backends import vllm as vl
+from specpilot.backends.builtin import BuiltinBackend
 from specpilot.backends.facts import cpu_model_and_flags, hardware_facts, model_file
 from specpilot.backends.freeze import frozen_sha256, strategy_of
 from specpilot.backends.llamacpp import LlamaCppConfig
@@ -264,7 +264,7 @@ def test_launch_commands():
     argv = sg.SglangBackend("m/L-8B", draft="m/L-1B", k=4, port=30000).command()
     assert argv[argv.index("--speculative-algorithm") + 1] == "STANDALONE"
     assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "5"
-    builtin = make_backend("builtin", {"k": 2, "draft": "shipped:smollm2-135m-instruct-d4"})
+    builtin = BuiltinBackend(k=2, draft="shipped:smollm2-135m-instruct-d4")
     cmd = builtin.command()
     assert cmd[cmd.index("--per-request-spec-decode-metrics") + 1] == "detailed"
 
@@ -343,16 +343,16 @@ def test_strategies_and_the_frozen_manifest_hash(tmp_path):
     d.mkdir()
     shutil.copy(f, d / "w.bin")
     assert model_file("draft", d).sha256 != mf.sha256
-    a = make_backend("builtin", {"target": str(f), "draft": str(d), "k": 3}).describe().to_dict()
-    b = make_backend("builtin", {"target": str(f), "draft": str(d), "k": 3}).describe().to_dict()
+    a = BuiltinBackend(target=str(f), draft=str(d), k=3).describe().to_dict()
+    b = BuiltinBackend(target=str(f), draft=str(d), k=3).describe().to_dict()
     assert a["endpoint"] != b["endpoint"]  # two free ports ...
     assert frozen_sha256(a) == frozen_sha256(b)  # ... one frozen configuration
     f.write_bytes(b"abd")  # an upgraded target
-    c = make_backend("builtin", {"target": str(f), "draft": str(d), "k": 3}).describe().to_dict()
+    c = BuiltinBackend(target=str(f), draft=str(d), k=3).describe().to_dict()
     assert frozen_sha256(c) != frozen_sha256(a)
     s = strategy_of(a)
     assert (s.kind, s.k, s.draft_sha256) == ("draft", 3, model_file("draft", d).sha256)
-    plain = make_backend("builtin", {"target": str(f), "no_draft": True}).describe().to_dict()
+    plain = BuiltinBackend(target=str(f), no_draft=True).describe().to_dict()
     assert strategy_of(plain).kind == "none"
     ngram = {"engine": "llamacpp", "speculative": {"type": "ngram-mod", "n_max": 3}}
     assert (strategy_of(ngram).kind, strategy_of(ngram).ngram_type) == ("ngram", "ngram-mod")

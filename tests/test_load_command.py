@@ -125,31 +125,33 @@ def test_load_argument_errors(tmp_path, capsys):
         assert msg in capsys.readouterr().err, argv
 
 
-def test_engine_options_and_make_backend():
-    from specpilot.backends import make_backend
+def test_engine_options_are_the_pilot_files_and_build_the_same_backend():
+    """``--engine-opt`` takes a pilot file's ``arms[].options`` (one vocabulary, one check)
+    and ``load --start`` builds its backend through the pilot's own constructor."""
+    from specpilot.backends.builtin import BuiltinBackend
     from specpilot.backends.llamacpp import LlamaCppBackend
-    from specpilot.commands.load import engine_options
+    from specpilot.commands.load import engine_opts
     from specpilot.engine.loader import default_target_path
+    from specpilot.errors import ConfigError
+    from specpilot.pilot.engines import backend_for, engine_options
 
-    opts = engine_options(
-        ["no_draft=true", "k=3", "extra-args=[--threads, 1]", "draft=truncate:0,1"]
-    )
-    assert opts == {
-        "no_draft": True,
-        "k": 3,
-        "extra_args": ["--threads", 1],
-        "draft": "truncate:0,1",
-    }
-    be = make_backend("builtin", {"no_draft": True, "extra_args": ["--threads", 1]})
+    raw = engine_opts(["threads=1", "k=3", "extra-args=[--foo, 1]", "draft=truncate:0,1"])
+    assert raw == {"threads": 1, "k": 3, "extra_args": ["--foo", 1], "draft": "truncate:0,1"}
+    be = backend_for("builtin", engine_options("builtin", {"threads": 1}))
     cmd = be.command()
-    assert "--no-draft" in cmd and cmd[-2:] == ["--threads", "1"] and "--draft" not in cmd
-    ll = make_backend("llamacpp", {"spec_type": "ngram-mod", "threads": 2})
+    assert isinstance(be, BuiltinBackend) and "--no-draft" in cmd and "--draft" not in cmd
+    assert cmd[cmd.index("--threads") + 1] == "1"
+    spec = backend_for("builtin", engine_options("builtin", {"draft": "truncate:0,1", "k": 3}))
+    assert spec.command()[spec.command().index("-k") + 1] == "3"
+    ll = backend_for(
+        "llamacpp", engine_options("llamacpp", {"spec_type": "ngram-mod", "threads": 2})
+    )
     assert isinstance(ll, LlamaCppBackend) and ll.mode == "subprocess"
     assert str(ll.cfg.model) == str(default_target_path()) and "ngram-mod" in ll.cfg.flags()
-    with pytest.raises(ValueError, match=r"known: .*threads"):
-        make_backend("llamacpp", {"thread": 2})
-    with pytest.raises(ValueError, match="cannot be started"):
-        make_backend("openai", {})
+    with pytest.raises(ConfigError, match=r"thread: .*did you mean 'threads'"):
+        engine_options("llamacpp", {"thread": 2})
+    with pytest.raises(ConfigError, match="k = 3 needs a draft"):  # the pilot file's own rule
+        engine_options("builtin", {"k": 3})
 
 
 def test_model_name_comes_from_the_endpoint():

@@ -16,7 +16,6 @@ response parsers share). ``response_extras`` turns an engine's per-response stat
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 from collections.abc import Callable, Mapping
@@ -80,54 +79,6 @@ def scrape_endpoint(
     )
 
 
-def make_backend(engine: str, options: Mapping[str, Any] | None = None) -> Backend:
-    """A backend for ``engine`` from keyword options (its dataclass fields), not yet started.
-
-    This is how ``specpilot load --start --engine-opt KEY=VALUE`` starts the engine itself,
-    so that the run records the full ``describe()`` manifest. ``llamacpp`` takes
-    ``LlamaCppConfig`` fields plus ``mode`` (subprocess | inprocess), its model defaulting to
-    the default target; ``builtin`` takes ``BuiltinBackend`` fields (``extra_args``: more
-    ``specpilot serve`` flags).
-
-        >>> make_backend("builtin", {"no_draft": True, "extra_args": ["--threads", 1]}).command()[-2:]
-        ['--threads', '1']
-    """
-    opts = dict(options or {})
-    if "extra_args" in opts:
-        opts["extra_args"] = [str(a) for a in opts["extra_args"]]
-    if engine == "llamacpp":
-        from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
-
-        mode = str(opts.pop("mode", "subprocess"))
-        _check_fields("llamacpp", LlamaCppConfig, opts, extra=("mode",))
-        if "model" not in opts:
-            from specpilot.engine.loader import default_target_path
-
-            opts["model"] = str(default_target_path())
-        return LlamaCppBackend(LlamaCppConfig(**opts), mode=mode)
-    classes = {"builtin": "BuiltinBackend", "vllm": "VllmBackend", "sglang": "SglangBackend"}
-    if engine not in classes:
-        raise ConfigError(
-            f"engine {engine!r} cannot be started by specpilot: builtin, llamacpp, vllm, sglang"
-        )
-    cls = getattr(_module(engine), classes[engine])
-    _check_fields(engine, cls, opts)
-    backend: Backend = cls(**opts)
-    return backend
-
-
-def _check_fields(
-    engine: str, cls: Any, opts: Mapping[str, Any], extra: tuple[str, ...] = ()
-) -> None:
-    names = [f.name for f in dataclasses.fields(cls) if f.init and f.name != "name"]
-    unknown = sorted(set(opts) - set(names))
-    if unknown:
-        raise ConfigError(
-            f"{engine} engine options {', '.join(unknown)} unknown; "
-            f"known: {', '.join(sorted([*names, *extra]))}"
-        )
-
-
 __all__ = [
     "ENGINES",
     "SPEC_ACCEPTED",
@@ -143,7 +94,6 @@ __all__ = [
     "UnknownFieldError",
     "hardware_facts",
     "hardware_info",
-    "make_backend",
     "metrics_source",
     "model_file",
     "response_extras_for",

@@ -19,11 +19,14 @@ Two ways to name the engine:
   engine through its backend (``builtin``, ``llamacpp``, ``vllm``, ``sglang``), records the
   backend's full ``describe()`` manifest (model files with sha256, tokenizer hash, engine
   version, launch flags, speculative config, hardware), scrapes its counters and memory at
-  every phase edge, and stops it at the end. Options are the backend's fields, values
-  in YAML syntax::
+  every phase edge, and stops it at the end. Options are a pilot file's arm options
+  (``arms[].options``, the same names and checks; ``specpilot.pilot.config``), values in
+  YAML syntax (the builtin engine without ``draft`` is plain decoding)::
 
-      specpilot load --start --engine builtin --engine-opt no_draft=true \\
-          --engine-opt 'extra_args=[--threads, 1]' --workload w.yaml --out run.duckdb
+      specpilot load --start --engine builtin --engine-opt threads=1 \\
+          --workload w.yaml --out run.duckdb
+      specpilot load --start --engine builtin --engine-opt draft=shipped:smollm2-135m-instruct-d4 \\
+          --engine-opt k=3 --workload w.yaml --out run.duckdb
       specpilot load --start --engine llamacpp --engine-opt spec_type=ngram-mod \\
           --engine-opt threads=2 --workload w.yaml --out run.duckdb
 
@@ -96,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a backend option for --start (repeatable; VALUE in YAML syntax)",
+        help="an engine option for --start, as in a pilot file's arms[].options (repeatable; YAML values)",
     )
     p.add_argument(
         "--start-timeout",
@@ -153,8 +156,8 @@ def _schedule(args: argparse.Namespace) -> Any:
     return sched
 
 
-def engine_options(items: list[str]) -> dict[str, Any]:
-    """``["threads=1", "no_draft=true"]`` -> ``{"threads": 1, "no_draft": True}`` (YAML values)."""
+def engine_opts(items: list[str]) -> dict[str, Any]:
+    """``["threads=1", "draft=null"]`` -> ``{"threads": 1, "draft": None}`` (YAML values)."""
     import yaml
 
     out: dict[str, Any] = {}
@@ -259,8 +262,9 @@ def _arm(
 
 
 def run(args: argparse.Namespace) -> int:
-    from specpilot.backends import BackendError, make_backend, scrape_endpoint
+    from specpilot.backends import BackendError, scrape_endpoint
     from specpilot.loadgen import LoadRunner
+    from specpilot.pilot.engines import backend_for, engine_options
     from specpilot.store import PhaseRecorder, Store
 
     if args.start == (args.url is not None):
@@ -276,7 +280,8 @@ def run(args: argparse.Namespace) -> int:
     backend = None
     cold_start_s = None
     if args.start:
-        backend = make_backend(args.engine, engine_options(args.engine_opt))
+        opts = engine_options(args.engine, engine_opts(args.engine_opt))
+        backend = backend_for(args.engine, opts, name=args.arm)
         print(f"starting {args.engine} at {backend.endpoint} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         try:

@@ -161,6 +161,16 @@ class BudgetModel(_Model):
     notes: list[str] = Field(default_factory=list)
 
 
+# engine -> its options model: the one vocabulary of engine options (pilot files' arms[].options,
+# `specpilot load --start --engine-opt`)
+OPTIONS: dict[str, type[_Model]] = {
+    "builtin": BuiltinOptions,
+    "llamacpp": LlamaCppOptions,
+    "vllm": VllmOptions,
+    "sglang": SglangOptions,
+}
+
+
 class _ArmBase(_Model):
     name: str = Field(pattern=NAME_PATTERN)
     role: Literal["baseline", "speculative", "alternative", "control", "extra"]

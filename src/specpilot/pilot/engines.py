@@ -52,6 +52,30 @@ def _vllm_args(o: Any) -> list[str]:
     return args + list(o.extra_args)
 
 
+def engine_options(engine: str, raw: Mapping[str, Any], where: str = "--engine-opt") -> Any:
+    """``raw`` validated as a pilot file's ``arms[].options`` for ``engine``: the one option
+    vocabulary (``specpilot load --start --engine-opt`` takes the same names).
+
+        >>> engine_options("llamacpp", {"spec_type": "ngram-mod", "threads": 2}).draft_n_max
+        3
+    """
+    from pydantic import ValidationError
+
+    from specpilot.errors import ConfigError
+    from specpilot.pilot.config import OPTIONS
+    from specpilot.validation import format_errors
+
+    model = OPTIONS.get(engine)
+    if model is None:
+        raise ConfigError(
+            f"engine {engine!r} cannot be started by specpilot", fix=f"one of {', '.join(OPTIONS)}"
+        )
+    try:
+        return model.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ConfigError(format_errors(exc, where, root=model)) from None
+
+
 def make_backend(
     plan: ArmPlan,
     *,
@@ -68,7 +92,22 @@ def make_backend(
     if plan.url is not None:
         return Endpoint(plan)
     o = plan.spec.options.model_copy(update=overrides or {})
-    if plan.engine == "builtin":
+    return backend_for(
+        plan.engine, o, name=plan.name, dtype=dtype, llamacpp_draft=llamacpp_draft, port=port
+    )
+
+
+def backend_for(
+    engine: str,
+    o: Any,
+    *,
+    name: str = "",
+    dtype: str | None = None,
+    llamacpp_draft: str | Path | None = None,
+    port: int | None = None,
+) -> Backend:
+    """The backend for ``engine`` from its validated options (``engine_options``)."""
+    if engine == "builtin":
         from specpilot.backends.builtin import BuiltinBackend
 
         return BuiltinBackend(
@@ -80,7 +119,7 @@ def make_backend(
             extra_args=_builtin_args(o, dtype),
             port=port or 0,
         )
-    if plan.engine == "llamacpp":
+    if engine == "llamacpp":
         from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
         from specpilot.engine.loader import default_target_path
 
@@ -103,7 +142,7 @@ def make_backend(
             port=port or 0,
         )
         return LlamaCppBackend(cfg)
-    if plan.engine == "vllm":
+    if engine == "vllm":
         from specpilot.backends.vllm import VllmBackend
 
         return VllmBackend(
@@ -125,7 +164,7 @@ def make_backend(
             extra_args=_vllm_args(o),
             port=port or 0,
         )
-    if plan.engine == "sglang":
+    if engine == "sglang":
         from specpilot.backends.sglang import SglangBackend
 
         return SglangBackend(
@@ -136,7 +175,9 @@ def make_backend(
             extra_args=list(o.extra_args),
             port=port or 0,
         )
-    raise ValueError(f"arm {plan.name!r}: engine {plan.engine!r} cannot be started by specpilot")
+    from specpilot.errors import ConfigError
+
+    raise ConfigError(f"arm {name!r}: engine {engine!r} cannot be started by specpilot")
 
 
 @dataclass

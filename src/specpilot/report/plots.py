@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 GREY, ALT = "#7f7f7f", "#ff7f0e"
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
@@ -264,27 +266,79 @@ def _stages(d: dict[str, Any]) -> Any:
     return fig
 
 
+def verify_lines(curves: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the verify-cost plot draws. Calibration curves (each arm's engine measures the
+    target at load): one line per batch size, the median over the arms at each n with their
+    range as a band (the spread is the measurement's own noise). Curves from the rounds: one
+    per batch size and set of arms with the same points, and only where they say something
+    (a point past n = 1; a plain arm's single n = 1 point is 1 by definition).
+
+    >>> c = [{"arm": a, "source": "calibration", "batch_size": 1,
+    ...       "points": [{"tokens": 1, "ratio": 1.0}, {"tokens": 4, "ratio": r}]}
+    ...      for a, r in (("x", 2.0), ("y", 2.4), ("z", 2.2))]
+    >>> [(v["arms"], v["points"], v["low"], v["high"]) for v in verify_lines(c)]
+    [(['x', 'y', 'z'], [(1, 1.0), (4, 2.2)], [1.0, 2.0], [1.0, 2.4])]
+    """
+    out: list[dict[str, Any]] = []
+    cal: dict[int, dict[str, Any]] = {}
+    for c in curves:
+        if c["source"] == "calibration" and c["points"]:
+            g = cal.setdefault(c["batch_size"], {"arms": [], "by_n": {}})
+            g["arms"].append(c["arm"])
+            for pt in c["points"]:
+                g["by_n"].setdefault(pt["tokens"], []).append(pt["ratio"])
+    for b, g in sorted(cal.items()):
+        ns = sorted(g["by_n"])
+        out.append({
+            "source": "calibration", "batch_size": b, "arms": g["arms"],
+            "points": [(n, float(np.median(g["by_n"][n]))) for n in ns],
+            "low": [float(min(g["by_n"][n])) for n in ns],
+            "high": [float(max(g["by_n"][n])) for n in ns],
+        })  # fmt: skip
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for c in curves:
+        pts = tuple((p["tokens"], round(p["ratio"], 6)) for p in c["points"])
+        if c["source"] == "calibration" or not any(t > 1 for t, _ in pts):
+            continue
+        key = (c["batch_size"], pts)
+        if key in seen:
+            seen[key]["arms"].append(c["arm"])
+        else:
+            seen[key] = {"source": c["source"], "batch_size": c["batch_size"],
+                         "points": list(pts), "arms": [c["arm"]]}  # fmt: skip
+    return out + sorted(seen.values(), key=lambda v: (v["batch_size"], v["arms"]))
+
+
 def _verify(d: dict[str, Any]) -> Any:
-    curves = [c for c in d["curves"] if c["points"]]
-    if not curves:
+    lines = verify_lines(d["curves"])
+    if not lines:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    for i, c in enumerate(curves):
-        xs = [p["tokens"] for p in c["points"]]
-        ax.plot(
-            xs,
-            [p["ratio"] for p in c["points"]],
-            "o-",
-            color=PALETTE[i % len(PALETTE)],
-            label=f"{c['arm']} {c['source']} b={c['batch_size']}",
-        )
+    fig, ax = plt.subplots(figsize=(5.5, 3.9))
+    sizes = sorted({v["batch_size"] for v in lines})
+    for v in lines:
+        colour = PALETTE[sizes.index(v["batch_size"]) % len(PALETTE)]
+        xs, ys = [t for t, _ in v["points"]], [r for _, r in v["points"]]
+        if v["source"] == "calibration":
+            n = len(v["arms"])
+            who = v["arms"][0] if n == 1 else f"median of {n} arms, band their range"
+            ax.plot(
+                xs, ys, "o-", color=colour, ms=3, label=f"b={v['batch_size']} calibration ({who})"
+            )
+            if n > 1:
+                ax.fill_between(xs, v["low"], v["high"], color=colour, alpha=0.15, lw=0)
+        else:
+            who = ", ".join(v["arms"]) if len(v["arms"]) <= 2 else f"{len(v['arms'])} arms"
+            ax.plot(xs, ys, "s", color=colour, ms=6, mfc="none",
+                    label=f"b={v['batch_size']} rounds ({who})")  # fmt: skip
     ax.axhline(1.0, color=GREY, ls=":", lw=1)
     ax.set(xlabel="tokens verified per row (k + 1)", ylabel="v(n): time / one-token time")
     ax.xaxis.set_major_locator(_integer_ticks())
     ax.set_title(d.get("hardware", ""), fontsize=7)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    # the legend below the axes, never over the data
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2, frameon=False)
+    fig.subplots_adjust(bottom=0.34)
     return fig
 
 
