@@ -275,3 +275,32 @@ def test_a_resume_refuses_a_target_file_whose_content_changed():
     assert why is not None and "/m/t.gguf" in why and "sha256:aaaa" in why and "sha256:bbbb" in why
     assert target_changed([rec], [NS(name="base", frozen={"target": "sha256:aaaa1111"})]) is None
     assert target_changed([NS(arm="base", manifest={})], [plan]) is None  # nothing recorded yet
+
+
+def test_every_builtin_arm_runs_the_format_the_first_started_one_chose_also_after_a_resume(
+    tmp_path,
+):
+    """The pinned weight format is read from the file (the first builtin arm's manifest), not
+    kept in the running process: a resumed pilot starts its arms with the first run's format."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from specpilot.pilot.runner import Pilot
+    from specpilot.store import Store
+    from test_store import _arm, _pilot
+
+    with Store(tmp_path / "p.duckdb") as st:
+        st.add_pilot(_pilot())
+        holder = SimpleNamespace(store=st)
+        assert Pilot.pinned_format(holder) is None  # nothing started yet: the arm's own option
+        llama = dataclasses.replace(_arm("llamacpp-plain", 0, 0), engine="llamacpp",
+                                    manifest={"frozen": {"dtype": "q4_1"}})  # fmt: skip
+        first = dataclasses.replace(
+            _arm("baseline", 0, 1), manifest={"frozen": {"dtype": "int8-bf16"}}
+        )
+        later = dataclasses.replace(
+            _arm("speculative", 3, 2), manifest={"frozen": {"dtype": "fp32"}}
+        )
+        for a in (later, llama, first):
+            st.add_arm(a)
+        assert Pilot.pinned_format(holder) == "int8-bf16"  # the first builtin arm by run order

@@ -72,7 +72,6 @@ class Pilot:
         # the admin switch's token reaches the builtin servers through their environment, so it
         # stays out of launch lines and manifests
         self.admin_token = os.environ.setdefault("SPECPILOT_ADMIN_TOKEN", secrets.token_hex(16))
-        self.pinned_dtype: str | None = None
         self.llamacpp_drafts: dict[str, Path] = {}
         self.vllm_models: dict[str, dict[str, str]] = {}  # arm -> model / draft HF directories
         self.durations: list[float] = []
@@ -305,11 +304,22 @@ class Pilot:
             over.update(plain_overrides(plan))
         return make_backend(
             plan,
-            dtype=self.pinned_dtype,
+            dtype=self.pinned_format(),
             llamacpp_draft=None if plain else self.llamacpp_drafts.get(plan.name),
             overrides=over,
             port=port,
         )
+
+    def pinned_format(self) -> str | None:
+        """The weight format every builtin arm runs: the one the first started builtin arm's
+        engine chose (``frozen.dtype`` of its manifest, read from the file, so a resumed pilot
+        keeps the first run's choice); None before any builtin arm has started."""
+        arms = [a for a in self.store.records("arms") if a.engine == "builtin" and a.manifest]
+        for a in sorted(arms, key=lambda a: (a.run_order, a.repetition)):
+            chosen = (a.manifest.get("frozen") or {}).get("dtype")
+            if chosen:
+                return str(chosen)
+        return None
 
     def derived_overrides(self, plan: ArmPlan) -> dict[str, Any]:
         """Option changes the arm's budget derives from another arm's measurement (kv_slots)."""
@@ -346,8 +356,6 @@ class Pilot:
             cal = calibration_from_metrics(get_text(backend.endpoint + "/metrics"))
             described["calibration"] = cal
             chosen = (cal.get("formats") or {}).get("target")
-            if chosen and self.pinned_dtype is None:
-                self.pinned_dtype = str(chosen)  # every later arm uses the first arm's format
             if chosen:
                 frozen["dtype"] = str(chosen)
         capacity = {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}}
