@@ -30,6 +30,7 @@ BASE = {
     "yamlpos",
     "hashing",
     "cpuinfo",
+    "terminal",
 }
 # unit -> the layers it sits on directly (it may import them and whatever they may import).
 SITS_ON: dict[str, list[str]] = {
@@ -38,6 +39,7 @@ SITS_ON: dict[str, list[str]] = {
     "yamlpos": [],
     "hashing": [],
     "cpuinfo": [],  # base: DESIGN.md's metric definitions over records
+    "terminal": [],  # the one rule for live displays vs plain lines
     "engine": [],
     "serve": ["engine"],
     "workload": [],

@@ -304,3 +304,21 @@ def test_every_builtin_arm_runs_the_format_the_first_started_one_chose_also_afte
         for a in (later, llama, first):
             st.add_arm(a)
         assert Pilot.pinned_format(holder) == "int8-bf16"  # the first builtin arm by run order
+
+
+def test_the_interleaved_eta_counts_the_steps_left_at_their_measured_times():
+    """The status line's ETA in the interleaved design (it read the same guess for a whole
+    run): calls left of each kind at that kind's mean so far, a kind not yet measured at the
+    mean of all, and a whole repetition again for each repetition still to come."""
+    from types import SimpleNamespace
+
+    from specpilot.pilot.interleave import Interleaved
+
+    it = Interleaved(SimpleNamespace(progress=SimpleNamespace(eta_s=None)), [], later_repetitions=1)
+    it.total = {"start": 2, "load": 4, "finish": 2}
+    it.left = {"start": 0, "load": 3, "finish": 2}
+    it.spent = {"start": [10.0, 14.0], "load": [6.0]}
+    # left: 3 loads x 6 s + 2 finishes x the mean of all calls (10 s); one more repetition:
+    # 2 x 12 + 4 x 6 + 2 x 10
+    assert it.eta() == pytest.approx(3 * 6 + 2 * 10 + (2 * 12 + 4 * 6 + 2 * 10))
+    assert Interleaved(SimpleNamespace(), []).eta() == 0.0  # nothing to run

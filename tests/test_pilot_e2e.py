@@ -77,6 +77,9 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     res = subprocess.run(_pilot(out), capture_output=True, text=True, env=env, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resuming pilot" in res.stderr
+    # the status line's ETA follows the measured steps (it once read one guess all run long)
+    etas = [line.rsplit("ETA", 1)[1].strip() for line in res.stderr.splitlines() if " ETA " in line]
+    assert len(set(etas)) > 3, etas
     # the engines are started and warmed up again; the finished phase is not run again, the
     # cut one is, and the rotation goes on phase by phase
     assert "baseline: phases peak" in res.stderr, res.stderr[-3000:]

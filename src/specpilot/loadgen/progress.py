@@ -1,4 +1,5 @@
-"""A live progress line (sent / done / failed / rate) on stderr; silent in CI or without a TTY.
+"""A live progress line (sent / done / failed / rate) on stderr, where ``specpilot.terminal.live``
+allows one (a terminal outside CI); silent otherwise.
 
 Refreshed from the event loop at 2 Hz (no refresh thread competing with the sender).
 
@@ -9,16 +10,10 @@ Refreshed from the event loop at 2 Hz (no refresh thread competing with the send
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
 from typing import Any
 
-
-def progress_enabled(requested: bool | None) -> bool:
-    if requested is not None:
-        return requested
-    return not os.environ.get("CI") and sys.stderr.isatty()
+from specpilot.terminal import live
 
 
 class ProgressDisplay:
@@ -27,7 +22,7 @@ class ProgressDisplay:
     def __init__(self, total: int, requested: bool | None, counts: dict[str, int]) -> None:
         self.total = total
         self.counts = counts
-        self.enabled = progress_enabled(requested)
+        self.enabled = live(requested)
         self._progress: Any = None
         self._task_id: Any = None
 

@@ -1,16 +1,18 @@
 """What the pilot shows while it runs: arm, step, requests done/failed, ETA.
 
-On a terminal a one-line live status (rich) is refreshed twice a second; in CI (``$CI`` set)
-or when stderr is not a terminal, one plain line per step edge, so logs stay short.
+On a terminal a one-line live status (rich) is refreshed twice a second; elsewhere
+(``specpilot.terminal.live``: in CI or when stderr is not a terminal) one plain line per step
+edge, so logs stay short.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from specpilot.terminal import live
 
 
 def _fmt_s(s: float | None) -> str:
@@ -25,7 +27,7 @@ class PilotProgress:
     """Call ``step(arm, what)`` at each edge and ``requests(done, failed, total)`` while a load
     phase runs; ``eta_s`` is the planned time left (the orchestrator keeps it up to date)."""
 
-    quiet: bool | None = None  # None: quiet in CI or without a terminal
+    quiet: bool | None = None  # None: plain lines unless specpilot.terminal.live()
     arm: str = ""
     what: str = ""
     counts: dict[str, int] = field(default_factory=lambda: {"done": 0, "failed": 0, "total": 0})
@@ -35,7 +37,7 @@ class PilotProgress:
 
     def __post_init__(self) -> None:
         if self.quiet is None:
-            self.quiet = bool(os.environ.get("CI")) or not sys.stderr.isatty()
+            self.quiet = not live()
 
     def __enter__(self) -> PilotProgress:
         if not self.quiet:

@@ -238,8 +238,10 @@ class Pilot:
             from specpilot.pilot.interleave import Interleaved
 
             failed: list[str] = []
-            for rep in sorted({r.repetition for r in runs}):
-                failed += Interleaved(self, [r for r in runs if r.repetition == rep]).run()
+            reps = sorted({r.repetition for r in runs})
+            for i, rep in enumerate(reps):
+                mine = [r for r in runs if r.repetition == rep]
+                failed += Interleaved(self, mine, later_repetitions=len(reps) - i - 1).run()
             return failed
         return self._run_sequential(runs)
 
@@ -400,7 +402,3 @@ def _sha256(path: Path) -> str:
 
 def default_out_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-
-
-def quiet_default() -> bool:
-    return bool(os.environ.get("CI"))
