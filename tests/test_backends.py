@@ -436,3 +436,51 @@ def test_llamacpp_synthetic_acceptance_is_an_option_and_reaches_the_engine():
         LlamaCppConfig(model="m.gguf", synth_rates=[1.0]).common_params()
     with pytest.raises(ConfigError, match=r"\[0, 1\]"):
         LlamaCppConfig(model="m.gguf", spec_type="ngram-mod", synth_rates=[2.0]).common_params()
+
+
+def test_a_running_builtin_servers_manifest_carries_its_calibration():
+    """describe() reads the server's own calibration from its /metrics, so every file that
+    records the manifest (a pilot's arms, ``specpilot load --start``) has the verify-cost
+    curve; a server that is not running gives none. A real HTTP server on loopback serves the
+    exposition (format copied from the builtin server's ``/metrics``)."""
+    import http.server
+    import threading
+
+    text = (
+        b'specpilot_weight_format_info{model_name="m",role="target",format="fp32",'
+        b'mode="measured",hardware="cpu-avx2"} 1.0\n'
+        b'specpilot_calibration_forward_seconds{model_name="m",batch="1",tokens="4"} 0.14\n'
+        b'specpilot_calibration_verify_cost_ratio{model_name="m",batch="1",tokens="4"} 1.84\n'
+    )
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        be = BuiltinBackend(no_draft=True, port=srv.server_address[1])
+        assert be.describe().calibration == {}  # not started by us: nothing read
+        be._server = SimpleNamespace(exited=lambda: None, pid=1)
+        cal = be.describe().to_dict()["calibration"]
+        assert cal["formats"] == {"target": "fp32"} and cal["mode"] == "measured"
+        assert cal["forward_s"] == [{"batch": 1, "tokens": 4, "seconds": 0.14}]
+        from specpilot.records import ArmRecord, StrategySpec
+        from specpilot.store.reader import calibration_points
+
+        arm = ArmRecord(
+            "p", "r", "a", "baseline", "builtin", {"calibration": cal}, "x", StrategySpec()
+        )
+        (pt,) = calibration_points([arm])
+        assert (pt.source, pt.tokens, pt.batch_size, pt.median_s, pt.dtype) == (
+            "calibration", 4, 1, 0.14, "fp32",
+        )  # fmt: skip
+    finally:
+        srv.shutdown()
+        srv.server_close()

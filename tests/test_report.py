@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import re
 
@@ -183,3 +184,24 @@ def test_the_group_matrix_and_time_per_token_are_analysis_results_the_report_onl
     assert [b["verify_ms"] for b in figs["round_time_stack"]["bars"]] == pytest.approx(
         [x.verify_ms for x in a.time_per_token]
     )
+
+
+def test_the_verdict_block_shows_the_simulated_crossover_and_setting_labelled_as_simulated():
+    from pilot_cases import full_case
+    from specpilot.report import build_report
+
+    r = build_report(full_case(), plots=False)
+    doc = r.document
+    v = doc["verdicts"][0]
+    sim = doc["simulation"]
+    pair = (v["baseline_arm"], v["candidate_arm"])
+    cross = [x for x in sim["crossovers"] if (x["baseline_arm"], x["candidate_arm"]) == pair]
+    ks = [k for k in sim["k_schedules"] if (k["baseline_arm"], k["candidate_arm"]) == pair]
+    assert cross and ks and ks[0]["check"]["text"].startswith("checked step by step")
+    block = r.html.split(f'data-candidate="{v["candidate_arm"]}"', 1)[1].split("<h3>", 1)[0]
+    assert f"Simulated crossover: {cross[0]['text']}" in html.unescape(block)
+    assert "Simulated deployable setting:" in block and ks[0]["check"]["text"] in html.unescape(
+        block
+    )
+    md = r.markdown.split(f"## {v['verdict']}: {v['candidate_arm']}", 1)[1].split("## ", 1)[0]
+    assert f"- Simulated crossover: {cross[0]['text']}" in md

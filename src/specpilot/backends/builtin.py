@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from specpilot.backends import prom, vllm
 from specpilot.backends.extras import check_keys, header, strategy_header
 from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
@@ -269,7 +271,20 @@ class BuiltinBackend(SubprocessLifecycle):
             launch=tuple(self.command()),
             speculative=spec,
             hardware=hardware_info(),
+            calibration=self._calibration(),
         )
+
+    def _calibration(self) -> dict[str, Any]:
+        """The running server's calibration (``calibration_from_metrics``); {} when it is not
+        running or exposes none."""
+        if self._server is None or self._server.exited() is not None:
+            return {}
+        from specpilot.backends.process import get_text
+
+        try:
+            return calibration_from_metrics(get_text(self.endpoint + "/metrics"))
+        except httpx.HTTPError:
+            return {}
 
     def scrape(
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""

@@ -72,6 +72,10 @@ class Manifest:
     notes: tuple[str, ...] = ()
     created_unix: float = field(default_factory=time.time)
     started_by_specpilot: bool = True  # False: an endpoint given by URL (someone else runs it)
+    # the engine's own load-time measurement where it exposes one (the builtin server: the
+    # weight format chosen per role, its forward times and verify-cost ratios by batch and
+    # tokens); the store turns it into the verify-cost curve's "calibration" points
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(json.loads(json.dumps(asdict(self), default=str)))

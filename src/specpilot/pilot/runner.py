@@ -352,11 +352,7 @@ class Pilot:
                 )
         frozen = dict(plan.frozen)
         if plan.engine == "builtin" and plan.url is None:
-            from specpilot.backends.builtin import calibration_from_metrics
-            from specpilot.backends.process import get_text
-
-            cal = calibration_from_metrics(get_text(backend.endpoint + "/metrics"))
-            described["calibration"] = cal
+            cal = described.get("calibration") or {}  # the backend's describe() carries it
             chosen = (cal.get("formats") or {}).get("target")
             if chosen:
                 frozen["dtype"] = str(chosen)

@@ -97,3 +97,24 @@ def clean(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def simulated_for(doc: dict[str, Any], v: dict[str, Any]) -> list[str]:
+    """The simulation's lines for one verdict's pair (its crossover, or why there is none, and
+    the k schedule with its check), each labelled simulated: the verdict block shows them
+    beside the measured result, never in its place."""
+    sim = doc.get("simulation") or {}
+    pair = (v["baseline_arm"], v["candidate_arm"])
+    out = [
+        f"Simulated crossover: {x['text']}"
+        for x in sim.get("crossovers", [])
+        if (x["baseline_arm"], x["candidate_arm"]) == pair
+    ]
+    for k in sim.get("k_schedules", []):
+        if (k.get("baseline_arm"), k["candidate_arm"]) == pair:
+            check = (k.get("check") or {}).get("text", "not checked")
+            out.append(
+                f"Simulated deployable setting: {k['text']}; vLLM --speculative-config "
+                f"'{k['vllm_speculative_config']}'; {check}"
+            )
+    return out

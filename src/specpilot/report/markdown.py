@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from specpilot.report.fmt import interval, md_table, num, pct
+from specpilot.report.fmt import interval, md_table, num, pct, simulated_for
 from specpilot.report.sections_load import method_of, outcome_text
 
 
-def _verdict(v: dict[str, Any]) -> list[str]:
+def _verdict(v: dict[str, Any], simulated: list[str]) -> list[str]:
     out = [
         f"## {v['verdict']}: {v['candidate_arm']} against {v['baseline_arm']}",
         "",
@@ -24,6 +24,8 @@ def _verdict(v: dict[str, Any]) -> list[str]:
     ]
     if v.get("aa_control"):
         out += [f"A/A: {v['aa_control']}", ""]
+    if simulated:
+        out += [*[f"- {t}" for t in simulated], ""]
     if v["pilot_hypothesis"]:
         out += ["**PILOT_HYPOTHESIS**, because:", *[f"- {r}" for r in v["hypothesis_reasons"]], ""]
     rows = []
@@ -133,7 +135,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     if not doc["verdicts"]:
         out += ["No verdict: " + "; ".join(doc["notes"]), ""]
     for v in doc["verdicts"]:
-        out += _verdict(v)
+        out += _verdict(v, simulated_for(doc, v))
     out += _load(doc) + _pairs(doc)
     sim = doc.get("simulation") or {}
     if sim.get("validations") or sim.get("crossovers"):

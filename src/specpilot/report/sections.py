@@ -18,6 +18,7 @@ from specpilot.report.fmt import (
     pct,
     seconds,
     signed_pct,
+    simulated_for,
 )
 
 Doc = dict[str, Any]
@@ -39,7 +40,7 @@ def figure(doc: Doc, svgs: Svgs, fid: str) -> str:
     )
 
 
-def _verdict_one(v: Doc) -> str:
+def _verdict_one(v: Doc, simulated: list[str]) -> str:
     hyp = ""
     if v["pilot_hypothesis"]:
         items = "".join(f"<li>{escape(r)}</li>" for r in v["hypothesis_reasons"])
@@ -83,6 +84,7 @@ def _verdict_one(v: Doc) -> str:
             if v.get("aa_control")
             else ""
         )
+        + "".join(f'<p class="simulated">{escape(t)}</p>' for t in simulated)
         + f"{hyp}<h3>Per task group</h3>{groups}<h3>Conditions</h3>{conds}"
         f"<h3>Rollback triggers{' (if it were switched on anyway)' if v['verdict'] == 'DO_NOT_ADOPT' else ''}</h3>"
         f"<ul>{trig}</ul></div>"
@@ -114,7 +116,7 @@ def verdict(doc: Doc, svgs: Svgs) -> str:
         body = '<div class="verdict-block verdict-NONE"><p class="verdict-label">NO VERDICT</p>'
         body += "".join(f"<p>{escape(n)}</p>" for n in doc["notes"]) + "</div>"
     else:
-        body = "".join(_verdict_one(v) for v in doc["verdicts"])
+        body = "".join(_verdict_one(v, simulated_for(doc, v)) for v in doc["verdicts"])
     curve = _verify_headline(doc)
     body += f'<p class="hardware-line">Hardware: {escape(doc["hardware"]["summary"])}{curve}</p>'
     return section("verdict", "Verdict", body)
