@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from specpilot.errors import ConfigError
     from specpilot.simulate import calibrate, crossover, measured, poisson_workload, predict
     from specpilot.simulate import validate as gate
+    from specpilot.simulate.predict import measured_phases
     from specpilot.store import read_pilot
 
     data = read_pilot(args.pilot)  # records (the simulator reads requests one by one)
@@ -104,9 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return apply(c, prof, args.profile)
 
     arm = _arm(data, args.arm, "speculative")
-    order = [p["name"] for p in (data.pilot.schedule or {}).get("phases", [])]
-    mine = {p.phase for p in data.phases if p.arm == arm and not p.warmup and p.phase != "drill"}
-    phases = [p for p in order if p in mine] + sorted(mine - set(order))  # the schedule's order
+    phases = measured_phases(data, arm)  # the schedule's order
     if not phases:
         raise ConfigError(f"arm {arm!r} has no measured phases in {args.pilot}")
     out: dict[str, Any] = {"arm": arm}

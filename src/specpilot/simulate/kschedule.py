@@ -150,7 +150,7 @@ def check(
     sixteenth of the fixed K's estimated capacity to 1.5 times it), on Poisson arrivals with
     the lengths of the arm's last measured phase."""
     from specpilot.simulate import stepwise
-    from specpilot.simulate.predict import figures, measured, poisson_workload
+    from specpilot.simulate.predict import figures, measured, measured_phases, poisson_workload
 
     plain, spec = _costs(data, plain_arm, spec_arm, profile)
     if spec.k is None:
@@ -158,10 +158,10 @@ def check(
     k = spec.k
     step = _step_k(plain, spec, k)
     accepted = {g: (v.astype(np.int64) - 1, p) for g, (v, p) in spec.committed.items()}
-    phases = [p for p in data.phases if p.arm == spec_arm and not p.warmup and p.phase != "drill"]
+    phases = measured_phases(data, spec_arm)
     if not phases:
         raise ConfigError(f"arm {spec_arm!r} has no measured phase to take requests from")
-    template, _ = measured(data, spec_arm, max(phases, key=lambda p: p.planned_start_s).phase)
+    template, _ = measured(data, spec_arm, phases[-1])  # the last phase of the schedule
     if rates is None:  # around the fixed k's capacity: all slots busy, no queue
         per_request = float(
             np.mean(template.output_tokens) / spec.mean_committed("*") * spec.step(spec.slots)

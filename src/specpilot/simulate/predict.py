@@ -75,6 +75,13 @@ def figures(w: Workload, ok: np.ndarray, e2e: np.ndarray, ttft: np.ndarray) -> F
     )  # fmt: skip
 
 
+def measured_phases(data: PilotData, arm: str) -> list[str]:
+    """The arm's measured phases in the schedule's order."""
+    order = [p["name"] for p in (data.pilot.schedule or {}).get("phases", [])]
+    mine = {p.phase for p in data.phases if p.arm == arm and not p.warmup and p.phase != "drill"}
+    return [p for p in order if p in mine] + sorted(mine - set(order))
+
+
 def demand(data: PilotData, reqs: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
     """Prompt and output tokens each request asked for. A request that did not finish (a
     timeout, an error) reports only what it got before it ended, which is not its demand: it

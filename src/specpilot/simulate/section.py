@@ -15,17 +15,10 @@ from specpilot.errors import SpecpilotError
 from specpilot.records import PilotData
 from specpilot.simulate.costs import calibrate, with_records
 from specpilot.simulate.kschedule import check, k_schedule
-from specpilot.simulate.predict import Validation, crossover, measured, validate
+from specpilot.simulate.predict import Validation, crossover, measured, measured_phases, validate
 
 RATES = 8
 MAX_REQUESTS = 200_000  # above this the report leaves simulation to `specpilot simulate`
-
-
-def measured_phases(data: PilotData, arm: str) -> list[str]:
-    """The arm's measured phases in the schedule's order."""
-    order = [p["name"] for p in (data.pilot.schedule or {}).get("phases", [])]
-    mine = {p.phase for p in data.phases if p.arm == arm and not p.warmup and p.phase != "drill"}
-    return [p for p in order if p in mine] + sorted(mine - set(order))
 
 
 def pilot_simulation(
