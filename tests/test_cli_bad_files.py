@@ -6,7 +6,9 @@ with its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +123,30 @@ def test_a_file_that_is_not_duckdb(tmp_path, capsys, command):
     err = _run(capsys, argv)
     assert str(f) in err[0] and "cannot open" in err[0], err
     assert not Path(tmp_path / "pq").exists() or not any((tmp_path / "pq").iterdir())
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path, capsys, monkeypatch):
+    """``specpilot ... | head``: a closed pipe on stdout ends the command with 141 and no
+    traceback (a real pipe whose read end is closed before the command writes)."""
+    import io
+    import os
+
+    w = tmp_path / "w.yaml"
+    w.write_text(
+        "seed: 1\ngroups: {structured: {output: {mean: 4}}}\n"
+        "phases: [{name: p, duration_s: 100, arrival: {kind: constant, rate: 5}}]\n"
+    )
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)
+    saved = os.dup(1)
+    out = io.TextIOWrapper(io.FileIO(w_fd, "w"), write_through=True)
+    monkeypatch.setattr(sys, "stdout", out)
+    try:
+        assert main(["schedule", str(w), "--json"]) == 141
+    finally:
+        monkeypatch.undo()
+        os.dup2(saved, 1)
+        os.close(saved)
+        with contextlib.suppress(OSError):
+            out.close()
+    assert "Traceback" not in capsys.readouterr().err

@@ -218,7 +218,7 @@ def simulate(
             m = next_live(r) - r.steps  # steps until the next completion
             if r.queue and r.nrun < slots:
                 m = 1  # a waiting request joins at the next boundary
-            while r.watch and state[r.watch[0][1]] != _RUNNING:
+            while r.watch and state[r.watch[0][1]] == _GONE:
                 heapq.heappop(r.watch)
             if r.watch and d > 0:  # the first boundary at or after the next abort
                 m = min(m, max(1, int(np.ceil((r.watch[0][0] - r.t) / d - 1e-12))))
