@@ -17,7 +17,7 @@ from specpilot.records.gates import (
 from specpilot.records.load import MetricSnapshot, RequestRecord
 from specpilot.records.pilot import ArmRecord, PhaseRecord, PilotRecord
 
-# -- what analysis reads (filled by the store's typed reader, ``PilotData.open``) ------------
+# -- what analysis reads (filled by the store's typed reader, ``store.read_pilot``) ----------
 
 
 @dataclass
@@ -116,9 +116,9 @@ class StepCadence:
 class PilotData:
     """Every record of one pilot, typed: what ``analysis`` and ``report`` take.
 
-    Built by the store's reader (``specpilot.store.PilotData.open(path)`` / ``read_pilot``),
+    Built by the store's reader (``specpilot.store.read_pilot(path)``),
     or by hand in tests. Raw rounds and chunks stay in the file at scale: ``request_rounds``,
-    ``verify_costs`` and ``chunk_gaps`` are their SQL aggregates; ``rounds`` is filled only
+    ``verify_costs``, ``chunk_gaps`` and ``step_cadence`` are their SQL aggregates; ``rounds`` is filled only
     when asked for (small pilots, per-round plots).
     """
 

@@ -36,8 +36,8 @@ API (``Store``; the load generator and the pilot write through it):
   load generator's sink); ``flush()`` waits for the queue; ``committed_requests`` counts what
   is durable. ``add_columns(table, numpy_columns)`` bulk-inserts big tables; ``delete(table,
   **where)`` clears a selection before a recompute.
-- Reads: ``read(rounds=False, columns=False)`` / ``read_pilot(path, ...)`` /
-  ``open_pilot(path, ...)`` -> typed ``records.PilotData`` (``columns=True``: requests and
+- Reads: ``read_pilot(path, rounds=False, columns=False)`` (or ``Store.read`` on an open
+  store: the same reader) -> typed ``records.PilotData`` (``columns=True``: requests and
   per-request round aggregates as numpy columns, what ``analysis`` takes at scale: 1M
   requests without 1M objects); ``records(table, **where)`` typed rows; ``columns(sql)``
   numpy arrays; ``arrow(sql)`` a pyarrow table (if installed); ``query(sql)`` tuples;
@@ -53,8 +53,6 @@ from specpilot.store.reader import export_file
 from specpilot.store.schema import SCHEMA_VERSION, TABLES, PilotFileError
 from specpilot.store.store import Store, read_pilot
 
-open_pilot = read_pilot  # ``PilotData.open(path)``-style name for the same reader
-
 __all__ = [
     "SCHEMA_VERSION",
     "TABLES",
@@ -62,6 +60,5 @@ __all__ = [
     "PilotFileError",
     "Store",
     "export_file",
-    "open_pilot",
     "read_pilot",
 ]
