@@ -327,3 +327,29 @@ def test_a_plain_arm_without_rounds_is_calibrated_from_its_requests_timings():
     costs = calibrate(data, "base", ["peak"])
     assert costs.step.source == "requests" and costs.step(1.5) == pytest.approx(0.9)
     assert costs.k is None and costs.prefill(50) == pytest.approx(0.4)
+
+
+def test_an_arm_with_totals_only_takes_its_labelled_k_and_gets_no_k_schedule():
+    """llama.cpp reports drafted / accepted per response, not which steps drafted: k is the
+    arm's own setting (it read the total drafted tokens of a request), and no k schedule is
+    derived without per-position acceptance."""
+    import dataclasses
+
+    from pilot_cases import full_case
+    from specpilot.errors import ConfigError
+    from specpilot.simulate import calibrate
+    from specpilot.simulate.kschedule import k_schedule
+
+    data = full_case()
+    data.request_rounds = [
+        dataclasses.replace(r, spec_rounds=0, pos_proposed=[], pos_accepted=[], accepted_hist=[])
+        if r.arm == "spec" else r
+        for r in data.request_rounds
+    ]  # fmt: skip
+    rec = next(a for a in data.arms if a.arm == "spec")
+    assert rec.strategy.k == 3 and any(
+        r.proposed > 3 for r in data.request_rounds if r.arm == "spec"
+    )
+    assert calibrate(data, "spec").k == 3
+    with pytest.raises(ConfigError, match="no per-position acceptance"):
+        k_schedule(data, "base", "spec")

@@ -212,11 +212,13 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
             resid.append(q.done_t - q.sent_t - engine - decode)
     overhead = max(0.0, float(np.percentile(resid, 10))) if resid else 0.0
     spec = [r for r in rr if r.proposed > 0]
-    k = (
-        round(sum(r.proposed for r in spec) / max(1, sum(r.spec_rounds for r in spec)))
-        if spec
-        else None
-    )
+    rounds_with_drafts = sum(r.spec_rounds for r in spec)
+    if rounds_with_drafts:
+        k: int | None = round(sum(r.proposed for r in spec) / rounds_with_drafts)
+    elif spec:  # totals only (llama.cpp): which steps drafted is not reported; the arm's label
+        k = rec.strategy.k if rec.strategy.kind != "none" else None
+    else:
+        k = None
     committed = _committed(spec, [r for r in rr if r.proposed == 0])
     cpu = data.pilot.hardware.cpu_model if data.pilot.hardware else "unknown CPU"
     profile = f"pilot {data.pilot.pilot_id}, arm {arm}, phases {', '.join(sorted(wanted))}, {cpu}"

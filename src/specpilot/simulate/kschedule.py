@@ -102,7 +102,12 @@ def k_schedule(
     if spec.k is None:
         raise ConfigError(f"arm {spec_arm!r} did not speculate: no k to schedule")
     k = spec.k
-    rr = [r for r in data.request_rounds if r.arm == spec_arm and r.pos_proposed]
+    rr = [r for r in data.request_rounds if r.arm == spec_arm and any(r.pos_proposed)]
+    if not rr:
+        raise ConfigError(
+            f"arm {spec_arm!r} reports no per-position acceptance (only totals, as llama.cpp "
+            "does): no k schedule can be derived from it"
+        )
     prop = np.zeros(k)
     acc = np.zeros(k)
     for r in rr:
