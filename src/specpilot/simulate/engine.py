@@ -25,6 +25,7 @@ the arrival, ties to the lowest index). Deterministic: no randomness inside.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,7 +106,7 @@ def simulate(
     reps = [_Replica() for _ in range(replicas)]
     step_cache: dict[int, float] = {}
     need = [int(s) for s in steps]
-    prompts = [int(p) for p in prompt_tokens]
+    pre = [float(prefill_s(int(p))) for p in prompt_tokens]  # each request's prefill seconds
     arr = [float(a) for a in arrival_t]
     inf = float("inf")
     if abort_s is None:
@@ -156,14 +157,16 @@ def simulate(
                 leave(r, i, "timeout")
 
     def boundary(r: _Replica) -> None:
-        pop_done(r)
-        aborts(r)
-        admit(r)
+        if r.running and r.running[0][0] <= r.steps:
+            pop_done(r)
+        if r.watch and r.watch[0][0] <= r.t:
+            aborts(r)
+        if r.queue:
+            admit(r)
 
-    def one_step(r: _Replica) -> None:
-        """A step that prefills the joining requests (and advances the running ones)."""
+    def one_step(r: _Replica, dt: float) -> None:
+        """A step of ``dt`` that prefills the joining requests (and advances the running ones)."""
         b = r.nrun
-        dt = tau(b) + sum(prefill_s(prompts[i]) for i in r.joining)
         t_end = r.t + dt
         r.steps += 1 if b else 0
         joined, r.joining = r.joining, []
@@ -206,11 +209,10 @@ def simulate(
         """Run the replica's steps that end by ``until``."""
         while True:
             if r.joining:
-                b = r.nrun
-                dt = tau(b) + sum(prefill_s(prompts[i]) for i in r.joining)
+                dt = tau(r.nrun) + sum(pre[i] for i in r.joining)
                 if r.t + dt > until:
                     return
-                one_step(r)
+                one_step(r, dt)
                 continue
             if not r.nrun:
                 return
@@ -221,7 +223,7 @@ def simulate(
             while r.watch and state[r.watch[0][1]] == _GONE:
                 heapq.heappop(r.watch)
             if r.watch and d > 0:  # the first boundary at or after the next abort
-                m = min(m, max(1, int(np.ceil((r.watch[0][0] - r.t) / d - 1e-12))))
+                m = min(m, max(1, math.ceil((r.watch[0][0] - r.t) / d - 1e-12)))
             if r.t + m * d <= until:
                 r.steps += m
                 r.t += m * d
