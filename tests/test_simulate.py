@@ -353,3 +353,30 @@ def test_an_arm_with_totals_only_takes_its_labelled_k_and_gets_no_k_schedule():
     assert calibrate(data, "spec").k == 3
     with pytest.raises(ConfigError, match="no per-position acceptance"):
         k_schedule(data, "base", "spec")
+
+
+def test_the_crossover_says_where_speculation_stops_paying_with_unfinished_requests_counted():
+    """A candidate cheaper per token alone but dearer per token in a full batch beats the
+    baseline at low rates and stops between two simulated rates; one dearer everywhere beats
+    it nowhere (its survivors' p50 is not evidence: unfinished requests count as slowest)."""
+    from specpilot.simulate.costs import ArmCosts, StepCurve, fit_linear
+    from specpilot.simulate.predict import Workload, crossover
+
+    def arm(name, a, b, committed, k):
+        line = fit_linear(np.array([1.0, 8.0]), np.array([a + b, a + 8 * b]))
+        return ArmCosts(name, "builtin", StepCurve({}, line), fit_linear(np.array([100.0]), np.array([0.02])),
+                        0.0, 8, k, {"*": (np.array([float(committed)]), np.ones(1))})  # fmt: skip
+
+    plain = arm("plain", 0.05, 0.005, 1, None)  # 0.055 s a token alone, 0.0112 a token at 8
+    spec = arm("spec", 0.06, 0.03, 2, 3)  # 0.045 s a token alone, 0.0188 a token at 8
+    n = 40
+    nan = np.full(n, np.nan)
+    template = Workload(np.arange(n) * 1.0, np.full(n, 100), np.full(n, 50),
+                        np.full(n, "*", dtype=object), nan, nan.copy(), float(n))  # fmt: skip
+    rates = [0.05, 0.1, 0.2, 4.0, 8.0]
+    x = crossover(plain, spec, template, rates, n=400, seeds=(0, 1, 2))
+    assert x.outcome[0] == "beats" and x.outcome[-1] == "loses", x
+    assert x.bracket is not None and x.bracket[0] < x.bracket[1] and "stops between" in x.text
+    slow = arm("slow", 0.2, 0.03, 1, 3)
+    y = crossover(plain, slow, template, rates, n=400, seeds=(0, 1, 2))
+    assert set(y.outcome) == {"loses"} and y.bracket is None and "at no simulated rate" in y.text

@@ -150,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
         if args.baseline:
             base = costs_of(_arm(data, args.baseline, "baseline"))
             x = crossover(base, costs, template, args.rate, n=args.requests)
-            out["crossover"] = {"text": x.text, "bracket": x.bracket, "ratio_p50": x.ratio_p50}
+            out["crossover"] = {"text": x.text, "bracket": x.bracket, "ratio_p50": x.ratio_p50,
+                                "outcome": x.outcome}  # fmt: skip
             if not args.json:
                 print(x.text + " (simulated: trust it only where --validate passes)")
     if args.trace:

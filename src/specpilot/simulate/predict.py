@@ -19,7 +19,7 @@ import numpy as np
 from specpilot.errors import ConfigError
 from specpilot.records import PilotData, RequestRecord
 from specpilot.simulate.costs import ArmCosts, calibrate, rounds_needed
-from specpilot.simulate.engine import simulate
+from specpilot.simulate.engine import SimResult, simulate
 
 TOLERANCE = 0.15
 
@@ -143,21 +143,31 @@ def measured(data: PilotData, arm: str, phase: str) -> tuple[Workload, Figures]:
     return w, figures(w, ok, np.nan_to_num(e2e, nan=np.inf), np.nan_to_num(ttft, nan=np.inf))
 
 
-def predict(
-    costs: ArmCosts, w: Workload, *, seed: int = 0, replicas: int = 1, router: str = "round_robin",
-    queue_timeout_s: float = float("inf"),
-) -> Figures:  # fmt: skip
+def run_arm(
+    costs: ArmCosts, w: Workload, *, seed: int = 0, replicas: int = 1,
+    router: str = "round_robin", queue_timeout_s: float = float("inf"),
+) -> SimResult:  # fmt: skip
+    """The workload through the arm's calibrated costs: each request's decode steps drawn from
+    its group's committed tokens per round, then the event model."""
     rng = np.random.default_rng(seed)
     steps = np.zeros(len(w), dtype=np.int64)
     for g in np.unique(w.group):
         sel = w.group == g
         v, p = costs.committed.get(str(g)) or costs.committed["*"]
         steps[sel] = rounds_needed(w.output_tokens[sel] - 1, v, p, rng)
-    r = simulate(
+    return simulate(
         w.arrival_t, w.prompt_tokens, steps, step_s=costs.step, prefill_s=costs.prefill,
         slots=costs.slots, replicas=replicas, router=router, queue_timeout_s=queue_timeout_s,
         overhead_s=costs.overhead_s, abort_s=w.abort_s,
     )  # fmt: skip
+
+
+def predict(
+    costs: ArmCosts, w: Workload, *, seed: int = 0, replicas: int = 1, router: str = "round_robin",
+    queue_timeout_s: float = float("inf"),
+) -> Figures:  # fmt: skip
+    r = run_arm(costs, w, seed=seed, replicas=replicas, router=router,
+                queue_timeout_s=queue_timeout_s)  # fmt: skip
     return figures(w, r.ok, r.e2e, r.ttft)
 
 
@@ -290,48 +300,70 @@ def trace_workload(path: str, time_scale: float = 1.0, max_requests: int | None 
 
 @dataclass(frozen=True)
 class Crossover:
-    """Where the candidate's p50 E2E stops beating the baseline's, between rates (per seed:
-    the spread of the bracket over seeds is its interval)."""
+    """Where the candidate's p50 E2E beats the baseline's over the simulated rates. The p50 is
+    over every simulated request with the unfinished ones (gave up, timed out) counted as the
+    slowest, so an overloaded arm is not judged on its survivors; a rate is "beats" when the
+    candidate's is lower in most seeds, "loses" when it is not lower in most, else "mixed".
+    ``bracket``: the last rate it beats and the next rate, where it stops (None: it beats at
+    every rate, or at none, or the pattern is not one crossing)."""
 
     baseline: str
     candidate: str
     rates: tuple[float, ...]
     ratio_p50: tuple[tuple[float | None, ...], ...]  # per seed, per rate: candidate / baseline
-    bracket: tuple[float, float] | None  # lowest and highest crossing rate over the seeds
+    outcome: tuple[str, ...]  # per rate: beats | loses | mixed
+    bracket: tuple[float, float] | None
     text: str
+
+
+def _p50_all(e2e: np.ndarray, ok: np.ndarray) -> float:
+    """The median request's E2E, an unfinished one counting as inf (no interpolation: inf
+    minus inf is not a number)."""
+    if not len(e2e):
+        return float("nan")
+    return float(np.quantile(np.where(ok, e2e, np.inf), 0.5, method="inverted_cdf"))
 
 
 def crossover(
     base: ArmCosts, cand: ArmCosts, template: Workload, rates: Sequence[float], *,
     n: int = 2000, seeds: Sequence[int] = (0, 1, 2, 3, 4),
 ) -> Crossover:  # fmt: skip
-    table, crossings = [], []
+    table: list[tuple[float | None, ...]] = []
     for s in seeds:
         row: list[float | None] = []
-        cross = None
         for rate in rates:
             w = poisson_workload(template, rate, n, np.random.default_rng([s, int(rate * 1e6)]))
-            b = predict(base, w, seed=s).e2e_p50
-            c = predict(cand, w, seed=s).e2e_p50
-            ratio = c / b if b and c is not None else None
-            if cross is None and ratio is not None and ratio >= 1.0:
-                cross = rate
-            row.append(ratio)
+            rb, rc = run_arm(base, w, seed=s), run_arm(cand, w, seed=s)
+            b, c = _p50_all(rb.e2e, rb.ok), _p50_all(rc.e2e, rc.ok)
+            ratio = c / b if np.isfinite(b) and b > 0 else (0.0 if np.isfinite(c) else None)
+            row.append(None if ratio is None or not np.isfinite(ratio) else float(ratio))
         table.append(tuple(row))
-        if cross is not None:
-            crossings.append(cross)
-    never = [r for r in table if r and r[0] is not None and r[0] >= 1.0]
-    if not crossings:
-        text = f"{cand.arm} keeps a lower p50 E2E than {base.arm} at every simulated rate"
-        bracket = None
-    elif len(never) == len(table):
-        text = f"{cand.arm} does not beat {base.arm} on p50 E2E at any simulated rate"
-        bracket = (float(rates[0]), float(rates[0]))
-    else:
-        bracket = (float(min(crossings)), float(max(crossings)))
-        text = (
-            f"{cand.arm} stops beating {base.arm} on p50 E2E between {bracket[0]:.3g} and "
-            f"{bracket[1]:.3g} req/s (first simulated rate where it does not, over "
-            f"{len(seeds)} seeds; {len(crossings)} of them cross)"
+    outcome = []
+    for j in range(len(rates)):
+        col = [r[j] for r in table]
+        wins = sum(1 for x in col if x is not None and x < 1.0)
+        losses = sum(1 for x in col if x is None or x >= 1.0)
+        outcome.append(
+            "beats" if wins > len(col) / 2 else "loses" if losses > len(col) / 2 else "mixed"
         )
-    return Crossover(base.arm, cand.arm, tuple(rates), tuple(table), bracket, text)
+    fmt = lambda xs: ", ".join(f"{x:.3g}" for x in xs)  # noqa: E731
+    won = [float(r) for r, o in zip(rates, outcome, strict=True) if o == "beats"]
+    lost = [float(r) for r, o in zip(rates, outcome, strict=True) if o == "loses"]
+    bracket = None
+    k = len(won)
+    if 0 < k < len(rates) and outcome[:k] == ["beats"] * k and "beats" not in outcome[k:]:
+        bracket = (float(rates[k - 1]), float(rates[k]))  # one crossing: beats below, not above
+    head = f"{cand.arm} vs {base.arm} on p50 E2E (unfinished requests counted as slowest; {len(seeds)} seeds)"
+    if not won:
+        text = f"{head}: it beats the baseline at no simulated rate ({fmt(rates)} req/s)"
+    elif not lost and "mixed" not in outcome:
+        text = f"{head}: it beats the baseline at every simulated rate ({fmt(rates)} req/s)"
+    elif bracket is not None:
+        text = (f"{head}: it beats the baseline up to {bracket[0]:.3g} req/s and stops between "
+                f"{bracket[0]:.3g} and {bracket[1]:.3g} req/s")  # fmt: skip
+    else:
+        text = f"{head}: it beats the baseline at {fmt(won)} req/s, not at {fmt(lost) or 'none'}" + (
+            f" (mixed over seeds at {fmt([float(r) for r, o in zip(rates, outcome, strict=True) if o == 'mixed'])})"
+            if "mixed" in outcome else ""
+        )  # fmt: skip
+    return Crossover(base.arm, cand.arm, tuple(rates), tuple(table), tuple(outcome), bracket, text)

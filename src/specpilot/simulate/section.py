@@ -83,6 +83,7 @@ def pilot_simulation(
         out["crossovers"].append({
             "baseline_arm": b, "candidate_arm": c, "bracket": x.bracket, "validated": True,
             "rates": list(x.rates), "ratio_p50": [list(r) for r in x.ratio_p50],
+            "outcome": list(x.outcome),
             "text": f"{x.text} (simulated, validated on this pilot's phases)",
         })  # fmt: skip
     return out
