@@ -198,3 +198,19 @@ def test_a_killed_load_is_reported_as_cut_never_as_complete(tmp_path):
     doc = json.loads((rep / "report.json").read_text())
     assert doc["verdicts"] == [] and doc["comparisons"] == []
     assert any(f"{kept} of its 40 scheduled requests" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_load_start_refuses_what_only_a_pilot_prepares(tmp_path, capsys):
+    """vLLM loads no GGUF (the pilot converts the default target first) and a shipped draft is
+    converted for vLLM / llama.cpp by the pilot: a one-arm load says so instead of starting an
+    engine on options it cannot honour."""
+    wl = tmp_path / "w.yaml"
+    wl.write_text(WORKLOAD)
+    base = ["--workload", str(wl), "--out", str(tmp_path / "x.duckdb")]
+    for argv, msg in (
+        (["load", "--start", "--engine", "vllm", *base], "needs --engine-opt model=DIR"),
+        (["load", "--start", "--engine", "llamacpp", "--engine-opt",
+          "draft=shipped:smollm2-135m-instruct-d4", *base], "converted for llamacpp by the pilot"),
+    ):  # fmt: skip
+        assert main(argv) == 2, argv
+        assert msg in capsys.readouterr().err, argv

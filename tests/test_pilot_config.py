@@ -293,17 +293,19 @@ def test_every_builtin_arm_runs_the_format_the_first_started_one_chose_also_afte
         st.add_pilot(_pilot())
         holder = SimpleNamespace(store=st)
         assert Pilot.pinned_format(holder) is None  # nothing started yet: the arm's own option
+
+        def chose(fmt):
+            return {"calibration": {"formats": {"target": fmt}}, "frozen": {"dtype": "auto"}}
+
         llama = dataclasses.replace(_arm("llamacpp-plain", 0, 0), engine="llamacpp",
-                                    manifest={"frozen": {"dtype": "q4_1"}})  # fmt: skip
-        first = dataclasses.replace(
-            _arm("baseline", 0, 1), manifest={"frozen": {"dtype": "int8-bf16"}}
-        )
-        later = dataclasses.replace(
-            _arm("speculative", 3, 2), manifest={"frozen": {"dtype": "fp32"}}
-        )
-        for a in (later, llama, first):
+                                    manifest=chose("q4_1"))  # fmt: skip
+        silent = dataclasses.replace(_arm("control", 0, 1), manifest={"frozen": {"dtype": "auto"}})
+        first = dataclasses.replace(_arm("baseline", 0, 2), manifest=chose("int8-bf16"))
+        later = dataclasses.replace(_arm("speculative", 3, 3), manifest=chose("fp32"))
+        for a in (later, llama, silent, first):
             st.add_arm(a)
-        assert Pilot.pinned_format(holder) == "int8-bf16"  # the first builtin arm by run order
+        # the first builtin arm by run order that reported a choice ("auto" is no choice)
+        assert Pilot.pinned_format(holder) == "int8-bf16"
 
 
 def test_the_interleaved_eta_counts_the_steps_left_at_their_measured_times():
@@ -322,3 +324,32 @@ def test_the_interleaved_eta_counts_the_steps_left_at_their_measured_times():
     # 2 x 12 + 4 x 6 + 2 x 10
     assert it.eta() == pytest.approx(3 * 6 + 2 * 10 + (2 * 12 + 4 * 6 + 2 * 10))
     assert Interleaved(SimpleNamespace(), []).eta() == 0.0  # nothing to run
+
+
+def test_an_arm_that_fails_takes_its_calls_still_to_come_out_of_the_eta():
+    from types import SimpleNamespace
+
+    from specpilot.pilot.interleave import Interleaved
+
+    def boom(*a):
+        raise RuntimeError("engine died")
+
+    def arm(name, start):
+        return SimpleNamespace(run=SimpleNamespace(arm=SimpleNamespace(name=name)), start=start,
+                               load=lambda phases: None, finish=lambda: None, stop=lambda: None)  # fmt: skip
+
+    good, bad = arm("a", lambda: None), arm("b", boom)
+    pilot = SimpleNamespace(progress=SimpleNamespace(eta_s=None), record_failure=lambda r, e: None)
+    it = Interleaved(pilot, [])
+    it.steps = [good, bad]
+    it.phases_n = 3
+    it.total = {"start": 2, "load": 6, "finish": 2}
+    it.left = dict(it.total)
+    it._each([good], "start")
+    it._each([bad], "start")
+    assert it.failed == ["b"] and it.steps == [good]
+    assert it.left == {"start": 0, "load": 3, "finish": 1}  # only the good arm's calls remain
+    for phase in ("x", "y", "z"):
+        it._each([good], "load", [phase])
+    it._each([good], "finish")
+    assert it.eta() == 0.0 and pilot.progress.eta_s == 0.0

@@ -200,8 +200,11 @@ def test_the_verdict_block_shows_the_simulated_crossover_and_setting_labelled_as
     assert cross and ks and ks[0]["check"]["text"].startswith("checked step by step")
     block = r.html.split(f'data-candidate="{v["candidate_arm"]}"', 1)[1].split("<h3>", 1)[0]
     assert f"Simulated crossover: {cross[0]['text']}" in html.unescape(block)
-    assert "Simulated deployable setting:" in block and ks[0]["check"]["text"] in html.unescape(
-        block
+    label = "Simulated deployable setting" + (
+        ":" if ks[0]["validated"] else " (not validated: no evidence):"
     )
+    assert label in html.unescape(block) and ks[0]["check"]["text"] in html.unescape(block)
+    if not ks[0]["validated"]:
+        assert ks[0]["check"]["text"].endswith("missed its gate)")
     md = r.markdown.split(f"## {v['verdict']}: {v['candidate_arm']}", 1)[1].split("## ", 1)[0]
     assert f"- Simulated crossover: {cross[0]['text']}" in md

@@ -380,3 +380,26 @@ def test_the_crossover_says_where_speculation_stops_paying_with_unfinished_reque
     slow = arm("slow", 0.2, 0.03, 1, 3)
     y = crossover(plain, slow, template, rates, n=400, seeds=(0, 1, 2))
     assert set(y.outcome) == {"loses"} and y.bracket is None and "at no simulated rate" in y.text
+
+
+def test_a_queued_client_that_gives_up_leaves_at_that_moment_not_when_a_slot_frees():
+    """Little's law with give-ups: the time integral counts a queued request only until its
+    client left, and the least-loaded router does not count it after that."""
+    kw = {"step_s": lambda b: 1.0, "prefill_s": lambda p: 0.0, "slots": 1}
+    # A holds the one slot for 10 steps; B queues at 0.5 and gives up 1 s later
+    r = simulate(np.array([0.0, 0.5]), np.array([0, 0]), np.array([10, 2]),
+                 abort_s=np.array([np.inf, 1.0]), **kw)  # fmt: skip
+    assert r.status.tolist() == ["ok", "timeout"]
+    assert r.area[0] == pytest.approx(10.0 + 1.0)  # not 10 + 9.5: B left at 1.5
+    # two replicas: replica 0 busy until 2, replica 1 until 10 with three give-ups queued;
+    # F at t = 3 goes to replica 0 (free), not to 1 by counts that include the departed
+    arr = np.array([0.0, 0.0, 0.1, 0.2, 0.3, 3.0])
+    steps = np.array([2, 10, 1, 1, 1, 1])
+    abort = np.array([np.inf, np.inf, 0.1, 0.1, 0.1, np.inf])
+    ll = simulate(arr, np.zeros(6, dtype=np.int64), steps, abort_s=abort, replicas=2,
+                  router="least_loaded", **kw)  # fmt: skip
+    assert ll.replica[0] != ll.replica[1] and ll.replica[5] == ll.replica[0]
+    assert ll.e2e[5] == pytest.approx(1.0)  # served at once on the free replica
+    with pytest.raises(ValueError, match="slots"):
+        simulate(arr, np.zeros(6, dtype=np.int64), steps, slots=0, step_s=lambda b: 1.0,
+                 prefill_s=lambda p: 0.0)  # fmt: skip

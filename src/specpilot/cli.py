@@ -53,6 +53,18 @@ def user_error_text(exc: BaseException) -> str | None:
     return None
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real file descriptor: cannot tell
+        return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -64,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # the reader left (`| head`): stop quietly, as a shell tool does
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise  # a pipe of our own broke (a subprocess, a socket): a bug, with its traceback
+        # the reader left (`| head`): stop quietly, as a shell tool does
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
         return 141

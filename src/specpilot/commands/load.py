@@ -169,6 +169,24 @@ def engine_opts(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _refuse_unprepared(engine: str, opts: Any) -> None:
+    """Options a pilot prepares before it starts an engine (vLLM loads no GGUF, so the default
+    target is converted first; a shipped draft is exported to GGUF for llama.cpp), which a
+    one-arm load does not: said, not passed on raw."""
+    if engine == "vllm" and (opts.model is None or str(opts.model).endswith(".gguf")):
+        raise ConfigError(
+            "--start --engine vllm needs --engine-opt model=DIR (a Hugging Face directory): "
+            "converting the default GGUF target is the pilot's preparation",
+            fix="give model=..., or run a pilot file with this arm (specpilot pilot)",
+        )
+    draft = getattr(opts, "draft", None)
+    if engine in ("vllm", "llamacpp") and draft is not None and str(draft).startswith("shipped:"):
+        raise ConfigError(
+            f"--engine-opt draft={draft}: a shipped draft is converted for {engine} by the pilot",
+            fix="give the converted file or directory as draft=..., or run specpilot pilot",
+        )
+
+
 def _manifest(args: argparse.Namespace, backend: Any, url: str) -> dict[str, Any]:
     from specpilot.backends import hardware_info
 
@@ -281,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
     cold_start_s = None
     if args.start:
         opts = engine_options(args.engine, engine_opts(args.engine_opt))
+        _refuse_unprepared(args.engine, opts)
         backend = backend_for(args.engine, opts, name=args.arm)
         print(f"starting {args.engine} at {backend.endpoint} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()

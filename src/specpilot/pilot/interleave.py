@@ -56,6 +56,8 @@ class Interleaved:
         self.left: dict[str, int] = {}  # step kind -> calls still to make in this repetition
         self.spent: dict[str, list[float]] = {}  # step kind -> seconds each call took
         self.total: dict[str, int] = {}  # step kind -> calls in one repetition
+        self.loads_done: dict[str, int] = {}  # arm -> its load calls so far
+        self.phases_n = 0  # measured phases each arm loads
 
     def eta(self) -> float:
         """Seconds left: the calls still to make at the mean measured time of their kind (a
@@ -81,14 +83,27 @@ class Interleaved:
     def _each(self, steps: Sequence[ArmSteps], call: str, *args: Any) -> None:
         for s in list(steps):
             t0 = time.perf_counter()
+            failed: Exception | None = None
             try:
                 getattr(s, call)(*args)
             except KeyboardInterrupt:
                 raise
             except Exception as exc:  # one arm failing does not lose the others
-                self._fail(s, exc)
-            self.spent.setdefault(call, []).append(time.perf_counter() - t0)
+                failed = exc
             self.left[call] = max(0, self.left.get(call, 0) - 1)
+            if call == "load":
+                self.loads_done[s.run.arm.name] = self.loads_done.get(s.run.arm.name, 0) + 1
+            if failed is None:
+                self.spent.setdefault(call, []).append(time.perf_counter() - t0)
+            else:  # its own calls still to come will not be made: out of the ETA
+                self._fail(s, failed)
+                if call == "start":
+                    self.left["load"] = max(0, self.left.get("load", 0) - self.phases_n)
+                elif call == "load":
+                    rest = self.phases_n - self.loads_done.get(s.run.arm.name, 0)
+                    self.left["load"] = max(0, self.left.get("load", 0) - rest)
+                if call != "finish":
+                    self.left["finish"] = max(0, self.left.get("finish", 0) - 1)
             self.p.progress.eta_s = self.eta()
 
     def run(self) -> list[str]:
@@ -97,6 +112,7 @@ class Interleaved:
         self.steps = [s for s in self.steps if s.rec.status != "complete"]
         phases = [ph.name for ph in p.schedule.phases if not ph.warmup]
         n = len(self.steps)
+        self.phases_n = len(phases)
         self.total = {"start": n, "load": n * len(phases), "finish": n}
         self.left = dict(self.total)
         p.progress.eta_s = self.eta()

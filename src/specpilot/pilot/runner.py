@@ -314,11 +314,12 @@ class Pilot:
 
     def pinned_format(self) -> str | None:
         """The weight format every builtin arm runs: the one the first started builtin arm's
-        engine chose (``frozen.dtype`` of its manifest, read from the file, so a resumed pilot
-        keeps the first run's choice); None before any builtin arm has started."""
+        engine reported choosing (its manifest's calibration, read from the file, so a resumed
+        pilot keeps the first run's choice); None before any builtin engine has reported one
+        (each arm then runs its own ``dtype`` option)."""
         arms = [a for a in self.store.records("arms") if a.engine == "builtin" and a.manifest]
         for a in sorted(arms, key=lambda a: (a.run_order, a.repetition)):
-            chosen = (a.manifest.get("frozen") or {}).get("dtype")
+            chosen = ((a.manifest.get("calibration") or {}).get("formats") or {}).get("target")
             if chosen:
                 return str(chosen)
         return None

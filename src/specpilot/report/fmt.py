@@ -113,8 +113,11 @@ def simulated_for(doc: dict[str, Any], v: dict[str, Any]) -> list[str]:
     for k in sim.get("k_schedules", []):
         if (k.get("baseline_arm"), k["candidate_arm"]) == pair:
             check = (k.get("check") or {}).get("text", "not checked")
+            label = "Simulated deployable setting" + (
+                "" if k.get("validated") else " (not validated: no evidence)"
+            )
             out.append(
-                f"Simulated deployable setting: {k['text']}; vLLM --speculative-config "
+                f"{label}: {k['text']}; vLLM --speculative-config "
                 f"'{k['vllm_speculative_config']}'; {check}"
             )
     return out

@@ -238,19 +238,28 @@ def _request_steps(data: PilotData, arm: str, phases: set[str]) -> tuple[np.ndar
         and q.decode_s and (q.output_tokens or 0) > 1 and q.first_content_t is not None
         and q.done_t is not None
     ]  # fmt: skip
-    spans = [
-        (q.run_id, q.first_content_t, q.done_t)
-        for q in data.requests
-        if q.arm == arm and q.first_content_t is not None and q.done_t is not None
-    ]
+    # per run: the number of the arm's requests decoding, N(t), and its running integral F at
+    # every start / end; a request's overlap is F(done) - F(first content) (itself included)
+    integral: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for q in data.requests:
+        if q.arm == arm and q.first_content_t is not None and q.done_t is not None:
+            runs.setdefault(q.run_id, []).append((float(q.first_content_t), float(q.done_t)))
+    for run, spans in runs.items():
+        t = np.array([x for s_, e in spans for x in (s_, e)])
+        step = np.array([d for _ in spans for d in (1.0, -1.0)])
+        order = np.argsort(t, kind="stable")
+        t, step = t[order], step[order]
+        level = np.cumsum(step)  # N just after each breakpoint
+        area = np.concatenate(([0.0], np.cumsum(level[:-1] * np.diff(t))))
+        integral[run] = (t, area)
     xs, ys = [], []
     for q in reqs:
         a, b = float(q.first_content_t or 0.0), float(q.done_t or 0.0)
         if b <= a:
             continue
-        overlap = sum(
-            max(0.0, min(b, e) - max(a, s)) for run, s, e in spans if run == q.run_id
-        )  # itself included: its own window counts once
+        t, area = integral[q.run_id]
+        overlap = float(np.interp(b, t, area) - np.interp(a, t, area))
         xs.append(overlap / (b - a))
         ys.append(float(q.decode_s or 0.0) / (int(q.output_tokens or 2) - 1))
     return np.array(xs), np.array(ys)

@@ -54,8 +54,20 @@ class SimResult:
 
 
 class _Replica:
-    __slots__ = ("area", "done", "joining", "last", "n", "nrun", "queue", "running", "steps",
-                 "t", "watch")  # fmt: skip
+    __slots__ = (
+        "area",
+        "done",
+        "joining",
+        "last",
+        "n",
+        "nrun",
+        "queue",
+        "qwatch",
+        "running",
+        "steps",
+        "t",
+        "watch",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.t = 0.0  # time of the last step boundary
@@ -65,6 +77,7 @@ class _Replica:
         self.watch: list[tuple[float, int]] = []  # heap of (abort time, request) admitted
         self.joining: list[int] = []  # admitted at the last boundary: prefilled by the next step
         self.queue: deque[int] = deque()
+        self.qwatch: list[tuple[float, int]] = []  # heap of (give-up time, request) queued
         self.area = 0.0
         self.last = 0.0  # last time the area was updated
         self.n = 0  # requests present (running + joining + queued)
@@ -94,10 +107,12 @@ def simulate(
 
     ``abort_s`` (per request, seconds from arrival; inf or NaN: never): the client gives up
     then (a deadline the load generator enforces) and the request leaves as ``timeout``: from
-    the queue at once, from the batch at the next step boundary (the engine applies
+    the queue at that moment, from the batch at the next step boundary (the engine applies
     cancellations between rounds), freeing its slot."""
     if router not in ROUTERS:
         raise ValueError(f"router {router!r}: one of {', '.join(ROUTERS)}")
+    if slots < 1 or replicas < 1:
+        raise ValueError(f"slots ({slots}) and replicas ({replicas}) must be >= 1")
     n = len(arrival_t)
     ttft = np.full(n, np.inf)
     e2e = np.full(n, np.inf)
@@ -133,10 +148,25 @@ def simulate(
         account(r, r.t)
         r.n -= 1
 
+    def expire(r: _Replica, upto: float) -> None:
+        """Queued requests whose client gave up by ``upto`` leave then (not when a slot frees):
+        the queue, the count the router reads and the time integral see them go."""
+        while r.qwatch and r.qwatch[0][0] <= upto:
+            g, i = heapq.heappop(r.qwatch)
+            if state[i] == _QUEUED:
+                status[i] = "timeout"
+                state[i] = _GONE
+                account(r, max(g, r.last))
+                r.n -= 1
+
     def admit(r: _Replica) -> None:
         """At a step boundary: queued requests take free slots (FIFO), dropping expired ones."""
+        if r.qwatch:
+            expire(r, r.t)
         while r.queue and r.nrun + len(r.joining) < slots:
             i = r.queue.popleft()
+            if state[i] == _GONE:  # gave up while queued
+                continue
             if r.t - arr[i] > queue_timeout_s or r.t >= give_up[i]:
                 leave(r, i, "timeout")
                 continue
@@ -170,6 +200,8 @@ def simulate(
         t_end = r.t + dt
         r.steps += 1 if b else 0
         joined, r.joining = r.joining, []
+        if r.qwatch:
+            expire(r, t_end)
         r.t = t_end
         for i in joined:
             ttft[i] = t_end - arr[i]
@@ -226,6 +258,8 @@ def simulate(
                 m = min(m, max(1, math.ceil((r.watch[0][0] - r.t) / d - 1e-12)))
             if r.t + m * d <= until:
                 r.steps += m
+                if r.qwatch:
+                    expire(r, r.t + m * d)
                 r.t += m * d
                 boundary(r)
             else:
@@ -247,10 +281,19 @@ def simulate(
             advance(reps[j], t)
         r = reps[j]
         where[i] = j
+        for x in reps if router == "least_loaded" else (r,):
+            if x.qwatch:
+                expire(x, t)
+        if router == "least_loaded" and replicas > 1:  # the router sees who is still there
+            j = min(range(replicas), key=lambda x: (reps[x].n, x))
+            r = reps[j]
+            where[i] = j
         account(r, t)
         r.n += 1
         idle = not r.nrun and not r.joining
         r.queue.append(i)
+        if give_up[i] < inf:
+            heapq.heappush(r.qwatch, (give_up[i], i))
         if idle or r.t == t:  # at a step boundary (an idle engine's is the arrival): admitted now
             r.t = max(r.t, t)
             aborts(r)

@@ -131,7 +131,8 @@ def measured(data: PilotData, arm: str, phase: str) -> tuple[Workload, Figures]:
         col("ttft_slo_s"), duration or float(max(r.scheduled_t for r in reqs) - t0) or 1.0,
     )  # fmt: skip
     load = (data.pilot.config or {}).get("load") or {}
-    limit = float(load.get("timeout_s") or np.inf)
+    # a pilot's load: section says timeout_s; a `specpilot load` file keeps its flag's name
+    limit = float(load.get("timeout_s") or load.get("timeout") or np.inf)
     if load.get("enforce_deadlines", True):
         w.abort_s = np.fmin(np.nan_to_num(w.deadline_s, nan=np.inf), limit)
     else:
@@ -208,7 +209,9 @@ class Validation:
         floor = ""
         if self.aa_floor is not None:
             floor = f"; identical arms (A/A) differ by up to {self.aa_floor:.0%} on these figures"
-            if self.aa_floor > self.tolerance:
+            if self.aa_floor > self.tolerance and self.validated:
+                floor += ", more than the gate allows: the agreement may be luck"
+            elif self.aa_floor > self.tolerance:
                 floor += ", more than the gate allows: this file cannot validate a simulation"
         return (
             f"simulation of {self.arm} {state} (calibrated on {', '.join(self.calibrated_on)}, "
@@ -362,7 +365,7 @@ def crossover(
         text = (f"{head}: it beats the baseline up to {bracket[0]:.3g} req/s and stops between "
                 f"{bracket[0]:.3g} and {bracket[1]:.3g} req/s")  # fmt: skip
     else:
-        text = f"{head}: it beats the baseline at {fmt(won)} req/s, not at {fmt(lost) or 'none'}" + (
+        text = f"{head}: it beats the baseline at {fmt(won)} req/s" + (f", not at {fmt(lost)}" if lost else "") + (
             f" (mixed over seeds at {fmt([float(r) for r, o in zip(rates, outcome, strict=True) if o == 'mixed'])})"
             if "mixed" in outcome else ""
         )  # fmt: skip

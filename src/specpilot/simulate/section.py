@@ -58,9 +58,12 @@ def pilot_simulation(
                 chk = check(data, b, c, ks, n=requests // 5, seeds=(0, 1, 2)).to_dict()
             except SpecpilotError as exc:
                 chk = {"text": f"not checked ({exc.message})", "rows": []}
+            ok = b in done and c in done and done[b].validated and done[c].validated
+            if not ok:  # modelled from costs whose simulation missed its gate: no evidence
+                chk["text"] += " (NOT validated: the simulation of these arms missed its gate)"
             out["k_schedules"].append({
                 "baseline_arm": b, "candidate_arm": c, "ranges": [list(r) for r in ks.ranges],
-                "text": f"{c}: {ks.text}", "check": chk,
+                "text": f"{c}: {ks.text}", "check": chk, "validated": ok,
                 "vllm_speculative_config": ks.vllm_speculative_config(), "notes": list(ks.notes),
             })  # fmt: skip
         if b not in done or c not in done:
