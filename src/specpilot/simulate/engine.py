@@ -282,7 +282,7 @@ def simulate(
         r = reps[j]
         where[i] = j
         for x in reps if router == "least_loaded" else (r,):
-            if x.qwatch:
+            if x.qwatch and x.qwatch[0][0] <= t:
                 expire(x, t)
         if router == "least_loaded" and replicas > 1:  # the router sees who is still there
             j = min(range(replicas), key=lambda x: (reps[x].n, x))
@@ -292,7 +292,9 @@ def simulate(
         r.n += 1
         idle = not r.nrun and not r.joining
         r.queue.append(i)
-        if give_up[i] < inf:
+        if give_up[i] < inf and len(r.queue) > slots - r.nrun - len(r.joining):
+            # no slot free for it at the next boundary: watch its give-up while it waits (one
+            # that joins at the next boundary is checked there, within a step)
             heapq.heappush(r.qwatch, (give_up[i], i))
         if idle or r.t == t:  # at a step boundary (an idle engine's is the arrival): admitted now
             r.t = max(r.t, t)
