@@ -112,12 +112,15 @@ def simulated_for(doc: dict[str, Any], v: dict[str, Any]) -> list[str]:
     ]
     for k in sim.get("k_schedules", []):
         if (k.get("baseline_arm"), k["candidate_arm"]) == pair:
-            check = (k.get("check") or {}).get("text", "not checked")
             label = "Simulated deployable setting" + (
                 "" if k.get("validated") else " (not validated: no evidence)"
             )
-            out.append(
-                f"{label}: {k['text']}; vLLM --speculative-config "
-                f"'{k['vllm_speculative_config']}'; {check}"
-            )
+            out.append(f"{label}: {k_schedule_line(k)}")
     return out
+
+
+def k_schedule_line(k: dict[str, Any]) -> str:
+    """One k schedule of the document as text: the ranges, vLLM's syntax, the step-by-step
+    check (the report's simulation section and its verdict blocks say it the same way)."""
+    check = (k.get("check") or {}).get("text", "not checked")
+    return f"{k['text']}; vLLM --speculative-config '{k['vllm_speculative_config']}'; {check}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specpilot.report.fmt import interval, md_table, num, pct, simulated_for
+from specpilot.report.fmt import interval, k_schedule_line, md_table, num, pct, simulated_for
 from specpilot.report.sections_load import method_of, outcome_text
 
 
@@ -144,11 +144,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
             "",
             *[f"- {v['text']}" for v in sim.get("validations", [])],
             *[f"- {x['text']}" for x in sim.get("crossovers", [])],
-            *[
-                f"- {k['text']} (vLLM: `{k['vllm_speculative_config']}`); "
-                f"{(k.get('check') or {}).get('text', 'not checked')}"
-                for k in sim.get("k_schedules", [])
-            ],
+            *[f"- {k_schedule_line(k)}" for k in sim.get("k_schedules", [])],
             "",
         ]
     if doc["cost"]["lines"]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from specpilot.report.fmt import html_table, interval, mib, num, pct, seconds
+from specpilot.report.fmt import html_table, interval, k_schedule_line, mib, num, pct, seconds
 from specpilot.report.sections import Doc, Svgs, figure, section
 
 
@@ -328,9 +328,7 @@ def simulation(doc: Doc, svgs: Svgs) -> str:
     ) if rows else ""  # fmt: skip
     cross = "".join(f"<p><b>{escape(x['text'])}</b></p>" for x in sim.get("crossovers", []))
     cross += "".join(
-        f"<p>{escape(k['text'])}: <code>--speculative-config '{escape(k['vllm_speculative_config'])}'"
-        f"</code>; {escape((k.get('check') or {}).get('text', 'not checked'))} "
-        f"({escape('; '.join(k['notes'][1:]))})</p>"
+        f"<p>{escape(k_schedule_line(k))} ({escape('; '.join(k['notes'][1:]))})</p>"
         for k in sim.get("k_schedules", [])
     )
     notes = "".join(f"<p>{escape(n)}</p>" for n in sim.get("notes", []))
