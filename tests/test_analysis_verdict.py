@@ -106,6 +106,26 @@ def test_every_group_failing_quality_is_the_headline_even_with_a_speed_win() -> 
     assert v.bottleneck is not None and "speed" not in v.bottleneck
 
 
+def test_a_phase_measured_beside_other_load_keeps_the_verdict_a_hypothesis() -> None:
+    """Interleaving spreads drift over the arms; load that hit one arm's phase only is named."""
+    import dataclasses
+
+    d = case(cells(0.7))
+    assert not verdict(d).pilot_hypothesis
+    d.phases = [
+        dataclasses.replace(p, other_cpu_cores=0.9) if (p.arm, p.phase) == ("spec", "peak") else p
+        for p in d.phases
+    ]
+    d.phases += [dataclasses.replace(d.phases[0], arm="extra-arm", steal_fraction=0.5)]
+    v = verdict(d)
+    assert v.pilot_hypothesis and v.verdict == "ADOPT"
+    shared = [r for r in v.hypothesis_reasons if r.startswith("measured on a shared machine")]
+    assert shared == [
+        "measured on a shared machine: spec/peak: 0.90 cores used outside the pilot (drift "
+        "that hit one arm's phase, not the others': rerun on an idle machine)"
+    ]  # the arm outside the comparison is not named
+
+
 def test_an_unstable_a_a_control_keeps_the_verdict_a_hypothesis() -> None:
     # the control's peak run was 15% slower than the baseline's: the machine drifted
     d = case(cells(0.7), drift={("ctl", "peak"): 1.15})

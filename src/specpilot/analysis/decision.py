@@ -121,6 +121,8 @@ class DecisionInputs:
     counters: CounterAcceptance | None = None
     # the baseline's on-time ratio at its lowest measured load: (phase, rate, ratio)
     baseline_lowest: tuple[str, float, float] | None = None
+    # the compared arms' phases that shared the machine (analysis.drift.contended)
+    contended: Sequence[str] = ()
 
 
 PAYS, NOT_PAYING, NOT_MEASURED = "pays", "does not pay", "not measured"

@@ -118,3 +118,44 @@ def aa_control(aa: Sequence[PairedComparison], baseline: str, control: str) -> A
     largest = max((x for x in pooled if x is not None), key=abs, default=None)
     drift = Drift.from_control(aa, f"A/A control {control} vs {baseline}")
     return AAControl(baseline, control, len(aa), directional, largest, drift)
+
+
+# an arm-phase with more than this beside it was measured on a shared machine
+CONTENDED_CORES = 0.25  # mean cores used by processes outside the pilot
+CONTENDED_STEAL = 0.05  # share of the machine's time the hypervisor gave to other tenants
+
+
+class _Phase(Protocol):
+    @property
+    def arm(self) -> str: ...
+    @property
+    def phase(self) -> str: ...
+    @property
+    def warmup(self) -> bool: ...
+    @property
+    def other_cpu_cores(self) -> float | None: ...
+    @property
+    def steal_fraction(self) -> float | None: ...
+
+
+def contended(phases: Sequence[_Phase], arms: Sequence[str]) -> tuple[str, ...]:
+    """The measured phases of ``arms`` that shared the machine: drift the interleaved design
+    cannot spread over the arms, because it hit one arm's phase and not the others'.
+
+        >>> from types import SimpleNamespace as P
+        >>> contended([P(arm="b", phase="peak", warmup=False, other_cpu_cores=0.9,
+        ...              steal_fraction=0.0)], ["b"])
+        ('b/peak: 0.90 cores used outside the pilot',)
+    """
+    out = []
+    for p in phases:
+        if p.arm not in arms or p.warmup:
+            continue
+        what = []
+        if p.other_cpu_cores is not None and p.other_cpu_cores > CONTENDED_CORES:
+            what.append(f"{p.other_cpu_cores:.2f} cores used outside the pilot")
+        if p.steal_fraction is not None and p.steal_fraction > CONTENDED_STEAL:
+            what.append(f"{p.steal_fraction:.0%} of the CPU stolen by the hypervisor")
+        if what:
+            out.append(f"{p.arm}/{p.phase}: " + ", ".join(what))
+    return tuple(out)

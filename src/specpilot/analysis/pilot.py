@@ -23,7 +23,7 @@ from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
 from specpilot.analysis.coverage import cut_phases, latency_cdf, not_measured
 from specpilot.analysis.decision import DecisionInputs, Verdict
-from specpilot.analysis.drift import AAControl, Drift, aa_control
+from specpilot.analysis.drift import AAControl, Drift, aa_control, contended
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
@@ -345,6 +345,7 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
             aa=a.aa,
             counters=a.counters.get(c),
             baseline_lowest=_lowest_load(a, b),
+            contended=contended(data.phases, [x for x in (b, c, alt) if x is not None]),
         )
         v = decide(inp, a.config.verdict)
         cand = a.plan.record(c)

@@ -12,6 +12,7 @@ token (AVX-512 BF16, AMX) or k+1 tokens (AVX2 only) depends on them (DESIGN.md, 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -20,6 +21,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +174,56 @@ def process_memory(pid: int | None) -> dict[str, int]:
             if used:
                 out["gpu_memory_bytes"] = int(sum(used) * 2**20)
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuSample:
+    """The machine's CPU seconds (all cores, from ``/proc/stat``) and this process tree's, at
+    one instant (``time.monotonic``)."""
+
+    t: float
+    busy_s: float  # user + nice + system + irq + softirq (guest time is inside user)
+    steal_s: float  # taken by the hypervisor for other tenants
+    tree_s: float  # user + system of this process and its live descendants (the engines)
+
+
+def cpu_sample(stat: str = "/proc/stat") -> CpuSample | None:
+    """Now; None where ``/proc/stat`` cannot be read (not Linux)."""
+    import psutil
+
+    try:
+        with open(stat) as f:
+            fields = [float(v) for v in f.readline().split()[1:]]
+        tick = float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError):
+        return None
+    fields += [0.0] * (8 - len(fields))
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    tree = 0.0
+    me = psutil.Process()
+    for p in (me, *me.children(recursive=True)):
+        with contextlib.suppress(psutil.Error):
+            c = p.cpu_times()
+            tree += c.user + c.system
+    return CpuSample(
+        time.monotonic(), (user + nice + system + irq + softirq) / tick, steal / tick, tree
+    )
+
+
+def cpu_contention(
+    a: CpuSample | None, b: CpuSample | None, cores: int | None = None
+) -> tuple[float, float] | None:
+    """(cores used by processes outside this tree, share of the machine's time stolen by the
+    hypervisor) between two samples; None without both or over no time. A descendant that
+    exited in between counts as outside (its time left the tree).
+
+        >>> cpu_contention(CpuSample(0.0, 10.0, 0.0, 4.0), CpuSample(10.0, 25.0, 1.0, 14.0), 2)
+        (0.5, 0.05)
+    """
+    if a is None or b is None or b.t <= a.t:
+        return None
+    wall = b.t - a.t
+    other = max(0.0, (b.busy_s - a.busy_s) - (b.tree_s - a.tree_s)) / wall
+    cores = cores or os.cpu_count() or 1
+    steal = max(0.0, b.steal_s - a.steal_s) / (wall * cores)
+    return round(other, 3), round(steal, 3)

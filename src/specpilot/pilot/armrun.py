@@ -11,7 +11,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specpilot.analysis.drill import summarize
 from specpilot.backends.protocol import Backend
@@ -36,12 +36,17 @@ from specpilot.records import (
 )
 from specpilot.store import Store
 
+if TYPE_CHECKING:
+    from specpilot.loadgen import LoadConfig, LoadResult
+    from specpilot.loadgen.config import Extras
+    from specpilot.pilot.progress import PilotProgress
+
 LOAD_STEP = "load"
 
 
 def load_config(
-    ctx: PilotContext, run_id: str, arm: str, url: str, model: str, extras: Any, **over: Any
-) -> Any:
+    ctx: PilotContext, run_id: str, arm: str, url: str, model: str, extras: Extras, **over: Any
+) -> LoadConfig:
     """The load generator's config for one arm (the pilot's load settings)."""
     from specpilot.loadgen import LoadConfig
 
@@ -68,7 +73,7 @@ def load_config(
 class ProgressSink:
     """Wraps the store's sink to count done/failed requests for the progress line."""
 
-    def __init__(self, sink: Callable[..., None], progress: Any, total: int) -> None:
+    def __init__(self, sink: Callable[..., None], progress: PilotProgress, total: int) -> None:
         self.sink = sink
         self.progress = progress
         self.total = total
@@ -108,7 +113,7 @@ def run_phases(
     model: str,
     arm_rec: ArmRecord,
     only: list[str] | None = None,
-) -> Any:
+) -> LoadResult | None:
     """The warm-up and every measured phase not yet complete (of ``only`` when given), with
     edges recorded."""
     from specpilot.loadgen import LoadRunner
@@ -119,16 +124,14 @@ def run_phases(
     if not measured:
         return None
     _clear_phases(store, run.run_id, measured)  # a cut phase reruns from its start
-    cfg = load_config(
-        ctx, run.run_id, run.arm.name, url, model, backend_extras(backend, run.arm.engine)
-    )
+    cfg = load_config(ctx, run.run_id, run.arm.name, url, model, backend.response_extras)
     requests = ctx.schedule.select(measured, warmup=True)
     sink = ProgressSink(store.sink, ctx.progress, len(requests))
     runner = LoadRunner(requests, cfg, sink)
     durations = {p.name: p.duration_s for p in ctx.schedule.phases}
-    recorder = PhaseRecorder(
-        store, run.run_id, run.arm.name, scrape_fn(backend, run.arm), durations
-    ).attach(runner)
+    recorder = PhaseRecorder(store, run.run_id, run.arm.name, backend.scrape, durations).attach(
+        runner
+    )
 
     def on_phase(name: str, edge: str, t: float) -> None:
         recorder.on_phase(name, edge, t)  # written before it is shown
@@ -156,14 +159,6 @@ def _clear_phases(store: Store, run_id: str, phases: list[str]) -> None:
             store.delete(table, run_id=run_id, phase=p)
 
 
-def backend_extras(backend: Backend, engine: str) -> Any:
-    return backend.response_extras
-
-
-def scrape_fn(backend: Backend, plan: ArmPlan) -> Callable[[str, str, str, str], MetricSnapshot]:
-    return backend.scrape
-
-
 def baseline_goodput(ctx: PilotContext, phase: str) -> float | None:
     """Goodput of the baseline arm's first run in ``phase`` (the drill's recovery target)."""
     base = next((a for a in ctx.plans if a.role == "baseline"), None)
@@ -179,7 +174,7 @@ def baseline_goodput(ctx: PilotContext, phase: str) -> float | None:
 
 
 def run_drill(
-    ctx: PilotContext, run: RunPlan, holder: dict[str, Any], url: str, model: str
+    ctx: PilotContext, run: RunPlan, holder: dict[str, Backend], url: str, model: str
 ) -> DrillRecord:
     """Replay the drill phase; switch speculation off after ``switch_after_s``, on again after
     ``hold_s``; summarise from the drill phase's records."""
@@ -192,7 +187,7 @@ def run_drill(
             run.run_id, plan.name, "the arm is given by URL: specpilot cannot switch or restart it"
         )
     if plan.engine == "builtin":
-        switch: Any = RuntimeSwitch(backend.endpoint, ctx.admin_token)
+        switch: RuntimeSwitch | RestartSwitch = RuntimeSwitch(backend.endpoint, ctx.admin_token)
     elif plan.engine in ("llamacpp", "vllm", "sglang"):
         port = int(backend.endpoint.rsplit(":", 1)[1])
         switch = RestartSwitch(
@@ -211,7 +206,7 @@ def run_drill(
         plan.name,
         url,
         model,
-        backend_extras(backend, plan.engine),
+        backend.response_extras,
         abort_after_connect_errors=None,
     )
     events: list[dict[str, Any]] = []
@@ -227,7 +222,7 @@ def run_drill(
             marks["requested"], marks["in_force"] = switch.off()
             events.append({"t": marks["requested"], "event": "switch off requested"})
             events.append({"t": marks["in_force"], "event": "switch off in force (server)"})
-            snap = scrape_fn(switch.current if isinstance(switch, RestartSwitch) else backend, plan)
+            snap = (switch.current if isinstance(switch, RestartSwitch) else backend).scrape
             _snapshot(ctx, snap, run.run_id, plan.name, "drill:off")
             # hold_s counts from the switch being in force: a restart (vLLM: ~40 s here) would
             # otherwise eat the whole hold and leave nothing served rolled back to compare

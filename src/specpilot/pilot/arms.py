@@ -23,7 +23,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from specpilot.pilot.config import PilotConfig, PilotConfigError
+from specpilot.pilot.config import (
+    Arm,
+    BuiltinOptions,
+    LlamaCppOptions,
+    PilotConfig,
+    PilotConfigError,
+    VllmOptions,
+)
 from specpilot.records import ResourceBudget, StrategySpec
 
 # Settings that must be equal between an arm and its reference (R6). "capacity" may differ
@@ -53,18 +60,18 @@ class ArmPlan:
     reference: str | None
     budget: ResourceBudget
     drill: bool
-    spec: Any  # the validated arm model (pilot.config)
+    spec: Arm  # the validated arm model (pilot.config)
     unknown: list[str] = field(default_factory=list)  # frozen fields a URL arm cannot tell
 
 
-def strategy_of(arm: Any) -> StrategySpec:
+def strategy_of(arm: Arm) -> StrategySpec:
     """The one speculative switch the arm's options turn on (kind ``none`` when off)."""
     o = arm.options
-    if arm.engine == "builtin":
+    if isinstance(o, BuiltinOptions):
         if o.draft is None:
             return StrategySpec()
         return StrategySpec(kind="draft", k=o.k, draft_id=o.draft)
-    if arm.engine == "llamacpp":
+    if isinstance(o, LlamaCppOptions):
         # synthetic acceptance is recorded with the method it fakes (the label says "synthetic")
         synth = {"synth_rates": o.synth_rates} if o.synth_rates else {}
         if o.draft is not None:
@@ -75,8 +82,8 @@ def strategy_of(arm: Any) -> StrategySpec:
             kind = "ngram" if o.spec_type.startswith("ngram") else "other"
             return StrategySpec(kind=kind, k=o.draft_n_max, ngram_type=o.spec_type, params=params)
         return StrategySpec()
-    if arm.engine in ("vllm", "sglang") and o is not None:
-        sc = getattr(o, "speculative_config", None)
+    if o is not None:  # vllm / sglang
+        sc = o.speculative_config if isinstance(o, VllmOptions) else None
         if sc is not None:
             method = str(sc.get("method", ""))
             kind = (
@@ -109,7 +116,7 @@ def _resolved_target(path: str | None) -> str | None:
 
 
 def frozen_of(
-    arm: Any, resolve_files: bool = True
+    arm: Arm, resolve_files: bool = True
 ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(frozen settings, capacity settings, unknown fields) of an arm, before it starts.
 
@@ -117,9 +124,11 @@ def frozen_of(
     """
     o = arm.options
     cores = os.cpu_count()
-    if arm.url is not None and (o is None or arm.engine == "openai"):
+    if o is None:  # an endpoint given by URL (openai, or another engine without options)
         return {}, {}, list(FROZEN)
-    if arm.engine == "builtin":
+    frozen: dict[str, Any]
+    capacity: dict[str, Any]
+    if isinstance(o, BuiltinOptions):
         target = _resolved_target(o.target)
         frozen = {
             "target": target,
@@ -128,7 +137,7 @@ def frozen_of(
             "context_limit": o.max_seq_len,
         }
         capacity = {"max_slots": o.max_slots, "max_batch_size": o.max_batch_size or o.max_slots}
-    elif arm.engine == "llamacpp":
+    elif isinstance(o, LlamaCppOptions):
         target = _resolved_target(o.model)
         frozen = {
             "target": target,
@@ -138,7 +147,7 @@ def frozen_of(
         }
         capacity = {"n_parallel": o.n_parallel}
     else:  # vllm / sglang started by specpilot (a vLLM arm without model: the default target)
-        target = _resolved_target(o.model) if arm.engine == "vllm" else o.model
+        target = _resolved_target(o.model) if isinstance(o, VllmOptions) else o.model
         frozen = {
             "target": target,
             "dtype": getattr(o, "dtype", None),
@@ -174,7 +183,7 @@ def _tokenizer_hash(path: str) -> str | None:
         return None
 
 
-def _reference(arm: Any, cfg: PilotConfig, strategies: dict[str, StrategySpec]) -> str | None:
+def _reference(arm: Arm, cfg: PilotConfig, strategies: dict[str, StrategySpec]) -> str | None:
     if arm.compare_to is not None:
         return str(arm.compare_to)
     baseline = next(a for a in cfg.arms if a.role == "baseline")

@@ -163,7 +163,8 @@ class BudgetModel(_Model):
 
 # engine -> its options model: the one vocabulary of engine options (pilot files' arms[].options,
 # `specpilot load --start --engine-opt`)
-OPTIONS: dict[str, type[_Model]] = {
+EngineOptions = BuiltinOptions | LlamaCppOptions | VllmOptions | SglangOptions
+OPTIONS: dict[str, type[EngineOptions]] = {
     "builtin": BuiltinOptions,
     "llamacpp": LlamaCppOptions,
     "vllm": VllmOptions,

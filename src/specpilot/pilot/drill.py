@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from specpilot.backends.protocol import Backend
 from specpilot.records import DRILL_PHASE, DrillRecord, ScheduledRequest
 
 
@@ -94,9 +95,9 @@ class RestartSwitch:
 
     def __init__(
         self,
-        current: Any,
-        make_plain: Callable[[], Any],
-        make_spec: Callable[[], Any],
+        current: Backend,
+        make_plain: Callable[[], Backend],
+        make_spec: Callable[[], Backend],
         start_timeout_s: float,
     ) -> None:
         self.current = current
@@ -104,7 +105,7 @@ class RestartSwitch:
         self.make_spec = make_spec
         self.timeout = start_timeout_s
 
-    def _swap(self, make: Callable[[], Any]) -> tuple[float, float]:
+    def _swap(self, make: Callable[[], Backend]) -> tuple[float, float]:
         t0 = time.perf_counter()
         self.current.stop()
         self.current = make()

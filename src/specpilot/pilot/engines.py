@@ -25,10 +25,17 @@ from typing import Any
 
 from specpilot.backends.protocol import Backend, Manifest
 from specpilot.pilot.arms import ArmPlan
+from specpilot.pilot.config import (
+    BuiltinOptions,
+    EngineOptions,
+    LlamaCppOptions,
+    SglangOptions,
+    VllmOptions,
+)
 from specpilot.records import MetricSnapshot, ResponseExtras
 
 
-def _builtin_args(o: Any, dtype: str | None) -> list[str]:
+def _builtin_args(o: BuiltinOptions, dtype: str | None) -> list[str]:
     args = ["--dtype", dtype or o.dtype, "--max-slots", str(o.max_slots)]
     args += ["--max-seq-len", str(o.max_seq_len), "--max-queued", str(o.max_queued)]
     args += ["--queue-timeout", str(o.queue_timeout_s)]  # admin token: $SPECPILOT_ADMIN_TOKEN
@@ -39,7 +46,7 @@ def _builtin_args(o: Any, dtype: str | None) -> list[str]:
     return args + list(o.extra_args)
 
 
-def _vllm_args(o: Any) -> list[str]:
+def _vllm_args(o: VllmOptions) -> list[str]:
     args: list[str] = []
     for flag, value in (
         ("--max-model-len", o.max_model_len),
@@ -52,7 +59,9 @@ def _vllm_args(o: Any) -> list[str]:
     return args + list(o.extra_args)
 
 
-def engine_options(engine: str, raw: Mapping[str, Any], where: str = "--engine-opt") -> Any:
+def engine_options(
+    engine: str, raw: Mapping[str, Any], where: str = "--engine-opt"
+) -> EngineOptions:
     """``raw`` validated as a pilot file's ``arms[].options`` for ``engine``: the one option
     vocabulary (``specpilot load --start --engine-opt`` takes the same names).
 
@@ -91,6 +100,10 @@ def make_backend(
     its port (the drill)."""
     if plan.url is not None:
         return Endpoint(plan)
+    if plan.spec.options is None:
+        from specpilot.errors import ConfigError
+
+        raise ConfigError(f"arm {plan.name!r}: give options: or url:", fix="see examples/")
     o = plan.spec.options.model_copy(update=overrides or {})
     return backend_for(
         plan.engine, o, name=plan.name, dtype=dtype, llamacpp_draft=llamacpp_draft, port=port
@@ -99,7 +112,7 @@ def make_backend(
 
 def backend_for(
     engine: str,
-    o: Any,
+    o: EngineOptions,
     *,
     name: str = "",
     dtype: str | None = None,
@@ -107,7 +120,7 @@ def backend_for(
     port: int | None = None,
 ) -> Backend:
     """The backend for ``engine`` from its validated options (``engine_options``)."""
-    if engine == "builtin":
+    if engine == "builtin" and isinstance(o, BuiltinOptions):
         from specpilot.backends.builtin import BuiltinBackend
 
         return BuiltinBackend(
@@ -119,7 +132,7 @@ def backend_for(
             extra_args=_builtin_args(o, dtype),
             port=port or 0,
         )
-    if engine == "llamacpp":
+    if engine == "llamacpp" and isinstance(o, LlamaCppOptions):
         from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
         from specpilot.engine.loader import default_target_path
 
@@ -142,7 +155,7 @@ def backend_for(
             port=port or 0,
         )
         return LlamaCppBackend(cfg)
-    if engine == "vllm":
+    if engine == "vllm" and isinstance(o, VllmOptions):
         from specpilot.backends.vllm import VllmBackend
 
         return VllmBackend(
@@ -164,7 +177,7 @@ def backend_for(
             extra_args=_vllm_args(o),
             port=port or 0,
         )
-    if engine == "sglang":
+    if engine == "sglang" and isinstance(o, SglangOptions):
         from specpilot.backends.sglang import SglangBackend
 
         return SglangBackend(
@@ -177,7 +190,9 @@ def backend_for(
         )
     from specpilot.errors import ConfigError
 
-    raise ConfigError(f"arm {name!r}: engine {engine!r} cannot be started by specpilot")
+    raise ConfigError(
+        f"arm {name!r}: engine {engine!r} cannot be started by specpilot with {type(o).__name__}"
+    )
 
 
 @dataclass

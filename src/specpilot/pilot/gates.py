@@ -10,11 +10,16 @@ come before any speed figure.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specpilot.pilot.config import PilotConfig
 from specpilot.records import ArmRecord, CompatRecord, OutputRecord, PilotData
 from specpilot.workload.config import WorkloadConfig
+
+if TYPE_CHECKING:
+    from specpilot.quality.runner import QualityRequest
+    from specpilot.records import ConsistencyRecord, QualityRecord
+    from specpilot.workload.groups import TaskGroup
 
 
 class Gates:
@@ -34,9 +39,9 @@ class Gates:
         self.base_dir = base_dir
         self.groups = resolve_groups(workload, base_dir)
         self.task_groups = _task_groups(workload, base_dir)
-        self._plan: Any = None
+        self._plan: list[QualityRequest] | None = None
 
-    def plan(self) -> Any:
+    def plan(self) -> list[QualityRequest]:
         """The same prompts, seeds and limits for every arm."""
         if self._plan is None:
             from specpilot.quality.runner import plan_quality
@@ -65,7 +70,7 @@ class Gates:
 
     def cross_arm(
         self, data: PilotData, pairs: list[tuple[str, str]]
-    ) -> tuple[list[Any], list[Any]]:
+    ) -> tuple[list[QualityRecord], list[ConsistencyRecord]]:
         """(QualityRecords for every stored answer, ConsistencyRecords per compared pair)."""
         from specpilot.quality.consistency import greedy_consistency
         from specpilot.quality.recheck import recheck
@@ -79,7 +84,7 @@ class Gates:
         return quality, consistency
 
 
-def _task_groups(workload: Any, base_dir: Path) -> list[Any]:
+def _task_groups(workload: WorkloadConfig | dict[str, Any], base_dir: Path) -> list[TaskGroup]:
     """The workload's groups as the schedule resolves them (its length and sampling overrides)."""
     from specpilot.workload.config import WorkloadConfig, parse_workload
     from specpilot.workload.resolve import resolve_group

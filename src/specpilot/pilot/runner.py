@@ -28,7 +28,7 @@ from typing import Any
 
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
-from specpilot.pilot.config import PilotConfig, PilotConfigError
+from specpilot.pilot.config import LlamaCppOptions, PilotConfig, PilotConfigError, VllmOptions
 from specpilot.pilot.context import RunPlan
 from specpilot.pilot.gates import Gates
 from specpilot.pilot.progress import PilotProgress
@@ -91,19 +91,19 @@ class Pilot:
         else:
             schedule = build_schedule(wl, base_dir=self.base_dir)
         for p in plans:
-            o = getattr(p.spec, "options", None)
-            if p.engine == "llamacpp" and p.url is None and o is not None and o.draft is not None:
+            o = p.spec.options
+            if isinstance(o, LlamaCppOptions) and p.url is None and o.draft is not None:
                 from specpilot.pilot.assets import llamacpp_draft_file
 
                 self.progress.step(p.name, "exporting the draft to GGUF for llama.cpp")
                 path = llamacpp_draft_file(o.draft, o.model)
                 self.llamacpp_drafts[p.name] = path
                 p.strategy.draft_sha256 = _sha256(path)
-            if p.engine == "vllm" and p.url is None and o is not None:
+            if isinstance(o, VllmOptions) and p.url is None:
                 self.vllm_models[p.name] = self._vllm_models(p.name, o)
         return plans, schedule
 
-    def _vllm_models(self, arm: str, o: Any) -> dict[str, str]:
+    def _vllm_models(self, arm: str, o: VllmOptions) -> dict[str, str]:
         """vLLM loads Hugging Face directories: a GGUF target (or the default one) and a
         specpilot draft are converted once into the cache (``pilot.assets``)."""
         from specpilot.pilot.assets import hf_draft_dir, hf_target_dir
@@ -259,10 +259,9 @@ class Pilot:
     def snapshot_at_start(self, run: RunPlan, backend: Backend) -> None:
         """Counters and memory of a freshly started arm (the derived alternative reads the
         draft's memory from it before the arm has served a phase)."""
-        from specpilot.pilot.armrun import scrape_fn
 
         try:
-            snap = scrape_fn(backend, run.arm)(run.run_id, run.arm.name, "start", "after")
+            snap = backend.scrape(run.run_id, run.arm.name, "start", "after")
         except Exception:  # a failed scrape only costs the figure
             return
         self.store.add_snapshots([snap])

@@ -140,6 +140,12 @@ class PhaseRecord:
     ``status`` says so, and ``cut_t`` is when the cut came). ``t_run`` is the monotonic instant
     of schedule time 0 and ``wall_t_run`` the same instant in Unix time:
     wall = wall_t_run + (t - t_run).
+
+    ``other_cpu_cores``: the mean number of cores that processes outside the pilot (its own
+    process and the engines it started) used while the phase ran, from ``/proc/stat``;
+    ``steal_fraction``: the share of the machine's CPU time the hypervisor gave to other
+    tenants meanwhile. Either is drift that interleaving cannot spread over the arms when it
+    hits one arm-phase only (None: not measured, e.g. not Linux or cut).
     """
 
     run_id: str
@@ -156,6 +162,8 @@ class PhaseRecord:
     status: str = "planned"  # planned | running | complete | interrupted
     warmup: bool = False
     cut_t: float | None = None
+    other_cpu_cores: float | None = None
+    steal_fraction: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.analysis.drift import contended
 from specpilot.errors import ConfigError
 from specpilot.records import PilotData, RequestRecord
 from specpilot.simulate.costs import ArmCosts, calibrate, rounds_needed
@@ -195,6 +196,8 @@ class Validation:
     # the A/A control's measured p50 / p99 E2E against the baseline's on the predicted phases:
     # the largest relative difference between identical arms (None: no control in the pilot)
     aa_floor: float | None = None
+    # the arm's phases (calibration and predicted) that shared the machine (drift.contended)
+    contended: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
@@ -213,10 +216,13 @@ class Validation:
                 floor += ", more than the gate allows: the agreement may be luck"
             elif self.aa_floor > self.tolerance:
                 floor += ", more than the gate allows: this file cannot validate a simulation"
+        shared = f"; measured on a shared machine: {'; '.join(self.contended)}" * bool(
+            self.contended
+        )
         return (
             f"simulation of {self.arm} {state} (calibrated on {', '.join(self.calibrated_on)}, "
             f"predicting {', '.join(self.predicted_on)}, p50/p99 E2E within "
-            f"{self.tolerance:.0%}){miss}{floor}"
+            f"{self.tolerance:.0%}){miss}{floor}{shared}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -242,9 +248,11 @@ def validate(
             checks.append(Check(phase, metric, m, p, rel, gated, within))
     gate = [c for c in checks if c.gated]
     ok = bool(gate) and all(c.within for c in gate)
+    on = set(calibrate_on) | set(predict_on)
+    shared = contended([p for p in data.phases if p.phase in on], [arm])
     return Validation(
         arm, tuple(calibrate_on), tuple(predict_on), tolerance, tuple(checks), ok, costs.profile,
-        aa_floor(data, predict_on),
+        aa_floor(data, predict_on), shared,
     )  # fmt: skip
 
 

@@ -5,7 +5,8 @@ Orchestration-neutral: it needs a store, a run id and arm, a way to scrape (a ba
 durations. ``attach(runner)`` writes each phase as ``planned`` and hooks the runner; then each
 start writes the phase as ``running`` with the clock anchor (``t_run``, ``wall_t_run``) and a
 ``before`` snapshot, each end ``complete`` (or ``interrupted`` with ``cut_t`` when a stop cut
-it) and an ``after`` snapshot. A phase that never started stays ``planned``. A failed scrape
+it) and an ``after`` snapshot; a complete phase also gets the CPU that processes outside this
+one's tree used meanwhile (``cpu``: ``backends.facts.cpu_sample``; None measures nothing). A phase that never started stays ``planned``. A failed scrape
 is written as a snapshot whose ``raw`` says why (the run goes on).
 
     >>> from specpilot.loadgen import LoadConfig, LoadRunner             # doctest: +SKIP
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from specpilot.backends.facts import CpuSample, cpu_contention, cpu_sample
 from specpilot.records import MetricSnapshot, PhaseRecord
 from specpilot.store.store import Store
 
@@ -37,6 +39,7 @@ class PhaseRecorder:
         arm: str,
         scrape: Scrape | None,
         durations: Mapping[str, float],
+        cpu: Callable[[], CpuSample | None] | None = cpu_sample,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -47,6 +50,8 @@ class PhaseRecorder:
         self.snapshots: list[MetricSnapshot] = []
         self._runner: Any = None
         self._lock = threading.Lock()
+        self.cpu = cpu
+        self._cpu_at_start: dict[str, CpuSample | None] = {}
 
     def attach(self, runner: Any) -> PhaseRecorder:
         """Write the runner's phases as planned and call ``on_phase`` at each edge."""
@@ -76,10 +81,12 @@ class PhaseRecorder:
     def on_phase(self, name: str, edge: str, t: float) -> None:
         """The runner's hook: scrape now, then write the phase's new state and the snapshot."""
         snap = self._scrape(name, "before" if edge == "start" else "after")
+        sample = self._cpu_sample()
         runner = self._runner
         with self._lock:
             rec = self.phases[name]
             if edge == "start":
+                self._cpu_at_start[name] = sample
                 rec = dataclasses.replace(
                     rec,
                     status="running",
@@ -90,12 +97,26 @@ class PhaseRecorder:
             elif name in getattr(runner, "cut_phases", ()):
                 rec = dataclasses.replace(rec, status="interrupted", cut_t=t)
             else:
-                rec = dataclasses.replace(rec, status="complete", actual_end_t=t)
+                use = cpu_contention(self._cpu_at_start.get(name), sample)
+                other, steal = use if use is not None else (None, None)
+                rec = dataclasses.replace(
+                    rec,
+                    status="complete",
+                    actual_end_t=t,
+                    other_cpu_cores=other,
+                    steal_fraction=steal,
+                )
             self.phases[name] = rec
         self.store.add_phases([rec])
         if snap is not None:
             self.snapshots.append(snap)
             self.store.add_snapshots([snap])
+
+    def _cpu_sample(self) -> CpuSample | None:
+        try:
+            return self.cpu() if self.cpu is not None else None
+        except Exception:  # the figure is lost, not the phase
+            return None
 
     def _scrape(self, phase: str, label: str) -> MetricSnapshot | None:
         if self.scrape is None:
