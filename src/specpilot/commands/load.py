@@ -281,6 +281,7 @@ def _arm(
 
 def run(args: argparse.Namespace) -> int:
     from specpilot.backends import BackendError, scrape_endpoint
+    from specpilot.backends.facts import cpu_sample
     from specpilot.loadgen import LoadRunner
     from specpilot.pilot.engines import backend_for, engine_options
     from specpilot.store import PhaseRecorder, Store
@@ -335,7 +336,10 @@ def run(args: argparse.Namespace) -> int:
                 else lambda r, a, p, lbl: scrape_endpoint(args.engine, url, r, a, p, lbl)
             )
             durations = {p.name: p.duration_s for p in sched.phases}
-            PhaseRecorder(store, run_id, args.arm, scrape, durations).attach(runner)
+            # an endpoint given by URL is no child of this process: its CPU would read as
+            # other load, so the phase's contention is measured only for --start
+            cpu = cpu_sample if backend is not None else None
+            PhaseRecorder(store, run_id, args.arm, scrape, durations, cpu=cpu).attach(runner)
             runner.sink = store.sink
             result = runner.run()
             s = result.summary

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specpilot.analysis.drill import summarize
+from specpilot.backends.facts import cpu_sample
 from specpilot.backends.protocol import Backend
 from specpilot.definitions import goodput
 from specpilot.pilot.arms import ArmPlan
@@ -129,9 +130,11 @@ def run_phases(
     sink = ProgressSink(store.sink, ctx.progress, len(requests))
     runner = LoadRunner(requests, cfg, sink)
     durations = {p.name: p.duration_s for p in ctx.schedule.phases}
-    recorder = PhaseRecorder(store, run.run_id, run.arm.name, backend.scrape, durations).attach(
-        runner
-    )
+    # an engine given by URL is not the pilot's child: its own CPU would read as other load
+    cpu = cpu_sample if run.arm.url is None else None
+    recorder = PhaseRecorder(
+        store, run.run_id, run.arm.name, backend.scrape, durations, cpu=cpu
+    ).attach(runner)
 
     def on_phase(name: str, edge: str, t: float) -> None:
         recorder.on_phase(name, edge, t)  # written before it is shown
