@@ -154,6 +154,29 @@ def test_engine_options_are_the_pilot_files_and_build_the_same_backend():
         engine_options("builtin", {"k": 3})
 
 
+def test_the_started_arm_is_resolved_as_a_pilot_files_arm(tmp_path, capsys):
+    """``load --start`` names and checks its arm by the pilot's rules (``pilot.arms.plan_arm``):
+    a speculative option makes the default arm ``speculative``; a baseline that switches a
+    strategy on is refused before any engine starts."""
+    from specpilot.pilot.engines import one_arm
+
+    spec = one_arm("llamacpp", None, None, {"spec_type": "ngram-mod"}, resolve_files=False)
+    assert (spec.name, spec.role, spec.strategy.kind, spec.strategy.k) == (
+        "speculative", "speculative", "ngram", 3,
+    )  # fmt: skip
+    plain = one_arm("builtin", "b1", None, {"threads": 1}, resolve_files=False)
+    assert (plain.name, plain.role, plain.capacity["max_slots"]) == ("b1", "extra", 4)
+    wl = tmp_path / "w.yaml"
+    wl.write_text(WORKLOAD)
+    argv = ["load", "--start", "--engine", "builtin", "--engine-opt", "draft=truncate:0,1"]
+    argv += ["--engine-opt", "k=2", "--workload", str(wl), "--out", str(tmp_path / "x.duckdb")]
+    assert main([*argv, "--role", "baseline"]) == 2
+    assert "is the baseline arm but switches on a draft strategy" in capsys.readouterr().err
+    assert main([*argv, "--arm", "no spaces"]) == 2
+    assert "name" in capsys.readouterr().err
+    assert not (tmp_path / "x.duckdb").exists()
+
+
 def test_model_name_comes_from_the_endpoint():
     from specpilot.commands.load import served_model
 

@@ -21,7 +21,10 @@ Two ways to name the engine:
   version, launch flags, speculative config, hardware), scrapes its counters and memory at
   every phase edge, and stops it at the end. Options are a pilot file's arm options
   (``arms[].options``, the same names and checks; ``specpilot.pilot.config``), values in
-  YAML syntax (the builtin engine without ``draft`` is plain decoding)::
+  YAML syntax (the builtin engine without ``draft`` is plain decoding). The arm is resolved
+  as a pilot file's (``pilot.arms.plan_arm``: its role's rules, the frozen settings and
+  capacity in its manifest); it is named ``baseline``, or ``speculative`` when an option
+  switches speculation on, unless ``--arm`` says otherwise::
 
       specpilot load --start --engine builtin --engine-opt threads=1 \\
           --workload w.yaml --out run.duckdb
@@ -75,7 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=None, help="override the workload's seed")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up requests")
-    p.add_argument("--arm", default="baseline", help="arm label stored with every record")
+    p.add_argument(
+        "--arm",
+        default=None,
+        help="arm label stored with every record (default: baseline; with --start and a "
+        "speculative option: speculative)",
+    )
     p.add_argument(
         "--role",
         default=None,
@@ -187,11 +195,15 @@ def _refuse_unprepared(engine: str, opts: Any) -> None:
         )
 
 
-def _manifest(args: argparse.Namespace, backend: Any, url: str) -> dict[str, Any]:
+def _manifest(args: argparse.Namespace, backend: Any, plan: Any, url: str) -> dict[str, Any]:
     from specpilot.backends import hardware_info
+    from specpilot.pilot.arms import arm_manifest
 
-    if backend is not None:
-        return {**backend.describe().to_dict(), "started_by_specpilot": True}
+    if backend is not None:  # the pilot's manifest of an arm: frozen settings, capacity, hash
+        return {
+            **arm_manifest(backend.describe().to_dict(), plan, {}),
+            "started_by_specpilot": True,
+        }
     return {
         "engine": args.engine,
         "endpoint": url,
@@ -259,7 +271,7 @@ def _pilot(store: Any, args: argparse.Namespace, sched: Any, options: dict[str, 
 
 
 def _arm(
-    pilot: Any, args: argparse.Namespace, run_id: str, manifest: dict[str, Any], n: int
+    pilot: Any, args: argparse.Namespace, run_id: str, manifest: dict[str, Any], n: int, plan: Any
 ) -> Any:
     from specpilot.backends.freeze import frozen_sha256, strategy_of
     from specpilot.records import ArmRecord
@@ -268,11 +280,11 @@ def _arm(
         pilot_id=pilot.pilot_id,
         run_id=run_id,
         arm=args.arm,
-        role=args.role or (args.arm if args.arm in ARM_ROLES else "extra"),
+        role=plan.role if plan else args.role or (args.arm if args.arm in ARM_ROLES else "extra"),
         engine=args.engine,
         manifest=manifest,
         manifest_sha256=frozen_sha256(manifest),
-        strategy=strategy_of(manifest),
+        strategy=plan.strategy if plan else strategy_of(manifest),
         run_order=n,
         status="running",
         started_unix=time.time(),
@@ -283,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
     from specpilot.backends import BackendError, scrape_endpoint
     from specpilot.backends.facts import cpu_sample
     from specpilot.loadgen import LoadRunner
-    from specpilot.pilot.engines import backend_for, engine_options
+    from specpilot.pilot.engines import make_backend, one_arm
     from specpilot.store import PhaseRecorder, Store
 
     if args.start == (args.url is not None):
@@ -296,12 +308,15 @@ def run(args: argparse.Namespace) -> int:
     if not sched.select(args.phase, warmup=not args.no_warmup):
         raise ConfigError("the selection has no requests")
     run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
-    backend = None
+    if not args.start:
+        args.arm = args.arm or "baseline"
+    backend = plan = None
     cold_start_s = None
-    if args.start:
-        opts = engine_options(args.engine, engine_opts(args.engine_opt))
-        _refuse_unprepared(args.engine, opts)
-        backend = backend_for(args.engine, opts, name=args.arm)
+    if args.start:  # one arm of a pilot file: the same checks, constructor and manifest
+        plan = one_arm(args.engine, args.arm, args.role, engine_opts(args.engine_opt))
+        args.arm = plan.name
+        _refuse_unprepared(args.engine, plan.spec.options)
+        backend = make_backend(plan)
         print(f"starting {args.engine} at {backend.endpoint} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         try:
@@ -325,9 +340,8 @@ def run(args: argparse.Namespace) -> int:
             if any(a.run_id == run_id for a in store.records("arms")):
                 raise ConfigError(f"run {run_id!r} already exists in {args.out}: pick another")
             store.add_pilot(pilot)
-            arm = _arm(
-                pilot, args, run_id, _manifest(args, backend, url), len(store.records("arms"))
-            )
+            man = _manifest(args, backend, plan, url)
+            arm = _arm(pilot, args, run_id, man, len(store.records("arms")), plan)
             arm.cold_start_s = cold_start_s
             store.add_arm(arm)
             scrape = (

@@ -208,23 +208,49 @@ def _reference(arm: Arm, cfg: PilotConfig, strategies: dict[str, StrategySpec]) 
     )
 
 
+def plan_arm(
+    a: Arm,
+    *,
+    reference: str | None = None,
+    budget: ResourceBudget | None = None,
+    drill: bool = False,
+    resolve_files: bool = True,
+) -> ArmPlan:
+    """One arm resolved (its strategy checked against its role, frozen settings, capacity): a
+    pilot's arms (``plan_arms``) and ``specpilot load --start``'s one arm alike."""
+    s = strategy_of(a)
+    if a.role == "speculative" and s.kind == "none":
+        raise PilotConfigError(
+            f"arm {a.name!r} is the speculative arm but switches nothing on: give it a "
+            "draft and k (or an engine's n-gram mode)"
+        )
+    if a.role in ("baseline", "alternative", "control") and s.kind != "none":
+        raise PilotConfigError(
+            f"arm {a.name!r} is the {a.role} arm but switches on a {s.kind} strategy: the "
+            f"{a.role} runs plain decoding (put candidates in role: extra)"
+        )
+    frozen, capacity, unknown = frozen_of(a, resolve_files)
+    return ArmPlan(
+        name=a.name,
+        role=a.role,
+        engine=a.engine,
+        url=a.url,
+        strategy=s,
+        frozen=frozen,
+        capacity=capacity,
+        reference=reference,
+        budget=budget or ResourceBudget(),
+        drill=drill,
+        spec=a,
+        unknown=unknown,
+    )
+
+
 def plan_arms(cfg: PilotConfig, *, resolve_files: bool = True) -> list[ArmPlan]:
     """Resolve every arm of ``cfg`` (strategy, frozen settings, reference, budget)."""
     strategies = {a.name: strategy_of(a) for a in cfg.arms}
     out = []
     for a in cfg.arms:
-        s = strategies[a.name]
-        if a.role == "speculative" and s.kind == "none":
-            raise PilotConfigError(
-                f"arm {a.name!r} is the speculative arm but switches nothing on: give it a "
-                "draft and k (or an engine's n-gram mode)"
-            )
-        if a.role in ("baseline", "alternative", "control") and s.kind != "none":
-            raise PilotConfigError(
-                f"arm {a.name!r} is the {a.role} arm but switches on a {s.kind} strategy: the "
-                f"{a.role} runs plain decoding (put candidates in role: extra)"
-            )
-        frozen, capacity, unknown = frozen_of(a, resolve_files)
         b = a.budget
         matched = b.matched_against
         if a.role == "alternative" and matched is None:
@@ -238,22 +264,50 @@ def plan_arms(cfg: PilotConfig, *, resolve_files: bool = True) -> list[ArmPlan]:
         )
         drill = a.drill if a.drill is not None else (a.role == "speculative")
         out.append(
-            ArmPlan(
-                name=a.name,
-                role=a.role,
-                engine=a.engine,
-                url=a.url,
-                strategy=s,
-                frozen=frozen,
-                capacity=capacity,
+            plan_arm(
+                a,
                 reference=_reference(a, cfg, strategies),
                 budget=budget,
                 drill=bool(drill and cfg.drill.enabled),
-                spec=a,
-                unknown=unknown,
+                resolve_files=resolve_files,
             )
         )
     return out
+
+
+def arm_manifest(
+    described: dict[str, Any], plan: ArmPlan, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """The backend's description plus the frozen settings (R6) and the manifest's hash.
+
+    The strategy the engine reports must be the one the arm asked for: a builtin server that
+    silently fell back to plain decoding would otherwise pass as speculative.
+    """
+    from specpilot.backends.freeze import frozen_sha256
+    from specpilot.backends.freeze import strategy_of as served_strategy
+
+    if plan.url is None:
+        served = served_strategy(described)
+        if (served.kind == "none") != (plan.strategy.kind == "none"):
+            raise PilotConfigError(
+                f"arm {plan.name!r}: the engine reports strategy {served.kind!r} but the "
+                f"config asks for {plan.strategy.kind!r}"
+            )
+    frozen = dict(plan.frozen)
+    if plan.engine == "builtin" and plan.url is None:
+        cal = described.get("calibration") or {}  # the backend's describe() carries it
+        chosen = (cal.get("formats") or {}).get("target")
+        if chosen:
+            frozen["dtype"] = str(chosen)
+    capacity = {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}}
+    return {
+        **described,
+        "frozen": frozen,
+        "capacity": capacity,
+        "overrides": overrides,
+        "unknown": plan.unknown,
+        "frozen_sha256": frozen_sha256(described),
+    }
 
 
 def _allowed_capacity(plan: ArmPlan) -> set[str]:

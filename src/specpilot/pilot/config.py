@@ -211,6 +211,13 @@ class OpenAIArm(_ArmBase):
 Arm = Annotated[
     BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm, Field(discriminator="engine")
 ]
+# engine -> its arm model (an arm specpilot starts)
+ARM_MODELS: dict[str, type[BuiltinArm | LlamaCppArm | VllmArm | SglangArm]] = {
+    "builtin": BuiltinArm,
+    "llamacpp": LlamaCppArm,
+    "vllm": VllmArm,
+    "sglang": SglangArm,
+}
 
 
 # -- the rest of the pilot -------------------------------------------------------------------

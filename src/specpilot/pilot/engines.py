@@ -85,6 +85,47 @@ def engine_options(
         raise ConfigError(format_errors(exc, where, root=model)) from None
 
 
+def one_arm(
+    engine: str,
+    name: str | None,
+    role: str | None,
+    raw: Mapping[str, Any],
+    *,
+    resolve_files: bool = True,
+) -> ArmPlan:
+    """``specpilot load --start``'s arm as a pilot file would give it: ``raw`` checked as its
+    ``arms[].options`` and the arm resolved by ``plan_arm`` (the same role rules, frozen
+    settings and manifest). ``name`` defaults to ``baseline`` for plain decoding and
+    ``speculative`` otherwise; ``role`` to the name when it is a role, else ``extra``.
+
+        >>> plan = one_arm("builtin", None, None, {"draft": "truncate:0,1", "k": 2},
+        ...                resolve_files=False)
+        >>> plan.name, plan.role, plan.strategy.k, plan.frozen["threads"] >= 1
+        ('speculative', 'speculative', 2, True)
+    """
+    from pydantic import ValidationError
+
+    from specpilot.errors import ConfigError
+    from specpilot.pilot.arms import plan_arm, strategy_of
+    from specpilot.pilot.config import ARM_MODELS
+    from specpilot.records import ARM_ROLES
+    from specpilot.validation import format_errors
+
+    o = engine_options(engine, raw)
+    model = ARM_MODELS[engine]
+
+    def arm(n: str, r: str) -> Any:
+        try:
+            return model.model_validate({"name": n, "role": r, "engine": engine, "options": o})
+        except ValidationError as exc:
+            raise ConfigError(format_errors(exc, "--arm/--role", root=model)) from None
+
+    if name is None:
+        name = "baseline" if strategy_of(arm("arm", "extra")).kind == "none" else "speculative"
+    chosen = role or (name if name in ARM_ROLES else "extra")
+    return plan_arm(arm(name, chosen), resolve_files=resolve_files)
+
+
 def make_backend(
     plan: ArmPlan,
     *,

@@ -334,37 +334,10 @@ class Pilot:
     def manifest(
         self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
     ) -> dict[str, Any]:
-        """The backend's description plus the frozen settings (R6) and the manifest's hash.
+        """``pilot.arms.arm_manifest`` of the started backend."""
+        from specpilot.pilot.arms import arm_manifest
 
-        The strategy the engine reports must be the one the config asked for: a builtin server
-        that silently fell back to plain decoding would otherwise pass as speculative.
-        """
-        from specpilot.backends.freeze import frozen_sha256, strategy_of
-
-        d = backend.describe()
-        described = d if isinstance(d, dict) else d.to_dict()
-        if plan.url is None:
-            served = strategy_of(described)
-            if (served.kind == "none") != (plan.strategy.kind == "none"):
-                raise PilotConfigError(
-                    f"arm {plan.name!r}: the engine reports strategy {served.kind!r} but the "
-                    f"config asks for {plan.strategy.kind!r}"
-                )
-        frozen = dict(plan.frozen)
-        if plan.engine == "builtin" and plan.url is None:
-            cal = described.get("calibration") or {}  # the backend's describe() carries it
-            chosen = (cal.get("formats") or {}).get("target")
-            if chosen:
-                frozen["dtype"] = str(chosen)
-        capacity = {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}}
-        return {
-            **described,
-            "frozen": frozen,
-            "capacity": capacity,
-            "overrides": overrides,
-            "unknown": plan.unknown,
-            "frozen_sha256": frozen_sha256(described),
-        }
+        return arm_manifest(backend.describe().to_dict(), plan, overrides)
 
     def _run_arm(self, run: RunPlan, rec: ArmRecord) -> None:
         from specpilot.pilot.steps import ArmSteps
