@@ -137,3 +137,38 @@ def test_build_model_loads_every_weight_without_random_init_and_restores_it() ->
     del state["layers.1.ffn.w_down.weight"]
     with pytest.raises(ModelLoadError, match=r"layers\.1\.ffn\.w_down\.weight"):
         build_model(ref.cfg, state)
+
+
+def test_dequantized_weights_are_cached_per_file_content_and_a_torn_cache_is_rebuilt(
+    tmp_path, monkeypatch
+) -> None:
+    """The GGUF's fp32 weights are kept in the cache after the first load, keyed by the file's
+    sha256: the second load reads them back equal; a damaged cache file is rebuilt, never used."""
+    import torch
+
+    from conftest import tiny_model
+    from specpilot.engine import loader
+    from specpilot.engine.gguf_export import write_llama_gguf
+
+    monkeypatch.setenv("SPECPILOT_CACHE", str(tmp_path / "cache"))
+    src = tiny_model(0, n_layers=1, dim=64)
+    gguf_file = write_llama_gguf(
+        src, tmp_path / "t.gguf", loader.default_target_path(), dtype="f32"
+    )
+    first = loader.load_model(gguf_file, tokenizer=False).model.state_dict()
+    (cached,) = (tmp_path / "cache" / "weights").glob("*.pt")
+    assert cached.name.startswith(loader.file_sha256(gguf_file)[:32])
+
+    def again(path):
+        raise AssertionError(f"{path} dequantized again: the cache was not read")
+
+    monkeypatch.setattr(loader, "_dequantized", again)
+    second = loader.load_model(gguf_file, tokenizer=False).model.state_dict()
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECPILOT_CACHE", str(tmp_path / "cache"))
+    cached.write_bytes(cached.read_bytes()[:1000])  # torn
+    third = loader.load_model(gguf_file, tokenizer=False).model.state_dict()
+    assert all(torch.equal(first[k], third[k]) for k in first)
+    assert cached.stat().st_size > 1000  # rewritten whole

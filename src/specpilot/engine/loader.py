@@ -11,6 +11,7 @@ No hub access: a path is a local file or directory. The default target is the GG
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -71,7 +72,39 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+WEIGHTS_CACHE_VERSION = 1  # bump when _gguf_state's output changes (names, layout)
+
+
+def weights_cache_dir() -> Path:
+    from specpilot import cache_root
+
+    return cache_root() / "weights"
+
+
 def _gguf_state(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
+    """The GGUF's weights dequantized to fp32 in our names. Dequantizing takes seconds (4 s of
+    an engine's 12 s start for SmolLM2 here), so the result is kept once per file content in
+    the cache (``weights/``, keyed by the file's sha256; 0.5 GB for SmolLM2-135M) and read
+    back memory-mapped; a cache that cannot be written only costs the time."""
+    cache = weights_cache_dir() / f"{file_sha256(path)[:32]}-v{WEIGHTS_CACHE_VERSION}.pt"
+    if cache.exists():
+        try:
+            blob = torch.load(cache, mmap=True, weights_only=True)
+            return LlamaConfig(**blob["cfg"]), blob["state"]
+        except Exception:  # a torn or foreign file: rebuilt below
+            pass
+    cfg, state = _dequantized(path)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        torch.save({"cfg": dataclasses.asdict(cfg), "state": state}, tmp)
+        os.replace(tmp, cache)  # whole or absent: a reader never sees half a file
+    except OSError:
+        pass
+    return cfg, state
+
+
+def _dequantized(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     import gguf
 
     from specpilot.engine.gguf_read import read_gguf
