@@ -107,23 +107,26 @@ def test_every_group_failing_quality_is_the_headline_even_with_a_speed_win() -> 
 
 
 def test_a_phase_measured_beside_other_load_keeps_the_verdict_a_hypothesis() -> None:
-    """Interleaving spreads drift over the arms; load that hit one arm's phase only is named."""
+    """Interleaving spreads drift over the arms; load that hit one arm's run of a phase (and
+    not the other arms' runs of it) is named. Load on every arm alike is not."""
     import dataclasses
 
     d = case(cells(0.7))
-    assert not verdict(d).pilot_hypothesis
+    d.phases = [dataclasses.replace(p, other_cpu_cores=0.6, steal_fraction=0.0) for p in d.phases]
+    assert not verdict(d).pilot_hypothesis  # evenly loaded: the A/A control's business
     d.phases = [
-        dataclasses.replace(p, other_cpu_cores=0.9) if (p.arm, p.phase) == ("spec", "peak") else p
+        dataclasses.replace(p, other_cpu_cores=1.5) if (p.arm, p.phase) == ("spec", "peak") else p
         for p in d.phases
     ]
     d.phases += [dataclasses.replace(d.phases[0], arm="extra-arm", steal_fraction=0.5)]
     v = verdict(d)
     assert v.pilot_hypothesis and v.verdict == "ADOPT"
-    shared = [r for r in v.hypothesis_reasons if r.startswith("measured on a shared machine")]
+    shared = [r for r in v.hypothesis_reasons if "shared unevenly" in r]
     assert shared == [
-        "measured on a shared machine: spec/peak: 0.90 cores used outside the pilot (drift "
-        "that hit one arm's phase, not the others': rerun on an idle machine)"
-    ]  # the arm outside the comparison is not named
+        "measured on a machine shared unevenly: spec/peak: 1.50 cores used outside the pilot "
+        "(0.60 beside base/peak) (load that hit one arm's run of a phase and not the others': "
+        "drift the interleaving did not spread; rerun on an idle machine)"
+    ], v.hypothesis_reasons  # the arm outside the comparison is not named
 
 
 def test_an_unstable_a_a_control_keeps_the_verdict_a_hypothesis() -> None:

@@ -4,6 +4,9 @@ the pilot's tree shows as other load, a busy child of it does not."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,17 +20,26 @@ pytestmark = pytest.mark.skipif(cpu_sample() is None, reason="no /proc/stat (not
 BURN = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {s}: pass\n"
 
 
-def _outside(seconds: float) -> None:
-    """A CPU-bound process that is not our descendant: ``sh`` starts it in the background and
-    exits, so it is reparented away from this process tree."""
-    subprocess.run(
-        ["sh", "-c", f'{sys.executable} -c "$0" >/dev/null 2>&1 &', BURN.format(s=seconds)],
-        check=True,
-        timeout=10,
-    )
+@pytest.fixture
+def outside():
+    """Start CPU-bound processes that are not our descendants (``sh`` starts each in the
+    background and exits, so it is reparented away from this tree); killed at the end."""
+    pids = []
+
+    def start(seconds: float) -> None:
+        out = subprocess.run(
+            ["sh", "-c", f'{sys.executable} -c "$0" >/dev/null 2>&1 & echo $!', BURN.format(s=seconds)],
+            check=True, capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+        pids.append(int(out.stdout.strip()))
+
+    yield start
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
-def test_a_busy_child_counts_as_the_tree_and_an_outside_process_as_other_load():
+def test_a_busy_child_counts_as_the_tree_and_an_outside_process_as_other_load(outside):
     a = cpu_sample()
     child = subprocess.Popen([sys.executable, "-c", BURN.format(s=1.5)])
     time.sleep(1.2)  # sampled while the child is alive: its time is the tree's
@@ -36,7 +48,7 @@ def test_a_busy_child_counts_as_the_tree_and_an_outside_process_as_other_load():
     assert a is not None and b is not None
     assert b.tree_s - a.tree_s >= 0.5, (a, b)
 
-    _outside(2.5)
+    outside(2.5)
     time.sleep(0.3)  # it has started
     c = cpu_sample()
     time.sleep(1.5)
@@ -55,7 +67,7 @@ def test_no_figure_without_two_samples_or_time_between_them():
     assert cpu_contention(s, s) is None  # no time between them: no rate
 
 
-def test_a_complete_phase_carries_the_other_load_and_a_cut_one_none(tmp_path):
+def test_a_complete_phase_carries_the_other_load_and_none_without_a_sampler(tmp_path, outside):
     from specpilot.loadgen import LoadConfig, LoadRunner
     from specpilot.loadgen.testserver import TestServer, TestServerConfig
     from specpilot.records import ScheduledRequest
@@ -66,14 +78,15 @@ def test_a_complete_phase_carries_the_other_load_and_a_cut_one_none(tmp_path):
     with Store(tmp_path / "p.duckdb") as st, TestServer(TestServerConfig(itl_s=0.01)) as srv:
         cfg = LoadConfig.build(srv.url, run_id="r", arm="a", progress=False)
         runner = LoadRunner(items, cfg, st.sink)
-        PhaseRecorder(st, "r", "a", None, {"steady": 1.5}).attach(runner)
-        _outside(2.5)
+        PhaseRecorder(st, "r", "a", None, {"steady": 1.5}, cpu=cpu_sample).attach(runner)
+        outside(2.5)
         runner.run()
         (phase,) = st.records("phases")
-        # with no sampler: nothing measured, the phase still written
+        # with no sampler (the default: an engine given by URL is no child of ours): nothing
+        # measured, the phase still written
         cfg2 = LoadConfig.build(srv.url, run_id="r2", arm="a", progress=False)
         runner2 = LoadRunner(items, cfg2, st.sink)
-        PhaseRecorder(st, "r2", "a", None, {"steady": 1.5}, cpu=None).attach(runner2)
+        PhaseRecorder(st, "r2", "a", None, {"steady": 1.5}).attach(runner2)
         runner2.run()
         plain = next(p for p in st.records("phases") if p.run_id == "r2")
     assert phase.status == "complete"

@@ -169,6 +169,21 @@ def test_errors_name_the_line_the_field_and_the_fix(tmp_path):
     assert f"{f}:8: arms[1].options: a draft with k = 0 never proposes" in str(err.value)
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("pilot-*.yaml")))
+def test_every_example_pilot_parses_plans_and_keeps_one_switch(name):
+    """A shipped example that no longer loads fails here, not in a user's first command."""
+    from specpilot.workload import build_schedule
+
+    cfg = load_pilot(EXAMPLES / name)
+    plans = plan_arms(cfg, resolve_files=False)
+    check_one_switch(plans)
+    assert {p.role for p in plans} >= {"baseline", "speculative"}
+    if isinstance(cfg.workload, dict) and all(
+        ph.get("arrival", {}).get("kind") != "trace" for ph in cfg.workload.get("phases", [])
+    ):  # inline workloads on synthetic arrivals: the schedule builds too
+        assert len(build_schedule(cfg.workload).requests) > 0
+
+
 def test_the_gpu_example_parses_and_launches_exactly_these_commands():
     cfg = load_pilot(EXAMPLES / "pilot-vllm-gpu.yaml")
     plans = plan_arms(cfg, resolve_files=False)

@@ -302,16 +302,15 @@ def test_the_gate_says_how_far_apart_identical_arms_are_on_the_same_figures():
     assert v.aa_floor > 0.5 and "this file cannot validate a simulation" in v.text
     no_control = dataclasses.replace(data, arms=[a for a in data.arms if a.role != "control"])
     assert validate(no_control, "spec", ["off_peak"], ["peak"]).aa_floor is None
-    # a calibration phase that shared the machine is named with the gate's result
+    # a calibration phase that shared the machine more than the predicted one is named
     data.phases = [
-        dataclasses.replace(p, other_cpu_cores=1.2) if p.phase == "off_peak" else p
+        dataclasses.replace(p, other_cpu_cores=1.2 if p.phase == "off_peak" else 0.1)
         for p in data.phases
     ]
     v = validate(data, "spec", ["off_peak"], ["peak"])
-    assert v.contended == ("spec/off_peak: 1.20 cores used outside the pilot",)
-    assert v.text.endswith(
-        "measured on a shared machine: spec/off_peak: 1.20 cores used outside the pilot"
-    )
+    want = "spec/off_peak: 1.20 cores used outside the pilot (0.10 beside spec/peak)"
+    assert v.contended == (want,)
+    assert v.text.endswith("; measured on a shared machine: " + want)
 
 
 def test_a_plain_arm_without_rounds_is_calibrated_from_its_requests_timings():

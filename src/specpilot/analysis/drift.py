@@ -120,7 +120,8 @@ def aa_control(aa: Sequence[PairedComparison], baseline: str, control: str) -> A
     return AAControl(baseline, control, len(aa), directional, largest, drift)
 
 
-# an arm-phase with more than this beside it was measured on a shared machine
+# a phase with this much more beside it than the least loaded of the phases it is compared
+# with was measured on a machine shared unevenly
 CONTENDED_CORES = 0.25  # mean cores used by processes outside the pilot
 CONTENDED_STEAL = 0.05  # share of the machine's time the hypervisor gave to other tenants
 
@@ -138,24 +139,41 @@ class _Phase(Protocol):
     def steal_fraction(self) -> float | None: ...
 
 
-def contended(phases: Sequence[_Phase], arms: Sequence[str]) -> tuple[str, ...]:
-    """The measured phases of ``arms`` that shared the machine: drift the interleaved design
-    cannot spread over the arms, because it hit one arm's phase and not the others'.
+def contended(
+    phases: Sequence[_Phase], arms: Sequence[str], across: str = "arms"
+) -> tuple[str, ...]:
+    """The measured phases of ``arms`` that shared the machine more than the phases they are
+    compared with: ``across="arms"`` (a verdict) the other arms' runs of the same phase, where
+    load that hit one arm's run is drift the interleaved design did not spread over the arms;
+    ``across="phases"`` (a simulation) the same arm's other phases, where the calibration's
+    speed and the predicted phase's would differ. A machine loaded evenly is not named (the
+    A/A control measures that).
 
         >>> from types import SimpleNamespace as P
-        >>> contended([P(arm="b", phase="peak", warmup=False, other_cpu_cores=0.9,
-        ...              steal_fraction=0.0)], ["b"])
-        ('b/peak: 0.90 cores used outside the pilot',)
+        >>> ph = [P(arm=a, phase="peak", warmup=False, other_cpu_cores=c, steal_fraction=0.01)
+        ...       for a, c in (("b", 0.9), ("s", 0.05))]
+        >>> contended(ph, ["b", "s"])
+        ('b/peak: 0.90 cores used outside the pilot (0.05 beside s/peak)',)
+        >>> contended(ph, ["b", "s"], across="phases")
+        ()
     """
+    mine = [p for p in phases if p.arm in arms and not p.warmup]
     out = []
-    for p in phases:
-        if p.arm not in arms or p.warmup:
-            continue
+    for p in mine:
+        group = [q for q in mine if (q.phase == p.phase if across == "arms" else q.arm == p.arm)]
         what = []
-        if p.other_cpu_cores is not None and p.other_cpu_cores > CONTENDED_CORES:
-            what.append(f"{p.other_cpu_cores:.2f} cores used outside the pilot")
-        if p.steal_fraction is not None and p.steal_fraction > CONTENDED_STEAL:
-            what.append(f"{p.steal_fraction:.0%} of the CPU stolen by the hypervisor")
+        for field, limit, num, label in (
+            ("other_cpu_cores", CONTENDED_CORES, "{:.2f}", "cores used outside the pilot"),
+            ("steal_fraction", CONTENDED_STEAL, "{:.0%}", "of the CPU stolen by the hypervisor"),
+        ):
+            v = getattr(p, field)
+            rest = [(getattr(q, field), q) for q in group if q is not p]
+            rest = [(x, q) for x, q in rest if x is not None]
+            if v is None or not rest:
+                continue
+            low, q = min(rest, key=lambda t: t[0])
+            if v - low > limit:
+                what.append(f"{num.format(v)} {label} ({num.format(low)} beside {q.arm}/{q.phase})")
         if what:
             out.append(f"{p.arm}/{p.phase}: " + ", ".join(what))
     return tuple(out)

@@ -57,9 +57,10 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
         out.append("measurement unstable: " + inp.aa.text)
     if inp.contended:
         out.append(
-            f"measured on a shared machine: {'; '.join(inp.contended[:3])}"
+            f"measured on a machine shared unevenly: {'; '.join(inp.contended[:3])}"
             + (f"; {len(inp.contended) - 3} more" if len(inp.contended) > 3 else "")
-            + " (drift that hit one arm's phase, not the others': rerun on an idle machine)"
+            + " (load that hit one arm's run of a phase and not the others': drift the "
+            "interleaving did not spread; rerun on an idle machine)"
         )
     seen = {c.task_group for c in inp.comparisons if c.task_group != ALL}
     for g in sorted(set(cfg.required_groups) | set(inp.groups_expected)):

@@ -184,7 +184,10 @@ class CpuSample:
     t: float
     busy_s: float  # user + nice + system + irq + softirq (guest time is inside user)
     steal_s: float  # taken by the hypervisor for other tenants
-    tree_s: float  # user + system of this process and its live descendants (the engines)
+    # user + system of this process and its live descendants (the engines), with the children
+    # each of them has reaped (an exited engine's time stays in the tree)
+    tree_s: float
+    cores: int = 0  # the cpuN lines /proc/stat sums over (0: unknown)
 
 
 def cpu_sample(stat: str = "/proc/stat") -> CpuSample | None:
@@ -193,10 +196,12 @@ def cpu_sample(stat: str = "/proc/stat") -> CpuSample | None:
 
     try:
         with open(stat) as f:
-            fields = [float(v) for v in f.readline().split()[1:]]
+            lines = f.read().splitlines()
+        fields = [float(v) for v in lines[0].split()[1:]]
         tick = float(os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         return None
+    cores = sum(1 for ln in lines[1:] if ln.startswith("cpu") and ln[3:4].isdigit())
     fields += [0.0] * (8 - len(fields))
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
     tree = 0.0
@@ -204,9 +209,9 @@ def cpu_sample(stat: str = "/proc/stat") -> CpuSample | None:
     for p in (me, *me.children(recursive=True)):
         with contextlib.suppress(psutil.Error):
             c = p.cpu_times()
-            tree += c.user + c.system
+            tree += c.user + c.system + c.children_user + c.children_system
     return CpuSample(
-        time.monotonic(), (user + nice + system + irq + softirq) / tick, steal / tick, tree
+        time.monotonic(), (user + nice + system + irq + softirq) / tick, steal / tick, tree, cores
     )
 
 
@@ -215,7 +220,9 @@ def cpu_contention(
 ) -> tuple[float, float] | None:
     """(cores used by processes outside this tree, share of the machine's time stolen by the
     hypervisor) between two samples; None without both or over no time. A descendant that
-    exited in between counts as outside (its time left the tree).
+    exited in between stays inside once its parent has reaped it (until then its last
+    seconds count as outside). irq and softirq time is the machine's, never the tree's: a
+    small upward bias under heavy network load.
 
         >>> cpu_contention(CpuSample(0.0, 10.0, 0.0, 4.0), CpuSample(10.0, 25.0, 1.0, 14.0), 2)
         (0.5, 0.05)
@@ -224,6 +231,6 @@ def cpu_contention(
         return None
     wall = b.t - a.t
     other = max(0.0, (b.busy_s - a.busy_s) - (b.tree_s - a.tree_s)) / wall
-    cores = cores or os.cpu_count() or 1
+    cores = cores or b.cores or os.cpu_count() or 1
     steal = max(0.0, b.steal_s - a.steal_s) / (wall * cores)
     return round(other, 3), round(steal, 3)

@@ -23,8 +23,8 @@ Two ways to name the engine:
   (``arms[].options``, the same names and checks; ``specpilot.pilot.config``), values in
   YAML syntax (the builtin engine without ``draft`` is plain decoding). The arm is resolved
   as a pilot file's (``pilot.arms.plan_arm``: its role's rules, the frozen settings and
-  capacity in its manifest); it is named ``baseline``, or ``speculative`` when an option
-  switches speculation on, unless ``--arm`` says otherwise::
+  capacity in its manifest); it is named after ``--role``, else ``baseline``, or
+  ``speculative`` when an option switches speculation on, unless ``--arm`` says otherwise::
 
       specpilot load --start --engine builtin --engine-opt threads=1 \\
           --workload w.yaml --out run.duckdb
@@ -284,7 +284,7 @@ def _arm(
         engine=args.engine,
         manifest=manifest,
         manifest_sha256=frozen_sha256(manifest),
-        strategy=plan.strategy if plan else strategy_of(manifest),
+        strategy=strategy_of(manifest),  # as served (the draft's sha256 and path with it)
         run_order=n,
         status="running",
         started_unix=time.time(),
@@ -295,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
     from specpilot.backends import BackendError, scrape_endpoint
     from specpilot.backends.facts import cpu_sample
     from specpilot.loadgen import LoadRunner
-    from specpilot.pilot.engines import make_backend, one_arm
+    from specpilot.pilot.engines import engine_options, make_backend, one_arm
     from specpilot.store import PhaseRecorder, Store
 
     if args.start == (args.url is not None):
@@ -313,9 +313,10 @@ def run(args: argparse.Namespace) -> int:
     backend = plan = None
     cold_start_s = None
     if args.start:  # one arm of a pilot file: the same checks, constructor and manifest
-        plan = one_arm(args.engine, args.arm, args.role, engine_opts(args.engine_opt))
+        raw = engine_opts(args.engine_opt)
+        _refuse_unprepared(args.engine, engine_options(args.engine, raw))  # before any hashing
+        plan = one_arm(args.engine, args.arm, args.role, raw)
         args.arm = plan.name
-        _refuse_unprepared(args.engine, plan.spec.options)
         backend = make_backend(plan)
         print(f"starting {args.engine} at {backend.endpoint} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
@@ -335,12 +336,12 @@ def run(args: argparse.Namespace) -> int:
             if k != "func" and isinstance(v, (str, int, float, bool, list, type(None)))
         }
         options.update(model=cfg.endpoint.model, phase_starts=runner.phase_starts)
+        man = _manifest(args, backend, plan, url)  # it checks the served strategy: first
         with Store(args.out) as store:
             pilot = _pilot(store, args, sched, options)
             if any(a.run_id == run_id for a in store.records("arms")):
                 raise ConfigError(f"run {run_id!r} already exists in {args.out}: pick another")
             store.add_pilot(pilot)
-            man = _manifest(args, backend, plan, url)
             arm = _arm(pilot, args, run_id, man, len(store.records("arms")), plan)
             arm.cold_start_s = cold_start_s
             store.add_arm(arm)

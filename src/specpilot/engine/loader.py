@@ -73,6 +73,9 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 WEIGHTS_CACHE_VERSION = 1  # bump when _gguf_state's output changes (names, layout)
+# fp32 weights above this are not cached (a 1B model is ~4.4 GB of fp32); $SPECPILOT_WEIGHTS_CACHE
+# = 0 turns the cache off, a number of GB moves the limit
+WEIGHTS_CACHE_MAX_GB = 2.0
 
 
 def weights_cache_dir() -> Path:
@@ -81,27 +84,46 @@ def weights_cache_dir() -> Path:
     return cache_root() / "weights"
 
 
+def _weights_cache_limit_bytes() -> float:
+    raw = os.environ.get("SPECPILOT_WEIGHTS_CACHE", "")
+    try:
+        return float(raw) * 1e9 if raw else WEIGHTS_CACHE_MAX_GB * 1e9
+    except ValueError:
+        return WEIGHTS_CACHE_MAX_GB * 1e9
+
+
 def _gguf_state(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     """The GGUF's weights dequantized to fp32 in our names. Dequantizing takes seconds (4 s of
     an engine's 12 s start for SmolLM2 here), so the result is kept once per file content in
-    the cache (``weights/``, keyed by the file's sha256; 0.5 GB for SmolLM2-135M) and read
-    back memory-mapped; a cache that cannot be written only costs the time."""
+    the cache (``weights/``, keyed by the file's sha256; 0.54 GB for SmolLM2-135M) and read
+    back memory-mapped. Not cached: weights over ``WEIGHTS_CACHE_MAX_GB`` of fp32
+    (``$SPECPILOT_WEIGHTS_CACHE``: another limit in GB, 0 for none); a cache that cannot be
+    written only costs the time."""
+    limit = _weights_cache_limit_bytes()
     cache = weights_cache_dir() / f"{file_sha256(path)[:32]}-v{WEIGHTS_CACHE_VERSION}.pt"
-    if cache.exists():
+    if limit > 0 and cache.exists():
         try:
             blob = torch.load(cache, mmap=True, weights_only=True)
             return LlamaConfig(**blob["cfg"]), blob["state"]
         except Exception:  # a torn or foreign file: rebuilt below
             pass
     cfg, state = _dequantized(path)
+    if sum(t.numel() * t.element_size() for t in state.values()) <= limit:
+        _write_cache(cache, {"cfg": dataclasses.asdict(cfg), "state": state})
+    return cfg, state
+
+
+def _write_cache(cache: Path, blob: dict[str, Any]) -> None:
+    """Whole or absent: written beside it, then renamed (a reader never sees half a file)."""
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        torch.save({"cfg": dataclasses.asdict(cfg), "state": state}, tmp)
-        os.replace(tmp, cache)  # whole or absent: a reader never sees half a file
-    except OSError:
+        torch.save(blob, tmp)
+        os.replace(tmp, cache)
+    except (OSError, RuntimeError):  # torch's own writer raises RuntimeError (disk full)
         pass
-    return cfg, state
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _dequantized(path: Path) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:

@@ -95,8 +95,8 @@ def one_arm(
 ) -> ArmPlan:
     """``specpilot load --start``'s arm as a pilot file would give it: ``raw`` checked as its
     ``arms[].options`` and the arm resolved by ``plan_arm`` (the same role rules, frozen
-    settings and manifest). ``name`` defaults to ``baseline`` for plain decoding and
-    ``speculative`` otherwise; ``role`` to the name when it is a role, else ``extra``.
+    settings and manifest). ``name`` defaults to ``role``, else ``baseline`` for plain decoding
+    and ``speculative`` otherwise; ``role`` to the name when it is a role, else ``extra``.
 
         >>> plan = one_arm("builtin", None, None, {"draft": "truncate:0,1", "k": 2},
         ...                resolve_files=False)
@@ -121,7 +121,8 @@ def one_arm(
             raise ConfigError(format_errors(exc, "--arm/--role", root=model)) from None
 
     if name is None:
-        name = "baseline" if strategy_of(arm("arm", "extra")).kind == "none" else "speculative"
+        plain = strategy_of(arm("arm", "extra")).kind == "none"
+        name = role or ("baseline" if plain else "speculative")
     chosen = role or (name if name in ARM_ROLES else "extra")
     return plan_arm(arm(name, chosen), resolve_files=resolve_files)
 

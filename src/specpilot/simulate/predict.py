@@ -196,7 +196,8 @@ class Validation:
     # the A/A control's measured p50 / p99 E2E against the baseline's on the predicted phases:
     # the largest relative difference between identical arms (None: no control in the pilot)
     aa_floor: float | None = None
-    # the arm's phases (calibration and predicted) that shared the machine (drift.contended)
+    # the arm's phases (calibration and predicted) that shared the machine more than the others
+    # (analysis.drift.contended)
     contended: tuple[str, ...] = ()
 
     @property
@@ -249,7 +250,7 @@ def validate(
     gate = [c for c in checks if c.gated]
     ok = bool(gate) and all(c.within for c in gate)
     on = set(calibrate_on) | set(predict_on)
-    shared = contended([p for p in data.phases if p.phase in on], [arm])
+    shared = contended([p for p in data.phases if p.phase in on], [arm], across="phases")
     return Validation(
         arm, tuple(calibrate_on), tuple(predict_on), tolerance, tuple(checks), ok, costs.profile,
         aa_floor(data, predict_on), shared,

@@ -5,8 +5,8 @@ Orchestration-neutral: it needs a store, a run id and arm, a way to scrape (a ba
 durations. ``attach(runner)`` writes each phase as ``planned`` and hooks the runner; then each
 start writes the phase as ``running`` with the clock anchor (``t_run``, ``wall_t_run``) and a
 ``before`` snapshot, each end ``complete`` (or ``interrupted`` with ``cut_t`` when a stop cut
-it) and an ``after`` snapshot; a complete phase also gets the CPU that processes outside this
-one's tree used meanwhile (``cpu``: ``backends.facts.cpu_sample``; None measures nothing). A phase that never started stays ``planned``. A failed scrape
+it) and an ``after`` snapshot; with ``cpu`` (``backends.facts.cpu_sample``: only where the
+engine is this process's child) a complete phase also gets the CPU used outside the tree. A phase that never started stays ``planned``. A failed scrape
 is written as a snapshot whose ``raw`` says why (the run goes on).
 
     >>> from specpilot.loadgen import LoadConfig, LoadRunner             # doctest: +SKIP
@@ -22,13 +22,15 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specpilot.backends.facts import CpuSample, cpu_contention, cpu_sample
 from specpilot.records import MetricSnapshot, PhaseRecord
 from specpilot.store.store import Store
 
 Scrape = Callable[[str, str, str, str], MetricSnapshot]  # (run_id, arm, phase, label)
+
+if TYPE_CHECKING:
+    from specpilot.backends.facts import CpuSample
 
 
 class PhaseRecorder:
@@ -39,7 +41,7 @@ class PhaseRecorder:
         arm: str,
         scrape: Scrape | None,
         durations: Mapping[str, float],
-        cpu: Callable[[], CpuSample | None] | None = cpu_sample,
+        cpu: Callable[[], CpuSample | None] | None = None,
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -97,6 +99,8 @@ class PhaseRecorder:
             elif name in getattr(runner, "cut_phases", ()):
                 rec = dataclasses.replace(rec, status="interrupted", cut_t=t)
             else:
+                from specpilot.backends.facts import cpu_contention
+
                 use = cpu_contention(self._cpu_at_start.get(name), sample)
                 other, steal = use if use is not None else (None, None)
                 rec = dataclasses.replace(
