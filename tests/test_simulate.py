@@ -169,6 +169,34 @@ def test_the_step_cost_is_the_measured_step_cadence_where_the_file_has_it():
     assert step(2) == pytest.approx(0.35) and step(5) == pytest.approx(0.8)  # the line between
 
 
+@pytest.mark.parametrize("sigmas", [6.0, -3.0])  # -3: most rows short, the second draw path
+def test_rounds_drawn_in_blocks_match_one_step_at_a_time(monkeypatch, sigmas):
+    """``draw_rounds`` draws fewer values than the need (rows sorted by need, a width with
+    spare standard deviations, short rows topped up): the steps it returns have the
+    distribution of drawing one step at a time until the need is met, and each row's kept
+    values reach the need exactly at its step count."""
+    from specpilot.simulate import costs
+
+    monkeypatch.setattr(costs, "DRAW_SIGMAS", sigmas)
+    values, probs = np.array([1, 2, 4, 7]), np.array([0.4, 0.3, 0.2, 0.1])
+    rng = np.random.default_rng(3)
+    need = rng.integers(0, 200, 4000)
+    steps, seqs = costs.draw_rounds(need, values, probs, np.random.default_rng(4), keep=True)
+    assert seqs is not None
+    for i in range(0, 4000, 7):
+        c = np.cumsum(seqs[i])
+        assert steps[i] == (0 if need[i] == 0 else int(np.argmax(c >= need[i])) + 1)
+        assert need[i] == 0 or c[steps[i] - 1] >= need[i] > (c[steps[i] - 2] if steps[i] > 1 else 0)
+    ref = np.zeros(len(need), dtype=np.int64)  # one step at a time
+    for i, m in enumerate(need):
+        total = 0
+        while total < m:
+            total += int(rng.choice(values, p=probs))
+            ref[i] += 1
+    assert abs(steps.mean() - ref.mean()) < 4 * np.sqrt(ref.var() / len(ref) * 2)
+    assert abs(np.quantile(steps, 0.9) - np.quantile(ref, 0.9)) <= 3
+
+
 def test_the_step_by_step_model_at_a_fixed_k_reproduces_the_event_model():
     """The k-schedule check runs step by step; at a fixed k it must give the event model's
     figures (same arrivals, costs and acceptance), and a schedule that drafts less must commit

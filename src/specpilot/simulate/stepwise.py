@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specpilot.simulate.costs import draw_rounds
+
 
 @dataclass
 class StepwiseResult:
@@ -66,15 +68,29 @@ def run(
         for a, d in zip(arrival_t, abort_s if abort_s is not None else np.zeros(n), strict=True)
     ]
     left = [int(x) - 1 for x in output_tokens]  # after the prefill's first token
-    # each request's accepted drafts per step, drawn up front (it needs at most `left` steps)
+    # each request's accepted drafts per step, drawn up front as the event model draws its
+    # rounds (costs.draw_rounds at the full k, same seed: the same values); a row that drafts
+    # less than k needs more steps and draws them when it runs out
     seq: list[list[int]] = [[] for _ in range(n)]
-    for g in set(map(str, group)):
+    for g in sorted(set(map(str, group))):
         a_values, p = accepted.get(g) or accepted["*"]
-        mine = [i for i in range(n) if str(group[i]) == g]
-        width = max([max(1, left[i]) for i in mine], default=1)
-        block = rng.choice(np.asarray(a_values, dtype=np.int64), size=(len(mine), width), p=p)
-        for row, i in zip(block.tolist(), mine, strict=True):
-            seq[i] = row
+        mine = np.array([i for i in range(n) if str(group[i]) == g], dtype=np.int64)
+        need = np.maximum(np.array([left[i] for i in mine], dtype=np.int64), 0)
+        committed = np.asarray(a_values, dtype=np.int64) + 1
+        _, rows = draw_rounds(need, committed, np.asarray(p), rng, keep=True)
+        assert rows is not None
+        for row, i in zip(rows, mine.tolist(), strict=True):
+            seq[i] = (row - 1).tolist()
+    groups = {i: accepted.get(str(group[i])) or accepted["*"] for i in range(n)}
+
+    def a_of(i: int, step: int) -> int:
+        if step >= len(seq[i]):  # drafting less than k: more steps than drawn for
+            a_values, p = groups[i]
+            seq[i] += rng.choice(
+                np.asarray(a_values, dtype=np.int64), size=max(1, left[i]), p=p
+            ).tolist()
+        return seq[i][step]
+
     used = [0] * n
     queue: deque[int] = deque()
     running: list[int] = []
@@ -112,7 +128,7 @@ def run(
             k_steps[k] = k_steps.get(k, 0) + 1
             still = []
             for i in running:
-                left[i] -= min(seq[i][used[i]], k) + 1
+                left[i] -= min(a_of(i, used[i]), k) + 1
                 used[i] += 1
                 if left[i] <= 0:
                     finish(i, t)
