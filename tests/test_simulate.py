@@ -440,3 +440,31 @@ def test_a_queued_client_that_gives_up_leaves_at_that_moment_not_when_a_slot_fre
     with pytest.raises(ValueError, match="slots"):
         simulate(arr, np.zeros(6, dtype=np.int64), steps, slots=0, step_s=lambda b: 1.0,
                  prefill_s=lambda p: 0.0)  # fmt: skip
+
+
+def test_the_gate_says_when_the_machine_itself_ran_faster_between_phases():
+    """Interleaving keeps arms comparable within a phase, not the machine's speed from one
+    phase to the next, which a calibration carries over: the gate reports the change of every
+    arm's batch-1 step time (the median over arms) and says when it exceeds the tolerance."""
+    from pilot_cases import full_case
+    from specpilot.records import StepCadence
+    from specpilot.simulate import validate
+    from specpilot.simulate.predict import phase_speed
+
+    data = full_case()
+    data.step_cadence = [
+        StepCadence("base", "off_peak", 1, 50, 0.10, 0.09, 0.11),
+        StepCadence("base", "peak", 1, 60, 0.05, 0.04, 0.06),  # -50%
+        StepCadence("ctl", "off_peak", 1, 50, 0.10, 0.09, 0.11),
+        StepCadence("ctl", "peak", 1, 60, 0.06, 0.05, 0.07),  # -40%
+        StepCadence("spec", "off_peak", 1, 50, 0.20, 0.18, 0.22),
+        StepCadence("spec", "peak", 1, 60, 0.16, 0.15, 0.17),  # -20%
+        StepCadence("alt", "peak", 1, 5, 9.0, 8.0, 10.0),  # too few steps to count
+    ]
+    assert phase_speed(data, ["off_peak"], ["peak"]) == pytest.approx(-0.4)
+    v = validate(data, "spec", ["off_peak"], ["peak"])
+    assert v.phase_speed == pytest.approx(-0.4)
+    assert "the machine's step time at batch 1 moved -40% between the calibration" in v.text
+    data.step_cadence = [c for c in data.step_cadence if c.phase == "off_peak"]
+    assert phase_speed(data, ["off_peak"], ["peak"]) is None
+    assert "step time at batch 1 moved" not in validate(data, "spec", ["off_peak"], ["peak"]).text

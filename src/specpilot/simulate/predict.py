@@ -199,6 +199,11 @@ class Validation:
     # the arm's phases (calibration and predicted) that shared the machine more than the others
     # (analysis.drift.contended)
     contended: tuple[str, ...] = ()
+    # the largest change of the machine's own step time between the calibration phases and a
+    # predicted one: every arm's median decode step at batch 1, the median over arms (None:
+    # no step cadence in the file); the interleaving keeps arms comparable within a phase, not
+    # the machine's speed from phase to phase, which a calibration carries over
+    phase_speed: float | None = None
 
     @property
     def text(self) -> str:
@@ -217,6 +222,12 @@ class Validation:
                 floor += ", more than the gate allows: the agreement may be luck"
             elif self.aa_floor > self.tolerance:
                 floor += ", more than the gate allows: this file cannot validate a simulation"
+        if self.phase_speed is not None and abs(self.phase_speed) > self.tolerance:
+            floor += (
+                f"; the machine's step time at batch 1 moved {self.phase_speed:+.0%} between "
+                "the calibration and a predicted phase (the median over arms), more than the gate "
+                "allows: a miss here is the machine's drift as much as the model's"
+            )
         shared = f"; measured on a shared machine: {'; '.join(self.contended)}" * bool(
             self.contended
         )
@@ -253,8 +264,34 @@ def validate(
     shared = contended([p for p in data.phases if p.phase in on], [arm], across="phases")
     return Validation(
         arm, tuple(calibrate_on), tuple(predict_on), tolerance, tuple(checks), ok, costs.profile,
-        aa_floor(data, predict_on), shared,
+        aa_floor(data, predict_on), shared, phase_speed(data, calibrate_on, predict_on),
     )  # fmt: skip
+
+
+SPEED_SAMPLES = 20  # batch-1 steps a phase needs for its median to count (fewer: too noisy)
+
+
+def phase_speed(
+    data: PilotData, calibrate_on: Sequence[str], predict_on: Sequence[str]
+) -> float | None:
+    """The largest relative change, from the calibration phases to a predicted one, of the
+    median over arms of each arm's median decode step at batch 1 (``PilotData.step_cadence``,
+    ``SPEED_SAMPLES`` steps or more in both): how much faster or slower the machine itself ran
+    (None: no arm has both)."""
+    cal, worst = set(calibrate_on), None
+    arms = {c.arm for c in data.step_cadence}
+    for phase in predict_on:
+        ratios = []
+        for arm in arms:
+            at = {c.phase: c.median_s for c in data.step_cadence
+                  if c.arm == arm and c.batch_size == 1 and c.samples >= SPEED_SAMPLES}  # fmt: skip
+            base = [at[p] for p in cal if p in at]
+            if base and phase in at and min(base) > 0:
+                ratios.append(at[phase] / float(np.mean(base)) - 1.0)
+        if ratios:
+            r = float(np.median(ratios))
+            worst = r if worst is None or abs(r) > abs(worst) else worst
+    return worst
 
 
 def aa_floor(data: PilotData, phases: Sequence[str]) -> float | None:
