@@ -468,3 +468,50 @@ def test_the_gate_says_when_the_machine_itself_ran_faster_between_phases():
     data.step_cadence = [c for c in data.step_cadence if c.phase == "off_peak"]
     assert phase_speed(data, ["off_peak"], ["peak"]) is None
     assert "step time at batch 1 moved" not in validate(data, "spec", ["off_peak"], ["peak"]).text
+
+
+def test_the_gate_rescales_the_calibration_to_each_phases_machine_probe():
+    """A phase the machine ran faster (its probe says 0.8x the calibration's time) is predicted
+    on the calibration's costs times 0.8; without a probe on both sides, or asked not to,
+    nothing is rescaled."""
+    import dataclasses
+
+    from pilot_cases import full_case
+    from specpilot.simulate import calibrate, predict, validate
+    from specpilot.simulate.predict import machine_scale, measured
+
+    data = full_case()
+    plain = validate(data, "alt", ["off_peak"], ["peak"])
+    assert plain.rescaled == () and "rescaled" not in plain.text
+    data.phases = [
+        dataclasses.replace(p, probe_memory_s=0.0032 if p.phase == "peak" else 0.004)
+        for p in data.phases
+    ]
+    assert machine_scale(data, "alt", ["off_peak"], "peak") == pytest.approx(0.8)
+    v = validate(data, "alt", ["off_peak"], ["peak"])
+    assert v.rescaled == (("peak", 0.8),) and "each phase's machine probe (peak x0.80)" in v.text
+    w, _ = measured(data, "alt", "peak")
+    want = predict(calibrate(data, "alt", ["off_peak"]).scaled(0.8, "probe"), w)
+    got = {c.metric: c.predicted for c in v.checks}
+    assert got["e2e_p50"] == pytest.approx(want.e2e_p50) and got["goodput"] == want.goodput
+    assert got["e2e_p50"] != {c.metric: c.predicted for c in plain.checks}["e2e_p50"]
+    assert validate(data, "alt", ["off_peak"], ["peak"], rescale=False).checks == plain.checks
+    data.phases = [
+        dataclasses.replace(p, probe_memory_s=None) if p.phase == "off_peak" else p
+        for p in data.phases
+    ]
+    assert machine_scale(data, "alt", ["off_peak"], "peak") is None
+
+
+def test_scaled_costs_take_that_much_longer_for_a_lone_request():
+    from pilot_cases import full_case
+    from specpilot.simulate import calibrate
+    from specpilot.simulate.predict import Workload, run_arm
+
+    costs = calibrate(full_case(), "base")
+    one = np.ones(1)
+    w = Workload(np.zeros(1), np.array([120]), np.array([40]), np.array(["*"], dtype=object),
+                 one * np.nan, one * np.nan, 10.0)  # fmt: skip
+    a, b = run_arm(costs, w), run_arm(costs.scaled(2.0, "test"), w)
+    assert b.e2e[0] == pytest.approx(2 * a.e2e[0]) and b.ttft[0] == pytest.approx(2 * a.ttft[0])
+    assert costs.scaled(2.0, "test").profile.endswith("; x2 (test)")

@@ -234,3 +234,54 @@ def cpu_contention(
     cores = cores or b.cores or os.cpu_count() or 1
     steal = max(0.0, b.steal_s - a.steal_s) / (wall * cores)
     return round(other, 3), round(steal, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedProbe:
+    """How fast this machine ran two fixed single-thread kernels just now (median seconds):
+    ``memory_s`` one fp32 matrix-vector product over a 96 MB matrix (three times a 32 MB L3:
+    memory bandwidth, like a decode step streaming its weights), ``compute_s`` one 64x512 by
+    512x512 fp32 matrix product (in cache: the core's own speed, like the per-step work
+    around the weights). A machine whose speed moves between phases with nothing in
+    ``/proc/stat`` to show it (another tenant's memory traffic, the host's clock) moves these."""
+
+    memory_s: float
+    compute_s: float
+
+
+@functools.cache
+def _probe_operands() -> tuple[Any, ...]:
+    import torch
+
+    return (
+        torch.full((3072, 8192), 0.5),  # (out, in): 96 MB of fp32
+        torch.full((8192,), 0.25),
+        torch.full((64, 512), 0.5),
+        torch.full((512, 512), 0.25),
+    )
+
+
+def speed_probe(reps: int = 9) -> SpeedProbe:
+    """Time the two kernels (``reps`` matrix-vector and ``3 * reps`` matrix products, about 0.1 s
+    in all) on one torch thread; the caller's thread count is restored."""
+    import statistics
+
+    import torch
+
+    w, x, a, b = _probe_operands()
+
+    def median_s(f: Any, n: int) -> float:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.mv(w, x)  # first touch of the pages: not timed
+        return SpeedProbe(median_s(lambda: torch.mv(w, x), reps), median_s(lambda: a @ b, 3 * reps))
+    finally:
+        torch.set_num_threads(threads)

@@ -293,7 +293,6 @@ def _arm(
 
 def run(args: argparse.Namespace) -> int:
     from specpilot.backends import BackendError, scrape_endpoint
-    from specpilot.backends.facts import cpu_sample
     from specpilot.loadgen import LoadRunner
     from specpilot.pilot.engines import engine_options, make_backend, one_arm
     from specpilot.store import PhaseRecorder, Store
@@ -351,12 +350,12 @@ def run(args: argparse.Namespace) -> int:
                 else lambda r, a, p, lbl: scrape_endpoint(args.engine, url, r, a, p, lbl)
             )
             durations = {p.name: p.duration_s for p in sched.phases}
-            # an endpoint given by URL is no child of this process: its CPU would read as
-            # other load, so the phase's contention is measured only for --start
-            cpu = cpu_sample if backend is not None else None
-            PhaseRecorder(store, run_id, args.arm, scrape, durations, cpu=cpu).attach(runner)
+            recorder = PhaseRecorder(
+                store, run_id, args.arm, scrape, durations, local_engine=backend is not None
+            ).attach(runner)
             runner.sink = store.sink
             result = runner.run()
+            recorder.close()
             s = result.summary
             status = "interrupted" if s.interrupted or s.stop_reason else "complete"
             arm.status, arm.finished_unix, arm.load_summary = status, time.time(), s.to_dict()

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specpilot.analysis.drill import summarize
-from specpilot.backends.facts import cpu_sample
 from specpilot.backends.protocol import Backend
 from specpilot.definitions import goodput
 from specpilot.pilot.arms import ArmPlan
@@ -130,10 +129,8 @@ def run_phases(
     sink = ProgressSink(store.sink, ctx.progress, len(requests))
     runner = LoadRunner(requests, cfg, sink)
     durations = {p.name: p.duration_s for p in ctx.schedule.phases}
-    # an engine given by URL is not the pilot's child: its own CPU would read as other load
-    cpu = cpu_sample if run.arm.url is None else None
     recorder = PhaseRecorder(
-        store, run.run_id, run.arm.name, backend.scrape, durations, cpu=cpu
+        store, run.run_id, run.arm.name, backend.scrape, durations, local_engine=run.arm.url is None
     ).attach(runner)
 
     def on_phase(name: str, edge: str, t: float) -> None:
@@ -144,6 +141,7 @@ def run_phases(
     runner.on_phase = on_phase
     ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
     result = runner.run()
+    recorder.close()
     store.flush()
     if (
         result.summary.interrupted

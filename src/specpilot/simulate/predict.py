@@ -18,7 +18,7 @@ import numpy as np
 
 from specpilot.analysis.drift import contended
 from specpilot.errors import ConfigError
-from specpilot.records import PilotData, RequestRecord
+from specpilot.records import PhaseRecord, PilotData, RequestRecord
 from specpilot.simulate.costs import ArmCosts, calibrate, rounds_needed
 from specpilot.simulate.engine import SimResult, simulate
 
@@ -204,6 +204,10 @@ class Validation:
     # no step cadence in the file); the interleaving keeps arms comparable within a phase, not
     # the machine's speed from phase to phase, which a calibration carries over
     phase_speed: float | None = None
+    # per predicted phase, the factor the calibration's costs were scaled by: the arm's machine
+    # probe in that phase over its probe in the calibration phases (``machine_scale``); empty:
+    # not rescaled (no probe in the file, or asked not to)
+    rescaled: tuple[tuple[str, float], ...] = ()
 
     @property
     def text(self) -> str:
@@ -228,6 +232,12 @@ class Validation:
                 "the calibration and a predicted phase (the median over arms), more than the gate "
                 "allows: a miss here is the machine's drift as much as the model's"
             )
+        if self.rescaled:
+            floor += (
+                "; costs rescaled to each phase's machine probe ("
+                + ", ".join(f"{p} x{f:.2f}" for p, f in self.rescaled)
+                + ")"
+            )
         shared = f"; measured on a shared machine: {'; '.join(self.contended)}" * bool(
             self.contended
         )
@@ -245,13 +255,20 @@ class Validation:
 
 def validate(
     data: PilotData, arm: str, calibrate_on: Sequence[str], predict_on: Sequence[str], *,
-    tolerance: float = TOLERANCE, seed: int = 0,
+    tolerance: float = TOLERANCE, seed: int = 0, rescale: bool = True,
 ) -> Validation:  # fmt: skip
+    """The gate. With ``rescale`` (and a machine probe in the file) each predicted phase runs
+    on the calibration's costs scaled to that phase's probed machine speed: the model is
+    checked on how it queues, batches and speculates, not on whether the machine held its
+    speed (``machine_scale``)."""
     costs = calibrate(data, arm, calibrate_on)
-    checks = []
+    checks, rescaled = [], []
     for phase in predict_on:
         w, meas = measured(data, arm, phase)
-        pred = predict(costs, w, seed=seed)
+        f = machine_scale(data, arm, calibrate_on, phase) if rescale else None
+        if f is not None:
+            rescaled.append((phase, round(f, 4)))
+        pred = predict(costs.scaled(f, f"machine probe, {phase}") if f else costs, w, seed=seed)
         for metric, gated in (("e2e_p50", True), ("e2e_p99", True), ("ttft_p50", False),
                               ("ttft_p99", False), ("goodput", False)):  # fmt: skip
             m, p = getattr(meas, metric), getattr(pred, metric)
@@ -265,7 +282,28 @@ def validate(
     return Validation(
         arm, tuple(calibrate_on), tuple(predict_on), tolerance, tuple(checks), ok, costs.profile,
         aa_floor(data, predict_on), shared, phase_speed(data, calibrate_on, predict_on),
+        tuple(rescaled),
     )  # fmt: skip
+
+
+def probe_s(p: PhaseRecord) -> float | None:
+    """A phase record's machine-speed figure (``PhaseRecord.probe_memory_s``: a decode step
+    streams its weights), None where it was not probed."""
+    return p.probe_memory_s
+
+
+def machine_scale(
+    data: PilotData, arm: str, calibrate_on: Sequence[str], phase: str
+) -> float | None:
+    """How much slower (> 1) or faster the machine ran the arm's ``phase`` than its calibration
+    phases, by the speed probe taken around each (``PhaseRecord.probe_memory_s``); None
+    without a probe on both sides."""
+    at = {p.phase: probe_s(p) for p in data.phases if p.arm == arm and not p.warmup}
+    base = [v for q in calibrate_on if (v := at.get(q))]
+    now = at.get(phase)
+    if not base or not now:
+        return None
+    return float(now / np.mean(base))
 
 
 SPEED_SAMPLES = 20  # batch-1 steps a phase needs for its median to count (fewer: too noisy)
