@@ -471,9 +471,9 @@ def test_the_gate_says_when_the_machine_itself_ran_faster_between_phases():
 
 
 def test_the_gate_rescales_the_calibration_to_each_phases_machine_probe():
-    """A phase the machine ran faster (its probe says 0.8x the calibration's time) is predicted
-    on the calibration's costs times 0.8; without a probe on both sides, or asked not to,
-    nothing is rescaled."""
+    """A phase the machine ran faster (its probe says 0.8x the calibration's time) is predicted,
+    when asked, on the calibration's costs times 0.8; by default the change is only reported;
+    without a probe on both sides there is nothing to scale by."""
     import dataclasses
 
     from pilot_cases import full_case
@@ -481,21 +481,24 @@ def test_the_gate_rescales_the_calibration_to_each_phases_machine_probe():
     from specpilot.simulate.predict import machine_scale, measured
 
     data = full_case()
-    plain = validate(data, "alt", ["off_peak"], ["peak"])
-    assert plain.rescaled == () and "rescaled" not in plain.text
+    plain = validate(data, "alt", ["off_peak"], ["peak"], rescale=True)
+    assert plain.machine_probe == () and not plain.rescaled and "probe" not in plain.text
     data.phases = [
         dataclasses.replace(p, probe_memory_s=0.0032 if p.phase == "peak" else 0.004)
         for p in data.phases
     ]
     assert machine_scale(data, "alt", ["off_peak"], "peak") == pytest.approx(0.8)
-    v = validate(data, "alt", ["off_peak"], ["peak"])
-    assert v.rescaled == (("peak", 0.8),) and "each phase's machine probe (peak x0.80)" in v.text
+    v = validate(data, "alt", ["off_peak"], ["peak"], rescale=True)
+    assert v.machine_probe == (("peak", 0.8),) and v.rescaled
+    assert "costs rescaled to each phase's machine probe (peak x0.80)" in v.text
     w, _ = measured(data, "alt", "peak")
     want = predict(calibrate(data, "alt", ["off_peak"]).scaled(0.8, "probe"), w)
     got = {c.metric: c.predicted for c in v.checks}
     assert got["e2e_p50"] == pytest.approx(want.e2e_p50) and got["goodput"] == want.goodput
     assert got["e2e_p50"] != {c.metric: c.predicted for c in plain.checks}["e2e_p50"]
-    assert validate(data, "alt", ["off_peak"], ["peak"], rescale=False).checks == plain.checks
+    unscaled = validate(data, "alt", ["off_peak"], ["peak"])  # the default: reported only
+    assert unscaled.checks == plain.checks and not unscaled.rescaled
+    assert "the machine probe's time changed from the calibration by (peak x0.80)" in unscaled.text
     data.phases = [
         dataclasses.replace(p, probe_memory_s=None) if p.phase == "off_peak" else p
         for p in data.phases

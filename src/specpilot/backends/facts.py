@@ -243,7 +243,10 @@ class SpeedProbe:
     memory bandwidth, like a decode step streaming its weights), ``compute_s`` one 64x512 by
     512x512 fp32 matrix product (in cache: the core's own speed, like the per-step work
     around the weights). A machine whose speed moves between phases with nothing in
-    ``/proc/stat`` to show it (another tenant's memory traffic, the host's clock) moves these."""
+    ``/proc/stat`` to show it (another tenant's memory traffic, the host's clock) moves these.
+    They have noise of their own: called 20 times 0.3 s apart on an idle AMD EPYC (AVX-512
+    BF16, 2026-12-02), ``memory_s`` varied by 10% (coefficient of variation), ``compute_s``
+    by 6%: a change smaller than that says nothing."""
 
     memory_s: float
     compute_s: float
