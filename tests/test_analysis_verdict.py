@@ -136,6 +136,18 @@ def test_an_unstable_a_a_control_keeps_the_verdict_a_hypothesis() -> None:
     assert v.pilot_hypothesis
     assert any(r.startswith("measurement unstable: A/A control") for r in v.hypothesis_reasons)
     assert "directional" in v.aa_control and "unstable" in v.aa_control
+    assert "the same sign in every phase" not in v.aa_control  # one phase moved: drift
+
+
+def test_a_control_that_differs_the_same_way_in_every_phase_is_named_an_engine_difference():
+    """Time drift changes sign with the alternating order; a control 15% faster in every
+    phase is two engine processes that differ for their whole life (seen on the AMD EPYC
+    AVX-512 BF16 kind), and the text says what draws it again: repetitions."""
+    phases = {("ctl", ph): 0.85 for ph in ("off_peak", "peak")}
+    v = verdict(case(cells(0.7), drift=phases))
+    assert v.pilot_hypothesis and "unstable" in v.aa_control
+    assert "the same sign in every phase: two engines of one config" in v.aa_control
+    assert "with repetitions: N each repetition starts fresh engines" in v.aa_control
 
 
 def test_do_not_adopt_names_the_verify_cost_on_this_hardware() -> None:
