@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from specpilot.quality.compat import CompatOptions
 from specpilot.quality.compat_batch import f_sampled_batch
 from specpilot.quality.compat_http import Unsupported
 
@@ -64,7 +63,7 @@ def _swap(i: int, token: str, lp: float) -> list[Any]:
 
 
 def test_a_flip_at_a_near_tie_is_numeric_drift_and_passes():
-    status, ev, detail = f_sampled_batch(Tables(_swap(2, " a", -0.69)), CompatOptions())
+    status, ev, detail = f_sampled_batch(Tables(_swap(2, " a", -0.69)), 8)
     assert status == "pass", ev
     assert "at token 2 (' sweet' vs ' a'), a near-tie: 0.080 nats apart" in ev
     assert detail["divergence_index"] == 2 and detail["margin"] == pytest.approx(0.08)
@@ -74,15 +73,15 @@ def test_a_flip_at_a_near_tie_is_numeric_drift_and_passes():
     ("token", "why"), [(" red", "at token 2, 2.300 nats"), (" zx#", "unranked (outside the top")]
 )
 def test_a_token_the_alone_run_ranked_clearly_lower_is_a_mixed_up_row(token, why):
-    status, ev, _ = f_sampled_batch(Tables(_swap(2, token, -0.1)), CompatOptions())
+    status, ev, _ = f_sampled_batch(Tables(_swap(2, token, -0.1)), 8)
     assert status == "fail" and why in ev, ev
     assert "greedy next to sampled requests 'Apples are" in ev
 
 
 def test_without_log_probs_a_different_text_fails_unless_a_greedy_pair_shows_the_same():
     t = Tables(_swap(2, " a", -0.69), logprobs=False)
-    status, ev, _ = f_sampled_batch(t, CompatOptions())
+    status, ev, _ = f_sampled_batch(t, 8)
     assert status == "fail" and "(first 11 chars agree)" in ev, ev
     same = Tables(_swap(2, " a", -0.69), pair=_swap(2, " a", -0.69), logprobs=False)
-    status, ev, _ = f_sampled_batch(same, CompatOptions())
+    status, ev, _ = f_sampled_batch(same, 8)
     assert status == "pass" and "as in a greedy-only batch of two" in ev, ev

@@ -396,8 +396,8 @@ def test_the_crossover_says_where_speculation_stops_paying_with_unfinished_reque
     """A candidate cheaper per token alone but dearer per token in a full batch beats the
     baseline at low rates and stops between two simulated rates; one dearer everywhere beats
     it nowhere (its survivors' p50 is not evidence: unfinished requests count as slowest)."""
+    from specpilot.simulate import Workload, crossover
     from specpilot.simulate.costs import ArmCosts, StepCurve, fit_linear
-    from specpilot.simulate.predict import Workload, crossover
 
     def arm(name, a, b, committed, k):
         line = fit_linear(np.array([1.0, 8.0]), np.array([a + b, a + 8 * b]))

@@ -308,8 +308,8 @@ CHECKS: dict[str, Callable[[Client, CompatOptions], Outcome]] = {
     "cancellation": f_cancellation,
     "logprobs": f_logprobs,
     "seed": f_seed,
-    "concurrent": f_concurrent,
-    "sampled_batch": f_sampled_batch,
+    "concurrent": lambda c, o: f_concurrent(c, o.max_tokens),
+    "sampled_batch": lambda c, o: f_sampled_batch(c, o.max_tokens),
     "n": f_n,
     "top_k": f_top_k,
 }

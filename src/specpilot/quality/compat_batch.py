@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specpilot.quality.compat_http import Client, Outcome, Unsupported
 from specpilot.quality.compat_http import text_of as _text
 from specpilot.quality.consistency import DEFAULT_THRESHOLD, compare
 from specpilot.records import OutputRecord
-
-if TYPE_CHECKING:
-    from specpilot.quality.compat import CompatOptions
 
 CONCURRENT = ["apples", "the ocean", "trains"]
 SAMPLED_BATCH_DELAYS_S = (0.05, 0.0, 0.25)
@@ -40,12 +37,12 @@ def _lcp(a: str, b: str) -> int:
     return n
 
 
-def f_concurrent(c: Client, o: CompatOptions) -> Outcome:
+def f_concurrent(c: Client, max_tokens: int) -> Outcome:
     msgs = [[{"role": "user", "content": f"Write one sentence about {t}."}] for t in CONCURRENT]
-    alone = [_text(c.chat(m, max_tokens=o.max_tokens, temperature=0)) for m in msgs]
+    alone = [_text(c.chat(m, max_tokens=max_tokens, temperature=0)) for m in msgs]
     with ThreadPoolExecutor(len(msgs)) as pool:
         together = list(
-            pool.map(lambda m: _text(c.chat(m, max_tokens=o.max_tokens, temperature=0)), msgs)
+            pool.map(lambda m: _text(c.chat(m, max_tokens=max_tokens, temperature=0)), msgs)
         )
     problems = []
     for i, got in enumerate(together):
@@ -69,10 +66,10 @@ def as_output(resp: dict[str, Any], arm: str) -> OutputRecord:
     return OutputRecord("", arm, "compat", "sampled_batch", 0, None, 0.0, text, tokens, lps, tops)
 
 
-def f_sampled_batch(c: Client, o: CompatOptions) -> Outcome:
+def f_sampled_batch(c: Client, max_tokens: int) -> Outcome:
     greedy = [{"role": "user", "content": f"Write one sentence about {CONCURRENT[0]}."}]
     sampled = [[{"role": "user", "content": f"Write one sentence about {t}."}] for t in CONCURRENT]
-    n = max(o.max_tokens, 16)
+    n = max(max_tokens, 16)
     lp: dict[str, Any] = {"logprobs": True, "top_logprobs": TOP_LOGPROBS}
     try:
         alone_resp = c.chat(greedy, max_tokens=n, temperature=0, **lp)

@@ -14,8 +14,9 @@ import numpy as np
 from specpilot.errors import SpecpilotError
 from specpilot.records import PilotData
 from specpilot.simulate.costs import calibrate, with_records
+from specpilot.simulate.crossover import crossover
 from specpilot.simulate.kschedule import check, k_schedule
-from specpilot.simulate.predict import Validation, crossover, measured, measured_phases, validate
+from specpilot.simulate.predict import Validation, measured, measured_phases, validate
 
 RATES = 8
 MAX_REQUESTS = 200_000  # above this the report leaves simulation to `specpilot simulate`
