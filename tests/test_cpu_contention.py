@@ -95,64 +95,11 @@ def test_a_complete_phase_carries_the_other_load_and_none_without_a_sampler(tmp_
     assert plain.status == "complete" and plain.other_cpu_cores is None
 
 
-def test_a_run_probes_the_machine_around_it_and_each_complete_phase_gets_the_mean(tmp_path):
-    """The speed probe runs before the load and after it (never inside: it would stall the
-    open-loop timeline); a failed probe loses the figure, not the phase."""
-    from specpilot.backends.facts import SpeedProbe
-    from specpilot.loadgen import LoadConfig, LoadRunner
-    from specpilot.loadgen.testserver import TestServer, TestServerConfig
-    from specpilot.records import ScheduledRequest
+def test_only_an_engine_that_is_our_child_gets_the_cpu_measured(tmp_path):
+    """One rule for the pilot and `specpilot load`: an endpoint given by URL is no child of
+    ours, and its own CPU would read as other load."""
     from specpilot.store import PhaseRecorder, Store
 
-    msg = [{"role": "user", "content": "hi"}]
-    items = [ScheduledRequest(i, i * 0.05, ph, "g", "p", msg, 4)
-             for i, ph in enumerate(["a"] * 4 + ["b"] * 4)]  # fmt: skip
-    calls: list[str] = []
-
-    def probe() -> SpeedProbe:
-        calls.append(
-            "running" if getattr(runner, "t_run", None) is not None and not done else "idle"
-        )
-        return SpeedProbe(0.004 + 0.002 * len(calls) - 0.002, 0.0004)
-
-    def broken() -> SpeedProbe:
-        raise RuntimeError("no torch")
-
-    done = False
-    with Store(tmp_path / "p.duckdb") as st, TestServer(TestServerConfig(itl_s=0.01)) as srv:
-        cfg = LoadConfig.build(
-            srv.url, run_id="r", arm="x", progress=False, phase_timing="back_to_back"
-        )
-        runner = LoadRunner(items, cfg, st.sink)
-        rec = PhaseRecorder(st, "r", "x", None, {"a": 0.2, "b": 0.2}, probe=probe).attach(runner)
-        runner.run()
-        done = True
-        rec.close()
-        cfg2 = LoadConfig.build(
-            srv.url, run_id="r2", arm="x", progress=False, phase_timing="back_to_back"
-        )
-        runner2 = LoadRunner(items, cfg2, st.sink)
-        rec2 = PhaseRecorder(st, "r2", "x", None, {"a": 0.2, "b": 0.2}, probe=broken)
-        rec2.attach(runner2)
-        runner2.run()
-        rec2.close()
-        phases = {(p.run_id, p.phase): p for p in st.records("phases")}
-    assert calls == ["idle", "idle"]
-    for name in ("a", "b"):
-        p = phases[("r", name)]
-        assert p.status == "complete" and p.probe_memory_s == pytest.approx(0.005), p
-        assert p.probe_compute_s == pytest.approx(0.0004)
-        q = phases[("r2", name)]
-        assert q.status == "complete" and q.probe_memory_s is None and q.probe_compute_s is None
-
-
-def test_the_speed_probe_times_its_kernels_on_one_thread_and_restores_the_callers():
-    import torch
-
-    from specpilot.backends.facts import speed_probe
-
-    before = torch.get_num_threads()
-    p = speed_probe(reps=3)
-    assert torch.get_num_threads() == before
-    # 96 MB streamed from memory vs a 16 MFLOP product in cache: both real, both timed
-    assert 0 < p.compute_s < 1.0 and 0 < p.memory_s < 1.0, p
+    with Store(tmp_path / "p.duckdb") as st:
+        assert PhaseRecorder(st, "r", "a", None, {}, local_engine=True).cpu is cpu_sample
+        assert PhaseRecorder(st, "r", "a", None, {}).cpu is None

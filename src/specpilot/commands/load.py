@@ -350,12 +350,11 @@ def run(args: argparse.Namespace) -> int:
                 else lambda r, a, p, lbl: scrape_endpoint(args.engine, url, r, a, p, lbl)
             )
             durations = {p.name: p.duration_s for p in sched.phases}
-            recorder = PhaseRecorder(
+            PhaseRecorder(
                 store, run_id, args.arm, scrape, durations, local_engine=backend is not None
             ).attach(runner)
             runner.sink = store.sink
             result = runner.run()
-            recorder.close()
             s = result.summary
             status = "interrupted" if s.interrupted or s.stop_reason else "complete"
             arm.status, arm.finished_unix, arm.load_summary = status, time.time(), s.to_dict()

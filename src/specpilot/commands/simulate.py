@@ -5,10 +5,7 @@ round from the pilot file, then:
 
 - ``--validate``: calibrates on ``--calibrate-on`` phases and predicts the others from their
   measured arrivals and lengths, next to what was measured (the gate: p50 / p99 E2E within
-  15%); a simulation that misses it says NOT validated, and is no evidence. Where the pilot
-  probed the machine's speed around each phase, the probe's change is printed; ``--rescale``
-  also scales the calibration to each predicted phase's probe (a what-if: on a steady
-  machine the probe's own noise is what it adds).
+  15%); a simulation that misses it says NOT validated, and is no evidence.
 - ``--rate R [R ...]``: Poisson arrivals at each rate, prompts and outputs resampled from the
   arm's measured requests; ``--replicas N`` behind ``--router`` round_robin | least_loaded.
 - ``--baseline B``: also the baseline arm, and where the candidate's p50 E2E stops beating it
@@ -43,11 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", default=None, help="also simulate this arm; print the crossover")
     p.add_argument("--validate", action="store_true", help="the validation gate")
     p.add_argument("--calibrate-on", nargs="+", default=None, help="phases to calibrate on")
-    p.add_argument(
-        "--rescale",
-        action="store_true",
-        help="with --validate: scale the calibration to each predicted phase's machine probe",
-    )
     p.add_argument("--rate", nargs="+", type=float, default=None, help="Poisson rates (req/s)")
     p.add_argument("--trace", default=None, help="replay this arrival trace (CSV/JSONL) instead")
     p.add_argument(
@@ -125,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         rest = [p for p in phases if p not in cal]
         if not rest:
             raise ConfigError("--validate needs a phase to predict", fix="calibrate on fewer")
-        v = gate(data, arm, cal, rest, seed=args.seed, rescale=args.rescale)
+        v = gate(data, arm, cal, rest, seed=args.seed)
         out["validation"] = v.to_dict()
         if not args.json:
             print(v.text)

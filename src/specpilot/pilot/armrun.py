@@ -141,7 +141,6 @@ def run_phases(
     runner.on_phase = on_phase
     ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
     result = runner.run()
-    recorder.close()
     store.flush()
     if (
         result.summary.interrupted

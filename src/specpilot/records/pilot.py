@@ -146,12 +146,6 @@ class PhaseRecord:
     ``steal_fraction``: the share of the machine's CPU time the hypervisor gave to other
     tenants meanwhile. Either is drift that interleaving cannot spread over the arms when it
     hits one arm-phase only (None: not measured, e.g. not Linux or cut).
-
-    ``probe_memory_s`` / ``probe_compute_s``: the machine's own speed around the phase
-    (``backends.facts.speed_probe``: two fixed single-thread kernels, the mean of a probe just
-    before the run's load started and one just after it ended; a run of several phases gives
-    each the same figure). The machine can run 40% slower in one phase than in the next with
-    no other process and no steal; these show it (None: not measured, e.g. an endpoint by URL).
     """
 
     run_id: str
@@ -170,8 +164,6 @@ class PhaseRecord:
     cut_t: float | None = None
     other_cpu_cores: float | None = None
     steal_fraction: float | None = None
-    probe_memory_s: float | None = None
-    probe_compute_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,7 +25,6 @@ commits, per task group. Every fit carries its error and the points it came from
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,9 +48,6 @@ class Linear:
 
     def __call__(self, x: float) -> float:
         return max(0.0, self.a + self.b * x)
-
-    def scaled(self, f: float) -> Linear:
-        return dataclasses.replace(self, a=self.a * f, b=self.b * f)
 
 
 def fit_linear(x: np.ndarray, y: np.ndarray) -> Linear:
@@ -104,12 +100,6 @@ class StepCurve:
     def rel_rmse(self) -> float:
         return self.line.rel_rmse
 
-    def scaled(self, f: float) -> StepCurve:
-        """Every step ``f`` times as long (the machine ``f`` times slower)."""
-        return dataclasses.replace(
-            self, points={b: v * f for b, v in self.points.items()}, line=self.line.scaled(f)
-        )
-
 
 def _cadence_curve(data: PilotData, arm: str, phases: set[str]) -> StepCurve | None:
     """The step-to-step medians of ``phases`` pooled per batch size (weighted by steps)."""
@@ -139,14 +129,6 @@ class ArmCosts:
     committed: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     phases: tuple[str, ...] = ()
     profile: str = ""  # where the figures come from (file, arm, phases, CPU)
-
-    def scaled(self, f: float, why: str) -> ArmCosts:
-        """Every cost (steps, prefill, the time outside the engine) ``f`` times as long: the
-        calibration carried to a machine ``f`` times slower (acceptance is not the machine's)."""
-        return dataclasses.replace(
-            self, step=self.step.scaled(f), prefill=self.prefill.scaled(f),
-            overhead_s=self.overhead_s * f, profile=f"{self.profile}; x{f:.3g} ({why})",
-        )  # fmt: skip
 
     def mean_committed(self, group: str) -> float:
         v, p = self.committed.get(group) or self.committed.get("*") or (np.ones(1), np.ones(1))
@@ -394,6 +376,7 @@ _REQUEST_FIELDS = (
 def with_records(data: PilotData) -> PilotData:
     """``data`` with its requests and round aggregates as records: a reader at scale hands them
     over as columns only (``columns=True``, ``specpilot report``)."""
+    import dataclasses
     import math
 
     from specpilot.records import RequestRecord

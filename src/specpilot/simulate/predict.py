@@ -18,7 +18,7 @@ import numpy as np
 
 from specpilot.analysis.drift import contended
 from specpilot.errors import ConfigError
-from specpilot.records import PhaseRecord, PilotData, RequestRecord
+from specpilot.records import PilotData, RequestRecord
 from specpilot.simulate.costs import ArmCosts, calibrate, rounds_needed
 from specpilot.simulate.engine import SimResult, simulate
 
@@ -204,11 +204,6 @@ class Validation:
     # no step cadence in the file); the interleaving keeps arms comparable within a phase, not
     # the machine's speed from phase to phase, which a calibration carries over
     phase_speed: float | None = None
-    # per predicted phase, the arm's machine probe there over its probe in the calibration
-    # phases (``machine_scale``; empty: no probe in the file), and whether the calibration's
-    # costs were scaled by it (``rescale``: off by default, see ``validate``)
-    machine_probe: tuple[tuple[str, float], ...] = ()
-    rescaled: bool = False
 
     @property
     def text(self) -> str:
@@ -233,11 +228,6 @@ class Validation:
                 "the calibration and a predicted phase (the median over arms), more than the gate "
                 "allows: a miss here is the machine's drift as much as the model's"
             )
-        probes = ", ".join(f"{p} x{f:.2f}" for p, f in self.machine_probe)
-        if self.rescaled and probes:
-            floor += f"; costs rescaled to each phase's machine probe ({probes})"
-        elif any(abs(f - 1.0) > self.tolerance for _, f in self.machine_probe):
-            floor += f"; the machine probe's time changed from the calibration by ({probes})"
         shared = f"; measured on a shared machine: {'; '.join(self.contended)}" * bool(
             self.contended
         )
@@ -255,24 +245,13 @@ class Validation:
 
 def validate(
     data: PilotData, arm: str, calibrate_on: Sequence[str], predict_on: Sequence[str], *,
-    tolerance: float = TOLERANCE, seed: int = 0, rescale: bool = False,
+    tolerance: float = TOLERANCE, seed: int = 0,
 ) -> Validation:  # fmt: skip
-    """The gate. The machine probe's change from the calibration phases to each predicted one
-    is reported; with ``rescale`` each predicted phase also runs on the calibration's costs
-    scaled by it (``machine_scale``). Off by default: on the default pilot of 2026-12-02 (AMD
-    EPYC with AVX-512 BF16, a machine that held its speed) the probe's phase-to-phase changes
-    (5-17%) did not follow the engines' step times (correlation about 0), and rescaling
-    validated 1 arm of 7 where the plain calibration validated 3: on a steady machine the
-    probe's own noise is what it adds."""
     costs = calibrate(data, arm, calibrate_on)
-    checks, probe = [], []
+    checks = []
     for phase in predict_on:
         w, meas = measured(data, arm, phase)
-        f = machine_scale(data, arm, calibrate_on, phase)
-        if f is not None:
-            probe.append((phase, round(f, 4)))
-        use = costs.scaled(f, f"machine probe, {phase}") if rescale and f else costs
-        pred = predict(use, w, seed=seed)
+        pred = predict(costs, w, seed=seed)
         for metric, gated in (("e2e_p50", True), ("e2e_p99", True), ("ttft_p50", False),
                               ("ttft_p99", False), ("goodput", False)):  # fmt: skip
             m, p = getattr(meas, metric), getattr(pred, metric)
@@ -286,28 +265,7 @@ def validate(
     return Validation(
         arm, tuple(calibrate_on), tuple(predict_on), tolerance, tuple(checks), ok, costs.profile,
         aa_floor(data, predict_on), shared, phase_speed(data, calibrate_on, predict_on),
-        tuple(probe), rescale and bool(probe),
     )  # fmt: skip
-
-
-def probe_s(p: PhaseRecord) -> float | None:
-    """A phase record's machine-speed figure (``PhaseRecord.probe_memory_s``: a decode step
-    streams its weights), None where it was not probed."""
-    return p.probe_memory_s
-
-
-def machine_scale(
-    data: PilotData, arm: str, calibrate_on: Sequence[str], phase: str
-) -> float | None:
-    """How much slower (> 1) or faster the machine ran the arm's ``phase`` than its calibration
-    phases, by the speed probe taken around each (``PhaseRecord.probe_memory_s``); None
-    without a probe on both sides."""
-    at = {p.phase: probe_s(p) for p in data.phases if p.arm == arm and not p.warmup}
-    base = [v for q in calibrate_on if (v := at.get(q))]
-    now = at.get(phase)
-    if not base or not now:
-        return None
-    return float(now / np.mean(base))
 
 
 SPEED_SAMPLES = 20  # batch-1 steps a phase needs for its median to count (fewer: too noisy)

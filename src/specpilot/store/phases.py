@@ -5,27 +5,20 @@ Orchestration-neutral: it needs a store, a run id and arm, a way to scrape (a ba
 durations. ``attach(runner)`` writes each phase as ``planned`` and hooks the runner; then each
 start writes the phase as ``running`` with the clock anchor (``t_run``, ``wall_t_run``) and a
 ``before`` snapshot, each end ``complete`` (or ``interrupted`` with ``cut_t`` when a stop cut
-it) and an ``after`` snapshot. With ``local_engine`` (the engine is this process's child; not
-for an endpoint given by URL, whose CPU would read as other load and whose machine may be
-another) two machine measurements are added: ``cpu`` (``backends.facts.cpu_sample``) gives a
-complete phase the CPU used outside the process tree, and ``probe``
-(``backends.facts.speed_probe``) the machine's speed, probed when the recorder attaches (before
-the load starts) and at ``close()`` (after the run), the mean on every complete phase of the
-run: probing inside the run would stall its open-loop timeline. A phase
-that never started stays ``planned``. A failed scrape is written as a snapshot whose ``raw``
-says why (the run goes on).
+it) and an ``after`` snapshot; with ``local_engine`` (the engine is this process's child; not
+an endpoint given by URL, whose own CPU would read as other load) or a ``cpu`` sampler
+(``backends.facts.cpu_sample``) a complete phase also gets the CPU used outside the tree. A phase that never started stays ``planned``. A failed scrape
+is written as a snapshot whose ``raw`` says why (the run goes on).
 
     >>> from specpilot.loadgen import LoadConfig, LoadRunner             # doctest: +SKIP
     >>> runner = LoadRunner.for_schedule(schedule, cfg, sink=store.sink)  # doctest: +SKIP
-    >>> recorder = PhaseRecorder(store, "run-1", "speculative", backend.scrape,  # doctest: +SKIP
-    ...     {p.name: p.duration_s for p in schedule.phases}, local_engine=True).attach(runner)
+    >>> PhaseRecorder(store, "run-1", "speculative", backend.scrape,      # doctest: +SKIP
+    ...               {p.name: p.duration_s for p in schedule.phases}).attach(runner)
     >>> result = runner.run()                                             # doctest: +SKIP
-    >>> recorder.close()                                                  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
 import time
@@ -38,7 +31,7 @@ from specpilot.store.store import Store
 Scrape = Callable[[str, str, str, str], MetricSnapshot]  # (run_id, arm, phase, label)
 
 if TYPE_CHECKING:
-    from specpilot.backends.facts import CpuSample, SpeedProbe
+    from specpilot.backends.facts import CpuSample
 
 
 class PhaseRecorder:
@@ -50,14 +43,13 @@ class PhaseRecorder:
         scrape: Scrape | None,
         durations: Mapping[str, float],
         cpu: Callable[[], CpuSample | None] | None = None,
-        probe: Callable[[], SpeedProbe] | None = None,
         *,
         local_engine: bool = False,
     ) -> None:
-        if local_engine:  # the engine is this process's child: the machine is its machine
-            from specpilot.backends.facts import cpu_sample, speed_probe
+        if local_engine and cpu is None:  # the engine is this process's child
+            from specpilot.backends.facts import cpu_sample
 
-            cpu, probe = cpu or cpu_sample, probe or speed_probe
+            cpu = cpu_sample
         self.store = store
         self.run_id = run_id
         self.arm = arm
@@ -69,8 +61,6 @@ class PhaseRecorder:
         self._lock = threading.Lock()
         self.cpu = cpu
         self._cpu_at_start: dict[str, CpuSample | None] = {}
-        self.probe = probe
-        self._probes: list[SpeedProbe] = []
 
     def attach(self, runner: Any) -> PhaseRecorder:
         """Write the runner's phases as planned and call ``on_phase`` at each edge."""
@@ -95,31 +85,7 @@ class PhaseRecorder:
             )
         self.store.add_phases(self.phases.values())
         runner.on_phase = self.on_phase
-        self._probe()
         return self
-
-    def close(self) -> None:
-        """After the run: probe the machine again and write the mean of the two probes on every
-        complete phase (nothing without a probe, or when a probe failed)."""
-        self._probe()
-        if self.probe is None or len(self._probes) != 2:
-            return
-        mem = round(sum(p.memory_s for p in self._probes) / 2, 7)
-        cpu = round(sum(p.compute_s for p in self._probes) / 2, 7)
-        with self._lock:
-            done = [
-                dataclasses.replace(r, probe_memory_s=mem, probe_compute_s=cpu)
-                for r in self.phases.values()
-                if r.status == "complete"
-            ]
-            self.phases.update({r.phase: r for r in done})
-        self.store.add_phases(done)
-
-    def _probe(self) -> None:
-        if self.probe is None:
-            return
-        with contextlib.suppress(Exception):  # the figure is lost, not the phase
-            self._probes.append(self.probe())
 
     def on_phase(self, name: str, edge: str, t: float) -> None:
         """The runner's hook: scrape now, then write the phase's new state and the snapshot."""
