@@ -225,6 +225,29 @@ def test_an_arm_given_by_url_is_not_started_nor_drilled():
     assert be.endpoint == "http://h:1" and not be.describe().started_by_specpilot
 
 
+def test_an_arm_given_by_url_waits_for_the_endpoint_and_scrapes_what_its_engine_publishes():
+    """One class for an endpoint we do not run (``backends.openai.OpenAIBackend``), for a pilot
+    arm's ``url:`` as for a managed API: start waits for /v1/models, the manifest names what
+    the config could not tell, a known engine's /metrics parser applies; a dead URL is said."""
+    from specpilot.backends import BackendError
+    from specpilot.backends.openai import OpenAIBackend
+    from specpilot.loadgen.testserver import TestServer, TestServerConfig
+
+    with TestServer(TestServerConfig()) as srv:
+        arms = _arms()
+        arms.append({"name": "remote", "role": "extra", "engine": "vllm", "url": srv.url + "/v1"})
+        be = make_backend(_check(arms)[-1])
+        assert isinstance(be, OpenAIBackend) and be.engine == "vllm"
+        be.start(10)
+        man = be.describe()
+        assert man.engine == "vllm" and "target" in man.speculative["unknown"]
+        assert "cannot be drilled" in man.notes[0]
+        snap = be.scrape("r", "remote", "p", "before")
+        assert snap.engine == "vllm" and snap.rss_bytes is None  # no process of ours
+    with pytest.raises(BackendError, match="/v1/models not reachable"):
+        OpenAIBackend(srv.url).start(1.0)  # the server is gone
+
+
 def test_deep_merge_merges_named_items_and_drops():
     base = {"arms": [{"name": "a", "x": 1}, {"name": "b", "x": 2}], "k": {"p": 1, "q": 2}}
     over = {"arms": [{"name": "b", "x": 3}, {"name": "a", "drop": True}], "k": {"q": 5}}

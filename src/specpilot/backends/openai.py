@@ -1,7 +1,10 @@
-"""Any OpenAI-compatible endpoint we do not run (a managed API, someone else's server).
+"""An endpoint we do not run: a managed API, someone else's server (a pilot arm's ``url:``).
 
-Delivery metrics only: nothing is started or scraped, and the manifest says the implementation
-behind the endpoint is unknown, so no report may assume one (R8).
+Nothing is started or stopped: ``start`` waits until ``/v1/models`` answers. ``engine`` says
+what serves it, when the user knows: its ``/metrics`` and per-response parsers then apply
+(``openai``, the default: delivery metrics only). The manifest says the model files, flags and
+speculative config behind the URL are unknown, so no report may assume them (R8), and an
+endpoint cannot be restarted, so it cannot be drilled.
 
     >>> be = OpenAIBackend("https://api.example.com/v1")
     >>> be.endpoint, be.describe().speculative["known"]
@@ -20,7 +23,11 @@ from specpilot.backends.facts import hardware_info
 from specpilot.backends.protocol import BackendError, Manifest
 from specpilot.records import MetricSnapshot, ResponseExtras
 
-UNKNOWN = "implementation behind this endpoint is unknown: delivery metrics only (R8)"
+UNKNOWN = (
+    "given by URL: model files, flags and the speculative config behind it are not known to "
+    "specpilot (delivery metrics only, R8); it cannot be restarted, so it cannot be drilled"
+)
+START_WAIT_S = 30.0  # how long ``start`` waits for /v1/models when given no timeout
 
 
 def response_extras(
@@ -34,14 +41,33 @@ def response_extras(
 class OpenAIBackend:
     url: str
     model: str = "default"
-    name: str = "openai"
+    engine: str = "openai"  # what serves the URL, when known: picks the parsers
+    unknown: tuple[str, ...] = ()  # frozen fields the pilot config could not tell
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.engine
 
     @property
     def endpoint(self) -> str:
         return self.url.rstrip("/").removesuffix("/v1")
 
     def start(self, timeout_s: float | None = None) -> None:
-        """Nothing to start: the endpoint is someone else's."""
+        """Nothing to start: wait until the endpoint's ``/v1/models`` answers 200."""
+        import httpx
+
+        deadline = time.monotonic() + (timeout_s or START_WAIT_S)
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.get(self.endpoint + "/v1/models", timeout=5.0)
+                if r.status_code == 200:
+                    return
+                last = f"HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.5)
+        raise BackendError(f"{self.name}: {self.endpoint}/v1/models not reachable ({last})")
 
     def stop(self) -> None:
         """Nothing to stop."""
@@ -51,23 +77,29 @@ class OpenAIBackend:
 
     def describe(self) -> Manifest:
         return Manifest(
-            engine="openai-compatible (unknown)",
+            engine=self.engine if self.engine != "openai" else "openai-compatible (unknown)",
             engine_version="unknown",
             endpoint=self.endpoint,
             models=(),
             tokenizer_sha256=None,
             launch=(),
-            speculative={"known": False, "model": self.model},
+            speculative={"known": False, "model": self.model, "unknown": list(self.unknown)},
             hardware={"client": hardware_info(), "server": "unknown"},
             notes=(UNKNOWN,),
+            started_by_specpilot=False,
         )
 
     def scrape(
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
     ) -> MetricSnapshot:
-        return MetricSnapshot(run_id, arm, phase, label, time.perf_counter(), "openai", {}, UNKNOWN)
+        """The engine's own /metrics when its parser is known (``openai``: nothing to read)."""
+        from specpilot.backends import scrape_endpoint
+
+        return scrape_endpoint(self.engine, self.endpoint, run_id, arm, phase, label)
 
     def response_extras(
         self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> ResponseExtras:
-        return response_extras(obj, headers)
+        from specpilot.backends import response_extras_for
+
+        return response_extras_for(self.engine)(obj, headers)

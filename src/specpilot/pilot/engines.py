@@ -1,7 +1,8 @@
 """From an arm's plan to the backend that starts, describes, scrapes and stops its engine.
 
-An arm given by URL gets an :class:`Endpoint`: nothing to start or stop, a manifest that says
-what is unknown, counters only if its engine's ``/metrics`` parser is known, no drill.
+An arm given by URL gets a ``backends.openai.OpenAIBackend``: nothing to start or stop, a
+manifest that says what is unknown, counters only if its engine's ``/metrics`` parser is known,
+no drill.
 
     >>> from specpilot.pilot.config import parse_pilot
     >>> from specpilot.pilot.arms import plan_arms
@@ -17,13 +18,11 @@ what is unknown, counters only if its engine's ``/metrics`` parser is known, no 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specpilot.backends.protocol import Backend, Manifest
+from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import (
     BuiltinOptions,
@@ -32,7 +31,6 @@ from specpilot.pilot.config import (
     SglangOptions,
     VllmOptions,
 )
-from specpilot.records import MetricSnapshot, ResponseExtras
 
 
 def _builtin_args(o: BuiltinOptions, dtype: str | None) -> list[str]:
@@ -141,7 +139,9 @@ def make_backend(
     derived ``max_slots``; the drill's plain restart); ``port`` keeps a restarted engine on
     its port (the drill)."""
     if plan.url is not None:
-        return Endpoint(plan)
+        from specpilot.backends.openai import OpenAIBackend
+
+        return OpenAIBackend(plan.url, engine=plan.engine, unknown=tuple(plan.unknown))
     if plan.spec.options is None:
         from specpilot.errors import ConfigError
 
@@ -235,81 +235,3 @@ def backend_for(
     raise ConfigError(
         f"arm {name!r}: engine {engine!r} cannot be started by specpilot with {type(o).__name__}"
     )
-
-
-@dataclass
-class Endpoint:
-    """An arm someone else runs (``url:``): specpilot only sends load and reads /metrics."""
-
-    plan: ArmPlan
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def endpoint(self) -> str:
-        assert self.plan.url is not None
-        return self.plan.url.rstrip("/").removesuffix("/v1")
-
-    def start(self, timeout_s: float | None = None) -> None:
-        import httpx
-
-        deadline = time.monotonic() + (timeout_s or 30.0)
-        last = ""
-        while time.monotonic() < deadline:
-            try:
-                r = httpx.get(self.endpoint + "/v1/models", timeout=5.0)
-                if r.status_code == 200:
-                    return
-                last = f"HTTP {r.status_code}"
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            time.sleep(0.5)
-        from specpilot.backends.protocol import BackendError
-
-        raise BackendError(
-            f"arm {self.plan.name!r}: {self.endpoint}/v1/models not reachable ({last})"
-        )
-
-    def stop(self) -> None:
-        return None
-
-    def __post_init__(self) -> None:
-        self.name = self.plan.engine
-
-    def kill(self) -> None:
-        from specpilot.backends.protocol import BackendError
-
-        raise BackendError(f"{self.endpoint} is not run by specpilot: it cannot be killed")
-
-    def describe(self) -> Manifest:
-        from specpilot.backends.facts import hardware_info
-
-        return Manifest(
-            engine=self.plan.engine,
-            engine_version="unknown",
-            endpoint=self.endpoint,
-            models=(),
-            tokenizer_sha256=None,
-            launch=(),
-            speculative={"known": False, "unknown": list(self.plan.unknown)},
-            hardware={"client": hardware_info(), "server": "unknown"},
-            notes=(
-                "given by URL: model files, flags and the speculative config behind it are "
-                "not known to specpilot; it cannot be restarted, so it cannot be drilled",
-            ),
-            started_by_specpilot=False,
-        )
-
-    def scrape(
-        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
-    ) -> MetricSnapshot:
-        """The engine's own /metrics when it has them (``openai``: nothing to read)."""
-        from specpilot.backends import scrape_endpoint
-
-        return scrape_endpoint(self.plan.engine, self.endpoint, run_id, arm, phase, label)
-
-    def response_extras(
-        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
-    ) -> ResponseExtras:
-        from specpilot.backends import response_extras_for
-
-        return response_extras_for(self.plan.engine)(obj, headers)
