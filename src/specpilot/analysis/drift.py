@@ -91,9 +91,10 @@ class AAControl:
         """The control differed from the baseline the same way in every phase (two or more,
         some cell directional): two engine processes of one config that differ for their whole
         life, not a machine drifting over time (the interleaved order alternates from phase to
-        phase, so time drift changes sign). Measured on the AMD EPYC AVX-512 BF16 kind,
-        2026-12-02: four identical builtin engines ran 0-7% apart, each steadily, and one
-        default pilot's control ran 14.5-18.4% faster than its baseline in all three phases."""
+        phase, so time drift changes sign). Seen on the AMD EPYC AVX-512 BF16 kind,
+        2026-12-02: one default pilot's control ran 14.5-18.4% faster than its baseline in all
+        three phases (the next pilot's: -1.3%, +2.0%, +9.6%), and four identical builtin
+        engines ran up to 6% apart, each steadily (``benchmarks/engine_instances.py``)."""
         v = self.drift.values if self.drift is not None else ()
         return (
             bool(self.directional)

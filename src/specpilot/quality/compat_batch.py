@@ -21,7 +21,7 @@ from typing import Any
 from specpilot.quality.compat_http import Client, Outcome, Unsupported
 from specpilot.quality.compat_http import text_of as _text
 from specpilot.quality.consistency import DEFAULT_THRESHOLD, compare
-from specpilot.records import OutputRecord
+from specpilot.records import ConsistencyRecord, OutputRecord
 
 CONCURRENT = ["apples", "the ocean", "trains"]
 SAMPLED_BATCH_DELAYS_S = (0.05, 0.0, 0.25)
@@ -138,7 +138,7 @@ def f_sampled_batch(c: Client, max_tokens: int) -> Outcome:
     return ("fail" if problems else "pass"), ev, detail
 
 
-def _gap(rec: Any) -> str:
+def _gap(rec: ConsistencyRecord) -> str:
     """The alone run's log-prob of its token minus the mixed run's token's, 'unranked' when the
     mixed token is outside its top list."""
     if rec.baseline_logprob is None or rec.candidate_logprob is None:

@@ -7,8 +7,9 @@ start writes the phase as ``running`` with the clock anchor (``t_run``, ``wall_t
 ``before`` snapshot, each end ``complete`` (or ``interrupted`` with ``cut_t`` when a stop cut
 it) and an ``after`` snapshot; with ``local_engine`` (the engine is this process's child; not
 an endpoint given by URL, whose own CPU would read as other load) or a ``cpu`` sampler
-(``backends.facts.cpu_sample``) a complete phase also gets the CPU used outside the tree. A phase that never started stays ``planned``. A failed scrape
-is written as a snapshot whose ``raw`` says why (the run goes on).
+(``backends.facts.cpu_sample``) a complete phase also gets the CPU used outside the tree. A
+phase that never started stays ``planned``. A failed scrape is written as a snapshot whose
+``raw`` says why (the run goes on).
 
     >>> from specpilot.loadgen import LoadConfig, LoadRunner             # doctest: +SKIP
     >>> runner = LoadRunner.for_schedule(schedule, cfg, sink=store.sink)  # doctest: +SKIP
