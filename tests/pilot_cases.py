@@ -100,6 +100,12 @@ def arms(alternative: bool = True, k: int = 3, control: bool = True) -> list[Arm
     return out
 
 
+# seconds between a cell's requests: longer than any request, so no two are on the server at
+# once and each pair is its own busy period (analysis.clusters); a case of queued requests
+# builds its own times
+SPACING = 20.0
+
+
 @dataclass
 class Cell:
     """One (group, phase): how the candidate arms behave relative to the baseline."""
@@ -130,7 +136,7 @@ def _requests(
     for i in range(c.n):
         e2e = float(base_lat[i] * factor * noise[i])
         status = c.spec_status.get(i, "ok") if arm == "spec" else "ok"
-        t0 = float(start + i)
+        t0 = float(start + i) * SPACING
         decode = e2e * c.decode_share
         rid = f"{phase}-{start + i:06d}"
         out.append(
@@ -200,11 +206,11 @@ def case(
             arm,
             ph,
             0.0,
-            float(start[ph]),
+            float(start[ph]) * SPACING,
             PHASES.get(ph, 1.0),
             start[ph],
             actual_start_t=0.0,
-            actual_end_t=float(start[ph]),
+            actual_end_t=float(start[ph]) * SPACING,
             status="complete",
         )
         for arm, run in (

@@ -40,7 +40,7 @@ from specpilot.analysis.counters import CounterAcceptance
 from specpilot.analysis.drift import AAControl
 from specpilot.analysis.e2e import StageBreakdown
 from specpilot.analysis.leviathan import LeviathanGap
-from specpilot.analysis.paired import PairedComparison
+from specpilot.analysis.paired import PairedComparison, needs
 from specpilot.analysis.quality import QualityGate
 from specpilot.analysis.round_summary import RoundSummary
 
@@ -187,9 +187,7 @@ def _level_conditions(
 
 
 def _needs(c: PairedComparison) -> str:
-    if c.pairs_needed is None:
-        return " (no number of pairs decides it while the drift between arm runs is this large)"
-    return f" (a decision needs about {c.pairs_needed} both-ok pairs)"
+    return f" ({needs(c.pairs_needed, c.clusters, c.min_clusters, c.both_ok)})"
 
 
 def _pct(x: float | None) -> str:
@@ -239,8 +237,11 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
         need = max((c.pairs_needed or 0 for c in mine), default=0)
         most = max((c.both_ok for c in mine), default=0)
         pairs = "pair" if most == 1 else "pairs"
-        neck = f"insufficient evidence: at most {most} both-ok {pairs} per load level" + (
-            f"; a decision needs about {need}" if need else ""
+        periods = max((c.clusters or 0 for c in mine), default=0)
+        neck = (
+            f"insufficient evidence: at most {most} both-ok {pairs} per load level"
+            + (f" in at most {periods} busy periods" if periods < most else "")
+            + (f"; a decision needs about {need}" if need else "")
         )
         return GroupVerdict(group, NO, None, None, (), neck, tuple(conds), evidence="insufficient")
     neck, more = bottleneck(inp, group, cfg, levels)

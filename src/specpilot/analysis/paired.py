@@ -6,10 +6,13 @@ prompt, in both arms (a prompt_id that differs is counted as unmatched, never pa
 **The verdict's measure** is the relative task-time change of a cell (phase x group), task
 time = client stages (retrieval, tools) + E2E, what the user waits for. Over the pairs where
 both requests ended ok, d_i = log(candidate task time / baseline task time); the estimate is
-exp(mean d) - 1 (the geometric mean of the per-request ratios: negative is faster). Its
-standard error adds two parts:
+exp(mean d) - 1 (the geometric mean of the per-request ratios: negative is faster). Pairs whose
+requests were on the server together in either arm's run form one cluster
+(``analysis.clusters``: they share the queue and the machine's moment, so their d move
+together). Its standard error adds two parts:
 
-- within the arm runs: sd(d) / sqrt(n), with n - 1 degrees of freedom;
+- within the arm runs: the cluster-robust (CR1) standard error of mean d over G clusters, with
+  G - 1 degrees of freedom (sd(d) / sqrt(n) when every pair is its own cluster);
 - between the arm runs (``Drift``): a machine that is a few percent slower during one arm's
   minutes shifts every pair of a cell alike, so more pairs do not average it away. Its
   variance is measured by the pilot's A/A control (a second instance of the baseline) and
@@ -17,19 +20,22 @@ standard error adds two parts:
 
 The interval is Student's t on that standard error. A cell gets a direction ("faster" /
 "slower") only when (1) it has at least ``min_pairs`` both-ok pairs, (2) its p-value, the
-larger of the exact sign-flip test on d (``stats.sign_flip_p``, valid at any n) and the
-drift-inclusive t-test, stays below 1 - level after Holm's adjustment across all cells of the
-comparison (``stats.holm_tarone``), and (3) the interval lies beyond ``min_gain`` on that
-side (the same margin for both directions). A cell with fewer pairs is "insufficient" and
-says how many pairs a decision would need (``stats.pairs_needed``, for ``min_effect``).
+larger of the exact sign-flip test on the clusters' sums of d (``stats.sign_flip_p``, valid at
+any n) and the drift-inclusive t-test, stays below 1 - level after Holm's adjustment across all
+cells of the comparison (``stats.holm_tarone``), and (3) the interval lies beyond ``min_gain``
+on that side (the same margin for both directions). A cell with fewer pairs, or with too few
+clusters for the sign-flip test to reach the level at all (``min_clusters``: 6 at 95%), is
+"insufficient" and says how many pairs a decision would need (``stats.pairs_needed``, for
+``min_effect``, at the per-pair sd times the clustering's design effect).
 
 Failed requests stay in the picture: the on-time rate over *all* pairs is compared by the
 exact McNemar test on the discordant pairs (in the same Holm family); a candidate significantly
 less often on time is "slower" whatever its survivors' speed.
 
 The other intervals (E2E alone, E2E seconds, TTFT, on-time difference) are descriptive: a
-paired percentile bootstrap of ratios of sums from ``numpy.random.default_rng([seed,
-crc32(cell)])`` (cells of more than 1,024 pairs resample 1,024 random buckets of pairs).
+paired percentile bootstrap of ratios of sums over the cell's clusters, from
+``numpy.random.default_rng([seed, crc32(cell)])`` (cells of more than 1,024 clusters resample
+1,024 random buckets of clusters).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from specpilot.analysis import stats
+from specpilot.analysis.clusters import busy_periods, cluster_sums
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.drift import Drift
 from specpilot.analysis.requests import RequestTable
@@ -83,6 +90,8 @@ class PairedComparison:
     p_adjusted: float | None = None  # Holm across the comparison's cells (the smaller test)
     power: float | None = None  # to detect min_effect at this cell's standard error
     pairs_needed: int | None = None  # both-ok pairs for 80% power at min_effect (None: never)
+    clusters: int | None = None  # busy periods the both-ok pairs fell in (analysis.clusters)
+    min_clusters: int | None = None  # the fewest that can give a direction at this level
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +131,7 @@ def _stat_columns(t: RequestTable, b: np.ndarray, c: np.ndarray) -> np.ndarray:
             np.where(tt, t.ttft[c], z),
             np.where(tt, t.ttft[b], z),
             t.on_time[c].astype(float) - t.on_time[b].astype(float),
+            np.ones(b.size),
         ],
         axis=1,
     )
@@ -130,8 +140,8 @@ def _stat_columns(t: RequestTable, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 NSTATS = 5
 
 
-def _stats(sums: np.ndarray, n: int) -> np.ndarray:
-    """(..., 8) column sums -> (..., 5): rel task, rel E2E, diff E2E, rel TTFT, on-time diff."""
+def _stats(sums: np.ndarray) -> np.ndarray:
+    """(..., 9) column sums -> (..., 5): rel task, rel E2E, diff E2E, rel TTFT, on-time diff."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.stack(
             [
@@ -139,19 +149,27 @@ def _stats(sums: np.ndarray, n: int) -> np.ndarray:
                 sums[..., 2] / sums[..., 3] - 1.0,
                 (sums[..., 2] - sums[..., 3]) / sums[..., 4],
                 sums[..., 5] / sums[..., 6] - 1.0,
-                sums[..., 7] / max(n, 1),
+                sums[..., 7] / np.maximum(sums[..., 8], 1.0),
             ],
             axis=-1,
         )
 
 
-def bootstrap(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """(resamples, NSTATS) statistics of pair resamples of ``x`` (n, 8).
+def bootstrap(
+    x: np.ndarray,
+    resamples: int,
+    rng: np.random.Generator,
+    clusters: np.ndarray | None = None,
+) -> np.ndarray:
+    """(resamples, NSTATS) statistics of resamples of ``x`` (n pairs, 9 columns): of its
+    clusters' sums when ``clusters`` labels the pairs, else of the pairs.
 
-    Above ``BUCKETS`` pairs the pairs are first summed into ``BUCKETS`` random buckets and the
+    Above ``BUCKETS`` units they are first summed into ``BUCKETS`` random buckets and the
     buckets are resampled: the statistics are ratios of sums, so a resample of buckets has the
-    variance of a resample of pairs, at a fraction of the cost (1M pairs, 1000 resamples).
+    variance of a resample of units, at a fraction of the cost (1M pairs, 1000 resamples).
     """
+    if clusters is not None:
+        x = cluster_sums(clusters, x)
     n = x.shape[0]
     units = x
     if n > BUCKETS:
@@ -169,7 +187,7 @@ def bootstrap(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.nda
         # resample counts per unit, then one matrix product gives every resample's sums
         counts = np.bincount((idx + (np.arange(r) * m)[:, None]).ravel(), minlength=r * m)
         sums = counts.reshape(r, m).astype(np.float64) @ units
-        out.append(_stats(sums, n))
+        out.append(_stats(sums))
     return np.concatenate(out)
 
 
@@ -191,7 +209,8 @@ def method_text(resamples: int, seed: int, level: float, drift: Drift | None = N
     )
     return (
         "task time: geometric mean of per-pair ratios, Student-t interval at "
-        f"{level:.0%}; direction only with the exact sign-flip test and the t-test both "
+        f"{level:.0%} on a standard error clustered by the busy periods the pairs shared; "
+        "direction only with the exact sign-flip test (of whole clusters) and the t-test both "
         f"significant after Holm across cells, and enough both-ok pairs; {d}; on time: exact "
         f"McNemar; E2E/TTFT/on-time intervals: paired percentile bootstrap, {resamples} "
         f"resamples, seed {seed}"
@@ -210,44 +229,69 @@ class _Test:
     p_on: float
     min_p_on: float
     on_slower: bool
-    sd: float | None
+    sd: float | None  # per pair, times the square root of the clustering's design effect
+    clusters: int
 
 
 def _task_test(
-    t: RequestTable, b: np.ndarray, c: np.ndarray, drift: Drift | None, rng: np.random.Generator
+    t: RequestTable,
+    b: np.ndarray,
+    c: np.ndarray,
+    labels: np.ndarray,
+    drift: Drift | None,
+    rng: np.random.Generator,
 ) -> _Test:
-    """The verdict's test of one cell (module docstring)."""
+    """The verdict's test of one cell (module docstring); ``labels``: each pair's cluster."""
     stages = sum(t.client_stages.values(), np.zeros(len(t)))
     tb, tc = t.e2e[b] + stages[b], t.e2e[c] + stages[c]
     ok = np.isfinite(tb) & np.isfinite(tc) & (tb > 0) & (tc > 0)
     d = np.log(tc[ok] / tb[ok])
     n = int(d.size)
+    groups = np.unique(labels[ok], return_inverse=True)[1]
+    g = int(groups.max()) + 1 if n else 0
     on_b, on_c = t.on_time[b], t.on_time[c]
     only_b, only_c = int(np.count_nonzero(on_b & ~on_c)), int(np.count_nonzero(on_c & ~on_b))
     p_on = stats.mcnemar_p(only_b, only_c)
     min_p_on = stats.mcnemar_min_p(only_b + only_c)
-    if n < 2:
-        est = float(d.mean()) if n else None
-        return _Test(n, est, None, None, None, 1.0, 1.0, p_on, min_p_on, only_b > only_c, None)
+    if n < 2 or g < 2:
+        est = float(d.mean()) if n else None  # no sd: pairs of one cluster move together
+        return _Test(n, est, None, None, None, 1.0, 1.0, p_on, min_p_on, only_b > only_c, None, g)
     mean, sd = float(d.mean()), float(d.std(ddof=1))
-    var_w = sd * sd / n
+    # CR1: sum over clusters of (their residual sum)^2, scaled by G / (G - 1)
+    resid = np.bincount(groups, weights=d - mean, minlength=g)
+    var_w = g / (g - 1) * float(np.sum(resid**2)) / (n * n)
+    deff = var_w / (sd * sd / n) if sd > 0 else 1.0
     var_d = drift.sd**2 if drift is not None else 0.0
-    df = stats.satterthwaite(var_w, n - 1, var_d, drift.df if drift is not None else 0)
+    df = stats.satterthwaite(var_w, g - 1, var_d, drift.df if drift is not None else 0)
     se = float(np.sqrt(var_w + var_d))
-    p = max(stats.sign_flip_p(d, rng) if n <= SIGN_FLIP_MAX else 0.0, stats.t_p(mean, se, df))
+    sums = np.bincount(groups, weights=d, minlength=g)
+    flip = stats.sign_flip_p(sums, rng) if g <= SIGN_FLIP_MAX else 0.0
     return _Test(
         n,
         mean,
         float(np.sqrt(var_w)),
         se,
         df,
-        p,
-        stats.sign_flip_min_p(n) if n <= SIGN_FLIP_MAX else 0.0,
+        max(flip, stats.t_p(mean, se, df)),
+        stats.sign_flip_min_p(g) if g <= SIGN_FLIP_MAX else 0.0,
         p_on,
         min_p_on,
         only_b > only_c,
-        sd,
+        sd * float(np.sqrt(max(1.0, deff))),
+        g,
     )
+
+
+def min_clusters(alpha: float) -> int:
+    """The fewest clusters whose sign-flip test can reach ``alpha`` at all (6 at 0.05).
+
+    >>> min_clusters(0.05), min_clusters(0.01)
+    (6, 8)
+    """
+    g = 2
+    while stats.sign_flip_min_p(g) >= alpha:
+        g += 1
+    return g
 
 
 SIGN_FLIP_MAX = 5000  # above this many pairs the t-test alone (the CLT holds there)
@@ -274,6 +318,8 @@ def compare_arms(
     b, c = b[keep], c[keep]
     method = method_text(resamples, seed, level, drift)
     ph_c, ph_l = t.codes("phase")
+    run_key = t.repetition[b] * len(ph_l) + ph_c[b]
+    labels = busy_periods(run_key, t.sent_t[b], t.done_t[b], t.sent_t[c], t.done_t[c])
     g_c, g_l = t.codes("task_group")
     arm_c, arm_l = t.codes("arm")
     in_arms = np.isin(arm_c, [arm_l.index(a) for a in (baseline, candidate) if a in arm_l]) & steady
@@ -283,19 +329,22 @@ def compare_arms(
     for pc, gc in cells:
         phase, group = ph_l[pc], (g_l[gc] if gc >= 0 else ALL)
         m = (ph_c[b] == pc) & ((g_c[b] == gc) if gc >= 0 else True)
-        bb, cc = b[m], c[m]
+        bb, cc, lab = b[m], c[m], labels[m]
         in_cell = in_arms & (ph_c == pc) & ((g_c == gc) if gc >= 0 else True)
         unmatched = int(np.count_nonzero(in_cell)) - 2 * int(bb.size)
         x = _stat_columns(t, bb, cc)
         key = f"{baseline}|{candidate}|{phase}|{group}".encode()
         rng = np.random.default_rng([seed, zlib.crc32(key)])
-        est = _stats(x.sum(axis=0), bb.size)
-        boot = bootstrap(x, resamples, rng) if bb.size else np.zeros((0, NSTATS))
+        est = _stats(x.sum(axis=0))
+        boot = bootstrap(x, resamples, rng, lab) if bb.size else np.zeros((0, NSTATS))
         iv = [_interval(float(est[j]), boot[:, j], level) for j in range(NSTATS)]
-        rows.append((phase, group, bb.size, unmatched, iv, _task_test(t, bb, cc, drift, rng)))
+        rows.append((phase, group, bb.size, unmatched, iv, _task_test(t, bb, cc, lab, drift, rng)))
     alpha = 1.0 - level
+    fewest = min_clusters(alpha)
     # one Holm family: every sufficient cell's task-time test and every on-time test
-    tests = [(i, "task") for i, r in enumerate(rows) if r[5].n >= min_pairs]
+    tests = [
+        (i, "task") for i, r in enumerate(rows) if r[5].n >= min_pairs and r[5].clusters >= fewest
+    ]
     tests += [(i, "on") for i, r in enumerate(rows)]
     pv = [rows[i][5].p if k == "task" else rows[i][5].p_on for i, k in tests]
     mp = [rows[i][5].min_p if k == "task" else rows[i][5].min_p_on for i, k in tests]
@@ -324,7 +373,7 @@ def compare_arms(
                 e2e_diff_s=iv[2],
                 ttft_rel_change=iv[3],
                 on_time_diff=iv[4],
-                outcome=_outcome(tst, task, p_task, p_on, alpha, min_pairs, min_gain),
+                outcome=_outcome(tst, task, p_task, p_on, alpha, min_pairs, fewest, min_gain),
                 method=method,
                 log_change=tst.log_change,
                 se_within=tst.se_w,
@@ -340,6 +389,8 @@ def compare_arms(
                     and (n := stats.pairs_needed(sd, dsd, eff, alpha / family)) is not None
                     else None
                 ),
+                clusters=tst.clusters,
+                min_clusters=fewest,
             )
         )
     return out
@@ -369,17 +420,38 @@ def _outcome(
     p_on: float,
     alpha: float,
     min_pairs: int,
+    fewest: int,
     min_gain: float,
 ) -> str:
     if p_on < alpha and x.on_slower:
         return "slower"  # less often on time, whatever the survivors' speed
-    if x.n < min_pairs or task.low is None or task.high is None:
+    if x.n < min_pairs or x.clusters < fewest or task.low is None or task.high is None:
         return "insufficient"
     if p_task < alpha and task.low > min_gain:
         return "slower"
     if p_task < alpha and task.high < -min_gain:
         return "faster"
     return "no_difference"
+
+
+def needs(pairs_needed: int | None, clusters: int | None, fewest: int | None, both_ok: int) -> str:
+    """What an insufficient cell lacks, in words (the verdict and the report both say it).
+
+    >>> needs(24, 1, 6, 8)
+    '8 pairs in 1 busy period (requests on the server together move as one); a decision needs at least 6 busy periods: a lower load, a longer phase or repetitions'
+    >>> needs(24, 9, 6, 8), needs(24, 1, 6, 1)
+    ('a decision needs about 24 both-ok pairs', 'a decision needs about 24 both-ok pairs')
+    """
+    if clusters is not None and fewest is not None and 0 < clusters < min(fewest, both_ok):
+        periods = "busy period" if clusters == 1 else "busy periods"
+        return (
+            f"{both_ok} pairs in {clusters} {periods} (requests on the server together move "
+            f"as one); a decision needs at least {fewest} busy periods: a lower load, a longer "
+            "phase or repetitions"
+        )
+    if pairs_needed is None:
+        return "no number of pairs decides it while the drift between arm runs is this large"
+    return f"a decision needs about {pairs_needed} both-ok pairs"
 
 
 def comparisons_for(

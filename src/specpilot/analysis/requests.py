@@ -68,6 +68,8 @@ class RequestTable:
     prefill_s: np.ndarray
     decode_s: np.ndarray
     client_stages: dict[str, np.ndarray] = field(default_factory=dict)  # seconds, 0 if absent
+    sent_t: np.ndarray = field(default_factory=lambda: np.zeros(0))  # NaN when unknown
+    done_t: np.ndarray = field(default_factory=lambda: np.zeros(0))  # NaN: never answered
     repetition: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _codes: dict[str, tuple[np.ndarray, list[Any]]] = field(
         init=False, repr=False, default_factory=dict
@@ -158,6 +160,8 @@ class RequestTable:
             queue_s=f["queue_s"],
             prefill_s=f["prefill_s"],
             decode_s=f["decode_s"],
+            sent_t=sent,
+            done_t=done,
             client_stages={
                 k[len(STAGE_PREFIX) :]: np.nan_to_num(np.asarray(v, dtype=np.float64)[keep])
                 for k, v in cols.items()

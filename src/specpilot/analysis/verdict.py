@@ -70,9 +70,18 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
     short = [c for c in cells if c.outcome == "insufficient"]
     if short:
         need = [c.pairs_needed for c in short if c.pairs_needed is not None]
+        queued = [c for c in short if c.clusters is not None and c.min_clusters is not None
+                  and c.both_ok >= cfg.min_pairs and c.clusters < c.min_clusters]  # fmt: skip
         out.append(
             f"{len(short)} of {len(cells)} cells (group x load level) have fewer than "
-            f"{cfg.min_pairs} both-ok pairs: insufficient"
+            f"{cfg.min_pairs} both-ok pairs"
+            + (
+                f" or, {len(queued)} of them, fewer than {queued[0].min_clusters} busy periods "
+                "(requests on the server together count as one observation)"
+                if queued
+                else ""
+            )
+            + ": insufficient"
             + (
                 f"; at the observed noise a decision needs about {max(need)} per cell"
                 if need

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from specpilot.analysis.paired import needs
 from specpilot.report.fmt import html_table, interval, k_schedule_line, mib, num, pct, seconds
 from specpilot.report.sections import Doc, Svgs, figure, section
 
@@ -173,7 +174,8 @@ def _comparison_table(doc: Doc) -> str:
                 c["candidate_arm"],
                 c["phase"],
                 c["task_group"],
-                f"{c['pairs']} ({c['both_ok']} both ok)",
+                f"{c['pairs']} ({c['both_ok']} both ok"
+                + (f", {c['clusters']} busy periods)" if c.get("clusters") is not None else ")"),
                 interval(c["task_rel_change"]),
                 interval(c["e2e_rel_change"]),
                 interval(c["ttft_rel_change"]),
@@ -189,8 +191,9 @@ def _comparison_table(doc: Doc) -> str:
 
 def outcome_text(c: Doc) -> str:
     """A comparison's outcome; an insufficient one with the pairs a decision would need."""
-    if c["outcome"] == "insufficient" and c.get("pairs_needed"):
-        return f"insufficient (a decision needs ~{c['pairs_needed']} pairs)"
+    if c["outcome"] == "insufficient" and (c.get("pairs_needed") or c.get("clusters")):
+        why = needs(c.get("pairs_needed"), c.get("clusters"), c.get("min_clusters"), c["both_ok"])
+        return f"insufficient ({why})"
     return str(c["outcome"])
 
 

@@ -1,0 +1,96 @@
+"""Requests on the server together are one observation (``analysis.clusters``).
+
+The case seen on 2026-12-02 (AMD EPYC AVX-512 kind, the A/A control of two default pilots): in
+a 6 s burst every request shared one busy period, and the machine's moment moved every pair's
+difference alike (+0.07 to +0.13 in log task time): counted as independent pairs the A/A
+control came out "slower" (t = 14). These tests rebuild that shape on seeded synthetic arms:
+a shift shared by every request of one busy period, small noise of each request's own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specpilot.analysis.clusters import busy_periods
+from specpilot.analysis.paired import compare_arms
+from specpilot.analysis.requests import RequestTable
+from specpilot.records import RequestRecord
+
+RUNS = 100
+
+
+def pilot(seed: int, *, periods: int, per: int, factor: float = 1.0, times: bool = True):
+    """Two arms replaying one phase: ``periods`` busy periods of ``per`` overlapping requests
+    each; every period of an arm's run shares one random shift (sd 5%), each request adds 1%."""
+    rng = np.random.default_rng(seed)
+    reqs = []
+    for arm, f in (("base", 1.0), ("cand", factor)):
+        shift = rng.lognormal(0, 0.05, periods)
+        for p in range(periods):
+            for j in range(per):
+                i = p * per + j
+                # the period's requests arrive together and take 3 s each; ``times=False``
+                # spreads them out in the records, which is the independent-pairs method
+                t0 = 30.0 * p + 0.2 * j if times else 100.0 * i
+                e2e = 3.0 * f * shift[p] * rng.lognormal(0, 0.01)
+                reqs.append(
+                    RequestRecord(
+                        f"run-{arm}",
+                        arm,
+                        "burst",
+                        "code",
+                        f"burst-{i:06d}",
+                        t0,
+                        "ok",
+                        sent_t=t0,
+                        first_content_t=t0 + 0.3,
+                        done_t=t0 + e2e,
+                        output_tokens=40,
+                        prompt_id=f"p{i}",
+                    )
+                )
+    return RequestTable.build(reqs)
+
+
+def pooled(t: RequestTable):
+    out = compare_arms(t, "base", "cand", resamples=50, seed=1, level=0.95, min_pairs=8)
+    return next(c for c in out if c.task_group == "*")
+
+
+def test_labels_join_what_either_arm_queued_and_split_at_common_idle() -> None:
+    key = np.array([0, 0, 0, 0, 1, 1])
+    sent = np.array([0.0, 1.0, 10.0, 20.0, 0.0, 1.0])
+    done_b = np.array([0.5, 1.5, 25.0, 21.0, 0.5, 1.5])  # baseline: 10 s still busy at 20 s
+    done_c = np.array([2.0, 1.5, 11.0, 21.0, 0.5, 1.5])  # candidate: 0 still busy at 1 s
+    labels = busy_periods(key, sent, done_b, sent, done_c)
+    assert labels.tolist() == [0, 0, 1, 1, 2, 3]  # another run (key) always starts a new one
+
+
+def test_a_burst_of_one_busy_period_gives_no_direction_to_identical_arms() -> None:
+    cells = [pooled(pilot(s, periods=1, per=10)) for s in range(RUNS)]
+    assert all(c.clusters == 1 and c.outcome == "insufficient" for c in cells)
+    assert "busy period" in cells[0].method
+
+
+def test_identical_arms_over_many_busy_periods_stay_within_the_nominal_rate() -> None:
+    hits = sum(
+        pooled(pilot(s, periods=8, per=3)).outcome in ("faster", "slower") for s in range(RUNS)
+    )
+    assert hits <= 0.05 * RUNS, f"{hits} of {RUNS} A/A cells directional"
+
+
+def test_counting_queued_requests_as_independent_fails_the_same_test() -> None:
+    # the negative control: the same differences recorded as if apart are independent pairs,
+    # the method before clustering, and the shared shift makes them directional far too often
+    hits = sum(
+        pooled(pilot(s, periods=1, per=10, times=False)).outcome in ("faster", "slower")
+        for s in range(RUNS)
+    )
+    assert hits > 0.3 * RUNS, f"only {hits} of {RUNS}: the case lost its teeth"
+
+
+def test_a_real_slowdown_over_enough_busy_periods_is_still_found() -> None:
+    found = sum(
+        pooled(pilot(s, periods=10, per=3, factor=1.5)).outcome == "slower" for s in range(20)
+    )
+    assert found >= 18
