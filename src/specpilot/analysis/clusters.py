@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from specpilot.analysis import stats
+
 
 def _starts(key: np.ndarray, sent: np.ndarray, done: np.ndarray) -> np.ndarray:
     """Per row (already ordered by run, then send time): does a busy period start here?"""
@@ -82,4 +84,36 @@ def cluster_sums(labels: np.ndarray, values: np.ndarray) -> np.ndarray:
     )
 
 
-__all__ = ["busy_periods", "cluster_sums"]
+def min_clusters(alpha: float) -> int:
+    """The fewest clusters whose sign-flip test can reach ``alpha`` at all (6 at 0.05).
+
+    >>> min_clusters(0.05), min_clusters(0.01)
+    (6, 8)
+    """
+    g = 2
+    while stats.sign_flip_min_p(g) >= alpha:
+        g += 1
+    return g
+
+
+def needs(pairs_needed: int | None, clusters: int | None, fewest: int | None, both_ok: int) -> str:
+    """What an insufficient cell lacks, in words (the verdict and the report both say it).
+
+    >>> needs(24, 1, 6, 8)
+    '8 pairs in 1 busy period (requests on the server together move as one); a decision needs at least 6 busy periods: a lower load, a longer phase or repetitions'
+    >>> needs(24, 9, 6, 8), needs(24, 1, 6, 1)
+    ('a decision needs about 24 both-ok pairs', 'a decision needs about 24 both-ok pairs')
+    """
+    if clusters is not None and fewest is not None and 0 < clusters < min(fewest, both_ok):
+        periods = "busy period" if clusters == 1 else "busy periods"
+        return (
+            f"{both_ok} pairs in {clusters} {periods} (requests on the server together move "
+            f"as one); a decision needs at least {fewest} busy periods: a lower load, a longer "
+            "phase or repetitions"
+        )
+    if pairs_needed is None:
+        return "no number of pairs decides it while the drift between arm runs is this large"
+    return f"a decision needs about {pairs_needed} both-ok pairs"
+
+
+__all__ = ["busy_periods", "cluster_sums", "min_clusters", "needs"]

@@ -35,12 +35,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specpilot.analysis.clusters import needs
 from specpilot.analysis.config import VerdictConfig
 from specpilot.analysis.counters import CounterAcceptance
 from specpilot.analysis.drift import AAControl
 from specpilot.analysis.e2e import StageBreakdown
 from specpilot.analysis.leviathan import LeviathanGap
-from specpilot.analysis.paired import PairedComparison, needs
+from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.quality import QualityGate
 from specpilot.analysis.round_summary import RoundSummary
 
