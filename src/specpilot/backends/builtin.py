@@ -27,17 +27,17 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from specpilot.backends import prom, vllm
 from specpilot.backends.extras import check_keys, header, strategy_header
 from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
-from specpilot.backends.process import ServerProcess, SubprocessLifecycle, free_port
 from specpilot.backends.protocol import Manifest
-from specpilot.backends.scrape import MetricsSource, Scraped, scrape
-from specpilot.records import MetricSnapshot, PrefillRecord, ResponseExtras, RoundRecord
+from specpilot.backends.scrape import MetricsSource, Scraped
+from specpilot.backends.served import SubprocessLifecycle
+from specpilot.records import PrefillRecord, ResponseExtras, RoundRecord
 
 OWN_KEYS = (
     "strategy",
@@ -219,14 +219,11 @@ class BuiltinBackend(SubprocessLifecycle):
     per_request_metrics: str = "detailed"
     extra_args: list[str] = field(default_factory=list)
     name: str = "builtin"
+    metrics: ClassVar[MetricsSource] = METRICS
+    parse_extras = staticmethod(response_extras)
 
     def __post_init__(self) -> None:
-        self.port = self.port or free_port(self.host)
-        self._server: ServerProcess | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        self.listen()
 
     def command(self) -> list[str]:
         argv = [sys.executable, "-m", "specpilot.cli", "serve", "--host", self.host]
@@ -285,18 +282,6 @@ class BuiltinBackend(SubprocessLifecycle):
             return calibration_from_metrics(get_text(self.endpoint + "/metrics"))
         except httpx.HTTPError:
             return {}
-
-    def scrape(
-        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
-    ) -> MetricSnapshot:
-        return scrape(
-            METRICS, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase, label=label
-        )
-
-    def response_extras(
-        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
-    ) -> ResponseExtras:
-        return response_extras(obj, headers)
 
 
 def calibration_from_metrics(text: str) -> dict[str, Any]:

@@ -41,9 +41,10 @@ from specpilot.backends.protocol import (
     BackendError,
     Manifest,
 )
-from specpilot.backends.scrape import MetricsSource, Scraped, scrape
+from specpilot.backends.scrape import MetricsSource, Scraped
+from specpilot.backends.served import EngineServer
 from specpilot.errors import ConfigError
-from specpilot.records import MetricSnapshot, ResponseExtras
+from specpilot.records import ResponseExtras
 
 SPEC_TYPES = {
     "draft-simple": "COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE",
@@ -308,11 +309,13 @@ def response_extras(
     return out
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(EngineServer):
     """llama.cpp's server. ``mode="subprocess"`` (default) can be killed like a real server;
     ``mode="inprocess"`` serves from this process (quick, but shares its GIL-free threads)."""
 
     name = "llamacpp"
+    metrics = METRICS
+    parse_extras = staticmethod(response_extras)
 
     def __init__(self, cfg: LlamaCppConfig, mode: str = "subprocess") -> None:
         if mode not in ("subprocess", "inprocess"):
@@ -398,18 +401,6 @@ class LlamaCppBackend:
             hardware=hardware_info(),
             notes=tuple(notes),
         )
-
-    def scrape(
-        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
-    ) -> MetricSnapshot:
-        return scrape(
-            METRICS, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase, label=label
-        )
-
-    def response_extras(
-        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
-    ) -> ResponseExtras:
-        return response_extras(obj, headers)
 
     def __enter__(self) -> LlamaCppBackend:
         self.start()

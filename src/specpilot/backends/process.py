@@ -133,38 +133,3 @@ class ServerProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
-
-
-class SubprocessLifecycle:
-    """``start``/``stop``/``kill`` for a backend whose engine runs as ``command()`` in a subprocess.
-
-    Subclasses provide ``endpoint`` and ``command()`` and set ``self._server = None``.
-    """
-
-    _server: ServerProcess | None
-
-    @property
-    def endpoint(self) -> str:
-        raise NotImplementedError
-
-    @property
-    def pid(self) -> int | None:
-        return self._server.pid if self._server is not None else None
-
-    def command(self) -> list[str]:
-        raise NotImplementedError
-
-    def start(self, timeout_s: float | None = None) -> None:
-        self._server = ServerProcess(self.command(), self.endpoint)
-        self._server.start(START_TIMEOUT_S if timeout_s is None else timeout_s)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-
-    def kill(self) -> None:
-        """SIGKILL the server, as a crash would (failure drills)."""
-        if self._server is None:
-            raise BackendError("kill(): the engine was not started by this backend")
-        self._server.kill()

@@ -21,15 +21,15 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from specpilot.backends import prom
 from specpilot.backends.extras import check_keys, header, spec_summary
 from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
-from specpilot.backends.process import ServerProcess, SubprocessLifecycle, free_port
 from specpilot.backends.protocol import Manifest
-from specpilot.backends.scrape import MetricsSource, Scraped, scrape
-from specpilot.records import MetricSnapshot, ResponseExtras
+from specpilot.backends.scrape import MetricsSource, Scraped
+from specpilot.backends.served import SubprocessLifecycle
+from specpilot.records import ResponseExtras
 
 # meta_info keys of a native /generate response (tokenizer_manager.py and the public field list
 # of SGLang's own benchmark scripts); the spec_* ones are read, the others known and ignored.
@@ -166,14 +166,11 @@ class SglangBackend(SubprocessLifecycle):
     port: int = 0
     extra_args: list[str] = field(default_factory=list)
     name: str = "sglang"
+    metrics: ClassVar[MetricsSource] = METRICS
+    parse_extras = staticmethod(response_extras)
 
     def __post_init__(self) -> None:
-        self.port = self.port or free_port(self.host)
-        self._server: ServerProcess | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        self.listen()
 
     def command(self) -> list[str]:
         argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", self.model]
@@ -213,15 +210,3 @@ class SglangBackend(SubprocessLifecycle):
             speculative=spec if self.draft else {},
             hardware=hardware_info(),
         )
-
-    def scrape(
-        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
-    ) -> MetricSnapshot:
-        return scrape(
-            METRICS, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase, label=label
-        )
-
-    def response_extras(
-        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
-    ) -> ResponseExtras:
-        return response_extras(obj, headers)

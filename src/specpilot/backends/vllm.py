@@ -38,12 +38,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from specpilot.backends import prom
 from specpilot.backends.extras import check_keys, header, seconds, spec_summary
 from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
-from specpilot.backends.process import ServerProcess, SubprocessLifecycle, free_port
+from specpilot.backends.process import ServerProcess
 from specpilot.backends.protocol import (
     SPEC_ACCEPTED,
     SPEC_COMMITTED,
@@ -53,7 +53,8 @@ from specpilot.backends.protocol import (
     START_TIMEOUT_S,
     Manifest,
 )
-from specpilot.backends.scrape import MetricsSource, Scraped, scrape
+from specpilot.backends.scrape import MetricsSource, Scraped
+from specpilot.backends.served import SubprocessLifecycle
 from specpilot.records import MetricSnapshot, ResponseExtras, RoundRecord
 
 SPEC_KEYS = (
@@ -296,18 +297,15 @@ class VllmBackend(SubprocessLifecycle):
     threads_bind: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     name: str = "vllm"
+    metrics: ClassVar[MetricsSource] = METRICS
+    parse_extras = staticmethod(response_extras)
 
     def __post_init__(self) -> None:
-        self.port = self.port or free_port(self.host)
-        self._server: ServerProcess | None = None
+        self.listen()
         self._served_version: str | None = None
         from specpilot.backends.vllm_install import default_venv, installed
 
         self._install = installed(Path(self.venv) if self.venv else default_venv())
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     def spec_config(self) -> dict[str, Any] | None:
         if self.speculative_config is not None:
@@ -403,9 +401,7 @@ class VllmBackend(SubprocessLifecycle):
         """Counters, RSS of the server's process tree, and memory derived from the model's
         shape: KV bytes = the cache's tokens (``cache_config_info``) x K/V bytes per token
         (target and draft layers share vLLM's cache), weights from the safetensors sizes."""
-        snap = scrape(
-            METRICS, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase, label=label
-        )
+        snap = super().scrape(run_id, arm, phase, label)
         tokens = snap.metrics.get("kv_capacity_tokens")
         b = self._dtype_bytes()
         per_target = kv_bytes_per_token(_hf_config(self.model), b)
@@ -420,8 +416,3 @@ class VllmBackend(SubprocessLifecycle):
             if per_draft:
                 update["draft_kv_bytes"] = int(tokens * per_draft)
         return dataclasses.replace(snap, **{k: v for k, v in update.items() if v is not None})
-
-    def response_extras(
-        self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None
-    ) -> ResponseExtras:
-        return response_extras(obj, headers)
