@@ -341,6 +341,20 @@ def test_the_gate_says_how_far_apart_identical_arms_are_on_the_same_figures():
     assert v.text.endswith("; measured on a shared machine: " + want)
 
 
+def test_each_gated_figure_carries_its_own_interval_and_a_coarse_one_is_said():
+    """A p99 of a few requests cannot test a 15% gate: its own interval has no upper bound."""
+    from pilot_cases import full_case
+    from specpilot.simulate import validate
+
+    data = full_case()
+    v = validate(data, "spec", ["off_peak"], ["peak"])
+    p50, p99 = (next(c for c in v.checks if c.metric == m) for m in ("e2e_p50", "e2e_p99"))
+    assert p50.measured_low < p50.measured < p50.measured_high
+    ok = sum(r.arm == "spec" and r.phase == "peak" and r.status == "ok" for r in data.requests)
+    assert ok < 299 and p99.measured_high is None and p99.coarse
+    assert "own 95% interval is wider than the gate on" in v.text
+
+
 def test_a_plain_arm_without_rounds_is_calibrated_from_its_requests_timings():
     """vLLM without speculation (or any endpoint) reports no rounds: each ok request's decode
     time per token is a step at the number of the arm's requests decoding beside it."""

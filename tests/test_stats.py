@@ -79,3 +79,21 @@ def test_pairs_needed_and_power_agree() -> None:
     # a drift as large as the effect: no number of pairs decides it
     assert stats.pairs_needed(0.2, 0.1, 0.1, 0.05) is None
     assert stats.satterthwaite(1.0, 4, 0.0, 0) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("q,n", [(0.5, 9), (0.5, 40), (0.9, 60), (0.99, 400)])
+def test_quantile_interval_covers_the_true_quantile_at_its_level(q: float, n: int) -> None:
+    rng = np.random.default_rng(7)
+    true = float(sp.expon.ppf(q))
+    hits = 0
+    for _ in range(1000):
+        lo, hi = stats.quantile_interval(rng.exponential(size=n), q, 0.95)
+        hits += (lo is None or lo <= true) and (hi is None or true <= hi)
+    assert hits >= 940, f"{hits} of 1000"  # at least 95% by construction, less sampling error
+
+
+def test_quantile_interval_leaves_open_what_few_values_cannot_bound() -> None:
+    x = np.arange(1.0, 51.0)
+    lo, hi = stats.quantile_interval(x, 0.99, 0.95)
+    assert lo is not None and hi is None  # 50 values: the p99 may lie above all of them
+    assert stats.quantile_interval(np.array([np.inf, np.nan]), 0.5, 0.95) == (None, None)

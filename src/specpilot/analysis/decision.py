@@ -241,7 +241,7 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
         periods = max((c.clusters or 0 for c in mine), default=0)
         neck = (
             f"insufficient evidence: at most {most} both-ok {pairs} per load level"
-            + (f" in at most {periods} busy periods" if periods < most else "")
+            + (f" in at most {periods} busy period{'s' * (periods != 1)}" if periods < most else "")
             + (f"; a decision needs about {need}" if need else "")
         )
         return GroupVerdict(group, NO, None, None, (), neck, tuple(conds), evidence="insufficient")

@@ -195,6 +195,36 @@ def t_interval(estimate: float, se: float, df: float, level: float) -> tuple[flo
     return estimate - q * se, estimate + q * se
 
 
+def quantile_interval(x: np.ndarray, q: float, level: float) -> tuple[float | None, float | None]:
+    """A distribution-free interval for the ``q`` quantile of the population ``x`` was drawn
+    from: the order statistics whose ranks the binomial count of values below the quantile
+    covers with ``level`` (at least ``level``, split between the tails); None on a side the
+    sample cannot bound (the p99 of fewer than ~300 values has no upper bound at 95%).
+
+        >>> x = np.arange(1.0, 11.0)  # 10 values
+        >>> quantile_interval(x, 0.5, 0.95), quantile_interval(x, 0.99, 0.95)
+        ((2.0, 9.0), (9.0, None))
+    """
+    v = np.sort(np.asarray(x, dtype=np.float64)[np.isfinite(x)])
+    n, tail = v.size, (1.0 - level) / 2.0
+    if n == 0:
+        return None, None
+    cdf, acc = [], 0.0  # P(B <= k), B ~ Binomial(n, q): values below the quantile
+    for k in range(n + 1):
+        acc += math.exp(
+            math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+            + (k * math.log(q) if k else 0.0) + ((n - k) * math.log1p(-q) if n - k else 0.0)
+        )  # fmt: skip
+        cdf.append(acc)
+    # lower: the largest rank l with P(B < l) <= tail; upper: the smallest u with P(B >= u) <= tail
+    lo = max((k for k in range(1, n + 1) if cdf[k - 1] <= tail), default=None)
+    hi = min((k for k in range(1, n + 1) if 1.0 - cdf[k - 1] <= tail), default=None)
+    return (
+        float(v[lo - 1]) if lo is not None else None,
+        float(v[hi - 1]) if hi is not None else None,
+    )
+
+
 def power(effect: float, se: float, alpha: float) -> float | None:
     """Chance of detecting a true change of ``effect`` (two-sided level ``alpha``)."""
     if not se > 0 or not math.isfinite(se):
@@ -221,6 +251,7 @@ __all__ = [
     "mcnemar_p",
     "pairs_needed",
     "power",
+    "quantile_interval",
     "satterthwaite",
     "sign_flip_min_p",
     "sign_flip_p",

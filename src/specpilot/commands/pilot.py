@@ -102,7 +102,9 @@ def _check_llamacpp(arm: str, cfg: Any) -> None:
 
 def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
     """The sample-size plan: pairs each (phase, group) cell will have (schedule x repetitions)
-    against the pairs a direction needs (``analysis.verdict.min_pairs``)."""
+    against the pairs a direction needs (``analysis.verdict.min_pairs``) and the busy periods
+    (``analysis.clusters.min_clusters``: known only once the requests have run)."""
+    from specpilot.analysis.clusters import min_clusters
 
     acfg = cfg.analysis
     counts: dict[str, dict[str, int]] = {}
@@ -112,7 +114,12 @@ def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
             cell[r.group] = cell.get(r.group, 0) + cfg.repetitions
     need = acfg.verdict.min_pairs
     short = sorted(f"{p}/{g}" for p, gs in counts.items() for g, n in gs.items() if n < need)
-    return {"min_pairs": need, "cells": counts, "insufficient_by_design": short}
+    return {
+        "min_pairs": need,
+        "min_clusters": min_clusters(1.0 - acfg.ci_level),
+        "cells": counts,
+        "insufficient_by_design": short,
+    }
 
 
 def _print_plan(plan: dict[str, Any]) -> None:
@@ -146,7 +153,11 @@ def _print_plan(plan: dict[str, Any]) -> None:
     )
     print(f"  schedule: {sch['requests']} requests per arm: {phases}")
     pairs = plan["pairs"]
-    print(f"  pairs per cell (a direction needs {pairs['min_pairs']} both-ok pairs):")
+    print(
+        f"  pairs per cell (a direction needs {pairs['min_pairs']} both-ok pairs in at least "
+        f"{pairs['min_clusters']} busy periods: requests on the server at the same time count "
+        "as one observation, so a phase near saturation gives few):"
+    )
     for phase, groups in pairs["cells"].items():
         cells = ", ".join(f"{g} {n}" for g, n in sorted(groups.items()))
         print(f"    {phase:<12} {cells}, all {sum(groups.values())}")

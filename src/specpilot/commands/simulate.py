@@ -122,13 +122,20 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(v.text)
             print(f"  profile: {v.profile}")
-            print(f"  {'phase':<10}{'metric':<10}{'measured':>10}{'predicted':>11}{'error':>8}")
+            print(
+                f"  {'phase':<10}{'metric':<10}{'measured':>10}{'its 95% interval':>20}"
+                f"{'predicted':>11}{'error':>8}"
+            )
             for c in v.checks:
                 err = "n/a" if c.rel_error is None else f"{c.rel_error:+.0%}"
                 m = "n/a" if c.measured is None else f"{c.measured:.3g}"
                 pr = "n/a" if c.predicted is None else f"{c.predicted:.3g}"
+                own = "" if c.metric == "goodput" else " to ".join(
+                    "open" if x is None else f"{x:.3g}" for x in (c.measured_low, c.measured_high)
+                )  # fmt: skip
                 print(
-                    f"  {c.phase:<10}{c.metric:<10}{m:>10}{pr:>11}{err:>8}{'' if c.gated else '  (not gated)'}"
+                    f"  {c.phase:<10}{c.metric:<10}{m:>10}{own:>20}{pr:>11}{err:>8}"
+                    + ("" if c.gated else "  (not gated)")
                 )
     if args.rate:
         costs = costs_of(arm)

@@ -314,12 +314,20 @@ def capacity(doc: Doc, svgs: Svgs) -> str:
     )
 
 
+def _own(c: Doc) -> str:
+    """A measured quantile's own interval ("-" for a figure without one; "open" an unbounded side)."""
+    lo, hi = c.get("measured_low"), c.get("measured_high")
+    if c.get("measured") is None or (lo is None and hi is None and c["metric"] == "goodput"):
+        return "-"
+    return f"{'open' if lo is None else num(lo)} to {'open' if hi is None else num(hi)}"
+
+
 def simulation(doc: Doc, svgs: Svgs) -> str:
     sim = doc.get("simulation") or {}
     lines = "".join(f"<p>{escape(v['text'])}</p>" for v in sim.get("validations", []))
     rows = [
         [
-            v["arm"], c["phase"], c["metric"], num(c["measured"]), num(c["predicted"]),
+            v["arm"], c["phase"], c["metric"], num(c["measured"]), _own(c), num(c["predicted"]),
             "n/a" if c["rel_error"] is None else f"{c['rel_error']:+.0%}",
             "gate" if c["gated"] else "",
         ]
@@ -327,7 +335,7 @@ def simulation(doc: Doc, svgs: Svgs) -> str:
         for c in v["checks"]
     ]  # fmt: skip
     table = html_table(
-        ["arm", "phase", "metric", "measured", "simulated", "error", ""], rows
+        ["arm", "phase", "metric", "measured", "its 95% interval", "simulated", "error", ""], rows
     ) if rows else ""  # fmt: skip
     cross = "".join(f"<p><b>{escape(x['text'])}</b></p>" for x in sim.get("crossovers", []))
     cross += "".join(

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from specpilot.analysis.drift import contended
+from specpilot.analysis.stats import quantile_interval
 from specpilot.errors import ConfigError
 from specpilot.records import PilotData, RequestRecord
 from specpilot.simulate.costs import ArmCosts, calibrate, rounds_needed
@@ -109,15 +110,20 @@ def demand(data: PilotData, reqs: Sequence[RequestRecord]) -> tuple[np.ndarray, 
     return np.array(prompt, dtype=np.int64), np.maximum(np.array(output, dtype=np.int64), 1)
 
 
-def measured(data: PilotData, arm: str, phase: str) -> tuple[Workload, Figures]:
-    """The phase as the arm saw it: its requests' arrivals and lengths, and the figures."""
+def phase_requests(data: PilotData, arm: str, phase: str) -> list[RequestRecord]:
+    """The arm's sent requests of the phase, in schedule order."""
     reqs = [
         r for r in data.requests
         if r.arm == arm and r.phase == phase and not r.warmup and r.status != "not_sent"
     ]  # fmt: skip
+    return sorted(reqs, key=lambda r: r.scheduled_t)
+
+
+def measured(data: PilotData, arm: str, phase: str) -> tuple[Workload, Figures]:
+    """The phase as the arm saw it: its requests' arrivals and lengths, and the figures."""
+    reqs = phase_requests(data, arm, phase)
     if not reqs:
         raise ConfigError(f"arm {arm!r} has no requests in phase {phase!r}")
-    reqs.sort(key=lambda r: r.scheduled_t)
     t0 = min(r.scheduled_t for r in reqs)
     info = next((p for p in data.phases if p.arm == arm and p.phase == phase), None)
     duration = info.planned_end_s - info.planned_start_s if info is not None else 0.0
@@ -143,6 +149,24 @@ def measured(data: PilotData, arm: str, phase: str) -> tuple[Workload, Figures]:
     e2e = col("done_t") - sent
     ttft = col("first_content_t") - sent
     return w, figures(w, ok, np.nan_to_num(e2e, nan=np.inf), np.nan_to_num(ttft, nan=np.inf))
+
+
+def measured_interval(
+    data: PilotData, arm: str, phase: str, metric: str, level: float = 0.95
+) -> tuple[float | None, float | None]:
+    """The distribution-free interval of a measured quantile figure (``e2e_p99``...) of the
+    arm's ok requests in the phase, as ``measured`` computes it; (None, None) for others. It
+    takes the requests as independent draws; requests queued together are not
+    (``analysis.clusters``), so the figure's real uncertainty is wider still."""
+    kind, _, q = metric.partition("_p")
+    if kind not in ("e2e", "ttft") or not q.isdigit():
+        return None, None
+    end = "done_t" if kind == "e2e" else "first_content_t"
+    x = np.array([
+        getattr(r, end) - r.sent_t for r in phase_requests(data, arm, phase)
+        if r.status == "ok" and getattr(r, end) is not None and r.sent_t is not None
+    ])  # fmt: skip
+    return quantile_interval(x, int(q) / 100, level)
 
 
 def run_arm(
@@ -182,6 +206,20 @@ class Check:
     rel_error: float | None
     gated: bool  # part of the gate (p50 and p99 E2E)
     within: bool | None
+    # the measured quantile's own distribution-free 95% interval (``stats.quantile_interval``;
+    # None: a side its requests cannot bound); None for goodput
+    measured_low: float | None = None
+    measured_high: float | None = None
+
+    @property
+    def coarse(self) -> bool:
+        """The measurement's own interval is wider than the gate on a side: the figure cannot
+        tell a prediction within the tolerance from one outside it."""
+        m = self.measured
+        if not self.metric.endswith(("_p50", "_p99")) or not m:
+            return False
+        lo, hi = self.measured_low, self.measured_high
+        return lo is None or hi is None or lo < m * (1 - TOLERANCE) or hi > m * (1 + TOLERANCE)
 
 
 @dataclass(frozen=True)
@@ -228,6 +266,17 @@ class Validation:
                 "the calibration and a predicted phase (the median over arms), more than the gate "
                 "allows: a miss here is the machine's drift as much as the model's"
             )
+        coarse = [c for c in self.checks if c.gated and c.coarse]
+        if coarse:
+            c = coarse[0]
+            hi = "unbounded" if c.measured_high is None else f"{c.measured_high:.3g} s"
+            lo = "unbounded" if c.measured_low is None else f"{c.measured_low:.3g} s"
+            floor += (
+                f"; the measured figure's own 95% interval is wider than the gate on "
+                f"{len(coarse)} of {sum(c.gated for c in self.checks)} gated checks (e.g. {c.metric} at {c.phase}: "
+                f"{c.measured:.3g} s, {lo} to {hi}): there a pass is weak evidence and a miss "
+                "is the measurement's few requests as much as the model"
+            )
         shared = f"; measured on a shared machine: {'; '.join(self.contended)}" * bool(
             self.contended
         )
@@ -257,7 +306,8 @@ def validate(
             m, p = getattr(meas, metric), getattr(pred, metric)
             rel = (p - m) / m if m and p is not None else None
             within = None if rel is None else abs(rel) <= tolerance
-            checks.append(Check(phase, metric, m, p, rel, gated, within))
+            lo, hi = measured_interval(data, arm, phase, metric)
+            checks.append(Check(phase, metric, m, p, rel, gated, within, lo, hi))
     gate = [c for c in checks if c.gated]
     ok = bool(gate) and all(c.within for c in gate)
     on = set(calibrate_on) | set(predict_on)
