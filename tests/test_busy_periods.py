@@ -19,7 +19,15 @@ from specpilot.records import RequestRecord
 RUNS = 100
 
 
-def pilot(seed: int, *, periods: int, per: int, factor: float = 1.0, times: bool = True):
+def pilot(
+    seed: int,
+    *,
+    periods: int,
+    per: int,
+    factor: float = 1.0,
+    times: bool = True,
+    deadline: float | None = None,
+):
     """Two arms replaying one phase: ``periods`` busy periods of ``per`` overlapping requests
     each; every period of an arm's run shares one random shift (sd 5%), each request adds 1%."""
     rng = np.random.default_rng(seed)
@@ -46,6 +54,7 @@ def pilot(seed: int, *, periods: int, per: int, factor: float = 1.0, times: bool
                         first_content_t=t0 + 0.3,
                         done_t=t0 + e2e,
                         output_tokens=40,
+                        deadline_s=deadline,
                         prompt_id=f"p{i}",
                     )
                 )
@@ -94,3 +103,12 @@ def test_a_real_slowdown_over_enough_busy_periods_is_still_found() -> None:
         pooled(pilot(s, periods=10, per=3, factor=1.5)).outcome == "slower" for s in range(20)
     )
     assert found >= 18
+
+
+def test_requests_late_together_are_one_late_observation() -> None:
+    # the candidate's one burst runs past the deadline on every request: one busy period, so
+    # one observation of lateness, not ten (McNemar on the pairs: p = 0.002, "slower")
+    late = pooled(pilot(0, periods=1, per=10, factor=1.3, deadline=3.5))
+    assert late.outcome == "insufficient" and late.p_on_time == 1.0
+    apart = pooled(pilot(0, periods=1, per=10, factor=1.3, deadline=3.5, times=False))
+    assert apart.outcome == "slower" and apart.p_on_time < 0.01

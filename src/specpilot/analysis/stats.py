@@ -11,7 +11,8 @@ its error rate is far above nominal. The tests here hold their level at any n:
 - ``t_interval`` / ``t_p``: Student's t with Welch-Satterthwaite degrees of freedom, used when
   a between-run drift variance (estimated with few degrees of freedom) is added to the
   within-run standard error.
-- ``mcnemar_p``: the exact two-sided McNemar test on discordant pairs (on time in one arm only).
+- the exact McNemar test on discordant pairs (on time in one arm only) is ``sign_flip_p`` of
+  their +-1 values (of each cluster's net count when pairs cluster: ``analysis.paired``).
 - ``holm_tarone``: Holm's step-down adjustment over the hypotheses that can reach significance
   (Tarone 1990: a discrete test whose smallest attainable p-value is above the threshold is not
   counted). Family-wise error, not false-discovery rate: one false "faster" cell is enough to
@@ -71,20 +72,6 @@ def sign_flip_p(d: np.ndarray, rng: np.random.Generator | None = None) -> float:
 def sign_flip_min_p(n: int) -> float:
     """The smallest p-value ``sign_flip_p`` can give with ``n`` pairs (all signs equal)."""
     return 1.0 if n <= 0 else min(1.0, 2.0 ** (1 - n))
-
-
-def mcnemar_p(only_base: int, only_cand: int) -> float:
-    """Exact two-sided McNemar p-value from the two discordant counts (binomial, p = 1/2)."""
-    n = only_base + only_cand
-    if n == 0:
-        return 1.0
-    k = min(only_base, only_cand)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
-    return min(1.0, 2.0 * tail)
-
-
-def mcnemar_min_p(discordant: int) -> float:
-    return 1.0 if discordant <= 0 else min(1.0, 2.0 ** (1 - discordant))
 
 
 def holm_tarone(p: Sequence[float], min_p: Sequence[float], alpha: float) -> list[float]:
@@ -248,7 +235,6 @@ def pairs_needed(
 
 __all__ = [
     "holm_tarone",
-    "mcnemar_p",
     "pairs_needed",
     "power",
     "quantile_interval",
