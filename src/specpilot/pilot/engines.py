@@ -105,14 +105,14 @@ def one_arm(
 
     from specpilot.errors import ConfigError
     from specpilot.pilot.arms import plan_arm, strategy_of
-    from specpilot.pilot.config import ARM_MODELS
+    from specpilot.pilot.config import ARM_MODELS, BuiltinArm, LlamaCppArm, SglangArm, VllmArm
     from specpilot.records import ARM_ROLES
     from specpilot.validation import format_errors
 
     o = engine_options(engine, raw)
     model = ARM_MODELS[engine]
 
-    def arm(n: str, r: str) -> Any:
+    def arm(n: str, r: str) -> BuiltinArm | LlamaCppArm | VllmArm | SglangArm:
         try:
             return model.model_validate({"name": n, "role": r, "engine": engine, "options": o})
         except ValidationError as exc:
