@@ -10,6 +10,7 @@ a shift shared by every request of one busy period, small noise of each request'
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from specpilot.analysis.clusters import busy_periods
 from specpilot.analysis.paired import compare_arms
@@ -112,3 +113,35 @@ def test_requests_late_together_are_one_late_observation() -> None:
     assert late.outcome == "insufficient" and late.p_on_time == 1.0
     apart = pooled(pilot(0, periods=1, per=10, factor=1.3, deadline=3.5, times=False))
     assert apart.outcome == "slower" and apart.p_on_time < 0.01
+
+
+def test_the_on_time_test_of_many_clusters_is_the_mcnemar_test_in_its_normal_limit() -> None:
+    # 6,000 pairs apart (each its own cluster), the candidate late on 200 the baseline made and
+    # on time on 130 it missed: the exact McNemar p (scipy) and the large-cell path agree
+    from scipy import stats as sp
+
+    reqs = []
+    for arm in ("base", "cand"):
+        for i in range(6000):
+            late = (arm == "cand" and i < 200) or (arm == "base" and 200 <= i < 330)
+            e2e = 5.0 if late else 2.0
+            reqs.append(
+                RequestRecord(
+                    f"run-{arm}",
+                    arm,
+                    "peak",
+                    "code",
+                    f"peak-{i:06d}",
+                    10.0 * i,
+                    "ok",
+                    sent_t=10.0 * i,
+                    first_content_t=10.0 * i + 0.3,
+                    done_t=10.0 * i + e2e,
+                    output_tokens=40,
+                    deadline_s=3.0,
+                    prompt_id=f"p{i}",
+                )
+            )
+    c = pooled(RequestTable.build(reqs))
+    want = sp.binomtest(130, 330, 0.5).pvalue
+    assert c.clusters == 6000 and c.p_on_time == pytest.approx(want, rel=0.15)
