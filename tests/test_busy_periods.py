@@ -42,24 +42,17 @@ def pilot(
                 # spreads them out in the records, which is the independent-pairs method
                 t0 = 30.0 * p + 0.2 * j if times else 100.0 * i
                 e2e = 3.0 * f * shift[p] * rng.lognormal(0, 0.01)
-                reqs.append(
-                    RequestRecord(
-                        f"run-{arm}",
-                        arm,
-                        "burst",
-                        "code",
-                        f"burst-{i:06d}",
-                        t0,
-                        "ok",
-                        sent_t=t0,
-                        first_content_t=t0 + 0.3,
-                        done_t=t0 + e2e,
-                        output_tokens=40,
-                        deadline_s=deadline,
-                        prompt_id=f"p{i}",
-                    )
-                )
+                reqs.append(request(arm, i, t0, e2e, deadline))
     return RequestTable.build(reqs)
+
+
+def request(arm: str, i: int, t0: float, e2e: float, deadline: float | None) -> RequestRecord:
+    """The ``i``-th scheduled request of ``arm``'s run: sent at ``t0``, ok after ``e2e``."""
+    rid, run = f"burst-{i:06d}", f"run-{arm}"
+    return RequestRecord(
+        run, arm, "burst", "code", rid, t0, "ok", sent_t=t0, first_content_t=t0 + 0.3,
+        done_t=t0 + e2e, output_tokens=40, deadline_s=deadline, prompt_id=f"p{i}",
+    )  # fmt: skip
 
 
 def pooled(t: RequestTable):
@@ -116,32 +109,22 @@ def test_requests_late_together_are_one_late_observation() -> None:
 
 
 def test_the_on_time_test_of_many_clusters_is_the_mcnemar_test_in_its_normal_limit() -> None:
-    # 6,000 pairs apart (each its own cluster), the candidate late on 200 the baseline made and
-    # on time on 130 it missed: the exact McNemar p (scipy) and the large-cell path agree
+    # 8,000 pairs apart (each its own cluster), 6,000 discordant (above SIGN_FLIP_MAX): the
+    # candidate late on 3,100 the baseline made, on time on 2,900 it missed; the exact McNemar
+    # p (scipy) and the normal limit agree
     from scipy import stats as sp
 
-    reqs = []
-    for arm in ("base", "cand"):
-        for i in range(6000):
-            late = (arm == "cand" and i < 200) or (arm == "base" and 200 <= i < 330)
-            e2e = 5.0 if late else 2.0
-            reqs.append(
-                RequestRecord(
-                    f"run-{arm}",
-                    arm,
-                    "peak",
-                    "code",
-                    f"peak-{i:06d}",
-                    10.0 * i,
-                    "ok",
-                    sent_t=10.0 * i,
-                    first_content_t=10.0 * i + 0.3,
-                    done_t=10.0 * i + e2e,
-                    output_tokens=40,
-                    deadline_s=3.0,
-                    prompt_id=f"p{i}",
-                )
-            )
+    from specpilot.analysis.paired import SIGN_FLIP_MAX
+
+    def late(arm: str, i: int) -> bool:
+        return (arm == "cand" and i < 3100) or (arm == "base" and 3100 <= i < 6000)
+
+    reqs = [
+        request(arm, i, 10.0 * i, 5.0 if late(arm, i) else 2.0, 3.0)
+        for arm in ("base", "cand")
+        for i in range(8000)
+    ]
     c = pooled(RequestTable.build(reqs))
-    want = sp.binomtest(130, 330, 0.5).pvalue
-    assert c.clusters == 6000 and c.p_on_time == pytest.approx(want, rel=0.15)
+    want = sp.binomtest(2900, 6000, 0.5).pvalue
+    assert SIGN_FLIP_MAX < 6000 and c.clusters == 8000
+    assert c.p_on_time == pytest.approx(want, rel=0.15)
