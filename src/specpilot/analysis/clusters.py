@@ -96,6 +96,12 @@ def min_clusters(alpha: float) -> int:
     return g
 
 
+def queued_short(clusters: int | None, fewest: int | None, both_ok: int) -> bool:
+    """The cell's pairs fell in fewer busy periods than a direction needs (and fewer than its
+    pairs: the queue, not the pair count, is what it lacks)."""
+    return clusters is not None and fewest is not None and 0 < clusters < min(fewest, both_ok)
+
+
 def needs(pairs_needed: int | None, clusters: int | None, fewest: int | None, both_ok: int) -> str:
     """What an insufficient cell lacks, in words (the verdict and the report both say it).
 
@@ -104,7 +110,7 @@ def needs(pairs_needed: int | None, clusters: int | None, fewest: int | None, bo
     >>> needs(24, 9, 6, 8), needs(24, 1, 6, 1)
     ('a decision needs about 24 both-ok pairs', 'a decision needs about 24 both-ok pairs')
     """
-    if clusters is not None and fewest is not None and 0 < clusters < min(fewest, both_ok):
+    if queued_short(clusters, fewest, both_ok):
         periods = "busy period" if clusters == 1 else "busy periods"
         return (
             f"{both_ok} pairs in {clusters} {periods} (requests on the server together move "
@@ -116,4 +122,4 @@ def needs(pairs_needed: int | None, clusters: int | None, fewest: int | None, bo
     return f"a decision needs about {pairs_needed} both-ok pairs"
 
 
-__all__ = ["busy_periods", "cluster_sums", "min_clusters", "needs"]
+__all__ = ["busy_periods", "cluster_sums", "min_clusters", "needs", "queued_short"]

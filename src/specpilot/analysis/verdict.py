@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from specpilot.analysis.clusters import queued_short
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import VerdictConfig
 from specpilot.analysis.decision import (
@@ -70,8 +71,7 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
     short = [c for c in cells if c.outcome == "insufficient"]
     if short:
         need = [c.pairs_needed for c in short if c.pairs_needed is not None]
-        queued = [c for c in short if c.clusters is not None and c.min_clusters is not None
-                  and c.both_ok >= cfg.min_pairs and c.clusters < c.min_clusters]  # fmt: skip
+        queued = [c for c in short if queued_short(c.clusters, c.min_clusters, c.both_ok)]
         out.append(
             f"{len(short)} of {len(cells)} cells (group x load level) have fewer than "
             f"{cfg.min_pairs} both-ok pairs"
