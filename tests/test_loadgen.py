@@ -546,3 +546,46 @@ def test_a_slow_retrieval_shows_in_the_dispatch_lag_and_flags_the_run(tmp_path):
     assert fast.summary.dispatch_lag_p50_s < 0.005, fast.summary
     assert slow.summary.dispatch_lag_max_s > 0.01 and not slow.summary.trustworthy
     assert "dispatch lag" in slow.summary.reasons[0]
+
+
+@pytest.mark.parametrize("stop_after_ok", [0, 2, 4])
+def test_a_stop_with_requests_in_flight_cuts_their_phase(stop_after_ok):
+    """Every request of the phase sent, some still in flight at the stop (none, half or all
+    of the others finished): the stop's cancellations end the phase as cut, never complete,
+    so a resume runs it again and no analysis counts them as the server's failures. A phase
+    that finished before the stop stays complete."""
+    first = sched(2, gap=0.01, content="[[sleep:0.05]]", phase="first")
+    items = first + [
+        ScheduledRequest(
+            index=i,
+            send_t=0.01 * i,
+            phase="p",
+            group="g",
+            prompt_id=f"q{i}",
+            messages=[{"role": "user", "content": f"[[sleep:{0.4 * (i + 1) if i < 4 else 9}]]"}],
+            max_tokens=4,
+        )
+        for i in range(6)
+    ]
+    edges, oks = [], []
+    with TestServer() as srv:
+
+        def on_phase(phase, edge, t):
+            edges.append((phase, edge))
+            if (phase, edge, stop_after_ok) == ("p", "start", 0):  # all six sent, none done
+                threading.Timer(0.3, runner.stop, ("operator stop",)).start()
+
+        runner = LoadRunner(items, cfg(srv.url, phase_timing="back_to_back"), on_phase=on_phase)
+
+        def sink(rec, chunks, rounds, prefill):
+            if rec.phase == "p" and rec.status == "ok":
+                oks.append(rec.request_id)
+                if len(oks) == stop_after_ok:
+                    runner.stop("operator stop")
+
+        runner.sink = sink
+        res = runner.run()
+    p_recs = [r for r in res.records if r.phase == "p"]
+    assert len(p_recs) == 6 and sum(r.status == "ok" for r in p_recs) == stop_after_ok
+    assert ("p", "end") in edges and ("first", "end") in edges
+    assert runner.cut_phases == {"p"}, (runner.cut_phases, [r.status for r in p_recs])

@@ -96,8 +96,13 @@ class PhaseEdges:
         except Exception as exc:  # a failed scrape must not end the run: it is reported
             self.notes.append(f"on_phase({phase!r}, {edge!r}) failed: {exc!r}")
 
-    def request_done(self, phase: str, t: float) -> None:
-        """One more request of ``phase`` finished at ``t``; the last one ends the phase."""
+    def request_done(self, phase: str, t: float, cut: bool = False) -> None:
+        """One more request of ``phase`` finished at ``t``; the last one ends the phase.
+        ``cut``: a stop ended this request, not the server: its phase ends as cut even when
+        every request of it has an ending (a phase whose last requests were in flight at a
+        Ctrl-C is not complete)."""
+        if cut and phase not in self.ended:
+            self.cut.add(phase)
         self._done[phase] += 1
         if (
             self._done[phase] == self.sizes.get(phase, 0)

@@ -352,6 +352,7 @@ class LoadRunner:
     ) -> None:
         self._stats.dispatch_lags.append(time.perf_counter() - rec.scheduled_t)
         out = Outcome(rec)
+        stopped = False
         try:
             if self._stage_runner is not None and req.client_stages:
                 # this request's own retrieval / tool stages, before its model call; the
@@ -369,6 +370,8 @@ class LoadRunner:
                     cap.release()
         except asyncio.CancelledError:
             # Stopped by the runner: interrupted requests are cancelled; an abort is an error.
+            # Either way the stop, not the server, ended it: its phase is cut, not complete.
+            stopped = True
             rec.status = "cancelled" if self.interrupted else "error"
             rec.error = self.stop_reason or "cancelled"
             rec.done_t = time.perf_counter()
@@ -387,7 +390,7 @@ class LoadRunner:
         if rec.status != "ok":
             self.counts["failed"] += 1
         self._deliver(rec, out.chunks, out.rounds, out.prefill)
-        self._edges.request_done(rec.phase, rec.done_t or time.perf_counter())
+        self._edges.request_done(rec.phase, rec.done_t or time.perf_counter(), stopped)
 
     def _note_connect(self, failed: bool) -> None:
         if not failed:
