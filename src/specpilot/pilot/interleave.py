@@ -21,7 +21,6 @@ rotation; Ctrl-C stops every engine and marks the arms in flight as interrupted.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,34 +44,11 @@ def design_note(arms: Sequence[str], phases: Sequence[str]) -> str:
 class Interleaved:
     """Runs one repetition's runs interleaved (module docstring)."""
 
-    def __init__(
-        self, pilot: PilotContext, runs: Sequence[RunPlan], later_repetitions: int = 0
-    ) -> None:
+    def __init__(self, pilot: PilotContext, runs: Sequence[RunPlan]) -> None:
         self.p = pilot
         self.runs = list(runs)
         self.failed: list[str] = []
         self.steps: list[ArmSteps] = []
-        self.later = later_repetitions  # repetitions still to run after this one
-        self.left: dict[str, int] = {}  # step kind -> calls still to make in this repetition
-        self.spent: dict[str, list[float]] = {}  # step kind -> seconds each call took
-        self.total: dict[str, int] = {}  # step kind -> calls in one repetition
-        self.loads_done: dict[str, int] = {}  # arm -> its load calls so far
-        self.phases_n = 0  # measured phases each arm loads
-
-    def eta(self) -> float:
-        """Seconds left: the calls still to make at the mean measured time of their kind (a
-        kind not measured yet: the mean of all calls so far, else 30 s), and as long again
-        per later repetition."""
-        done = [t for v in self.spent.values() for t in v]
-        guess = sum(done) / len(done) if done else 30.0
-
-        def mean(kind: str) -> float:
-            v = self.spent.get(kind)
-            return sum(v) / len(v) if v else guess
-
-        left = sum(n * mean(kind) for kind, n in self.left.items())
-        whole = sum(mean(kind) * n for kind, n in self.total.items())
-        return left + self.later * whole
 
     def _fail(self, steps: ArmSteps, exc: BaseException) -> None:
         self.failed.append(steps.run.arm.name)
@@ -81,41 +57,21 @@ class Interleaved:
         self.steps.remove(steps)
 
     def _each(self, steps: Sequence[ArmSteps], call: str, *args: Any) -> None:
+        """``call`` on each arm in turn (each step timed for the ETA by ``ArmSteps``); an arm
+        that fails leaves the rotation, its steps still to come out of the ETA."""
         for s in list(steps):
-            t0 = time.perf_counter()
-            failed: Exception | None = None
             try:
                 getattr(s, call)(*args)
             except KeyboardInterrupt:
                 raise
             except Exception as exc:  # one arm failing does not lose the others
-                failed = exc
-            self.left[call] = max(0, self.left.get(call, 0) - 1)
-            if call == "load":
-                self.loads_done[s.run.arm.name] = self.loads_done.get(s.run.arm.name, 0) + 1
-            if failed is None:
-                self.spent.setdefault(call, []).append(time.perf_counter() - t0)
-            else:  # its own calls still to come will not be made: out of the ETA
-                self._fail(s, failed)
-                if call == "start":
-                    self.left["load"] = max(0, self.left.get("load", 0) - self.phases_n)
-                elif call == "load":
-                    rest = self.phases_n - self.loads_done.get(s.run.arm.name, 0)
-                    self.left["load"] = max(0, self.left.get("load", 0) - rest)
-                if call != "finish":
-                    self.left["finish"] = max(0, self.left.get("finish", 0) - 1)
-            self.p.progress.eta_s = self.eta()
+                self._fail(s, exc)
 
     def run(self) -> list[str]:
         p = self.p
         self.steps = [ArmSteps(p, r, p.arm_record(r)) for r in self.runs]
         self.steps = [s for s in self.steps if s.rec.status != "complete"]
         phases = [ph.name for ph in p.schedule.phases if not ph.warmup]
-        n = len(self.steps)
-        self.phases_n = len(phases)
-        self.total = {"start": n, "load": n * len(phases), "finish": n}
-        self.left = dict(self.total)
-        p.progress.eta_s = self.eta()
         try:
             for s in list(self.steps):  # one at a time: each cold start on an idle machine
                 self._each([s], "start")

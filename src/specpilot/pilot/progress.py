@@ -1,6 +1,7 @@
 """What the pilot shows while it runs: arm, step, requests done/failed, ETA.
 
-On a terminal a one-line live status (rich) is refreshed twice a second; elsewhere
+On a terminal a one-line live status (rich) is redrawn twice a second, its elapsed time and
+ETA read afresh at each redraw (the ETA counts down inside a step: ``pilot.eta``); elsewhere
 (``specpilot.terminal.live``: in CI or when stderr is not a terminal) one plain line per step
 edge, so logs stay short.
 """
@@ -12,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from specpilot.pilot.eta import EtaClock
 from specpilot.terminal import live
 
 
@@ -25,13 +27,14 @@ def _fmt_s(s: float | None) -> str:
 @dataclass
 class PilotProgress:
     """Call ``step(arm, what)`` at each edge and ``requests(done, failed, total)`` while a load
-    phase runs; ``eta_s`` is the planned time left (the orchestrator keeps it up to date)."""
+    phase runs; ``clock`` times the pilot's planned steps (the orchestrator sets its plan and
+    times each step with it) and gives the ETA."""
 
     quiet: bool | None = None  # None: plain lines unless specpilot.terminal.live()
     arm: str = ""
     what: str = ""
     counts: dict[str, int] = field(default_factory=lambda: {"done": 0, "failed": 0, "total": 0})
-    eta_s: float | None = None
+    clock: EtaClock = field(default_factory=EtaClock)
     started: float = field(default_factory=time.monotonic)
     _live: Any = None
 
@@ -45,7 +48,10 @@ class PilotProgress:
             from rich.live import Live
 
             self._live = Live(
-                self._line(), console=Console(stderr=True), refresh_per_second=2, transient=True
+                console=Console(stderr=True),
+                refresh_per_second=2,
+                transient=True,
+                get_renderable=self._line,
             )
             self._live.__enter__()
         return self
@@ -55,6 +61,11 @@ class PilotProgress:
             self._live.__exit__(None, None, None)
             self._live = None
 
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left by the plan (None before the plan is set)."""
+        return self.clock.eta_s()
+
     def _line(self) -> str:
         c = self.counts
         load = f"  {c['done']}/{c['total']} done, {c['failed']} failed" if c["total"] else ""
@@ -63,20 +74,16 @@ class PilotProgress:
             f"  ETA {_fmt_s(self.eta_s)}"
         )
 
-    def step(self, arm: str, what: str, eta_s: float | None = None) -> None:
+    def step(self, arm: str, what: str) -> None:
         self.arm, self.what = arm, what
         self.counts = {"done": 0, "failed": 0, "total": 0}
-        if eta_s is not None:
-            self.eta_s = eta_s
         if self._live is not None:
-            self._live.update(self._line())
+            self._live.refresh()
         else:
             print(self._line(), file=sys.stderr, flush=True)
 
     def requests(self, done: int, failed: int, total: int) -> None:
         self.counts = {"done": done, "failed": failed, "total": total}
-        if self._live is not None:
-            self._live.update(self._line())
 
     def note(self, text: str) -> None:
         if self._live is not None:

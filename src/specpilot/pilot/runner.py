@@ -30,6 +30,7 @@ from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.config import LlamaCppOptions, PilotConfig, PilotConfigError, VllmOptions
 from specpilot.pilot.context import RunPlan
+from specpilot.pilot.eta import plan_for
 from specpilot.pilot.gates import Gates
 from specpilot.pilot.progress import PilotProgress
 from specpilot.pilot.runplans import derive_kv_slots, plain_overrides, run_order, target_changed
@@ -74,7 +75,6 @@ class Pilot:
         self.admin_token = os.environ.setdefault("SPECPILOT_ADMIN_TOKEN", secrets.token_hex(16))
         self.llamacpp_drafts: dict[str, Path] = {}
         self.vllm_models: dict[str, dict[str, str]] = {}  # arm -> model / draft HF directories
-        self.durations: list[float] = []
         self.plans: list[ArmPlan] = []
         self.overrides: dict[str, dict[str, Any]] = {}
 
@@ -121,14 +121,6 @@ class Pilot:
             out["draft"] = str(hf_draft_dir(draft, o.model if gguf_target else None))
         return out
 
-    def eta(self, remaining: int) -> float:
-        """Seconds left: the mean measured arm so far, else a guess from the schedule."""
-        if self.durations:
-            return sum(self.durations) / len(self.durations) * remaining
-        schedule = getattr(self, "schedule", None)
-        planned = sum(p.duration_s for p in schedule.phases) if schedule else 60.0
-        return (30.0 + 1.5 * planned) * remaining
-
     # -- running -------------------------------------------------------------------------
     def run(self) -> PilotResult:
         """Run every arm not yet complete, then the cross-arm gates, analysis and report."""
@@ -145,13 +137,16 @@ class Pilot:
             self.store = store
             pilot = self._open_pilot(store)
             runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
-            self.progress.eta_s = self.eta(len(runs))
+            clock = self.progress.clock
+            clock.plan = plan_for(self, runs)  # the ETA from here on (pilot.eta)
             failed = self._run_all(runs)
-            finish.cross_arm(store, self.gates, self.plans, self.progress)
+            with clock.timed("cross_arm"):
+                finish.cross_arm(store, self.gates, self.plans, self.progress)
             store.add_pilot(
                 dataclasses.replace(pilot, status="complete", finished_unix=time.time())
             )
-        files, doc = finish.report(path, self.out_dir, self.cfg, self.progress)
+        with clock.timed("report"):
+            files, doc = finish.report(path, self.out_dir, self.cfg, self.progress)
         verdicts = doc.get("verdicts", [])
         return PilotResult(
             pilot_id=pilot.pilot_id,
@@ -239,9 +234,8 @@ class Pilot:
 
             failed: list[str] = []
             reps = sorted({r.repetition for r in runs})
-            for i, rep in enumerate(reps):
-                mine = [r for r in runs if r.repetition == rep]
-                failed += Interleaved(self, mine, later_repetitions=len(reps) - i - 1).run()
+            for rep in reps:
+                failed += Interleaved(self, [r for r in runs if r.repetition == rep]).run()
             return failed
         return self._run_sequential(runs)
 
@@ -249,6 +243,7 @@ class Pilot:
         """The arm's run as failed, with the error, in the pilot file and on the terminal."""
         err = f"{type(exc).__name__}: {exc}"
         self.progress.note(f"arm {run.arm.name} failed: {err}")
+        self.progress.clock.drop_run(run.run_id)  # its steps still to come: out of the ETA
         latest = self.arm_record(run)
         self.store.add_arm(
             dataclasses.replace(
@@ -268,11 +263,10 @@ class Pilot:
 
     def _run_sequential(self, runs: list[RunPlan]) -> list[str]:
         failed: list[str] = []
-        for i, run in enumerate(runs):
+        for run in runs:
             rec = self.arm_record(run)
             if rec.status == "complete":
                 continue
-            t0 = time.perf_counter()
             try:
                 self._run_arm(run, rec)
             except KeyboardInterrupt:  # the steps finished so far stay done (latest record)
@@ -282,8 +276,6 @@ class Pilot:
             except Exception as exc:  # one arm failing does not lose the others
                 failed.append(run.arm.name)
                 self.record_failure(run, exc)
-            self.durations.append(time.perf_counter() - t0)
-            self.progress.eta_s = self.eta(len(runs) - i - 1)
         return failed
 
     # -- per-arm helpers (used by pilot.steps) ------------------------------------------------

