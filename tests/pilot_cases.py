@@ -369,3 +369,15 @@ def full_case(drill_status: str = "not_possible") -> PilotData:
         )
     ]
     return d
+
+
+def compare(t, base, cand, *, offered_rates=None, drift=None, **settings):
+    """``paired.compare_arms`` with the analysis config's defaults, ``settings`` replacing some
+    (resamples, seed, level, min_pairs, equivalence_margin, ...)."""
+    import dataclasses
+
+    from specpilot.analysis.config import AnalysisConfig
+    from specpilot.analysis.paired import CompareSettings, compare_arms
+
+    st = dataclasses.replace(CompareSettings.of(AnalysisConfig()), **settings)
+    return compare_arms(t, base, cand, st, drift=drift, offered_rates=offered_rates)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pilot_cases import Cell, case
+from pilot_cases import Cell, case, compare
+from specpilot.analysis import AnalysisConfig, analyze
 from specpilot.analysis.capacity import capacity, crossover, memory_budget
 from specpilot.analysis.load import load_cells
-from specpilot.analysis.paired import compare_arms
 from specpilot.analysis.requests import RequestTable
 from specpilot.records import ChunkGaps, PhaseRecord, QualityRecord, RequestRecord
 
@@ -121,7 +121,7 @@ def cells4(spec: float, alt: float = 1.0, n: int = 80) -> dict:
 def test_paired_outcomes_follow_the_constructed_effect(factor: float, outcome: str) -> None:
     d = case(cells4(factor), alternative=False)
     t = RequestTable.build(d.requests)
-    comps = compare_arms(t, "base", "spec", resamples=400, seed=1, level=0.95)
+    comps = compare(t, "base", "spec", resamples=400, seed=1, level=0.95)
     assert {c.outcome for c in comps} == {outcome}
     c = comps[0]
     assert c.pairs == 80 and c.unmatched == 0
@@ -131,9 +131,9 @@ def test_paired_outcomes_follow_the_constructed_effect(factor: float, outcome: s
 
 def test_bootstrap_is_seeded_per_cell() -> None:
     t = RequestTable.build(case(cells4(0.9), alternative=False).requests)
-    a = compare_arms(t, "base", "spec", resamples=300, seed=5, level=0.95)
-    b = compare_arms(t, "base", "spec", resamples=300, seed=5, level=0.95)
-    c = compare_arms(t, "base", "spec", resamples=300, seed=6, level=0.95)
+    a = compare(t, "base", "spec", resamples=300, seed=5, level=0.95)
+    b = compare(t, "base", "spec", resamples=300, seed=5, level=0.95)
+    c = compare(t, "base", "spec", resamples=300, seed=6, level=0.95)
     assert [x.e2e_rel_change for x in a] == [x.e2e_rel_change for x in b]
     assert [x.e2e_rel_change for x in a] != [x.e2e_rel_change for x in c]
 
@@ -146,7 +146,7 @@ def test_timeouts_make_a_faster_survivor_net_slower() -> None:
     t = RequestTable.build(case(cells, alternative=False).requests)
     c = next(
         x
-        for x in compare_arms(t, "base", "spec", resamples=400, seed=0, level=0.95)
+        for x in compare(t, "base", "spec", resamples=400, seed=0, level=0.95)
         if x.task_group == "code"
     )
     assert c.e2e_rel_change.high is not None and c.e2e_rel_change.high < 0  # survivors faster
@@ -160,7 +160,7 @@ def test_a_prompt_mismatch_is_not_paired() -> None:
         if r.arm == "spec" and r.request_id == "peak-000003":
             r.prompt_id = "something-else"
     t = RequestTable.build(d.requests)
-    c = compare_arms(t, "base", "spec", resamples=100, seed=0, level=0.9)[0]
+    c = compare(t, "base", "spec", resamples=100, seed=0, level=0.9)[0]
     assert (c.pairs, c.unmatched) == (9, 2)
 
 
@@ -169,10 +169,13 @@ def test_capacity_and_crossover() -> None:
     cells = {("code", "off_peak"): Cell(spec=0.7), ("code", "peak"): Cell(spec=1.3)}
     d = case(cells, alternative=False)
     t = RequestTable.build(d.requests)
-    rates = {(p.arm, p.phase): p.offered_rate for p in d.phases}
-    comps = compare_arms(t, "base", "spec", resamples=300, seed=0, level=0.95, offered_rates=rates)
-    x = next(c for c in crossover(comps) if c.task_group == "code")
+    a = analyze(d, AnalysisConfig(bootstrap_resamples=300))
+    x = next(c for c in a.crossovers if c.task_group == "code")
     assert (x.pays_up_to_rps, x.crossover_rps) == (1.0, 4.0)
+    # the capacity section's crossover is the verdict's own window, in the same words
+    g = next(g for g in a.verdicts[0].groups if g.task_group == "code")
+    assert x.summary == g.window == "pays at 1 req/s, not at 4; not measured between"
+    assert x.levels == g.levels and crossover(a.verdicts) == a.crossovers
     caps = {(c.arm, c.task_group): c for c in capacity(load_cells(t, d.phases), 0.9)}
     # Deadline 1.5x the baseline's median: 1.3x slower misses it for ~28% of requests.
     assert caps[("spec", "code")].capacity_rps == 1.0
@@ -240,7 +243,7 @@ def test_bucketed_bootstrap_matches_the_pair_bootstrap() -> None:
     t = RequestTable.build(case(cells, alternative=False, rounds=False).requests)
     fast = next(
         c
-        for c in compare_arms(t, "base", "spec", resamples=400, seed=3, level=0.95)
+        for c in compare(t, "base", "spec", resamples=400, seed=3, level=0.95)
         if c.task_group == "code"
     )
     old = paired.BUCKETS
@@ -248,7 +251,7 @@ def test_bucketed_bootstrap_matches_the_pair_bootstrap() -> None:
         paired.BUCKETS = 10**9  # every pair its own unit: the textbook pair bootstrap
         exact = next(
             c
-            for c in compare_arms(t, "base", "spec", resamples=400, seed=3, level=0.95)
+            for c in compare(t, "base", "spec", resamples=400, seed=3, level=0.95)
             if c.task_group == "code"
         )
     finally:

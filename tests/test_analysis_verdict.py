@@ -73,7 +73,7 @@ def test_a_one_pair_level_between_paying_levels_does_not_break_the_window() -> N
     v = verdict(three_levels(Cell(spec=0.7, n=1), Cell(spec=0.7)))
     g = group(v, "code")
     levels = {c.subject["phase"]: c for c in g.conditions if c.kind == "e2e_change"}
-    assert "insufficient" in levels["mid"].text and "a decision needs about" in levels["mid"].text
+    assert "undecided" in levels["mid"].text and "a decision needs about" in levels["mid"].text
     # pays at 1 and 4 req/s, not measured at 2: a window over the paying levels, never ADOPT
     assert g.verdict == "ADOPT_IN_WINDOWS" and g.windows == ("off_peak", "peak")
     assert g.below_rps is None
@@ -87,13 +87,16 @@ def test_the_crossover_is_a_bracket_over_the_measured_levels() -> None:
     assert "pays at 1 req/s, not at 4; not measured between" in v.summary
 
 
-def test_every_level_insufficient_is_insufficient_evidence_not_a_bottleneck() -> None:
+def test_every_level_insufficient_is_undecided_not_a_negative_verdict() -> None:
+    """The pilot could not tell: UNDECIDED with what a decision would take, never the
+    DO_NOT_ADOPT that a measured reason gives."""
     cs = {("code", p): Cell(spec=0.5, n=5) for p in PHASES}
     v = verdict(case(cs))
     g = group(v, "code")
-    assert (g.verdict, g.evidence) == ("DO_NOT_ADOPT", "insufficient")
-    assert g.bottleneck is not None and g.bottleneck.startswith("insufficient evidence")
-    assert "insufficient evidence" in v.summary and v.pilot_hypothesis
+    assert (g.verdict, g.evidence) == ("UNDECIDED", "insufficient")
+    assert g.bottleneck is not None and g.bottleneck.startswith("undecided: the pilot could not")
+    assert v.verdict == "UNDECIDED" and v.summary.startswith("undecided: the pilot could not tell")
+    assert "a decision needs about" in v.summary and v.pilot_hypothesis
     assert any("fewer than 8 both-ok pairs" in r for r in v.hypothesis_reasons)
 
 
@@ -357,7 +360,7 @@ def test_cold_start_only_is_a_pilot_hypothesis_with_no_decision() -> None:
     for r in d.requests:
         r.cold_start = True
     v = verdict(d)
-    assert v.verdict == "DO_NOT_ADOPT" and v.pilot_hypothesis
+    assert v.verdict == "UNDECIDED" and v.pilot_hypothesis
     assert "only cold-start requests were measured: no steady state" in v.hypothesis_reasons
 
 
@@ -482,7 +485,7 @@ def test_groups_too_small_but_pooled_slower_names_the_pooled_bottleneck() -> Non
     assert all(group(v, g).evidence == "insufficient" for g in GROUPS)
     assert group(v, "*").verdict == "DO_NOT_ADOPT" and group(v, "*").evidence == "decided"
     assert v.verdict == "DO_NOT_ADOPT"
-    assert "(all groups pooled; per group: insufficient evidence)" in v.summary
+    assert "(all groups pooled; per group: undecided)" in v.summary
 
 
 def test_a_baseline_that_misses_its_own_slos_at_the_lowest_load_is_named() -> None:
@@ -544,8 +547,9 @@ def test_groups_too_small_but_pooled_faster_is_not_switched_on_for_any_group() -
     v = verdict(case(cs))
     assert all(group(v, g).evidence == "insufficient" for g in GROUPS)
     assert group(v, "*").verdict == "ADOPT"
-    assert v.verdict == "DO_NOT_ADOPT"
+    assert v.verdict == "UNDECIDED"
     assert "pooled over groups speculation pays at every measured load" in v.summary
+    assert "measure per group before switching it on" in v.summary
 
 
 def test_a_synthetic_acceptance_arm_is_never_adopted_however_fast() -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pilot_cases import compare
 from specpilot.analysis.clusters import busy_periods
-from specpilot.analysis.paired import compare_arms
 from specpilot.analysis.requests import RequestTable
 from specpilot.records import RequestRecord
 
@@ -56,7 +56,7 @@ def request(arm: str, i: int, t0: float, e2e: float, deadline: float | None) -> 
 
 
 def pooled(t: RequestTable):
-    out = compare_arms(t, "base", "cand", resamples=50, seed=1, level=0.95, min_pairs=8)
+    out = compare(t, "base", "cand", resamples=50, seed=1, level=0.95, min_pairs=8)
     return next(c for c in out if c.task_group == "*")
 
 

@@ -164,7 +164,8 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     doc = json.loads((out / "report.json").read_text())
     assert doc["verdicts"] and {v["candidate_arm"] for v in doc["verdicts"]} >= {"speculative"}
     assert all(
-        v["verdict"] in ("ADOPT", "ADOPT_IN_WINDOWS", "DO_NOT_ADOPT") for v in doc["verdicts"]
+        v["verdict"] in ("ADOPT", "ADOPT_IN_WINDOWS", "DO_NOT_ADOPT", "UNDECIDED")
+        for v in doc["verdicts"]
     )
     assert "drill" not in {c["phase"] for c in doc["load"]["cells"]}
     html = (out / "report.html").read_text()
@@ -179,4 +180,6 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     )
     assert "A/A: A/A control" in (out / "report.md").read_text() and "A/A:" in res.stdout
     # the one-screen summary opens each candidate's block with its verdict
-    assert any(ln.startswith(("ADOPT", "DO_NOT_ADOPT")) for ln in res.stdout.splitlines())
+    assert any(
+        ln.startswith(("ADOPT", "DO_NOT_ADOPT", "UNDECIDED")) for ln in res.stdout.splitlines()
+    )

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specpilot.analysis.decision import Verdict
 from specpilot.analysis.load import LoadCell
-from specpilot.analysis.paired import PairedComparison
+from specpilot.analysis.window import PAYS
 from specpilot.records import ArmRecord, MetricSnapshot
 
 
@@ -93,39 +94,36 @@ class Crossover:
     baseline_arm: str
     candidate_arm: str
     task_group: str
-    levels: tuple[tuple[str, float, str], ...]  # (phase, offered rate, outcome), by rate
-    pays_up_to_rps: float | None  # highest rate of the unbroken "faster" run from the bottom
-    crossover_rps: float | None  # lowest rate from which it no longer pays (None: pays throughout)
+    levels: tuple[tuple[str, float, str], ...]  # (phase, rate, pays | does not pay | not measured)
+    pays_up_to_rps: float | None  # the last paying rate below crossover_rps (or the highest)
+    crossover_rps: float | None  # the first decided rate above a paying one where it does not pay
     summary: str
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def crossover(comparisons: Sequence[PairedComparison]) -> list[Crossover]:
-    """Per (baseline, candidate, group) from the paired comparisons at each load level."""
-    by: dict[tuple[str, str, str], list[PairedComparison]] = {}
-    for c in comparisons:
-        if c.offered_rate is not None:
-            by.setdefault((c.baseline_arm, c.candidate_arm, c.task_group), []).append(c)
-    out = []
-    for (base, cand, group), cs in sorted(by.items()):
-        cs = sorted(cs, key=lambda c: (c.offered_rate or 0.0, c.phase))
-        levels = tuple((c.phase, float(c.offered_rate or 0.0), c.outcome) for c in cs)
-        pays, cross = None, None
-        for _, rate, outcome in levels:
-            if outcome != "faster":
-                cross = rate
-                break
-            pays = rate
-        if pays is None:
-            summary = f"does not pay at any measured load (from {levels[0][1]:.3g} req/s)"
-        elif cross is None:
-            summary = f"pays at every measured load up to {pays:.3g} req/s"
-        else:
-            summary = f"pays up to {pays:.3g} req/s; stops paying by {cross:.3g} req/s"
-        out.append(Crossover(base, cand, group, levels, pays, cross, summary))
-    return out
+def crossover(verdicts: Sequence[Verdict]) -> list[Crossover]:
+    """Per (baseline, candidate, group): the verdict's own window along the load axis
+    (``analysis.window.load_window``), so the capacity section says what the verdict says."""
+    return [
+        Crossover(
+            v.baseline_arm,
+            v.candidate_arm,
+            g.task_group,
+            g.levels,
+            g.pays_up_to_rps if g.below_rps is not None else _top_pay(g.levels),
+            g.below_rps,
+            g.window,
+        )
+        for v in verdicts
+        for g in sorted(v.groups, key=lambda g: g.task_group)
+        if g.levels
+    ]
+
+
+def _top_pay(levels: Sequence[tuple[str, float, str]]) -> float | None:
+    return max((rate for _, rate, st in levels if st == PAYS), default=None)
 
 
 @dataclass(frozen=True)

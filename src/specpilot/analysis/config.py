@@ -52,6 +52,15 @@ class VerdictConfig(_Model):
         lt=1,
         description="a direction needs the task-time CI entirely beyond this margin (either side)",
     )
+    equivalence_margin: float = Field(
+        default=0.10,
+        ge=0,
+        lt=1,
+        description=(
+            "'no difference' only when the deciding task-time interval lies inside +-this "
+            "(an equivalence test); a cell neither beyond 0 nor inside it is undecided"
+        ),
+    )
     min_pairs: int = Field(
         default=8,
         ge=8,

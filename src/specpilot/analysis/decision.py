@@ -44,8 +44,17 @@ from specpilot.analysis.leviathan import LeviathanGap
 from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.quality import QualityGate
 from specpilot.analysis.round_summary import RoundSummary
+from specpilot.analysis.window import (
+    NOT_PAYING,
+    PAYS,
+    Level,
+    level_status,
+    load_window,
+)
 
 ADOPT, WINDOWS, NO = "ADOPT", "ADOPT_IN_WINDOWS", "DO_NOT_ADOPT"
+# the pilot could not tell: a fact about the pilot, not about speculation (never DO_NOT_ADOPT)
+UNDECIDED = "UNDECIDED"
 VERIFY_COST_LIMIT = 1.3  # v(k+1) above this is named as the bottleneck when decode does not gain
 
 
@@ -73,7 +82,9 @@ class GroupVerdict:
     bottleneck: str | None
     conditions: tuple[Condition, ...]
     pays_up_to_rps: float | None = None  # ADOPT_IN_WINDOWS: the last paying level below below_rps
-    evidence: str = "decided"  # "insufficient": no level had enough pairs to decide
+    evidence: str = "decided"  # "insufficient": no level was decided (verdict UNDECIDED)
+    window: str = ""  # where it pays along the load axis (analysis.window, as capacity shows)
+    levels: tuple[Level, ...] = ()  # (phase, offered rate, pays | does not pay | not measured)
 
 
 @dataclass(frozen=True)
@@ -126,10 +137,6 @@ class DecisionInputs:
     contended: Sequence[str] = ()
 
 
-PAYS, NOT_PAYING, NOT_MEASURED = "pays", "does not pay", "not measured"
-Level = tuple[str, float, str]  # (phase, offered rate, PAYS | NOT_PAYING | NOT_MEASURED)
-
-
 def _level_conditions(
     inp: DecisionInputs, group: str, cfg: VerdictConfig
 ) -> tuple[list[Condition], list[Level]]:
@@ -140,13 +147,7 @@ def _level_conditions(
     for c in sorted(mine, key=lambda c: (c.offered_rate or 0.0, c.phase)):
         e = c.task_rel_change
         subj = {"task_group": group, "phase": c.phase, "offered_rps": c.offered_rate}
-        txt = (
-            f"{group} at {c.phase} ({_rate(c.offered_rate)}): task time {_pct(e.estimate)} "
-            f"(CI {_pct(e.low)} to {_pct(e.high)}, {c.both_ok} of {c.pairs} pairs both ok"
-            + (f", adjusted p {c.p_adjusted:.3f}" if c.p_adjusted is not None else "")
-            + f"), on-time {_pct(c.on_time_diff.estimate)} points -> {c.outcome}"
-            + (_needs(c) if c.outcome == "insufficient" else "")
-        )
+        txt = f"{group} at {c.phase} ({_rate(c.offered_rate)}): {cell_text(c)}"
         faster = c.outcome == "faster"
         conds.append(
             Condition(
@@ -176,15 +177,38 @@ def _level_conditions(
                     f"{_pct(a.task_rel_change.estimate)} -> {a.outcome}",
                 )
             )
-        status = (
-            NOT_MEASURED
-            if c.outcome == "insufficient"
-            else PAYS
-            if faster and alt_ok
-            else NOT_PAYING
-        )
+        status = level_status(c.outcome, a.outcome if a is not None else None)
         levels.append((c.phase, float(c.offered_rate or 0.0), status))
     return conds, levels
+
+
+OUTCOME_WORDS = {"insufficient": "undecided", "no_difference": "no difference"}
+
+
+def cell_text(c: PairedComparison) -> str:
+    """One cell in words: the estimate, the interval that decided it (or, on an undecided
+    cell, an interval that excludes 0 labelled as not deciding), the outcome and, undecided,
+    what a decision needs."""
+    e = c.task_rel_change
+    lvl = f" at {c.deciding_level:.2%}".replace(".00%", "%") if c.deciding_level else ""
+    ci = f"{_pct(e.low)} to {_pct(e.high)}"
+    undecided = c.outcome == "insufficient"
+    excludes_0 = e.low is not None and e.high is not None and (e.low > 0 or e.high < 0)
+    if undecided and excludes_0:
+        shown = f"CI{lvl} {ci}, not deciding: {c.undecided_because}"
+    elif undecided:
+        shown = f"CI{lvl} {ci}" + (f", {c.undecided_because}" if c.undecided_because else "")
+    else:
+        shown = f"deciding CI{lvl} {ci}"
+        if c.outcome == "no_difference" and c.equivalence_margin:
+            shown += f", inside the +-{c.equivalence_margin:.0%} margin"
+    return (
+        f"task time {_pct(e.estimate)} ({shown}; {c.both_ok} of {c.pairs} pairs both ok"
+        + (f", adjusted p {c.p_adjusted:.3f}" if c.p_adjusted is not None else "")
+        + f"), on-time {_pct(c.on_time_diff.estimate)} points -> "
+        + OUTCOME_WORDS.get(c.outcome, c.outcome)
+        + (_needs(c) if undecided else "")
+    )
 
 
 def _needs(c: PairedComparison) -> str:
@@ -229,34 +253,65 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
     conds += share_cond
     if share_neck is not None:
         return GroupVerdict(group, NO, None, None, (), share_neck, tuple(conds))
-    pays = [lv for lv in levels if lv[2] == PAYS]
-    if levels and len(pays) == len(levels):
-        rng = (levels[0][1], levels[-1][1])
-        return GroupVerdict(group, ADOPT, rng, None, (), None, tuple(conds))
-    if levels and all(lv[2] == NOT_MEASURED for lv in levels):
-        mine = [c for c in inp.comparisons if c.task_group == group]
-        need = max((c.pairs_needed or 0 for c in mine), default=0)
-        most = max((c.both_ok for c in mine), default=0)
-        pairs = "pair" if most == 1 else "pairs"
-        periods = max((c.clusters or 0 for c in mine), default=0)
-        neck = (
-            f"insufficient evidence: at most {most} both-ok {pairs} per load level"
-            + (f" in at most {periods} busy period{'s' * (periods != 1)}" if periods < most else "")
-            + (f"; a decision needs about {need}" if need else "")
+    w = load_window(levels)
+    if w.everywhere:
+        rng = (w.levels[0][1], w.levels[-1][1])
+        return GroupVerdict(
+            group, ADOPT, rng, None, (), None, tuple(conds), window=w.summary, levels=w.levels
         )
-        return GroupVerdict(group, NO, None, None, (), neck, tuple(conds), evidence="insufficient")
+    if w.undecided:
+        neck = undecided_text([c for c in inp.comparisons if c.task_group == group])
+        return GroupVerdict(
+            group,
+            UNDECIDED,
+            None,
+            None,
+            (),
+            neck,
+            tuple(conds),
+            evidence="insufficient",
+            window=w.summary,
+            levels=w.levels,
+        )
     neck, more = bottleneck(inp, group, cfg, levels)
     conds += more
-    if not pays:
-        return GroupVerdict(group, NO, None, None, (), neck, tuple(conds))
-    lowest_pay = pays[0][1]
-    stop = next((lv for lv in levels if lv[2] == NOT_PAYING and lv[1] > lowest_pay), None)
-    windows = tuple(p for p, _, st in levels if st == PAYS)
-    if stop is None:
-        return GroupVerdict(group, WINDOWS, None, None, windows, neck, tuple(conds))
-    up_to = max(lv[1] for lv in pays if lv[1] < stop[1])
+    if not w.windows:
+        return GroupVerdict(
+            group, NO, None, None, (), neck, tuple(conds), window=w.summary, levels=w.levels
+        )
     return GroupVerdict(
-        group, WINDOWS, None, stop[1], windows, neck, tuple(conds), pays_up_to_rps=up_to
+        group,
+        WINDOWS,
+        None,
+        w.stops_at_rps,
+        w.windows,
+        neck,
+        tuple(conds),
+        pays_up_to_rps=w.pays_up_to_rps if w.stops_at_rps is not None else None,
+        window=w.summary,
+        levels=w.levels,
+    )
+
+
+def undecided_text(mine: Sequence[PairedComparison]) -> str:
+    """Why no load level was decided, and what a decision would take."""
+    need = max((c.pairs_needed or 0 for c in mine), default=0)
+    most = max((c.both_ok for c in mine), default=0)
+    pairs = "pair" if most == 1 else "pairs"
+    periods = max((c.clusters or 0 for c in mine), default=0)
+    short = any(
+        c.both_ok < (c.pairs_needed or 0) or (c.clusters or 0) < (c.min_clusters or 0) for c in mine
+    )
+    return (
+        "undecided: the pilot could not tell"
+        + (
+            f" (at most {most} both-ok {pairs} per load level"
+            + (f" in at most {periods} busy period{'s' * (periods != 1)}" if periods < most else "")
+            + ")"
+            if short or not need
+            else " (every interval spans both 0 and the equivalence margin)"
+        )
+        + (f"; a decision needs about {need} both-ok pairs per level" if need else "")
     )
 
 

@@ -51,11 +51,38 @@ import numpy as np
 from specpilot.analysis import stats
 from specpilot.analysis.clusters import busy_periods, cluster_sums, min_clusters
 from specpilot.analysis.columns import ALL
+from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.drift import Drift
 from specpilot.analysis.requests import RequestTable
 
 CHUNK_ELEMENTS = 4_000_000  # resample indices held at once
 BUCKETS = 1024  # above this many pairs, resample random buckets of pairs (see ``bootstrap``)
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """The thresholds a comparison uses; their one home is ``AnalysisConfig`` (``of``)."""
+
+    resamples: int
+    seed: int
+    level: float
+    min_gain: float
+    min_pairs: int
+    min_effect: float
+    equivalence_margin: float
+
+    @classmethod
+    def of(cls, cfg: AnalysisConfig) -> CompareSettings:
+        v = cfg.verdict
+        return cls(
+            resamples=cfg.bootstrap_resamples,
+            seed=cfg.seed,
+            level=cfg.ci_level,
+            min_gain=v.min_e2e_gain,
+            min_pairs=v.min_pairs,
+            min_effect=v.min_effect,
+            equivalence_margin=v.equivalence_margin,
+        )
 
 
 @dataclass(frozen=True)
@@ -75,7 +102,7 @@ class PairedComparison:
     pairs: int
     unmatched: int
     both_ok: int
-    task_rel_change: Interval  # client stages + E2E: the verdict's measure
+    task_rel_change: Interval  # client stages + E2E: the verdict's measure, deciding interval
     e2e_rel_change: Interval
     e2e_diff_s: Interval
     ttft_rel_change: Interval
@@ -93,6 +120,12 @@ class PairedComparison:
     pairs_needed: int | None = None  # both-ok pairs for 80% power at min_effect (None: never)
     clusters: int | None = None  # busy periods the both-ok pairs fell in (analysis.clusters)
     min_clusters: int | None = None  # the fewest that can give a direction at this level
+    # the level of task_rel_change: 1 - alpha / K, K the cells tested together (Bonferroni
+    # over Tarone's family), so a directional cell's interval excludes zero and the margin
+    deciding_level: float | None = None
+    equivalence_margin: float | None = None  # no_difference: task_rel_change inside +-this
+    # why an undecided ("insufficient") cell is undecided, in words
+    undecided_because: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -297,17 +330,14 @@ def compare_arms(
     t: RequestTable,
     baseline: str,
     candidate: str,
+    settings: CompareSettings,
     *,
-    resamples: int,
-    seed: int,
-    level: float,
-    min_gain: float = 0.0,
-    min_pairs: int = 10,
-    min_effect: float = 0.10,
     drift: Drift | None = None,
     offered_rates: dict[tuple[str, str], float] | None = None,
 ) -> list[PairedComparison]:
     """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired."""
+    resamples, seed, level = settings.resamples, settings.seed, settings.level
+    min_pairs, min_effect = settings.min_pairs, settings.min_effect
     steady = ~t.cold_start
     b, c, _ = pair_rows(t, baseline, candidate)
     keep = steady[b] & steady[c]
@@ -345,12 +375,14 @@ def compare_arms(
     pv = [rows[i][5].p if k == "task" else rows[i][5].p_on for i, k in tests]
     mp = [rows[i][5].min_p if k == "task" else rows[i][5].min_p_on for i, k in tests]
     adj = dict(zip(tests, stats.holm_tarone(pv, mp, alpha), strict=True))
+    deciding = 1.0 - alpha / stats.tarone_k(mp, alpha)  # Bonferroni over Tarone's family
     pooled_sd = _pooled_sd([r[5] for r in rows])
     eff = float(np.log1p(min_effect))
     out = []
     for i, (phase, group, n_pairs, unmatched, iv, tst) in enumerate(rows):
         p_task, p_on = adj.get((i, "task"), 1.0), adj.get((i, "on"), 1.0)
-        task = _task_interval(tst, level)
+        task = _task_interval(tst, deciding)
+        outcome, why = _outcome(tst, task, p_task, p_on, alpha, fewest, settings)
         sd = tst.sd if tst.sd is not None and tst.n >= 3 else pooled_sd
         dsd = drift.sd if drift is not None else 0.0
         family = max(1, len(tests))
@@ -369,7 +401,7 @@ def compare_arms(
                 e2e_diff_s=iv[2],
                 ttft_rel_change=iv[3],
                 on_time_diff=iv[4],
-                outcome=_outcome(tst, task, p_task, p_on, alpha, min_pairs, fewest, min_gain),
+                outcome=outcome,
                 method=method,
                 log_change=tst.log_change,
                 se_within=tst.se_w,
@@ -387,6 +419,9 @@ def compare_arms(
                 ),
                 clusters=tst.clusters,
                 min_clusters=fewest,
+                deciding_level=deciding,
+                equivalence_margin=settings.equivalence_margin,
+                undecided_because=why,
             )
         )
     return out
@@ -415,23 +450,49 @@ def _outcome(
     p_task: float,
     p_on: float,
     alpha: float,
-    min_pairs: int,
     fewest: int,
-    min_gain: float,
-) -> str:
+    st: CompareSettings,
+) -> tuple[str, str | None]:
+    """The cell's outcome and, when undecided ("insufficient"), why. A direction needs the
+    tests significant and the deciding interval beyond the margin; "no difference" is an
+    equivalence claim: the deciding interval inside +-``equivalence_margin``."""
     if p_on < alpha and x.on_slower:
-        return "slower"  # less often on time, whatever the survivors' speed
-    if x.n < min_pairs or x.clusters < fewest or task.low is None or task.high is None:
-        return "insufficient"
-    if p_task < alpha and task.low > min_gain:
-        return "slower"
-    if p_task < alpha and task.high < -min_gain:
-        return "faster"
-    return "no_difference"
+        return "slower", None  # less often on time, whatever the survivors' speed
+    if x.n < st.min_pairs or x.clusters < fewest or task.low is None or task.high is None:
+        return "insufficient", (
+            f"{x.n} both-ok pairs in {x.clusters} busy periods; a direction needs "
+            f"{st.min_pairs} pairs in {fewest}"
+        )
+    if p_task < alpha and task.low > st.min_gain:
+        return "slower", None
+    if p_task < alpha and task.high < -st.min_gain:
+        return "faster", None
+    eq = st.equivalence_margin
+    if -eq < task.low and task.high < eq:
+        return "no_difference", None
+    if p_task >= alpha and (task.low > 0 or task.high < 0):
+        return "insufficient", (
+            f"the interval excludes 0 but the exact sign-flip test of {x.clusters} busy periods "
+            f"does not agree after the correction across cells (adjusted p {p_task:.3f})"
+        )
+    return "insufficient", (
+        f"neither beyond 0 nor inside the +-{eq:.0%} equivalence margin"
+        if eq > 0
+        else "not significant, and no equivalence margin is set (verdict.equivalence_margin)"
+    )
 
 
 def comparisons_for(
-    t: RequestTable, pairs: Sequence[tuple[str, str]], **kw: Any
+    t: RequestTable,
+    pairs: Sequence[tuple[str, str]],
+    settings: CompareSettings,
+    *,
+    drift: Drift | None = None,
+    offered_rates: dict[tuple[str, str], float] | None = None,
 ) -> list[PairedComparison]:
     """``compare_arms`` for each (baseline, candidate)."""
-    return [c for base, cand in pairs for c in compare_arms(t, base, cand, **kw)]
+    return [
+        c
+        for base, cand in pairs
+        for c in compare_arms(t, base, cand, settings, drift=drift, offered_rates=offered_rates)
+    ]

@@ -101,10 +101,10 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     _comparisons(a, table)
     _end_to_end(a, table)
     a.capacities = cap.capacity(a.load_cells, cfg.verdict.slo_attainment)
-    a.crossovers = cap.crossover([c for c in a.comparisons if c.candidate_arm in plan.candidates])
     a.memory = [cap.memory_budget(data.snapshots, data.arms, b, c) for b, c in plan.pairs]
     a.k_choices = _tune_k(a, table, data)
     _verdicts(a, table, data)
+    a.crossovers = cap.crossover(a.verdicts)
     _costs(a)
     a.group_matrix = group_matrix(
         plan.pairs[0] if plan.pairs else None, a.rounds_pooled, a.quality_cells, a.comparisons
@@ -170,12 +170,17 @@ def _quality(a: PilotAnalysis, data: PilotData) -> None:
         a.gates += quality.quality_gates(data, b, c)
 
 
-def _aa(a: PilotAnalysis, table: RequestTable, kw: dict[str, Any]) -> Drift | None:
+def _aa(
+    a: PilotAnalysis,
+    table: RequestTable,
+    settings: paired.CompareSettings,
+    rates: dict[tuple[str, str], float],
+) -> Drift | None:
     """The A/A comparison (within-run noise only: it is what measures the drift)."""
     base, ctrl = a.plan.baseline, a.plan.control
     if base is None or ctrl is None:
         return None
-    aa = paired.compare_arms(table, base, ctrl, **kw)
+    aa = paired.compare_arms(table, base, ctrl, settings, offered_rates=rates)
     a.aa = aa_control(aa, base, ctrl)
     a.comparisons += aa
     return a.aa.drift
@@ -183,23 +188,16 @@ def _aa(a: PilotAnalysis, table: RequestTable, kw: dict[str, Any]) -> Drift | No
 
 def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
     rates = {(p.arm, p.phase): p.offered_rate for p in a.data.phases}
-    v = a.config.verdict
-    kw: dict[str, Any] = dict(
-        resamples=a.config.bootstrap_resamples,
-        seed=a.config.seed,
-        level=a.config.ci_level,
-        min_gain=v.min_e2e_gain,
-        min_pairs=v.min_pairs,
-        min_effect=v.min_effect,
-        offered_rates=rates,
-    )
-    kw["drift"] = _aa(a, table, kw)
+    settings = paired.CompareSettings.of(a.config)
+    drift = _aa(a, table, settings, rates)
     pairs = list(a.plan.pairs)
     if a.plan.alternative and a.plan.baseline:
         pairs.append((a.plan.baseline, a.plan.alternative))
         # the equal-budget alternative answers only for candidates on the baseline's engine
         pairs += [(a.plan.alternative, c) for b, c in a.plan.pairs if b == a.plan.baseline]
-    a.comparisons += paired.comparisons_for(table, pairs, **kw)
+    a.comparisons += paired.comparisons_for(
+        table, pairs, settings, drift=drift, offered_rates=rates
+    )
 
 
 def _speedup_cis(a: PilotAnalysis) -> None:

@@ -74,6 +74,15 @@ def sign_flip_min_p(n: int) -> float:
     return 1.0 if n <= 0 else min(1.0, 2.0 ** (1 - n))
 
 
+def tarone_k(min_p: Sequence[float], alpha: float) -> int:
+    """Tarone's family size: the smallest K such that at most K hypotheses have a smallest
+    attainable p-value at or below alpha / K (1 for an empty family)."""
+    k, m = 1, len(min_p)
+    while k < m and sum(1 for q in min_p if q <= alpha / k) > k:
+        k += 1
+    return k
+
+
 def holm_tarone(p: Sequence[float], min_p: Sequence[float], alpha: float) -> list[float]:
     """Holm-adjusted p-values over the hypotheses that can reach ``alpha`` (Tarone's rule).
 
@@ -84,9 +93,7 @@ def holm_tarone(p: Sequence[float], min_p: Sequence[float], alpha: float) -> lis
     m = len(p)
     if m == 0:
         return []
-    k = 1
-    while k < m and sum(1 for q in min_p if q <= alpha / k) > k:
-        k += 1
+    k = tarone_k(min_p, alpha)
     eligible = [i for i in range(m) if min_p[i] <= alpha / k]
     # Holm over a family of k (at least the eligible ones): the untestable rest as p = 1
     padded = holm([p[i] for i in eligible] + [1.0] * (k - len(eligible)))

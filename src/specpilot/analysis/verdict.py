@@ -17,6 +17,7 @@ from specpilot.analysis.config import VerdictConfig
 from specpilot.analysis.decision import (
     ADOPT,
     NO,
+    UNDECIDED,
     WINDOWS,
     Condition,
     DecisionInputs,
@@ -124,6 +125,7 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
     adopted = tuple(g.task_group for g in gvs if g.verdict == ADOPT)
     windows = tuple(g.task_group for g in gvs if g.verdict == WINDOWS)
     rejected = tuple(g.task_group for g in gvs if g.verdict == NO)
+    open_ = tuple(g.task_group for g in gvs if g.verdict == UNDECIDED)
     pooled = group_verdict(inp, ALL, cfg)
     reasons = hypothesis_reasons(inp, cfg)
     if adopted:
@@ -152,22 +154,21 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
                     + "; ".join(f"{g}: {w}" for g, w in why.items())
                     + ")"
                 )
-        elif gvs and all(g.evidence == "insufficient" for g in gvs):
-            need = next((g.bottleneck for g in gvs if g.bottleneck), "insufficient evidence")
-            if pooled.verdict == NO:
-                neck = pooled.bottleneck or need
-                if pooled.evidence != "insufficient":
-                    neck += " (all groups pooled; per group: insufficient evidence)"
-            else:  # pooled it pays: not enough to switch on for any one group (R7)
-                where = (
-                    "pays at every measured load"
-                    if pooled.verdict == ADOPT
-                    else f"pays in {', '.join(pooled.windows)}"
-                )
-                neck = (
-                    f"{need} (per group); pooled over groups speculation {where}: measure per "
-                    "group before switching it on"
-                )
+        elif all(g.verdict == UNDECIDED for g in gvs):  # none at all: undecided too
+            need = next(
+                (g.bottleneck for g in gvs if g.bottleneck),
+                pooled.bottleneck or "undecided: nothing was measured",
+            )
+            if pooled.verdict == NO:  # measured pooled: a reason, not a lack of evidence
+                neck = (pooled.bottleneck or need) + " (all groups pooled; per group: undecided)"
+            else:  # undecided pooled too, or it pays pooled: not enough for any one group (R7)
+                verdict = UNDECIDED
+                neck = need + (" (per group)" if gvs else "")
+                if pooled.verdict in (ADOPT, WINDOWS):
+                    neck += (
+                        f"; pooled over groups speculation {pooled.window}: measure per group "
+                        "before switching it on"
+                    )
         else:
             neck = (
                 pooled.bottleneck
@@ -176,10 +177,15 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
             )
             if quality:
                 neck = f"quality gate failed for {', '.join(g.task_group for g in quality)}; {neck}"
-        lead = "" if neck.startswith("insufficient evidence") else "fix first: "
-        summary = f"do not adopt now; {lead}{neck}"
+        summary = (
+            f"undecided: {neck.removeprefix('undecided: ')}"
+            if verdict == UNDECIDED
+            else f"do not adopt now; fix first: {neck}"
+        )
     if rejected and verdict != NO:
         summary += f"; not for {', '.join(rejected)}"
+    if open_ and len(open_) < len(gvs):
+        summary += f"; undecided for {', '.join(open_)}"
     conds = [
         c
         for g in gvs

@@ -50,6 +50,17 @@ def report(
     return files, rep.document
 
 
+def _group_why(g: dict[str, Any]) -> str:
+    """A group's reason in one parenthesis: where it pays (the verdict's own window), else
+    why not or why undecided, else its first condition that does not hold."""
+    if g["verdict"] in ("ADOPT", "ADOPT_IN_WINDOWS") and g.get("window"):
+        return f" ({g['window']})"
+    if g.get("bottleneck"):
+        return f" ({g['bottleneck']})"
+    held = [c["text"] for c in g.get("conditions", []) if c.get("holds") is False][:1]
+    return f" ({held[0]})" if held else ""
+
+
 def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
     """The verdict on one screen: per candidate the verdict, its groups and the main conditions."""
     hw = doc.get("hardware", {}).get("summary", "")
@@ -61,9 +72,7 @@ def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
         if v.get("aa_control"):
             lines.append(f"  A/A: {v['aa_control']}")
         for g in v.get("groups", []):
-            held = [c["text"] for c in g.get("conditions", []) if c.get("holds") is False][:1]
-            why = f" ({held[0]})" if held else ""
-            lines.append(f"    {g['task_group']:<12} {g['verdict']}{why}")
+            lines.append(f"    {g['task_group']:<12} {g['verdict']}{_group_why(g)}")
         reasons = v.get("hypothesis_reasons") or []
         if reasons:
             more = f" (+{len(reasons) - 3} more in report.md)" if len(reasons) > 3 else ""

@@ -119,7 +119,10 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     (
         "verdict",
         "ADOPT (named groups, a load range), ADOPT_IN_WINDOWS (below a load or in named phases), "
-        "DO_NOT_ADOPT (with the bottleneck to fix first); quality gates first; PILOT_HYPOTHESIS when the "
+        "DO_NOT_ADOPT (a measured reason: the bottleneck to fix first), UNDECIDED (the pilot could "
+        "not tell: no load level decided, with the pairs a decision needs; a fact about the pilot, "
+        "not about speculation); a cell is 'no difference' only when its deciding interval lies "
+        "inside the equivalence margin; quality gates first; PILOT_HYPOTHESIS when the "
         "traffic was not representative, samples were too few, groups were missing or only cold starts "
         "were measured.",
     ),

@@ -28,6 +28,7 @@ th,td{border:1px solid #ddd;padding:.2rem .4rem;text-align:left;vertical-align:t
 .verdict-block{border:3px solid #888;border-radius:6px;padding:.6rem 1rem;margin:.6rem 0}
 .verdict-label{font-size:1.6rem;font-weight:700;margin:.1rem 0}
 .verdict-ADOPT{border-color:#2ca02c}.verdict-ADOPT_IN_WINDOWS{border-color:#e6a000}.verdict-DO_NOT_ADOPT{border-color:#d62728}
+.verdict-UNDECIDED{border-color:#1f77b4;border-style:dashed}
 .hypothesis{background:#fff6d6;border:1px solid #e6c200;padding:.3rem .6rem;margin:.4rem 0}
 .ok{color:#2ca02c;font-weight:600}.bad{color:#d62728;font-weight:600}
 .st-pass{color:#2ca02c}.st-fail{color:#d62728;font-weight:700}.st-unsupported,.st-not_run{color:#888}
