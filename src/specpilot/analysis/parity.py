@@ -7,18 +7,21 @@ are paired with the baseline's requests for the same prompts (the drill replays 
 phase: ``drill-000012`` is ``peak-000012``'s prompt at the same offset) and compared by the
 geometric mean of per-pair E2E ratios with an exact sign-flip p and a t interval.
 
-``parity``: the interval lies inside +-``margin`` (rolled back means back to baseline);
+``parity``: the interval lies inside +-``margin`` (rolled back means back to baseline); the
+analysis passes its own settings (``verdict.equivalence_margin``, ``ci_level``,
+``verdict.min_pairs``: ``drill_parity``), so ``specpilot report --config`` changes them here too;
 ``differs``: the sign-flip p is below ``alpha`` and the interval is beyond the margin;
 ``insufficient``: fewer than ``min_pairs`` pairs, or neither. The restart's own cost
 (interruption) is the drill record's; ``weigh`` sets it against the measured gain.
 
-    >>> from specpilot.records import RequestRecord
+    >>> from specpilot.records import DrillRecord, RequestRecord
     >>> def rec(arm, rid, e2e):
     ...     return RequestRecord("r", arm, rid.split("-")[0], "g", rid, 0.0, "ok", prompt_id=rid[-2:],
     ...                          sent_t=0.0, done_t=e2e)
     >>> base = [rec("b", f"peak-0000{i:02d}", 1.0 + i / 100) for i in range(10)]
     >>> drill = [rec("s", f"drill-0000{i:02d}", 1.0 + i / 100) for i in range(10)]
-    >>> c = post_rollback(drill, base, "s", "b", in_force_t=-1.0, back_t=None)
+    >>> c = post_rollback(drill, base, "s", "b", in_force_t=-1.0, back_t=None, margin=0.1,
+    ...                   alpha=0.05, min_pairs=8)
     >>> c.pairs, c.outcome, round(c.ratio, 3)
     (10, 'parity', 1.0)
 """
@@ -32,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.stats import sign_flip_p, t_interval
-from specpilot.records import DRILL_PHASE, RequestRecord
+from specpilot.records import DRILL_PHASE, DrillRecord, PilotData, RequestRecord
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,9 @@ def post_rollback(
     *,
     in_force_t: float | None,
     back_t: float | None,
-    margin: float = 0.10,
-    alpha: float = 0.05,
-    min_pairs: int = 8,
+    margin: float,
+    alpha: float,
+    min_pairs: int,
 ) -> RollbackParity:
     """Pair the drill requests sent while the rollback was in force with the reference arm's
     requests for the same prompt and offset; see the module doc for the outcomes."""
@@ -99,7 +103,7 @@ def post_rollback(
         )  # fmt: skip
     d = np.asarray(logs)
     est, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
-    lo, hi = t_interval(est, se, n - 1, 0.95)
+    lo, hi = t_interval(est, se, n - 1, 1.0 - alpha)
     p = sign_flip_p(d)
     ratio, ci = math.exp(est), (math.exp(lo), math.exp(hi))
     band = (math.log(1 - margin), math.log(1 + margin))
@@ -117,7 +121,7 @@ def post_rollback(
     }[outcome]
     text = (
         f"after the rollback {arm} vs {reference_arm}, same prompts: E2E x{ratio:.2f} "
-        f"(95% CI {ci[0]:.2f}-{ci[1]:.2f}, {n} pairs, sign-flip p {p:.3f}): {what}"
+        f"({1 - alpha:.0%} CI {ci[0]:.2f}-{ci[1]:.2f}, {n} pairs, sign-flip p {p:.3f}): {what}"
     )
     return RollbackParity(arm, reference_arm, n, ratio, ci, p, outcome, text)
 
@@ -139,4 +143,79 @@ def weigh(
     return (
         f"{cost}; at {gain:.0%} saved per request, the gain takes about {n / rate_rps / 60:.0f} "
         f"min of traffic at {rate_rps:.2f} req/s to make up that downtime in request-seconds"
+    )
+
+
+def drill_parity(
+    drills: Sequence[DrillRecord],
+    requests: Sequence[RequestRecord],
+    baseline: str,
+    *,
+    margin: float,
+    alpha: float,
+    min_pairs: int,
+) -> dict[str, RollbackParity]:
+    """``post_rollback`` of every done drill against the baseline's run of its source phase."""
+    out = {}
+    for d in drills:
+        phase = (d.detail or {}).get("source_phase")
+        if d.status != "done" or d.in_force_t is None or phase is None:
+            continue
+        drill = [r for r in requests if r.arm == d.arm and r.run_id == d.run_id]
+        ref = [r for r in requests if r.arm == baseline and r.phase == phase]
+        out[d.arm] = post_rollback(
+            drill,
+            ref,
+            d.arm,
+            baseline,
+            in_force_t=d.in_force_t,
+            back_t=d.switched_back_t,
+            margin=margin,
+            alpha=alpha,
+            min_pairs=min_pairs,
+        )
+    return out
+
+
+_FIELDS = ("run_id", "arm", "phase", "task_group", "request_id", "scheduled_t", "status")
+
+
+def records_of_columns(cols: dict[str, Any], keep: np.ndarray) -> list[RequestRecord]:
+    """The rows ``keep`` of columnar requests (``PilotData.request_columns``) as records with
+    the fields the parity reads (NaN -> None)."""
+
+    def val(name: str, i: int) -> Any:
+        x = cols[name][i] if name in cols else None
+        return None if isinstance(x, float) and math.isnan(x) else x
+
+    return [
+        RequestRecord(
+            **{f: val(f, int(i)) for f in _FIELDS},
+            prompt_id=val("prompt_id", int(i)) or "",
+            warmup=bool(val("warmup", int(i))),
+            sent_t=val("sent_t", int(i)),
+            done_t=val("done_t", int(i)),
+        )
+        for i in np.flatnonzero(keep)
+    ]
+
+
+def parity_of(data: PilotData, baseline: str, cfg: AnalysisConfig) -> dict[str, RollbackParity]:
+    """``drill_parity`` of a pilot's drills with the analysis config's thresholds (the
+    equivalence margin, the CI level, min_pairs), from records or columns."""
+    if not any(d.status == "done" for d in data.drills):
+        return {}
+    reqs = data.requests
+    if data.request_columns is not None:
+        cols = data.request_columns
+        keep = (cols["phase"] == DRILL_PHASE) | (cols["arm"] == baseline)
+        reqs = records_of_columns(cols, np.asarray(keep, dtype=bool))
+    v = cfg.verdict
+    return drill_parity(
+        data.drills,
+        reqs,
+        baseline,
+        margin=v.equivalence_margin,
+        alpha=1.0 - cfg.ci_level,
+        min_pairs=v.min_pairs,
     )

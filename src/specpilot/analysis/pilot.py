@@ -26,6 +26,7 @@ from specpilot.analysis.decision import DecisionInputs, Verdict
 from specpilot.analysis.drift import AAControl, Drift, aa_control, contended
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
+from specpilot.analysis.parity import RollbackParity, parity_of
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.round_summary import (
@@ -77,6 +78,8 @@ class PilotAnalysis:
     group_matrix: GroupMatrix | None = None  # the main candidate's groups x metrics
     time_per_token: list[TokenTime] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # per drilled arm: served rolled back, is it back to the baseline's latency (parity)
+    drill_parity: dict[str, RollbackParity] = field(default_factory=dict)
 
 
 def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis:
@@ -105,6 +108,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     a.k_choices = _tune_k(a, table, data)
     _verdicts(a, table, data)
     a.crossovers = cap.crossover(a.verdicts)
+    a.drill_parity = parity_of(data, plan.baseline, cfg) if plan.baseline else {}
     _costs(a)
     a.group_matrix = group_matrix(
         plan.pairs[0] if plan.pairs else None, a.rounds_pooled, a.quality_cells, a.comparisons

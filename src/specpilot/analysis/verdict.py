@@ -4,7 +4,7 @@ of ``analysis.decision``).
     >>> from specpilot.analysis.config import VerdictConfig
     >>> v = decide(DecisionInputs("spec", "base", None, [], [], [], [], []), VerdictConfig())
     >>> v.verdict, v.pilot_hypothesis
-    ('DO_NOT_ADOPT', True)
+    ('UNDECIDED', True)
 """
 
 from __future__ import annotations

@@ -268,20 +268,7 @@ def run_drill(
             events=events,
             back_in_force_s=marks.get("back_s"),
         )
-        rec.detail["source_phase"] = d.phase
-        base = next((a for a in ctx.plans if a.role == "baseline"), None)
-        if base is not None and rec.in_force_t is not None:
-            from specpilot.analysis.parity import post_rollback
-
-            ref = [r for r in ctx.store.records("requests", arm=base.name) if r.phase == d.phase]
-            rec.detail["post_rollback"] = post_rollback(
-                result.records,
-                ref,
-                plan.name,
-                base.name,
-                in_force_t=rec.in_force_t,
-                back_t=rec.switched_back_t,
-            ).to_dict()
+        rec.detail["source_phase"] = d.phase  # the analysis pairs it with the baseline's
     ctx.store.add_drills([rec])
     return rec
 

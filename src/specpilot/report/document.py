@@ -96,6 +96,8 @@ def _drills(a: PilotAnalysis) -> list[dict[str, Any]]:
         if d.get("status") != "done":
             continue
         detail = d.get("detail") or {}
+        if d["arm"] in a.drill_parity:  # computed by the analysis, with its thresholds
+            d["detail"] = {**detail, "post_rollback": a.drill_parity[d["arm"]].to_dict()}
         cell = next(
             (
                 c
