@@ -8,7 +8,8 @@ admin switch (loopback only, ``Authorization: Bearer <admin token>``): ``GET|PUT
 This module builds the app: configuration and lifecycle (:mod:`.state`), the routes
 (:mod:`.routes`, :mod:`.admin`) and the error handlers. Every error is OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``: a bad request is a 400 naming the field
-(a body that is not JSON says where it breaks), and a bug is a 500 that leaves the keep-alive
+(a body that is not JSON says where it breaks; one too large or nested too deep is refused
+by :mod:`.body` before any route reads it), and a bug is a 500 that leaves the keep-alive
 connection usable. The request path is :mod:`.prompts` -> :mod:`.generation` ->
 :mod:`.streaming` / :mod:`.responses`.
 
@@ -33,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specpilot.engine.generate import Engine
 from specpilot.serve import admin, routes
+from specpilot.serve.body import BodyGuard
 from specpilot.serve.protocol import APIError, error_body
 from specpilot.serve.responses import spec_metrics
 from specpilot.serve.state import LOOPBACK, ServerConfig, ServerState
@@ -40,11 +42,10 @@ from specpilot.serve.state import LOOPBACK, ServerConfig, ServerState
 __all__ = ["LOOPBACK", "ServerConfig", "create_app", "spec_metrics"]
 log = logging.getLogger("specpilot.serve")
 # FastAPI's detail when the body cannot be decoded at all (json.loads raised something other
-# than JSONDecodeError: bytes that are not UTF-8, or nesting past Python's recursion limit).
+# than JSONDecodeError: bytes that are not UTF-8; nesting past Python's recursion limit never
+# gets here, serve.body refuses it first).
 _FASTAPI_UNPARSABLE = "There was an error parsing the body"
-_UNPARSABLE = (
-    "the request body is not valid JSON: it must be UTF-8 text nested less than ~1000 deep"
-)
+_UNPARSABLE = "the request body is not valid JSON: it must be UTF-8 text"
 # Union members pydantic puts into an error's location; the field path is what a client needs.
 # Only whole tags: "str", "list[str]", "literal['auto']", "function-after[...]", a model class;
 # never a field name that merely starts like one ("stream", "strict").
@@ -71,7 +72,7 @@ def create_app(
     app = FastAPI(title="specpilot", version="0.1.0", lifespan=lifespan)
     app.state.server = state
     app.add_middleware(_InternalErrors)
-    app.add_middleware(_BodyLimit, max_bytes=state.cfg.max_body_bytes)
+    app.add_middleware(BodyGuard, max_bytes=state.cfg.max_body_bytes)
     _error_handlers(app, state)
     app.include_router(routes.router)
     app.include_router(admin.router)
@@ -134,52 +135,6 @@ def _error_handlers(app: FastAPI, state: ServerState) -> None:
             status_code=exc.status_code,
             headers=exc.headers,
         )
-
-
-class _BodyLimit:
-    """Refuse a request body over ``max_bytes`` with a 413 before reading it whole: by its
-    Content-Length when it has one, else while it streams in."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = error_body(
-            f"the request body is over the server's limit of {self.max_bytes} bytes: send a "
-            "shorter prompt (the model's context is far smaller)",
-            type="invalid_request_error",
-            code="request_too_large",
-        )
-        await JSONResponse(body, status_code=413)(scope, receive, send)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._refuse(scope, receive, send)
-            return
-        seen = 0
-
-        async def counting_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, counting_receive, send)
-        except _TooLarge:
-            await self._refuse(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 class _InternalErrors:
