@@ -5,19 +5,19 @@ calls (the warm-up and the measured phases: the schedule's last arrival in each,
 drain after it, since phases run back to back), its rollback drill, quality pass and
 compatibility suite, and the pilot's cross-arm checks and report. A step's time comes from
 the steps of its kind already measured in this run (``learn``: the mean cold start of the
-same engine, the mean drain per phase, seconds per quality token or compat check) and,
-before any is measured, from the stated priors below (the code keeps no cache of earlier
-runs' times). ``eta_s`` sums the steps not done; inside a running step the elapsed time is
+same engine, the mean drain per phase, seconds per quality round or compat check, which
+another engine's arm measured when this engine's has not yet) and, before any is measured,
+from the stated priors below (the code keeps no cache of earlier runs' times). ``eta_s`` sums the steps not done; inside a running step the elapsed time is
 subtracted, never below the step's floor (its scheduled arrivals not yet sent), so the ETA
 counts down between step edges.
 
     >>> plan = [Step("a:start", "start", "builtin"),
     ...         Step("a:load:peak", "load", "builtin", sched_s=15.0, drains=2)]
-    >>> eta_s(plan, {})                       # priors: a 6 s start, 15 s + 2 drains of 3 s
-    27.0
-    >>> eta_s(plan, {"a:start": 10.0})        # the start measured: only the load is left
+    >>> eta_s(plan, {})                       # priors: a 10 s start, 15 s + 2 drains of 3 s
+    31.0
+    >>> eta_s(plan, {"a:start": 12.0})        # the start measured: only the load is left
     21.0
-    >>> eta_s(plan, {"a:start": 10.0}, ("a:load:peak", 5.0))  # 5 s into the load
+    >>> eta_s(plan, {"a:start": 12.0}, ("a:load:peak", 5.0))  # 5 s into the load
     16.0
 
 ``EtaClock`` is the thin stateful part: the orchestrator times each step with it and the
@@ -37,16 +37,18 @@ if TYPE_CHECKING:
     from specpilot.pilot.context import PilotContext, RunPlan
     from specpilot.workload import Schedule
 
-# Priors, until this run measures a step of the kind (2-core CPU figures, README: a quick
-# pilot's engines came up in 36 s for six arms; vLLM and SGLang load a model for minutes).
-PRIOR_START_S = {"builtin": 6.0, "llamacpp": 4.0, "vllm": 90.0, "sglang": 90.0, "url": 0.5}
+# Priors, until this run measures a step of the kind: a quick pilot on the 2-core CPU with
+# other work running (builtin engines started in 8-22 s from a warm format cache, llama.cpp in
+# 2 s, quality passes took 4-7 s for 3 rounds, compat checks 1-2 s each, the report 6 s for
+# six arm runs); vLLM and SGLang load a model for a minute or more.
+PRIOR_START_S = {"builtin": 10.0, "llamacpp": 2.0, "vllm": 90.0, "sglang": 90.0, "url": 0.5}
 PRIOR_START_OTHER_S = 30.0  # an engine kind without a prior of its own
 PRIOR_DRAIN_S = 3.0  # after a phase's last arrival, until its requests are answered
 PRIOR_PER_UNIT_S = {
-    "quality": 0.02,  # per answer token the quality pass asks for (max_tokens summed)
-    "compat": 1.0,  # per compatibility check
+    "quality": 2.0,  # per round of the quality pass (``quality_rounds``)
+    "compat": 1.5,  # per compatibility check
     "cross_arm": 0.02,  # per stored answer the cross-arm step checks again
-    "report": 3.0,  # per arm run the analysis covers
+    "report": 1.5,  # per arm run the analysis covers
 }
 UNIT_KINDS = tuple(PRIOR_PER_UNIT_S)
 # engine restarts a drill costs: the builtin server switches at run time, the others restart
@@ -64,7 +66,7 @@ class Step:
     run_id: str = ""
     sched_s: float = 0.0  # the schedule's part: the last arrival of each phase replayed
     drains: int = 0  # phases the step waits to drain (the warm-up counts as one)
-    units: float = 1.0  # quality tokens, compat checks, answers, arm runs (UNIT_KINDS)
+    units: float = 1.0  # quality rounds, compat checks, answers, arm runs (UNIT_KINDS)
     restarts: int = 0  # engine restarts inside the step (a drill by restart: 2)
     hold_s: float = 0.0  # a drill: switch_after_s + hold_s, the switch's own timetable
 
@@ -96,11 +98,14 @@ def sample(step: Step, seconds: float) -> float:
 
 
 def learn(plan: Sequence[Step], done: Mapping[str, float]) -> dict[tuple[str, str], float]:
-    """(kind, engine) -> the mean ``sample`` of the measured steps of that kind and engine."""
+    """(kind, engine) -> the mean ``sample`` of the measured steps of that kind and engine;
+    (kind, "*") -> of that kind on any engine."""
     got: dict[tuple[str, str], list[float]] = {}
     for s in plan:
         if s.key in done:
-            got.setdefault((s.kind, s.engine), []).append(sample(s, done[s.key]))
+            x = sample(s, done[s.key])
+            got.setdefault((s.kind, s.engine), []).append(x)
+            got.setdefault((s.kind, "*"), []).append(x)
     return {k: sum(v) / len(v) for k, v in got.items()}
 
 
@@ -118,8 +123,10 @@ def estimate(step: Step, learned: Mapping[tuple[str, str], float]) -> float:
             return got
         # the replay and the switch's own timetable (off, hold, on) run side by side
         return max(step.sched_s + step.drains * drain, step.hold_s + step.restarts * start)
-    per_unit = got if got is not None else PRIOR_PER_UNIT_S.get(step.kind, 0.0)
-    return per_unit * step.units
+    # a quality pass or compat suite not yet measured on this engine: as on the others so far
+    if got is None:
+        got = learned.get((step.kind, "*"), PRIOR_PER_UNIT_S.get(step.kind, 0.0))
+    return got * step.units
 
 
 def floor_s(step: Step, elapsed: float) -> float:
@@ -156,7 +163,7 @@ class RunLeft:
     engine: str
     phases: tuple[str, ...] = ()  # measured phases not complete
     drill_restarts: int | None = None  # None: no drill step; 0: runtime switch; 2: restart
-    quality_tokens: float = 0.0  # 0: no quality pass left
+    quality_rounds: int = 0  # 0: no quality pass left
     compat_checks: int = 0  # 0: no compatibility suite left
 
 
@@ -186,8 +193,8 @@ def run_steps(run: RunLeft, tt: Timetable) -> list[Step]:
             Step(step_key(rid, "drill"), "drill", eng, rid, sched, 1,
                  restarts=run.drill_restarts, hold_s=tt.drill_hold_s)
         )  # fmt: skip
-    if run.quality_tokens:
-        out.append(Step(step_key(rid, "quality"), "quality", eng, rid, units=run.quality_tokens))
+    if run.quality_rounds:
+        out.append(Step(step_key(rid, "quality"), "quality", eng, rid, units=run.quality_rounds))
     if run.compat_checks:
         out.append(Step(step_key(rid, "compat"), "compat", eng, rid, units=run.compat_checks))
     return out
@@ -273,7 +280,18 @@ def timetable(schedule: Schedule, interleaved: bool, drill_phase: str, hold_s: f
     )
 
 
-def run_left(ctx: PilotContext, run: RunPlan, tokens: float, checks: int) -> RunLeft | None:
+def quality_rounds(temperatures: Sequence[float], concurrency: int) -> int:
+    """Requests of a quality pass one after the other: the greedy ones go one at a time, the
+    sampled ones ``concurrency`` at once.
+
+    >>> quality_rounds([0.0, 0.0, 0.7, 0.7, 0.7, 0.7, 0.7], 4)
+    4
+    """
+    sampled = sum(1 for t in temperatures if t > 0)
+    return len(temperatures) - sampled + -(-sampled // max(1, concurrency))
+
+
+def run_left(ctx: PilotContext, run: RunPlan, rounds: int, checks: int) -> RunLeft | None:
     """What the pilot file says ``run`` has left (None: complete)."""
     from specpilot.pilot.armrun import LOAD_STEP, phases_left
 
@@ -290,7 +308,7 @@ def run_left(ctx: PilotContext, run: RunPlan, tokens: float, checks: int) -> Run
         "url" if plan.url is not None else plan.engine,
         () if LOAD_STEP in done else tuple(phases_left(ctx, run)),
         restarts,
-        tokens if own and "quality" not in done else 0.0,
+        rounds if own and "quality" not in done else 0,
         checks if own and ctx.cfg.compat.enabled and "compat" not in done else 0,
     )
 
@@ -300,9 +318,10 @@ def plan_for(ctx: PilotContext, runs: Sequence[RunPlan]) -> list[Step]:
     from specpilot.quality.compat import FEATURES
 
     cfg = ctx.cfg
-    tokens = float(sum(q.max_tokens for q in ctx.gates.plan()))
+    quality = ctx.gates.plan()
+    rounds = quality_rounds([q.temperature for q in quality], cfg.quality.concurrency)
     checks = len(cfg.compat.features or FEATURES)
-    left = [r for r in (run_left(ctx, run, tokens, checks) for run in runs) if r is not None]
+    left = [r for r in (run_left(ctx, run, rounds, checks) for run in runs) if r is not None]
     tt = timetable(
         ctx.schedule,
         cfg.design == "interleaved",
@@ -310,5 +329,5 @@ def plan_for(ctx: PilotContext, runs: Sequence[RunPlan]) -> list[Step]:
         cfg.drill.switch_after_s + cfg.drill.hold_s,
     )
     measured = sum(1 for r in ctx.schedule.requests if not r.warmup)
-    answers = measured * len(runs) + len(ctx.gates.plan()) * len(runs)
+    answers = (measured + len(quality)) * len(runs)
     return plan_steps(left, tt, answers, len(runs))
