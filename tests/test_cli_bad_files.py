@@ -59,7 +59,7 @@ PILOTS = [
     ("quick", _variant(lambda d: d.update(quick={"workload": {"phases": "bad"}})),
      "(with its quick: overrides)"),
     ("drill", _variant(lambda d: d.update(drill={"phase": "nope"})),
-     "drill.phase 'nope' is not a phase of the workload (p1)"),
+     ":29: drill.phase: 'nope' is not a phase of the workload (p1)"),
     ("two-switches", _variant(lambda d: d["arms"][1]["options"].update(threads=2)),
      "differ in threads (2 vs 1)"),
     ("trace", _variant(lambda d: d["workload"]["phases"][0].update(

@@ -167,7 +167,7 @@ def test_phase_group_weights_and_split_override(tmp_path):
         ),
         (
             {"phases": [{"name": "p", "duration_s": 5, "arrival": {"kind": "poison", "rate": 1}}]},
-            "phases[0].arrival: Input tag 'poison'",
+            "phases[0].arrival.kind: Input tag 'poison'",
         ),
         (
             {"groups": {"code": {"wieght": 1}}},

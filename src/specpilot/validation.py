@@ -26,13 +26,35 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = ["FIXES", "StrictModel", "dotted", "field_paths", "format_errors", "user_path"]
+__all__ = [
+    "FIXES",
+    "FieldProblem",
+    "StrictModel",
+    "dotted",
+    "field_paths",
+    "format_errors",
+    "user_path",
+]
 
 
 class StrictModel(BaseModel):
     """Every config model: unknown keys refused (a typo is an error, never ignored), frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FieldProblem(ValueError):
+    """A validator's error about one field: raised inside a model validator, it is reported at
+    ``path`` (relative to the model that raised it) with its own fix, so a check across fields
+    (two baseline arms, an unknown arm named as a reference) still names the file line.
+
+        >>> str(FieldProblem("k = 2 needs a draft", fix="set draft or k: 0", path=("k",)))
+        'k = 2 needs a draft'
+    """
+
+    def __init__(self, message: str, *, fix: str | None = None, path: tuple[Any, ...] = ()):
+        super().__init__(message)
+        self.message, self.fix, self.path = message, fix, tuple(path)
 
 
 FIXES = {
@@ -47,6 +69,7 @@ FIXES = {
     "less_than": "use a smaller value",
     "less_than_equal": "use a smaller value",
     "too_short": "add entries",
+    "too_long": "remove entries",
     "string_pattern_mismatch": "use letters, digits, '_', '-' or '.'",
     "float_parsing": "write a number",
     "int_parsing": "write a whole number",
@@ -143,6 +166,47 @@ def _unknown_fix(name: str, here: str, paths: Mapping[str, set[str]]) -> str | N
     return f"did you mean {close[0]!r}?" if close else None
 
 
+# fixes that say the value that works, from the error's own context
+_CTX_FIXES = {
+    "greater_than": "set it to more than {gt}",
+    "greater_than_equal": "set it to {ge} or more",
+    "less_than": "set it to less than {lt}",
+    "less_than_equal": "set it to {le} or less",
+    "too_short": "give at least {min_length}",
+    "too_long": "give at most {max_length}",
+    "literal_error": "use {expected}",
+    "union_tag_invalid": "set {discriminator} to one of {expected_tags}",
+    "union_tag_not_found": "add {discriminator}:",
+}
+
+
+def _ctx_fix(e: Mapping[str, Any]) -> str | None:
+    template = _CTX_FIXES.get(e["type"])
+    # 0.0 -> 0: a bound reads as the user would write it
+    ctx = {
+        k: int(v) if isinstance(v, float) and v.is_integer() else v
+        for k, v in (e.get("ctx") or {}).items()
+    }
+    if "discriminator" in ctx:
+        ctx["discriminator"] = str(ctx["discriminator"]).strip("'")
+    try:
+        return template.format(**ctx) if template else None
+    except (KeyError, IndexError):
+        return None
+
+
+def _problem(e: Mapping[str, Any]) -> tuple[tuple[Any, ...], str, str | None] | None:
+    """(path below the error's location, message, fix) that the error itself carries: a
+    ``FieldProblem``, or the discriminator key a tagged union could not use."""
+    ctx = e.get("ctx") or {}
+    err = ctx.get("error")
+    if e["type"] == "value_error" and isinstance(err, FieldProblem):
+        return err.path, err.message, err.fix
+    if e["type"] in ("union_tag_invalid", "union_tag_not_found") and "discriminator" in ctx:
+        return (str(ctx["discriminator"]).strip("'"),), str(e["msg"]), None
+    return None
+
+
 def _generic(path: tuple[Any, ...]) -> str:
     return dotted("[]" if isinstance(p, int) else p for p in path).replace(".[]", "[]")
 
@@ -161,20 +225,34 @@ def format_errors(
     """One line per problem: ``where[:line]: path: message -> fix``. ``prefix`` is where the
     validated mapping sits in the file (``("workload",)`` for a pilot's inline workload);
     ``special(error)`` may return a (message, fix) of its own for an error."""
-    fixes = {**FIXES, **(fixes or {})}
     paths = field_paths(root) if root is not None else {}
     out = [f"{where}: {exc.error_count()} problem(s)"]
     for e in exc.errors():
-        path = (*prefix, *user_path(e["loc"], tags))
-        msg = e["msg"].removeprefix("Value error, ")
-        fix = fixes.get(e["type"])
-        own = special(e) if special is not None else None
-        if own is not None:
-            msg, fix = own
-        elif e["type"] == "extra_forbidden" and path and paths:
+        path, msg, fix = _explained(e, (*prefix, *user_path(e["loc"], tags)), fixes, special)
+        if e["type"] == "extra_forbidden" and path and paths:
             here = _generic(path[len(prefix) : -1]) if len(path) > len(prefix) + 1 else ""
             fix = _unknown_fix(str(path[-1]), here or "(top level)", paths) or fix
         line = lines.line(path) if lines is not None else None
         at = f"{where}:{line}" if line is not None else where
         out.append(f"  {at}: {dotted(path)}: {msg}" + (f" -> {fix}" if fix else ""))
     return "\n".join(out)
+
+
+def _explained(
+    e: Mapping[str, Any],
+    path: tuple[Any, ...],
+    fixes: Mapping[str, str] | None,
+    special: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None,
+) -> tuple[tuple[Any, ...], str, str | None]:
+    """(path, message, fix) of one error: the caller's ``special`` first, then what the error
+    carries, then the caller's fix for its type, one from its context, the generic one."""
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    fix = (fixes or {}).get(e["type"]) or _ctx_fix(e) or FIXES.get(e["type"])
+    carried = _problem(e)
+    if carried is not None:
+        below, msg, own_fix = carried
+        path, fix = (*path, *below), own_fix or fix
+    own = special(e) if special is not None else None
+    if own is not None:
+        msg, fix = own
+    return path, msg, fix

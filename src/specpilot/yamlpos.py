@@ -10,6 +10,7 @@ existing parent, which is where the user has to add it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,13 +61,50 @@ def _child(node: yaml.Node, part: Any) -> tuple[yaml.Node, int] | None:
 
 
 def yaml_error_text(path: Any, exc: yaml.YAMLError) -> tuple[str, str]:
-    """A YAML syntax error as one line, ``FILE:LINE:COL: not valid YAML (problem)``, and its fix."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    """A YAML syntax error as one line, ``FILE:LINE:COL: KEY: not valid YAML (problem)``, and
+    its fix. A bracket left open is reported where it opens (the parser notices only later);
+    ``KEY`` is the key written on that line, when there is one.
+
+        >>> try:
+        ...     yaml.safe_load("a: 1\\nb: {c: 2\\nd: 3\\n")
+        ... except yaml.YAMLError as exc:
+        ...     print(yaml_error_text("p.yaml", exc)[0])
+        p.yaml:2:4: b: not valid YAML: the { opened here is not closed (expected ',' or '}', but got ':' at line 3 column 2)
+    """
+    problem_mark = getattr(exc, "problem_mark", None)
+    context_mark = getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    context = getattr(exc, "context", None)
-    what = f"{problem} ({context})" if context else problem
-    return (
-        f"{at}: not valid YAML: {what}",
-        "close every [ and {, indent nested keys under their parent, quote values with ': '",
-    )
+    context = getattr(exc, "context", None) or ""
+    unclosed = context.startswith("while parsing a flow") and context_mark is not None
+    mark = context_mark if unclosed else (problem_mark or context_mark)
+    at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    if unclosed and problem_mark is not None:
+        bracket = "{" if "mapping" in context else "["
+        what = (
+            f"the {bracket} opened here is not closed ({problem} at line "
+            f"{problem_mark.line + 1} column {problem_mark.column + 1})"
+        )
+    else:
+        what = f"{problem} ({context})" if context else problem
+    key = _key_at(mark)
+    return f"{at}: {key + ': ' if key else ''}not valid YAML: {what}", _yaml_fix(problem, unclosed)
+
+
+def _key_at(mark: Any) -> str | None:
+    """The mapping key written on the mark's line (None: no key there, or no text)."""
+    buffer = getattr(mark, "buffer", None)
+    if not buffer:
+        return None
+    lines = str(buffer).split("\n")
+    if not 0 <= mark.line < len(lines):
+        return None
+    m = re.match(r"\s*(?:-\s+)?([^\s:#{}\[\],'\"]+)\s*:", lines[mark.line])
+    return m.group(1) if m else None
+
+
+def _yaml_fix(problem: str, unclosed: bool) -> str:
+    if "\\t" in problem or "\t" in problem:
+        return "indent with spaces: YAML does not allow tabs"
+    if unclosed:
+        return "close every [ and { on the entry that opens it (or quote a value with ': ')"
+    return "close every [ and {, indent nested keys under their parent, quote values with ': '"

@@ -172,15 +172,22 @@ def _print_plan(plan: dict[str, Any]) -> None:
 @contextlib.contextmanager
 def _named(path: Path) -> Iterator[None]:
     """A config or input error found past validation (arms that differ in two switches, a
-    trace that is not there) names the pilot file it came from."""
+    trace that is not there) names the pilot file it came from, and the line of the field it
+    is about when it says which (``PilotConfigError.at``)."""
     from specpilot.errors import ConfigError, InputFileError
+    from specpilot.pilot.config import at_line
+    from specpilot.yamlpos import LineMap
 
     try:
         yield
     except (ConfigError, InputFileError) as exc:
         if str(path) in exc.message:
             raise
-        raise type(exc)(f"{path}: {exc.message}", fix=exc.fix) from None
+        at = getattr(exc, "at", None)
+        if at is None:
+            raise type(exc)(f"{path}: {exc.message}", fix=exc.fix) from None
+        lines = LineMap.from_text(path.read_text("utf-8")) if path.is_file() else None
+        raise type(exc)(f"{at_line(str(path), lines, at)}: {exc.message}", fix=exc.fix) from None
 
 
 def run(args: argparse.Namespace) -> int:

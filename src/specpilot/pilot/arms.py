@@ -14,7 +14,7 @@ the builtin ones is reported side by side, never as a difference of one switch.
     >>> check_one_switch(plan_arms(cfg, resolve_files=False))
     Traceback (most recent call last):
     ...
-    specpilot.pilot.config.PilotConfigError: arms 's' and 'b' differ in dtype ('bfloat16' vs 'float32'), not only in their strategy: one switch at a time (R6): give both the same dtype
+    specpilot.pilot.config.PilotConfigError: arms 's' and 'b' differ in dtype ('bfloat16' vs 'float32'), not only in their strategy: one switch at a time (R6)
 """
 
 from __future__ import annotations
@@ -33,6 +33,20 @@ from specpilot.pilot.config import (
 )
 from specpilot.records import ResourceBudget, StrategySpec
 
+# (engine, frozen setting) -> the option that sets it, where its name differs
+_OPTION = {
+    ("builtin", "context_limit"): "max_seq_len",
+    ("builtin", "tokenizer_sha256"): "target",
+    ("llamacpp", "target"): "model",
+    ("llamacpp", "tokenizer_sha256"): "model",
+    ("llamacpp", "context_limit"): "n_ctx",
+    ("vllm", "target"): "model",
+    ("vllm", "tokenizer_sha256"): "model",
+    ("vllm", "threads"): "threads_bind",
+    ("vllm", "context_limit"): "max_model_len",
+    ("sglang", "target"): "model",
+    ("sglang", "tokenizer_sha256"): "model",
+}
 # Settings that must be equal between an arm and its reference (R6). "capacity" may differ
 # only for the equal-budget alternative, and only where its budget declares it.
 FROZEN = ("target", "tokenizer_sha256", "dtype", "threads", "context_limit")
@@ -204,7 +218,9 @@ def _reference(arm: Arm, cfg: PilotConfig, strategies: dict[str, StrategySpec]) 
         return str(baseline.name)
     raise PilotConfigError(
         f"arm {arm.name!r} switches on a strategy but has no plain {arm.engine} arm to be "
-        f"compared with: add one (role: extra, no strategy) or set compare_to"
+        "compared with",
+        fix=f"add a plain {arm.engine} arm (role: extra, no strategy) or set compare_to",
+        at=("arms", cfg.arms.index(arm)),
     )
 
 
@@ -215,19 +231,23 @@ def plan_arm(
     budget: ResourceBudget | None = None,
     drill: bool = False,
     resolve_files: bool = True,
+    at: tuple[Any, ...] | None = None,
 ) -> ArmPlan:
     """One arm resolved (its strategy checked against its role, frozen settings, capacity): a
-    pilot's arms (``plan_arms``) and ``specpilot load --start``'s one arm alike."""
+    pilot's arms (``plan_arms``) and ``specpilot load --start``'s one arm alike. ``at``: where
+    the arm sits in its file (``("arms", 2)``), for the line of an error."""
     s = strategy_of(a)
     if a.role == "speculative" and s.kind == "none":
         raise PilotConfigError(
-            f"arm {a.name!r} is the speculative arm but switches nothing on: give it a "
-            "draft and k (or an engine's n-gram mode)"
+            f"arm {a.name!r} is the speculative arm but switches nothing on",
+            fix="give it a draft and k (or an engine's n-gram mode)",
+            at=None if at is None else (*at, "options"),
         )
     if a.role in ("baseline", "alternative", "control") and s.kind != "none":
         raise PilotConfigError(
-            f"arm {a.name!r} is the {a.role} arm but switches on a {s.kind} strategy: the "
-            f"{a.role} runs plain decoding (put candidates in role: extra)"
+            f"arm {a.name!r} is the {a.role} arm but switches on a {s.kind} strategy",
+            fix=f"the {a.role} runs plain decoding: remove its strategy, or set role: extra",
+            at=None if at is None else (*at, "role"),
         )
     frozen, capacity, unknown = frozen_of(a, resolve_files)
     return ArmPlan(
@@ -247,10 +267,15 @@ def plan_arm(
 
 
 def plan_arms(cfg: PilotConfig, *, resolve_files: bool = True) -> list[ArmPlan]:
-    """Resolve every arm of ``cfg`` (strategy, frozen settings, reference, budget)."""
+    """Resolve every arm of ``cfg`` (strategy, frozen settings, reference, budget).
+
+    ``resolve_files``: every model file an arm names must exist (``pilot.files``), and each
+    target is hashed; a run plans with it before any engine starts."""
+    if resolve_files:
+        _check_files(cfg)
     strategies = {a.name: strategy_of(a) for a in cfg.arms}
     out = []
-    for a in cfg.arms:
+    for i, a in enumerate(cfg.arms):
         b = a.budget
         matched = b.matched_against
         if a.role == "alternative" and matched is None:
@@ -270,9 +295,22 @@ def plan_arms(cfg: PilotConfig, *, resolve_files: bool = True) -> list[ArmPlan]:
                 budget=budget,
                 drill=bool(drill and cfg.drill.enabled),
                 resolve_files=resolve_files,
+                at=("arms", i),
             )
         )
     return out
+
+
+def _check_files(cfg: PilotConfig) -> None:
+    from specpilot.pilot.files import missing_models
+
+    missing = missing_models(cfg)
+    if missing:
+        m = missing[0]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise PilotConfigError(
+            m.message + more, fix=m.fix, at=("arms", m.index, "options", m.field)
+        )
 
 
 def arm_manifest(
@@ -310,7 +348,7 @@ def arm_manifest(
     }
 
 
-def _allowed_capacity(plan: ArmPlan) -> set[str]:
+def _allowed_capacity(plan: ArmPlan, i: int) -> set[str]:
     if plan.role != "alternative":
         return set()
     allowed = set(plan.spec.budget.changes)
@@ -319,42 +357,60 @@ def _allowed_capacity(plan: ArmPlan) -> set[str]:
     unknown = sorted(allowed - set(CAPACITY))
     if unknown:
         raise PilotConfigError(
-            f"arm {plan.name!r}: budget.changes {', '.join(unknown)} are not capacity settings "
-            f"({', '.join(CAPACITY)}): the alternative may change capacity only"
+            f"arm {plan.name!r}: budget.changes {', '.join(unknown)} are not capacity settings: "
+            "the alternative may change capacity only",
+            fix=f"list only capacity settings ({', '.join(CAPACITY)})",
+            at=("arms", i, "budget", "changes"),
         )
     return allowed
 
 
 def check_one_switch(plans: list[ArmPlan]) -> None:
-    """Refuse arms that differ from their reference in more than their one switch (R6)."""
+    """Refuse arms that differ from their reference in more than their one switch (R6).
+    ``plans`` in the pilot's arm order: an error's ``at`` is the option in the file."""
     by_name = {p.name: p for p in plans}
-    for p in plans:
+    for i, p in enumerate(plans):
         if p.reference is None:
             continue
         ref = by_name[p.reference]
         if ref.engine != p.engine:
             raise PilotConfigError(
                 f"arm {p.name!r} ({p.engine}) is compared with {ref.name!r} ({ref.engine}): a "
-                "different engine is a second switch; compare within one engine (set compare_to)"
+                "different engine is a second switch",
+                fix="compare within one engine (set compare_to)",
+                at=("arms", i, "engine"),
             )
-        for key in FROZEN:
-            if key in p.unknown or key in ref.unknown:
-                continue
-            a, b = p.frozen.get(key), ref.frozen.get(key)
-            if a != b:
-                raise PilotConfigError(
-                    f"arms {p.name!r} and {ref.name!r} differ in {key} ({a!r} vs {b!r}), not only "
-                    f"in their strategy: one switch at a time (R6): give both the same {key}"
-                )
-        allowed = _allowed_capacity(p)
-        for key in CAPACITY:
-            a, b = p.capacity.get(key), ref.capacity.get(key)
-            if a != b and key not in allowed:
-                what = (
-                    "declare it in budget.changes (the alternative's equal-budget change)"
-                    if p.role == "alternative"
-                    else "keep capacity equal: only the strategy may differ"
-                )
-                raise PilotConfigError(
-                    f"arms {p.name!r} and {ref.name!r} differ in {key} ({a!r} vs {b!r}): {what}"
-                )
+        _check_frozen(p, ref, i)
+        _check_capacity(p, ref, i)
+
+
+def _check_frozen(p: ArmPlan, ref: ArmPlan, i: int) -> None:
+    for key in FROZEN:
+        if key in p.unknown or key in ref.unknown:
+            continue
+        a, b = p.frozen.get(key), ref.frozen.get(key)
+        if a != b:
+            option = _OPTION.get((p.engine, key), key)
+            raise PilotConfigError(
+                f"arms {p.name!r} and {ref.name!r} differ in {key} ({a!r} vs {b!r}), not only "
+                f"in their strategy: one switch at a time (R6)",
+                fix=f"give both the same {key} (options.{option})",
+                at=("arms", i, "options", option),
+            )
+
+
+def _check_capacity(p: ArmPlan, ref: ArmPlan, i: int) -> None:
+    allowed = _allowed_capacity(p, i)
+    for key in CAPACITY:
+        a, b = p.capacity.get(key), ref.capacity.get(key)
+        if a != b and key not in allowed:
+            what = (
+                "declare it in budget.changes (the alternative's equal-budget change)"
+                if p.role == "alternative"
+                else "keep capacity equal: only the strategy may differ"
+            )
+            raise PilotConfigError(
+                f"arms {p.name!r} and {ref.name!r} differ in {key} ({a!r} vs {b!r})",
+                fix=what,
+                at=("arms", i, "options", key),
+            )

@@ -33,143 +33,50 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from specpilot import validation
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.errors import ConfigError, InputFileError
+from specpilot.pilot.armrules import check_arms
+from specpilot.pilot.options import (
+    OPTIONS,
+    BudgetModel,
+    BuiltinOptions,
+    EngineOptions,
+    LlamaCppOptions,
+    SglangOptions,
+    VllmOptions,
+)
 from specpilot.quality.config import QualityConfig
 from specpilot.records import ENGINES
-from specpilot.validation import StrictModel
+from specpilot.validation import FieldProblem, StrictModel
 from specpilot.yamlpos import LineMap, yaml_error_text
 
+__all__ = [  # the engine options are defined in pilot.options and re-exported here
+    "OPTIONS",
+    "BuiltinOptions",
+    "EngineOptions",
+    "LlamaCppOptions",
+    "PilotConfig",
+    "PilotConfigError",
+    "SglangOptions",
+    "VllmOptions",
+    "load_pilot",
+    "parse_pilot",
+]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 class PilotConfigError(ConfigError):
-    """A pilot file that does not validate; each line is ``file:line: field: problem -> fix``."""
+    """A pilot file that does not validate; each line is ``file:line: field: problem -> fix``.
+
+    ``at``: the field's path in the file, for an error found after loading (the arms' one-switch
+    check, a model file): ``specpilot pilot`` turns it into the file's line."""
+
+    def __init__(
+        self, message: str, *, fix: str | None = None, at: tuple[Any, ...] | None = None
+    ) -> None:
+        super().__init__(message, fix=fix)
+        self.at = at
 
 
 _Model = StrictModel
-
-
-# -- engine options ------------------------------------------------------------------------
-
-
-class BuiltinOptions(_Model):
-    """``specpilot serve`` (the reference engine). ``draft: null`` loads no draft (k = 0)."""
-
-    target: str | None = None  # GGUF file or checkpoint dir; None: the default target
-    draft: str | None = None  # "shipped:NAME", "truncate:I,J,..." or a path; None: no draft
-    k: int = Field(0, ge=0, le=16)
-    dtype: str = "auto"  # auto | bfloat16 | float32 | what the engine offers
-    threads: int | None = Field(None, ge=1)
-    max_slots: int = Field(4, ge=1)
-    max_batch_size: int | None = Field(None, ge=1)
-    max_seq_len: int = Field(2048, ge=64)
-    max_queued: int = Field(64, ge=0)
-    queue_timeout_s: float = Field(60.0, gt=0)
-    extra_args: list[str] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _draft_k(self) -> BuiltinOptions:
-        if self.draft is None and self.k:
-            raise ValueError(f"k = {self.k} needs a draft: set options.draft or k: 0")
-        if self.draft is not None and not self.k:
-            raise ValueError("a draft with k = 0 never proposes: set k >= 1 or draft: null")
-        return self
-
-
-class LlamaCppOptions(_Model):
-    """llama.cpp through ``xllamacpp``; ``draft: shipped:NAME`` is exported to GGUF first."""
-
-    model: str | None = None  # GGUF; None: the default target
-    draft: str | None = None
-    spec_type: (
-        Literal["draft-simple", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-cache"] | None
-    ) = None
-    draft_n_max: int = Field(3, ge=1)
-    draft_n_min: int = Field(0, ge=0)
-    draft_p_min: float | None = Field(None, ge=0, le=1)
-    n_ctx: int = Field(4096, ge=64)
-    n_parallel: int = Field(2, ge=1)
-    threads: int | None = Field(None, ge=1)
-    ngram: dict[str, int] = Field(default_factory=dict)
-    # synthetic acceptance (invalid text by design): checks that the quality gates say no
-    synth_rates: list[Annotated[float, Field(ge=0, le=1)]] | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _spec(self) -> LlamaCppOptions:
-        if self.spec_type == "draft-simple" and self.draft is None:
-            raise ValueError("spec_type draft-simple needs options.draft")
-        if self.draft is not None and self.spec_type not in (None, "draft-simple"):
-            raise ValueError(
-                f"a draft and spec_type {self.spec_type} are two strategies: one switch at a time"
-            )
-        return self
-
-
-class VllmOptions(_Model):
-    """``vllm serve`` on a GPU, or on the CPU from ``specpilot engines install vllm``'s venv.
-    Typed fields become flags or variables; ``extra_args`` are passed verbatim.
-
-    ``model``: a Hugging Face directory or hub id in the local cache; a ``.gguf`` file or None
-    (the default target) is converted to a Hugging Face directory first (vLLM loads no GGUF),
-    and so is a ``shipped:NAME`` or specpilot draft directory given as ``draft``.
-    """
-
-    model: str | None = None
-    draft: str | None = None
-    k: int = Field(3, ge=1)
-    method: str = "draft_model"
-    speculative_config: dict[str, Any] | None = None
-    dtype: str | None = None
-    max_model_len: int | None = Field(None, ge=1)
-    max_num_seqs: int | None = Field(None, ge=1)
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    tensor_parallel_size: int | None = Field(None, ge=1)
-    served_model_name: str | None = None
-    enforce_eager: bool = False  # no torch.compile: starts in ~40 s instead of ~3 min on a CPU
-    per_request_metrics: Literal["summary", "detailed"] | None = "detailed"  # recent vLLM
-    per_request_timings: bool = True  # --enable-per-request-metrics (recent vLLM)
-    executable: str | None = None
-    venv: str | None = None  # where `specpilot engines install vllm` put it (.venv-vllm)
-    kv_space_gib: int | None = Field(None, ge=1)  # CPU: VLLM_CPU_KVCACHE_SPACE (whole GiB)
-    threads_bind: str | None = None  # CPU: VLLM_CPU_OMP_THREADS_BIND, e.g. "0-1"
-    env: dict[str, str] = Field(default_factory=dict)
-    extra_args: list[str] = Field(default_factory=list)
-
-
-class SglangOptions(_Model):
-    model: str
-    draft: str | None = None
-    k: int = Field(3, ge=1)
-    algorithm: str = "STANDALONE"
-    extra_args: list[str] = Field(default_factory=list)
-
-
-class BudgetModel(_Model):
-    """The arm's resource budget (R6). The alternative declares what it matched and changed.
-
-    derive: ``kv_slots`` sets the builtin alternative's ``max_slots`` from the speculative
-    arm's measured draft memory (weights + KV) divided by one target KV slot, so the memory the
-    draft took buys target concurrency instead.
-    """
-
-    matched_against: str | None = None
-    memory_bytes: int | None = Field(None, ge=0)
-    cores: int | None = Field(None, ge=1)
-    devices: list[str] = Field(default_factory=list)
-    changes: list[str] = Field(default_factory=list)  # capacity settings changed vs the reference
-    derive: Literal["none", "kv_slots"] = "none"
-    notes: list[str] = Field(default_factory=list)
-
-
-# engine -> its options model: the one vocabulary of engine options (pilot files' arms[].options,
-# `specpilot load --start --engine-opt`)
-EngineOptions = BuiltinOptions | LlamaCppOptions | VllmOptions | SglangOptions
-OPTIONS: dict[str, type[EngineOptions]] = {
-    "builtin": BuiltinOptions,
-    "llamacpp": LlamaCppOptions,
-    "vllm": VllmOptions,
-    "sglang": SglangOptions,
-}
 
 
 class _ArmBase(_Model):
@@ -255,7 +162,9 @@ class CompatSettings(_Model):
 
         bad = [f for f in v or [] if f not in FEATURES]
         if bad:
-            raise ValueError(f"unknown compat feature(s) {bad}: choose from {', '.join(FEATURES)}")
+            raise FieldProblem(
+                f"unknown compat feature(s) {bad}", fix=f"choose from {', '.join(FEATURES)}"
+            )
         return v
 
 
@@ -281,35 +190,7 @@ class PilotConfig(_Model):
 
     @model_validator(mode="after")
     def _arms(self) -> PilotConfig:
-        names = [a.name for a in self.arms]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"arm names must be unique: {', '.join(dup)} repeated")
-        roles = [a.role for a in self.arms]
-        for role in ("baseline", "speculative"):
-            if roles.count(role) != 1:
-                raise ValueError(
-                    f"a pilot has exactly one {role} arm (found {roles.count(role)}): "
-                    "R6 compares one baseline with exactly one speculative strategy; "
-                    "add more candidates as role: extra"
-                )
-        if roles.count("alternative") > 1:
-            raise ValueError("at most one alternative arm (more candidates: role: extra)")
-        if roles.count("control") > 1:
-            raise ValueError("at most one control arm (the A/A copy of the baseline)")
-        for a in self.arms:
-            for ref, what in (
-                (a.compare_to, "compare_to"),
-                (a.budget.matched_against, "budget.matched_against"),
-            ):
-                if ref is not None and ref not in names:
-                    raise ValueError(
-                        f"arm {a.name!r}: {what} {ref!r} is not an arm ({', '.join(names)})"
-                    )
-                if ref == a.name:
-                    raise ValueError(f"arm {a.name!r}: {what} names the arm itself")
-            if a.engine in ("vllm", "sglang") and a.options is None and a.url is None:
-                raise ValueError(f"arm {a.name!r}: give options (to start {a.engine}) or a url")
+        check_arms(self.arms)  # each problem at its field (pilot.armrules)
         return self
 
     def sha256(self) -> str:
@@ -326,13 +207,47 @@ class PilotConfig(_Model):
 
 # -- loading ---------------------------------------------------------------------------------
 
-_FIXES = {"union_tag_invalid": f"set engine to one of {', '.join(ENGINES)}"}
+_FIXES = {
+    "union_tag_invalid": f"set engine to one of {', '.join(ENGINES)}",
+    "union_tag_not_found": f"add engine: one of {', '.join(ENGINES)}",
+}
+_QUICK = " (with its quick: overrides)"
 
 
-def format_errors(exc: ValidationError, where: str, lines: LineMap | None = None) -> str:
+def format_errors(exc: ValidationError, where: str, lines: Any = None) -> str:
     return validation.format_errors(
-        exc, where, root=PilotConfig, lines=lines, tags=ENGINES, fixes=_FIXES
+        exc, where, root=PilotConfig, lines=lines, tags=ENGINES, fixes=_FIXES, special=_too_few
     )
+
+
+def _too_few(e: Any) -> tuple[str, str] | None:
+    if e["type"] == "too_short" and tuple(e["loc"]) == ("arms",):
+        return (
+            f"a pilot compares arms: {e['ctx'].get('actual_length', 0)} given",
+            "give a baseline arm and a speculative arm at least (role: baseline, speculative)",
+        )
+    return None
+
+
+def at_line(where: str, lines: Any, path: tuple[Any, ...]) -> str:
+    """``where:LINE: field`` for a field of the file (``where: field`` without lines)."""
+    line = lines.line(path) if lines is not None else None
+    return (
+        f"{where}:{line}: {validation.dotted(path)}"
+        if line
+        else f"{where}: {validation.dotted(path)}"
+    )
+
+
+class _QuickLines:
+    """Lines of the merged quick profile: a field's line inside the file's ``quick:`` section,
+    or the section's own line for a value that the merge took from the rest of the file."""
+
+    def __init__(self, lines: LineMap | None) -> None:
+        self.lines = lines
+
+    def line(self, path: Any) -> int | None:
+        return self.lines.line(("quick", *path)) if self.lines is not None else None
 
 
 def deep_merge(base: Any, over: Any) -> Any:
@@ -369,28 +284,43 @@ def parse_pilot(
 ) -> PilotConfig:
     """Validate a pilot mapping; ``quick`` applies its ``quick:`` overrides first."""
     if not isinstance(data, dict):
-        raise PilotConfigError(f"{where}: expected a mapping at the top level (name:, arms:, ...)")
+        raise _not_a_mapping(data, where, lines)
     over = data.get("quick")
     if quick and not isinstance(over, dict):
         raise PilotConfigError(
-            f"{where}: --quick needs a 'quick:' section with the overrides of the quick profile"
+            f"{at_line(where, lines, ('quick',))}: --quick needs a quick: section",
+            fix="add quick: with the quick profile's overrides (shorter phases), or drop --quick",
         )
     full = _validate(data, where, lines)
     if over is None:
         return full
-    if not isinstance(over, dict):
-        raise PilotConfigError(
-            f"{where}: quick: expected a mapping of overrides (workload:, arms:)"
-        )
     # the quick profile is checked on every load, so a broken one fails before a run, not in CI
     merged = deep_merge({k: v for k, v in data.items() if k != "quick"}, over)
     merged["profile"] = "quick"
-    # merged values no longer sit on the file's lines: the errors name the quick profile instead
-    fast = _validate(merged, f"{where} (with its quick: overrides)", None)
+    try:
+        fast = _validate(merged, where, _QuickLines(lines))
+    except PilotConfigError as exc:  # the first line says it is the quick profile
+        head, _, rest = exc.message.partition("\n")
+        raise PilotConfigError(f"{head}{_QUICK}\n{rest}".rstrip(), fix=exc.fix) from None
     return fast if quick else full
 
 
-def _validate(data: dict[str, Any], where: str, lines: LineMap | None) -> PilotConfig:
+def _not_a_mapping(data: Any, where: str, lines: LineMap | None) -> PilotConfigError:
+    line = (lines.line(()) if lines is not None else None) or 1
+    if data is None:
+        return PilotConfigError(
+            f"{where}:{line}: (top level): the file is empty: a pilot needs workload: and arms:",
+            fix="start from an example (examples/pilot-default.yaml): name:, workload:, and "
+            "arms: with a baseline and a speculative arm",
+        )
+    return PilotConfigError(
+        f"{where}:{line}: (top level): expected a mapping at the top level (name:, workload:, "
+        f"arms:), not a {type(data).__name__}",
+        fix="write the pilot as key: value lines (name:, workload:, arms:), as in examples/",
+    )
+
+
+def _validate(data: dict[str, Any], where: str, lines: Any) -> PilotConfig:
     try:
         cfg = PilotConfig.model_validate(data)
     except ValidationError as exc:
@@ -401,12 +331,12 @@ def _validate(data: dict[str, Any], where: str, lines: LineMap | None) -> PilotC
         try:
             wl = parse_workload(cfg.workload, where, lines=lines, prefix=("workload",))
         except WorkloadError as exc:
-            raise PilotConfigError(str(exc)) from None
-        _check_drill(cfg, [p.name for p in wl.phases], where)
+            raise PilotConfigError(exc.message, fix=exc.fix) from None
+        _check_drill(cfg, [p.name for p in wl.phases], where, lines)
     return cfg
 
 
-def _check_drill(cfg: PilotConfig, phases: list[str], where: str) -> None:
+def _check_drill(cfg: PilotConfig, phases: list[str], where: str, lines: Any) -> None:
     """The drill replays one of the workload's phases: a name that is not one fails at load,
     not after every arm has run."""
     drilled = cfg.drill.enabled and any(
@@ -414,8 +344,8 @@ def _check_drill(cfg: PilotConfig, phases: list[str], where: str) -> None:
     )
     if drilled and cfg.drill.phase not in phases:
         raise PilotConfigError(
-            f"{where}: drill.phase {cfg.drill.phase!r} is not a phase of the workload "
-            f"({', '.join(phases)})",
+            f"{at_line(where, lines, ('drill', 'phase'))}: {cfg.drill.phase!r} is not a phase "
+            f"of the workload ({', '.join(phases)})",
             fix=f"set drill.phase to one of {', '.join(phases)}, or drill.enabled: false",
         )
 
@@ -434,12 +364,23 @@ def read_pilot_yaml(path: str | Path) -> tuple[dict[str, Any], LineMap]:
 
 
 def load_pilot(path: str | Path, *, quick: bool = False) -> PilotConfig:
-    """Read and validate a pilot YAML; a relative ``workload:`` path resolves against it."""
+    """Read and validate a pilot YAML; a relative ``workload:`` path resolves against it, and
+    every model file an arm names must exist (``pilot.files``)."""
+    from specpilot.pilot.files import check_model_files
+
     p = Path(path)
     data, lines = read_pilot_yaml(p)
     cfg = parse_pilot(data, str(p), quick=quick, lines=lines)
-    if isinstance(cfg.workload, str) and not Path(cfg.workload).is_absolute():
-        cfg = cfg.model_copy(update={"workload": str((p.parent / cfg.workload).resolve())})
+    if isinstance(cfg.workload, str):
+        workload = p.parent / cfg.workload  # an absolute path stays itself
+        if not workload.is_file():
+            raise PilotConfigError(
+                f"{at_line(str(p), lines, ('workload',))}: workload file not found: {workload}",
+                fix=f"check the path: a workload: path is read relative to the pilot file "
+                f"({p.parent}), or write the workload inline (groups:, phases:)",
+            )
+        cfg = cfg.model_copy(update={"workload": str(workload.resolve())})
+    check_model_files(cfg, str(p), lines, data.get("arms"))
     return cfg
 
 

@@ -369,10 +369,7 @@ class WorkloadConfig(_Model):
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-_FIXES = {
-    "union_tag_invalid": "set kind to one of the listed values",
-    "union_tag_not_found": "add 'kind:'",
-}
+_FIXES = {"union_tag_not_found": "add 'kind:'"}  # an invalid kind: the fix lists the kinds
 
 
 _TAGS = frozenset(
