@@ -46,6 +46,34 @@ def analysis_config(pilot_config: dict[str, Any], path: str | None) -> Any:
         raise ConfigError(f"{where}: {fields}") from None
 
 
+def no_verdict_reason(doc: dict[str, Any]) -> str:
+    """Why a report has no verdict, and how to get one; then the analysis's notes.
+
+    >>> no_verdict_reason({"arms": [{"arm": "baseline", "strategy": {"kind": "none"}}],
+    ...                    "notes": []})  # doctest: +ELLIPSIS
+    'one arm (baseline): nothing to compare it with. ... --arm speculative)...'
+    """
+    names = list(dict.fromkeys(str(a.get("arm")) for a in doc.get("arms") or []))
+    notes = [str(n) for n in doc.get("notes") or []]
+    if len(names) == 1:
+        why = (
+            f"one arm ({names[0]}): nothing to compare it with. A verdict compares a baseline "
+            "with a speculative arm: load the speculative server into the same file "
+            "(specpilot load URL --workload W --out FILE --arm speculative), or run both with "
+            "specpilot pilot"
+        )
+    elif not names:
+        why = "the file holds no arm: run specpilot load or specpilot pilot into it first"
+    elif not notes:
+        why = (
+            f"no arm of {', '.join(names)} runs a speculative strategy against a plain arm of "
+            "its engine: add a speculative arm (role: speculative) to compare"
+        )
+    else:
+        return "; ".join(notes)
+    return "; ".join([why, *notes])
+
+
 def read(path: Path) -> Any:
     """The pilot's records through the store's typed reader (big tables as numpy columns)."""
     from specpilot.store import read_pilot
@@ -68,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         flag = " [PILOT_HYPOTHESIS]" if v["pilot_hypothesis"] else ""
         print(f"{v['verdict']}{flag}: {v['candidate_arm']} vs {v['baseline_arm']}: {v['summary']}")
     if not rep.document["verdicts"]:
-        print("no verdict: " + "; ".join(rep.document["notes"]))
+        print("no verdict: " + no_verdict_reason(rep.document))
     for p in paths:
         print(f"wrote {p}")
     return 0
