@@ -237,7 +237,7 @@ def test_columns_from_a_reader_give_the_same_table_as_records() -> None:
 
 def test_bucketed_bootstrap_matches_the_pair_bootstrap() -> None:
     # 20,000 pairs: the bucketed resampling must give the interval the pair resampling gives.
-    import specpilot.analysis.paired as paired
+    import specpilot.analysis.resample as paired
 
     cells = {("code", "peak"): Cell(spec=0.9, n=20000)}
     t = RequestTable.build(case(cells, alternative=False, rounds=False).requests)

@@ -291,13 +291,13 @@ def test_resume_refuses_a_schedule_that_changed_under_it(tmp_path):
     p = Pilot(cfg, tmp_path, base_dir=path.parent)
     p.plans, p.schedule = p.prepare()
     with Store(tmp_path / "pilot.duckdb") as st:
-        first = p._open_pilot(st)
-        assert p._open_pilot(st).pilot_id == first.pilot_id  # unchanged: it resumes
+        first = p._open_pilot(st, None)
+        assert p._open_pilot(st, None).pilot_id == first.pilot_id  # unchanged: it resumes
         edited = p.schedule.to_dict()
         edited["phases"][1]["requests"] += 3
         st.add_pilot(dataclasses.replace(first, schedule=edited))
         with pytest.raises(PilotConfigError, match=r"schedule changed since it started \(phase"):
-            p._open_pilot(st)
+            p._open_pilot(st, None)
 
 
 def test_a_resume_refuses_a_target_file_whose_content_changed():

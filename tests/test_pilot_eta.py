@@ -30,7 +30,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpilot.pilot import eta
+from specpilot.pilot import eta, eta_plan
 from specpilot.pilot.eta import (
     PRIOR_DRAIN_S,
     PRIOR_PER_UNIT_S,
@@ -186,10 +186,10 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
                   strategy=NS(kind=kind))  # fmt: skip
 
     runs = [
-        NS(arm=arm("base"), run_id="base"),  # complete
-        NS(arm=arm("spec", "speculative", kind="draft"), run_id="spec"),  # phases + drill done
-        NS(arm=arm("plain", "extra", "llamacpp"), run_id="plain"),  # cut in its second phase
-        NS(arm=arm("ctl", "control"), run_id="ctl"),  # not started: phases only
+        NS(arm=arm("base"), run_id="base", process=0, phases=None),  # complete
+        NS(arm=arm("spec", "speculative", kind="draft"), run_id="spec", process=0, phases=None),  # phases + drill done
+        NS(arm=arm("plain", "extra", "llamacpp"), run_id="plain", process=0, phases=None),  # cut in its second phase
+        NS(arm=arm("ctl", "control"), run_id="ctl", process=0, phases=None),  # not started: phases only
     ]
     records = {
         "base": NS(status="complete", completed_steps=["load", "quality", "compat"]),
@@ -199,7 +199,7 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
     }
     phases = [_phase("plain", "off"), _phase("plain", "peak", "cut")]
     ctx = NS(
-        cfg=NS(design="interleaved", compat=NS(enabled=True, features=["streaming", "eos"]),
+        cfg=NS(design="interleaved", episodes=None, compat=NS(enabled=True, features=["streaming", "eos"]),
                quality=NS(concurrency=4),
                drill=NS(phase="peak", switch_after_s=1.0, hold_s=2.0)),
         schedule=schedule,
@@ -207,7 +207,7 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
         arm_record=lambda run: records[run.run_id],
         store=NS(records=lambda table, run_id: [p for p in phases if p.run_id == run_id]),
     )  # fmt: skip
-    plan = eta.plan_for(ctx, runs)
+    plan = eta_plan.plan_for(ctx, runs)
     assert [s.key for s in plan] == [
         "spec:start", "spec:quality", "spec:compat",
         "plain:start", "plain:load:peak", "plain:quality", "plain:compat",
@@ -221,7 +221,7 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
     assert by["plain:compat"].units == 2 and by["report"].units == 4
     # the sequential design: one load call per run over its phases left, one warm-up
     ctx.cfg.design = "sequential"
-    seq = {s.key: s for s in eta.plan_for(ctx, runs)}
+    seq = {s.key: s for s in eta_plan.plan_for(ctx, runs)}
     assert seq["ctl:load:off,peak"].drains == 3 and "plain:load:peak" in seq
 
 

@@ -32,7 +32,7 @@ Rules, in order, for a candidate arm and a group (thresholds in ``VerdictConfig`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specpilot.analysis.clusters import needs
@@ -45,6 +45,7 @@ from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.quality import QualityGate
 from specpilot.analysis.round_summary import RoundSummary
 from specpilot.analysis.window import (
+    NOT_MEASURED,
     NOT_PAYING,
     PAYS,
     Level,
@@ -105,6 +106,7 @@ class Verdict:
     conditions: tuple[Condition, ...] = field(default_factory=tuple)
     rollback_triggers: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     aa_control: str = ""  # the A/A control's result, shown next to the verdict
+    planted: str = ""  # what the pilot found of its planted slowdown, per level (beside the A/A)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,6 +137,9 @@ class DecisionInputs:
     baseline_lowest: tuple[str, float, float] | None = None
     # the compared arms' phases that shared the machine (analysis.drift.contended)
     contended: Sequence[str] = ()
+    # load levels where the pilot's planted slowdown was not found (analysis.planted): no
+    # candidate gets a direction or an equivalence claim there
+    planted_missed: frozenset[str] = frozenset()
 
 
 def _level_conditions(
@@ -178,6 +183,14 @@ def _level_conditions(
                 )
             )
         status = level_status(c.outcome, a.outcome if a is not None else None)
+        if c.phase in inp.planted_missed and status != NOT_MEASURED:
+            status = NOT_MEASURED
+            conds[-1 if a is None else -2] = replace(
+                conds[-1 if a is None else -2],
+                holds=False,
+                text=conds[-1 if a is None else -2].text
+                + " (not decided: the planted slowdown was not found at this level)",
+            )
         levels.append((c.phase, float(c.offered_rate or 0.0), status))
     return conds, levels
 

@@ -81,6 +81,7 @@ class AAControl:
     directional: tuple[str, ...]  # "phase/group: +3.1% (slower)" of each directional cell
     largest: float | None  # the largest |task-time change| of a pooled cell
     drift: Drift | None
+    drift_added: bool = True  # False: the episode design, whose units carry the variance
 
     @property
     def stable(self) -> bool:
@@ -106,7 +107,9 @@ class AAControl:
     def text(self) -> str:
         d = self.drift
         drift = (
-            f"between-run drift sd {d.sd:.1%} (from {d.df} phases) is added to every interval"
+            "processes and episodes are the units of every interval (no drift term added)"
+            if not self.drift_added
+            else f"between-run drift sd {d.sd:.1%} (from {d.df} phases) is added to every interval"
             if d is not None
             else "no drift estimate (no pooled A/A cell)"
         )

@@ -42,21 +42,28 @@ paired percentile bootstrap of ratios of sums over the cell's clusters, from
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from specpilot.analysis import stats
+from specpilot.analysis.celltest import CellTest, episode_test
 from specpilot.analysis.clusters import busy_periods, cluster_sums, min_clusters
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.drift import Drift
+from specpilot.analysis.fold import episode_key
 from specpilot.analysis.requests import RequestTable
-
-CHUNK_ELEMENTS = 4_000_000  # resample indices held at once
-BUCKETS = 1024  # above this many pairs, resample random buckets of pairs (see ``bootstrap``)
+from specpilot.analysis.resample import (
+    NSTATS,
+    Interval,
+    bootstrap,
+    column_stats,
+    percentile_interval,
+    stat_columns,
+)
 
 
 @dataclass(frozen=True)
@@ -83,13 +90,6 @@ class CompareSettings:
             min_effect=v.min_effect,
             equivalence_margin=v.equivalence_margin,
         )
-
-
-@dataclass(frozen=True)
-class Interval:
-    estimate: float | None
-    low: float | None
-    high: float | None
 
 
 @dataclass(frozen=True)
@@ -149,90 +149,6 @@ def pair_rows(t: RequestTable, base: str, cand: str) -> tuple[np.ndarray, np.nda
     return b, c, int(bi.size + ci.size - 2 * b.size)
 
 
-def _stat_columns(t: RequestTable, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Per pair: the sums the statistics are ratios of (failed E2E/TTFT zeroed by masks)."""
-    ok = np.isfinite(t.e2e[b]) & np.isfinite(t.e2e[c])
-    tt = np.isfinite(t.ttft[b]) & np.isfinite(t.ttft[c])
-    z = np.zeros(b.size)
-    stages = sum(t.client_stages.values(), np.zeros(len(t)))
-    return np.stack(
-        [
-            np.where(ok, t.e2e[c] + stages[c], z),
-            np.where(ok, t.e2e[b] + stages[b], z),
-            np.where(ok, t.e2e[c], z),
-            np.where(ok, t.e2e[b], z),
-            ok.astype(float),
-            np.where(tt, t.ttft[c], z),
-            np.where(tt, t.ttft[b], z),
-            t.on_time[c].astype(float) - t.on_time[b].astype(float),
-            np.ones(b.size),
-        ],
-        axis=1,
-    )
-
-
-NSTATS = 5
-
-
-def _stats(sums: np.ndarray) -> np.ndarray:
-    """(..., 9) column sums -> (..., 5): rel task, rel E2E, diff E2E, rel TTFT, on-time diff."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.stack(
-            [
-                sums[..., 0] / sums[..., 1] - 1.0,
-                sums[..., 2] / sums[..., 3] - 1.0,
-                (sums[..., 2] - sums[..., 3]) / sums[..., 4],
-                sums[..., 5] / sums[..., 6] - 1.0,
-                sums[..., 7] / np.maximum(sums[..., 8], 1.0),
-            ],
-            axis=-1,
-        )
-
-
-def bootstrap(
-    x: np.ndarray,
-    resamples: int,
-    rng: np.random.Generator,
-    clusters: np.ndarray | None = None,
-) -> np.ndarray:
-    """(resamples, NSTATS) statistics of resamples of ``x`` (n pairs, 9 columns): of its
-    clusters' sums when ``clusters`` labels the pairs, else of the pairs.
-
-    Above ``BUCKETS`` units they are first summed into ``BUCKETS`` random buckets and the
-    buckets are resampled: the statistics are ratios of sums, so a resample of buckets has the
-    variance of a resample of units, at a fraction of the cost (1M pairs, 1000 resamples).
-    """
-    if clusters is not None:
-        x = cluster_sums(clusters, x)
-    n = x.shape[0]
-    units = x
-    if n > BUCKETS:
-        bucket = rng.permutation(n) % BUCKETS
-        units = np.stack(
-            [np.bincount(bucket, weights=x[:, j], minlength=BUCKETS) for j in range(x.shape[1])],
-            axis=1,
-        )
-    m = units.shape[0]
-    per = max(1, CHUNK_ELEMENTS // max(m, 1))
-    out = []
-    for start in range(0, resamples, per):
-        r = min(per, resamples - start)
-        idx = rng.integers(0, m, size=(r, m))
-        # resample counts per unit, then one matrix product gives every resample's sums
-        counts = np.bincount((idx + (np.arange(r) * m)[:, None]).ravel(), minlength=r * m)
-        sums = counts.reshape(r, m).astype(np.float64) @ units
-        out.append(_stats(sums))
-    return np.concatenate(out)
-
-
-def _interval(est: float, boot: np.ndarray, level: float) -> Interval:
-    boot = boot[np.isfinite(boot)]
-    if not np.isfinite(est) or boot.size == 0:
-        return Interval(None, None, None)
-    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    return Interval(float(est), float(lo), float(hi))
-
-
 def method_text(resamples: int, seed: int, level: float, drift: Drift | None = None) -> str:
     """How the intervals were computed, printed with every comparison table."""
     d = (
@@ -251,22 +167,6 @@ def method_text(resamples: int, seed: int, level: float, drift: Drift | None = N
     )
 
 
-@dataclass(frozen=True)
-class _Test:
-    n: int
-    log_change: float | None
-    se_w: float | None
-    se: float | None
-    df: float | None
-    p: float
-    min_p: float
-    p_on: float
-    min_p_on: float
-    on_slower: bool
-    sd: float | None  # per pair, times the square root of the clustering's design effect
-    clusters: int
-
-
 def _task_test(
     t: RequestTable,
     b: np.ndarray,
@@ -274,7 +174,7 @@ def _task_test(
     labels: np.ndarray,
     drift: Drift | None,
     rng: np.random.Generator,
-) -> _Test:
+) -> CellTest:
     """The verdict's test of one cell (module docstring); ``labels``: each pair's cluster."""
     stages = sum(t.client_stages.values(), np.zeros(len(t)))
     tb, tc = t.e2e[b] + stages[b], t.e2e[c] + stages[c]
@@ -296,7 +196,9 @@ def _task_test(
         p_on, min_p_on = stats.t_p(float(net.sum()), float(np.sqrt(np.sum(net**2))), np.inf), 0.0
     if n < 2 or g < 2:
         est = float(d.mean()) if n else None  # no sd: pairs of one cluster move together
-        return _Test(n, est, None, None, None, 1.0, 1.0, p_on, min_p_on, only_b > only_c, None, g)
+        return CellTest(
+            n, est, None, None, None, 1.0, 1.0, p_on, min_p_on, only_b > only_c, None, g
+        )
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     # CR1: sum over clusters of (their residual sum)^2, scaled by G / (G - 1)
     resid = np.bincount(groups, weights=d - mean, minlength=g)
@@ -307,7 +209,7 @@ def _task_test(
     se = float(np.sqrt(var_w + var_d))
     sums = np.bincount(groups, weights=d, minlength=g)
     flip = stats.sign_flip_p(sums, rng) if g <= SIGN_FLIP_MAX else 0.0
-    return _Test(
+    return CellTest(
         n,
         mean,
         float(np.sqrt(var_w)),
@@ -334,8 +236,11 @@ def compare_arms(
     *,
     drift: Drift | None = None,
     offered_rates: dict[tuple[str, str], float] | None = None,
+    fingerprints: Mapping[str, float] | None = None,
 ) -> list[PairedComparison]:
-    """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired."""
+    """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired; in
+    the episode design (pairs carry their episode) by processes and episodes
+    (``analysis.episodes``, ``fingerprints``: log plain decode step per run)."""
     resamples, seed, level = settings.resamples, settings.seed, settings.level
     min_pairs, min_effect = settings.min_pairs, settings.min_effect
     steady = ~t.cold_start
@@ -345,7 +250,10 @@ def compare_arms(
     method = method_text(resamples, seed, level, drift)
     ph_c, ph_l = t.codes("phase")
     run_key = t.repetition[b] * len(ph_l) + ph_c[b]
-    labels = busy_periods(run_key, t.sent_t[b], t.done_t[b], t.sent_t[c], t.done_t[c])
+    labels = episode_labels(t, b)  # the episode design: the episode is the cluster
+    episodic = labels is not None
+    if labels is None:
+        labels = busy_periods(run_key, t.sent_t[b], t.done_t[b], t.sent_t[c], t.done_t[c])
     g_c, g_l = t.codes("task_group")
     arm_c, arm_l = t.codes("arm")
     in_arms = np.isin(arm_c, [arm_l.index(a) for a in (baseline, candidate) if a in arm_l]) & steady
@@ -358,13 +266,16 @@ def compare_arms(
         bb, cc, lab = b[m], c[m], labels[m]
         in_cell = in_arms & (ph_c == pc) & ((g_c == gc) if gc >= 0 else True)
         unmatched = int(np.count_nonzero(in_cell)) - 2 * int(bb.size)
-        x = _stat_columns(t, bb, cc)
+        x = stat_columns(t, bb, cc)
         key = f"{baseline}|{candidate}|{phase}|{group}".encode()
         rng = np.random.default_rng([seed, zlib.crc32(key)])
-        est = _stats(x.sum(axis=0))
+        est = column_stats(x.sum(axis=0))
         boot = bootstrap(x, resamples, rng, lab) if bb.size else np.zeros((0, NSTATS))
-        iv = [_interval(float(est[j]), boot[:, j], level) for j in range(NSTATS)]
-        rows.append((phase, group, bb.size, unmatched, iv, _task_test(t, bb, cc, lab, drift, rng)))
+        iv = [percentile_interval(float(est[j]), boot[:, j], level) for j in range(NSTATS)]
+        tst = _task_test(t, bb, cc, lab, drift, rng)
+        if episodic:
+            tst = episode_test(t, bb, cc, lab, tst, fingerprints or {}, settings.level)
+        rows.append((phase, group, bb.size, unmatched, iv, tst))
     alpha = 1.0 - level
     fewest = min_clusters(alpha)
     # one Holm family: every sufficient cell's task-time test and every on-time test
@@ -427,14 +338,26 @@ def compare_arms(
     return out
 
 
-def _pooled_sd(tests: Sequence[_Test]) -> float | None:
+def episode_labels(t: RequestTable, rows: np.ndarray) -> np.ndarray | None:
+    """Each pair's episode (``analysis.fold.episode_key`` of its request id, by repetition) as
+    a cluster label; None when the pilot had no episodes."""
+    if rows.size == 0:
+        return None
+    keys = [episode_key(str(x)) for x in t.request_id[rows]]
+    if not any(keys):
+        return None
+    codes = np.unique(np.asarray(keys, dtype=object).astype(str), return_inverse=True)[1]
+    return np.asarray(t.repetition[rows] * (int(codes.max()) + 1) + codes, dtype=np.int64)
+
+
+def _pooled_sd(tests: Sequence[CellTest]) -> float | None:
     """The per-pair sd over the cells that have one (for cells too small to estimate it)."""
     num = sum((x.n - 1) * x.sd**2 for x in tests if x.sd is not None)
     den = sum(x.n - 1 for x in tests if x.sd is not None)
     return float(np.sqrt(num / den)) if den > 0 else None
 
 
-def _task_interval(x: _Test, level: float) -> Interval:
+def _task_interval(x: CellTest, level: float) -> Interval:
     if x.log_change is None:
         return Interval(None, None, None)
     est = float(np.expm1(x.log_change))
@@ -445,7 +368,7 @@ def _task_interval(x: _Test, level: float) -> Interval:
 
 
 def _outcome(
-    x: _Test,
+    x: CellTest,
     task: Interval,
     p_task: float,
     p_on: float,
@@ -489,10 +412,19 @@ def comparisons_for(
     *,
     drift: Drift | None = None,
     offered_rates: dict[tuple[str, str], float] | None = None,
+    fingerprints: Mapping[str, float] | None = None,
 ) -> list[PairedComparison]:
     """``compare_arms`` for each (baseline, candidate)."""
     return [
         c
         for base, cand in pairs
-        for c in compare_arms(t, base, cand, settings, drift=drift, offered_rates=offered_rates)
+        for c in compare_arms(
+            t,
+            base,
+            cand,
+            settings,
+            drift=drift,
+            offered_rates=offered_rates,
+            fingerprints=fingerprints,
+        )
     ]

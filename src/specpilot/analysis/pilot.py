@@ -18,16 +18,19 @@ import numpy as np
 
 from specpilot.analysis import capacity as cap
 from specpilot.analysis import cost, e2e, load, paired, quality, rollback
+from specpilot.analysis.celltest import fingerprints_of
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
 from specpilot.analysis.coverage import cut_phases, latency_cdf, not_measured
 from specpilot.analysis.decision import DecisionInputs, Verdict
 from specpilot.analysis.drift import AAControl, Drift, aa_control, contended
+from specpilot.analysis.fold import fold, has_episodes
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
 from specpilot.analysis.parity import RollbackParity, parity_of
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
+from specpilot.analysis.planted import PlantedResult, as_aa, missed_levels, planted_results
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.round_summary import (
     RoundsTable,
@@ -37,7 +40,7 @@ from specpilot.analysis.round_summary import (
     with_plain,
 )
 from specpilot.analysis.tune_k import KChoice, KRun, choose_k
-from specpilot.analysis.verdict import decide, with_triggers
+from specpilot.analysis.verdict import decide, validation_arm, with_triggers
 from specpilot.analysis.verify_cost import VerifyCurve, curve_for, verify_curves
 from specpilot.records import TOTALS_ENGINES, ArmRecord, PilotData
 
@@ -80,17 +83,22 @@ class PilotAnalysis:
     notes: list[str] = field(default_factory=list)
     # per drilled arm: served rolled back, is it back to the baseline's latency (parity)
     drill_parity: dict[str, RollbackParity] = field(default_factory=dict)
+    planted: list[PlantedResult] = field(default_factory=list)  # per level: was it found
+    episodic: bool = False  # the episode design (pilot.design): processes and episodes as units
 
 
 def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis:
     """Run every section; a section without inputs is empty, and ``notes`` says why."""
     cfg = cfg or AnalysisConfig()
+    episodic = has_episodes(data)
+    data = fold(data)  # the episode design's records by load level (analysis.fold)
     if data.request_columns is not None:
         table = RequestTable.from_columns(data.request_columns, data.quality, data.arms)
     else:
         table = RequestTable.build(data.requests, data.quality, data.arms)
     plan = plan_arms(data.arms, set(table.arm.tolist()))
     a = PilotAnalysis(data, cfg, plan, hardware_text(data.pilot.hardware), notes=list(plan.notes))
+    a.episodic = episodic
     a.scheduled = len(table)
     a.notes += cut_phases(data)
     if plan.baseline is None:
@@ -194,14 +202,30 @@ def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
     rates = {(p.arm, p.phase): p.offered_rate for p in a.data.phases}
     settings = paired.CompareSettings.of(a.config)
     drift = _aa(a, table, settings, rates)
+    if a.episodic:  # processes and episodes are the units: no drift to add
+        drift = None
     pairs = list(a.plan.pairs)
+    if a.plan.planted and a.plan.baseline:
+        pairs.append((a.plan.baseline, a.plan.planted))
     if a.plan.alternative and a.plan.baseline:
         pairs.append((a.plan.baseline, a.plan.alternative))
         # the equal-budget alternative answers only for candidates on the baseline's engine
         pairs += [(a.plan.alternative, c) for b, c in a.plan.pairs if b == a.plan.baseline]
+    fps = fingerprints_of(a.data.arms)
     a.comparisons += paired.comparisons_for(
-        table, pairs, settings, drift=drift, offered_rates=rates
+        table, pairs, settings, drift=drift, offered_rates=rates, fingerprints=fps
     )
+    rec = a.plan.record(a.plan.planted) if a.plan.planted else None
+    if rec is not None:
+        factor = float(((rec.manifest or {}).get("planted") or {}).get("factor") or 0.0)
+        a.planted = planted_results(a.comparisons, rec.arm, factor)
+        if a.aa is None and a.plan.baseline:  # the planted arm less its dilation: the A/A
+            shifted = as_aa(a.comparisons, rec.arm, factor)
+            a.aa = (
+                aa_control(shifted, a.plan.baseline, shifted[0].candidate_arm) if shifted else None
+            )
+    if a.aa is not None and a.episodic:
+        a.aa = replace(a.aa, drift_added=False)
 
 
 def _speedup_cis(a: PilotAnalysis) -> None:
@@ -348,8 +372,11 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
             counters=a.counters.get(c),
             baseline_lowest=_lowest_load(a, b),
             contended=contended(data.phases, [x for x in (b, c, alt) if x is not None]),
+            planted_missed=missed_levels(a.planted) if b == a.plan.baseline else frozenset(),
         )
         v = decide(inp, a.config.verdict)
+        if a.planted and b == a.plan.baseline:
+            v = replace(v, planted="; ".join(r.text for r in a.planted))
         cand = a.plan.record(c)
         if cand is not None and (cand.strategy.params or {}).get("synth_rates"):
             v = validation_arm(v, cand.strategy.params["synth_rates"])
@@ -359,26 +386,6 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
         )
         a.verdicts.append(with_triggers(v, trig))
         a.rollback_yaml[c] = rollback.rules_yaml(trig, c)
-
-
-def validation_arm(v: Verdict, rates: Any) -> Verdict:
-    """A synthetic-acceptance arm (the engine accepts drafts at ``rates`` whatever the target
-    says: invalid text by design) is a check of the quality gates, never a candidate: its
-    verdict is DO_NOT_ADOPT whatever its speed, and the headline says so first."""
-    why = (
-        f"validation arm: synthetic acceptance {list(rates)} (the text is invalid by design; "
-        "it checks that the quality gates say no, and is never adopted)"
-    )
-    gates = v.bottleneck or ""
-    return replace(
-        v,
-        verdict="DO_NOT_ADOPT",
-        groups_adopted=(),
-        groups_in_windows=(),
-        load_range_rps=None,
-        bottleneck=why + (f"; {gates}" if gates else ""),
-        summary="never adopted: " + why,
-    )
 
 
 def _lowest_load(a: PilotAnalysis, arm: str) -> tuple[str, float, float] | None:

@@ -7,7 +7,9 @@
   the baseline;
 - alternative: the arm with role ``alternative`` (the equal-budget arm);
 - control: the arm with role ``control``, the baseline run twice (the A/A comparison that
-  measures the machine's drift between arm runs).
+  measures the machine's drift between arm runs);
+- planted: the arm with role ``planted``, the baseline's processes through a proxy that
+  dilates every latency by a known factor (the effect the pilot must find).
 
     >>> from specpilot.records import ArmRecord, StrategySpec
     >>> arms = [ArmRecord("p", "r1", "base", "baseline", "builtin"),
@@ -36,6 +38,7 @@ class ArmPlan:
     arms: tuple[ArmRecord, ...]  # one record per arm name (the first run)
     notes: tuple[str, ...] = field(default_factory=tuple)
     control: str | None = None  # the A/A copy of the baseline (compared with it, never judged)
+    planted: str | None = None  # the baseline dilated by a known factor: the pilot's power check
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -58,7 +61,9 @@ def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan
         )
     recs = list(first.values())
     plain = [
-        a for a in recs if a.strategy.kind == "none" and a.role not in ("alternative", "control")
+        a
+        for a in recs
+        if a.strategy.kind == "none" and a.role not in ("alternative", "control", "planted")
     ]
     base = next((a for a in recs if a.role == "baseline"), plain[0] if plain else None)
     pairs = []
@@ -73,8 +78,9 @@ def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan
         pairs.append((ref.arm, a.arm))
     alt = next((a.arm for a in recs if a.role == "alternative"), None)
     control = next((a.arm for a in recs if a.role == "control"), None)
+    planted = next((a.arm for a in recs if a.role == "planted"), None)
     return ArmPlan(
-        base.arm if base else None, tuple(pairs), alt, tuple(recs), tuple(notes), control
+        base.arm if base else None, tuple(pairs), alt, tuple(recs), tuple(notes), control, planted
     )
 
 

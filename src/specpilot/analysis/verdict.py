@@ -9,6 +9,7 @@ of ``analysis.decision``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from specpilot.analysis.clusters import queued_short
@@ -225,9 +226,29 @@ def with_triggers(v: Verdict, triggers: list[dict]) -> Verdict:
     return replace(v, rollback_triggers=tuple(triggers))
 
 
-__all__ = ["Condition", "decide", "hypothesis_reasons", "with_triggers"]
+__all__ = ["Condition", "decide", "hypothesis_reasons", "validation_arm", "with_triggers"]
 
 
 def _range(lo: float, hi: float) -> str:
     """A load range in words: one level is not a range (``0.283-0.283 req/s``)."""
     return f"{lo:.3g} req/s" if lo == hi else f"{lo:.3g}-{hi:.3g} req/s"
+
+
+def validation_arm(v: Verdict, rates: Sequence[float]) -> Verdict:
+    """A synthetic-acceptance arm (the engine accepts drafts at ``rates`` whatever the target
+    says: invalid text by design) is a check of the quality gates, never a candidate: its
+    verdict is DO_NOT_ADOPT whatever its speed, and the headline says so first."""
+    why = (
+        f"validation arm: synthetic acceptance {list(rates)} (the text is invalid by design; "
+        "it checks that the quality gates say no, and is never adopted)"
+    )
+    gates = v.bottleneck or ""
+    return replace(
+        v,
+        verdict="DO_NOT_ADOPT",
+        groups_adopted=(),
+        groups_in_windows=(),
+        load_range_rps=None,
+        bottleneck=why + (f"; {gates}" if gates else ""),
+        summary="never adopted: " + why,
+    )

@@ -18,6 +18,7 @@ from specpilot.backends.protocol import Backend
 from specpilot.definitions import goodput
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.context import PilotContext, RunPlan
+from specpilot.pilot.design import level_of
 from specpilot.pilot.drill import (
     DRILL_PHASE,
     RestartSwitch,
@@ -102,7 +103,12 @@ def phases_left(ctx: PilotContext, run: RunPlan) -> list[str]:
         for p in ctx.store.records("phases", run_id=run.run_id)
         if p.status == "complete" and not p.warmup
     }
-    return [p.name for p in ctx.schedule.phases if not p.warmup and p.name not in done]
+    mine = set(run.phases) if run.phases is not None else None
+    return [
+        p.name
+        for p in ctx.schedule.phases
+        if not p.warmup and p.name not in done and (mine is None or p.name in mine)
+    ]
 
 
 def run_phases(
@@ -113,9 +119,10 @@ def run_phases(
     model: str,
     arm_rec: ArmRecord,
     only: list[str] | None = None,
+    warmup: bool = True,
 ) -> LoadResult | None:
-    """The warm-up and every measured phase not yet complete (of ``only`` when given), with
-    edges recorded."""
+    """The warm-up (unless ``warmup`` is False: the run is warm already) and every measured
+    phase not yet complete (of ``only`` when given), with edges recorded."""
     from specpilot.loadgen import LoadRunner
     from specpilot.store import PhaseRecorder
 
@@ -125,7 +132,7 @@ def run_phases(
         return None
     _clear_phases(store, run.run_id, measured)  # a cut phase reruns from its start
     cfg = load_config(ctx, run.run_id, run.arm.name, url, model, backend.response_extras)
-    requests = ctx.schedule.select(measured, warmup=True)
+    requests = ctx.schedule.select(measured, warmup=warmup)
     sink = ProgressSink(store.sink, ctx.progress, len(requests))
     runner = LoadRunner(requests, cfg, sink)
     durations = {p.name: p.duration_s for p in ctx.schedule.phases}
@@ -165,9 +172,11 @@ def baseline_goodput(ctx: PilotContext, phase: str) -> float | None:
     if base is None:
         return None
     recs = [
-        r for r in ctx.store.records("requests", arm=base.name) if r.phase == phase and not r.warmup
+        r
+        for r in ctx.store.records("requests", arm=base.name)
+        if level_of(r.phase) == phase and not r.warmup
     ]
-    info = next((p for p in ctx.schedule.phases if p.name == phase), None)
+    info = next((p for p in ctx.level_schedule.phases if p.name == phase), None)
     if not recs or info is None:
         return None
     return goodput(recs, info.duration_s)
@@ -198,7 +207,7 @@ def run_drill(
         )
     else:
         return not_possible(run.run_id, plan.name, f"no way to switch {plan.engine} off")
-    requests = drill_schedule(ctx.schedule.requests, d.phase)
+    requests = drill_schedule(ctx.level_schedule.requests, d.phase)
     _clear_phases(ctx.store, run.run_id, [DRILL_PHASE])  # a cut drill's records, on a rerun
     cfg = load_config(
         ctx,

@@ -34,6 +34,7 @@ from specpilot import validation
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.errors import ConfigError, InputFileError
 from specpilot.pilot.armrules import check_arms
+from specpilot.pilot.design import EpisodeSettings
 from specpilot.pilot.options import (
     OPTIONS,
     BudgetModel,
@@ -185,12 +186,34 @@ class PilotConfig(_Model):
     analysis: AnalysisConfig = Field(default_factory=lambda: AnalysisConfig())
     drill: DrillSettings = Field(default_factory=lambda: DrillSettings())
     compat: CompatSettings = Field(default_factory=lambda: CompatSettings())
+    episodes: EpisodeSettings | None = None  # processes and episodes as units (pilot.design)
     quick: dict[str, Any] | None = None  # overrides applied by --quick
     profile: Literal["full", "quick"] = "full"  # set by --quick, recorded with the pilot
 
     @model_validator(mode="after")
     def _arms(self) -> PilotConfig:
         check_arms(self.arms)  # each problem at its field (pilot.armrules)
+        return self._episodes()
+
+    def _episodes(self) -> PilotConfig:
+        ep = self.episodes
+        if ep is None:
+            return self
+        if self.repetitions > 1:
+            raise ValueError(
+                "episodes and repetitions are two ways to repeat engine processes: set "
+                "episodes.processes and leave repetitions at 1"
+            )
+        if "planted" in {a.name for a in self.arms} and ep.planted:
+            raise ValueError(
+                "arm name 'planted' is the planted arm's (episodes.planted): rename it"
+            )
+        url = [a.name for a in self.arms if a.url is not None]
+        if url and ep.processes > 1:
+            raise ValueError(
+                f"episodes.processes {ep.processes}: arm {url[0]!r} is given by URL, and "
+                "specpilot cannot start more processes of it; set episodes.processes: 1"
+            )
         return self
 
     def sha256(self) -> str:
@@ -366,7 +389,7 @@ def read_pilot_yaml(path: str | Path) -> tuple[dict[str, Any], LineMap]:
 def load_pilot(path: str | Path, *, quick: bool = False) -> PilotConfig:
     """Read and validate a pilot YAML; a relative ``workload:`` path resolves against it, and
     every model file an arm names must exist (``pilot.files``)."""
-    from specpilot.pilot.files import check_model_files
+    from specpilot.pilot.files import missing_model_lines
 
     p = Path(path)
     data, lines = read_pilot_yaml(p)
@@ -380,7 +403,11 @@ def load_pilot(path: str | Path, *, quick: bool = False) -> PilotConfig:
                 f"({p.parent}), or write the workload inline (groups:, phases:)",
             )
         cfg = cfg.model_copy(update={"workload": str(workload.resolve())})
-    check_model_files(cfg, str(p), lines, data.get("arms"))
+    missing = missing_model_lines(
+        cfg, str(p), lambda path: at_line(str(p), lines, path), data.get("arms")
+    )
+    if missing:
+        raise PilotConfigError("\n".join(missing))
     return cfg
 
 

@@ -25,12 +25,15 @@ class RunPlan:
     repetition: int
     order: int
     run_id: str
+    process: int = 0  # which of the arm's processes (the episode design: several per arm)
+    phases: tuple[str, ...] | None = None  # the measured phases this run serves (None: all)
 
 
 class PilotContext(Protocol):
     cfg: PilotConfig
     store: Store
-    schedule: Schedule
+    schedule: Schedule  # what the runs replay (the episode design: each level in episodes)
+    level_schedule: Schedule  # the workload's phases as planned (the drill replays one)
     progress: PilotProgress
     plans: list[ArmPlan]
     gates: Gates

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from specpilot.pilot.context import PilotContext, RunPlan
     from specpilot.workload import Schedule
 
 # Priors, until this run measures a step of the kind: a quick pilot on the 2-core CPU with
@@ -174,6 +173,7 @@ class Timetable:
     arrivals: dict[str, float]  # measured phase -> its last scheduled arrival (s from its start)
     warmup_s: float | None = None  # the warm-up's last arrival; None: no warm-up phase
     warmup_each: bool = True  # interleaved: every load call replays the warm-up first
+    warmup_first_only: bool = False  # episodes: one call per episode, the first one warms up
     drill_phase: str = ""
     drill_hold_s: float = 0.0  # switch_after_s + hold_s
 
@@ -183,10 +183,12 @@ def run_steps(run: RunLeft, tt: Timetable) -> list[Step]:
     rid, eng = run.run_id, run.engine
     out = [Step(start_key(rid), "start", eng, rid)]
     warm = 0 if tt.warmup_s is None else 1
-    calls = [[p] for p in run.phases] if tt.warmup_each else [list(run.phases)]
-    for phases in calls if run.phases else []:
-        sched = warm * (tt.warmup_s or 0.0) + sum(tt.arrivals.get(p, 0.0) for p in phases)
-        out.append(Step(load_key(rid, phases), "load", eng, rid, sched, warm + len(phases)))
+    each = tt.warmup_each or tt.warmup_first_only
+    calls = [[p] for p in run.phases] if each else [list(run.phases)]
+    for i, phases in enumerate(calls if run.phases else []):
+        w = warm if (i == 0 or not tt.warmup_first_only) else 0
+        sched = w * (tt.warmup_s or 0.0) + sum(tt.arrivals.get(p, 0.0) for p in phases)
+        out.append(Step(load_key(rid, phases), "load", eng, rid, sched, w + len(phases)))
     if run.drill_restarts is not None:
         sched = tt.arrivals.get(tt.drill_phase, 0.0)
         out.append(
@@ -289,45 +291,3 @@ def quality_rounds(temperatures: Sequence[float], concurrency: int) -> int:
     """
     sampled = sum(1 for t in temperatures if t > 0)
     return len(temperatures) - sampled + -(-sampled // max(1, concurrency))
-
-
-def run_left(ctx: PilotContext, run: RunPlan, rounds: int, checks: int) -> RunLeft | None:
-    """What the pilot file says ``run`` has left (None: complete)."""
-    from specpilot.pilot.armrun import LOAD_STEP, phases_left
-
-    rec = ctx.arm_record(run)
-    if rec.status == "complete":
-        return None
-    plan, done = run.arm, set(rec.completed_steps)
-    restarts = None  # no drill, or one that only records why not (pilot.armrun.run_drill)
-    if plan.strategy.kind != "none" and "drill" not in done and plan.drill and plan.url is None:
-        restarts = DRILL_RESTARTS.get(plan.engine)
-    own = plan.role != "control"
-    return RunLeft(
-        run.run_id,
-        "url" if plan.url is not None else plan.engine,
-        () if LOAD_STEP in done else tuple(phases_left(ctx, run)),
-        restarts,
-        rounds if own and "quality" not in done else 0,
-        checks if own and ctx.cfg.compat.enabled and "compat" not in done else 0,
-    )
-
-
-def plan_for(ctx: PilotContext, runs: Sequence[RunPlan]) -> list[Step]:
-    """The plan of a pilot about to run ``runs`` (a resumed one: only what is not done)."""
-    from specpilot.quality.compat import FEATURES
-
-    cfg = ctx.cfg
-    quality = ctx.gates.plan()
-    rounds = quality_rounds([q.temperature for q in quality], cfg.quality.concurrency)
-    checks = len(cfg.compat.features or FEATURES)
-    left = [r for r in (run_left(ctx, run, rounds, checks) for run in runs) if r is not None]
-    tt = timetable(
-        ctx.schedule,
-        cfg.design == "interleaved",
-        cfg.drill.phase,
-        cfg.drill.switch_after_s + cfg.drill.hold_s,
-    )
-    measured = sum(1 for r in ctx.schedule.requests if not r.warmup)
-    answers = (measured + len(quality)) * len(runs)
-    return plan_steps(left, tt, answers, len(runs))

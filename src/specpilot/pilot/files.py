@@ -21,19 +21,24 @@ anything else may be a Hugging Face hub id.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from specpilot.pilot.config import PilotConfig, PilotConfigError, at_line
 from specpilot.pilot.options import (
     SHIPPED_DRAFT,
     BuiltinOptions,
     LlamaCppOptions,
     VllmOptions,
 )
+
+
+class _HasArms(Protocol):
+    @property
+    def arms(self) -> Sequence[Any]: ...
+
 
 _DEFAULT_TARGET = "remove it to use the default target (SmolLM2-135M-Instruct)"
 
@@ -50,27 +55,26 @@ class MissingModel:
     fix: str
 
 
-def missing_models(cfg: PilotConfig) -> list[MissingModel]:
+def missing_models(cfg: _HasArms) -> list[MissingModel]:
     """Every model file of ``cfg``'s arms that does not exist, in arm order."""
     return [m for i, a in enumerate(cfg.arms) for m in _arm(i, a)]
 
 
-def check_model_files(
-    cfg: PilotConfig, where: str, lines: Any = None, raw_arms: Any = None
-) -> None:
-    """Raise one :class:`PilotConfigError` listing every missing model file at its line.
-    ``raw_arms``: the file's own ``arms:`` list, whose order the lines follow (the quick
-    profile's merge may drop arms)."""
+def missing_model_lines(
+    cfg: _HasArms, where: str, locate: Callable[[tuple[Any, ...]], str], raw_arms: Any = None
+) -> list[str]:
+    """The lines of one error listing every missing model file at its line (empty: none).
+    ``locate``: a field's path to ``FILE:LINE: field``; ``raw_arms``: the file's own ``arms:``
+    list, whose order the lines follow (the quick profile's merge may drop arms)."""
     missing = missing_models(cfg)
     if not missing:
-        return
+        return []
     order = [a.get("name") if isinstance(a, dict) else None for a in raw_arms or []]
     out = [f"{where}: {len(missing)} model file(s) missing"]
     for m in missing:
         index = order.index(m.arm) if m.arm in order else m.index
-        here = at_line(where, lines, ("arms", index, "options", m.field))
-        out.append(f"  {here}: {m.message} -> {m.fix}")
-    raise PilotConfigError("\n".join(out))
+        out.append(f"  {locate(('arms', index, 'options', m.field))}: {m.message} -> {m.fix}")
+    return out
 
 
 def _arm(i: int, arm: Any) -> Iterator[MissingModel]:

@@ -71,6 +71,8 @@ def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
         lines.append(f"  {v['summary']}")
         if v.get("aa_control"):
             lines.append(f"  A/A: {v['aa_control']}")
+        if v.get("planted"):
+            lines.append(f"  planted: {v['planted']}")
         for g in v.get("groups", []):
             lines.append(f"    {g['task_group']:<12} {g['verdict']}{_group_why(g)}")
         reasons = v.get("hypothesis_reasons") or []

@@ -30,7 +30,7 @@ from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.config import LlamaCppOptions, PilotConfig, PilotConfigError, VllmOptions
 from specpilot.pilot.context import RunPlan
-from specpilot.pilot.eta import plan_for
+from specpilot.pilot.eta_plan import plan_for
 from specpilot.pilot.gates import Gates
 from specpilot.pilot.progress import PilotProgress
 from specpilot.pilot.runplans import derive_kv_slots, plain_overrides, run_order, target_changed
@@ -55,6 +55,7 @@ class Pilot:
     ``run``)."""
 
     schedule: Schedule
+    level_schedule: Schedule
     store: Store
     gates: Gates
 
@@ -129,17 +130,32 @@ class Pilot:
         from specpilot.store import Store
 
         t0 = time.perf_counter()
-        self.plans, self.schedule = self.prepare()
+        self.plans, self.level_schedule = self.prepare()
+        self.schedule, design = self.level_schedule, None
+        ep = self.cfg.episodes
+        if ep is not None:  # the episode design (pilot.design): each level cut into episodes
+            from specpilot.pilot.design import PLANTED, design_record, split_schedule
+
+            self.schedule = split_schedule(self.level_schedule, ep.per_level)
+            arms = [p.name for p in self.plans] + ([PLANTED] if ep.planted else [])
+            base = next(p.name for p in self.plans if p.role == "baseline")
+            design = design_record(self.schedule, arms, base, ep.processes, ep)
         self.gates = Gates(self.cfg, self.base_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / "pilot.duckdb"
         with Store(path) as store:
             self.store = store
-            pilot = self._open_pilot(store)
-            runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
+            pilot = self._open_pilot(store, design)
+            if design is not None:
+                from specpilot.pilot.episode_run import episode_runs
+
+                design = (pilot.schedule or {}).get("design", design)  # as stored
+                runs = episode_runs(self.plans, design, pilot.pilot_id)
+            else:
+                runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
             clock = self.progress.clock
             clock.plan = plan_for(self, runs)  # the ETA from here on (pilot.eta)
-            failed = self._run_all(runs)
+            failed = self._run_all(runs, design)
             with clock.timed("cross_arm"):
                 finish.cross_arm(store, self.gates, self.plans, self.progress)
             store.add_pilot(
@@ -157,7 +173,7 @@ class Pilot:
             failed_arms=failed,
         )
 
-    def _open_pilot(self, store: Store) -> PilotRecord:
+    def _open_pilot(self, store: Store, design: dict[str, Any] | None) -> PilotRecord:
         """A new pilot record, or the existing one when resuming the same config."""
         from specpilot import __version__
         from specpilot.backends.facts import hardware_facts
@@ -191,7 +207,7 @@ class Pilot:
             specpilot_version=__version__,
             created_unix=time.time(),
             hardware=hardware_facts(),
-            schedule=self.schedule.to_dict(),
+            schedule={**self.schedule.to_dict(), **({"design": design} if design else {})},
             notes=self._notes(),
         )
         store.add_pilot(pilot)
@@ -199,7 +215,17 @@ class Pilot:
 
     def _notes(self) -> list[str]:
         notes = []
-        if self.cfg.design == "interleaved":
+        ep = self.cfg.episodes
+        if ep is not None:
+            notes.append(
+                f"measurement design: episodes ({ep.processes} engine processes per arm, all "
+                f"up at once and fingerprinted; each measured phase cut into {ep.per_level} "
+                "episodes, each replayed on every arm in a seeded balanced order on the process "
+                "a crossed assignment gives, drained before the next"
+                + (f"; a planted +{ep.planted:.0%} slowdown arm" if ep.planted else "")
+                + ")"
+            )
+        elif self.cfg.design == "interleaved":
             from specpilot.pilot.interleave import design_note
 
             phases = [p.name for p in self.schedule.phases if not p.warmup]
@@ -228,7 +254,11 @@ class Pilot:
                 "models; choose another --out to start anew, or restore the file"
             )
 
-    def _run_all(self, runs: list[RunPlan]) -> list[str]:
+    def _run_all(self, runs: list[RunPlan], design: dict[str, Any] | None) -> list[str]:
+        if design is not None:
+            from specpilot.pilot.episode_run import EpisodeRun
+
+            return EpisodeRun(self, runs, design).run()
         if self.cfg.design == "interleaved":
             from specpilot.pilot.interleave import Interleaved
 

@@ -29,6 +29,8 @@ class ArmSteps:
         self.holder: dict[str, Any] = {}
         self.url = ""
         self.model = ""
+        self.warm = False  # the episode design: the first load call warms the process up
+        self.fingerprint = False  # the episode design: measure the process's fingerprint
 
     def save(self, **changes: Any) -> None:
         self.rec = dataclasses.replace(self.rec, **changes)
@@ -81,9 +83,35 @@ class ArmSteps:
                 p.progress.clock.sample_as(eta.start_key(self.run.run_id), time.perf_counter() - t0)
             self.url = backend.endpoint
             self.model = plan.spec.model_name or served_model(self.url)
+            if self.fingerprint:
+                self._fingerprint()
         except BaseException:
             self.stop()
             raise
+
+    def _fingerprint(self) -> None:
+        """The process's decode time per token on a fixed prompt (``pilot.fingerprint``),
+        kept in its manifest; it warms the process up, so its first episode has no warm-up."""
+        from specpilot.pilot.drill import RuntimeSwitch
+        from specpilot.pilot.fingerprint import fingerprint
+
+        plan = self.run.arm
+        self.p.progress.step(plan.name, f"process {self.run.process}: fingerprint")
+        # the target's plain decode on every process, so fingerprints compare across arms: a
+        # builtin speculative engine switched off for it (its runtime switch), others as they
+        # are (marked not plain: the analysis leaves them out)
+        switch = None
+        if plan.strategy.kind != "none" and plan.engine == "builtin":
+            switch = RuntimeSwitch(self.url, self.p.admin_token)
+            switch.off()
+        try:
+            fp = fingerprint(self.url, self.model)
+        finally:
+            if switch is not None:
+                switch.on()
+        fp["plain"] = plan.strategy.kind == "none" or switch is not None
+        self.save(manifest={**self.rec.manifest, "fingerprint": fp})
+        self.warm = True
 
     def load(self, phases: list[str] | None = None) -> None:
         """The measured ``phases`` not yet complete (None: all); the load step is done once
@@ -95,8 +123,17 @@ class ArmSteps:
         left = phases if phases is not None else armrun.phases_left(self.p, self.run)
         with self.p.progress.clock.timed(eta.load_key(self.run.run_id, left)):
             armrun.run_phases(
-                self.p, self.run, self.holder["backend"], self.url, self.model, self.rec, phases
+                self.p,
+                self.run,
+                self.holder["backend"],
+                self.url,
+                self.model,
+                self.rec,
+                phases,
+                warmup=not self.warm,
             )
+        if self.run.phases is not None:  # an episode run: warmed once, by its first call
+            self.warm = True
         if not armrun.phases_left(self.p, self.run):
             self.done(armrun.LOAD_STEP)
 
@@ -112,7 +149,7 @@ class ArmSteps:
             raise RuntimeError(
                 f"arm {plan.name}: measured phases left: {armrun.phases_left(p, self.run)}"
             )
-        if "drill" not in steps and plan.strategy.kind != "none":
+        if "drill" not in steps and plan.strategy.kind != "none" and self.run.process == 0:
             if plan.drill:
                 with timed(eta.step_key(rid, "drill")):
                     armrun.run_drill(p, self.run, self.holder, self.url, self.model)
@@ -120,8 +157,9 @@ class ArmSteps:
                 p.store.add_drills([armrun.not_drilled(self.run.run_id, plan)])
             self.done("drill")
         # the A/A control repeats the baseline's measurement only: its compatibility and
-        # quality are the baseline's by construction (the same config, checked at planning)
-        if plan.role == "control":
+        # quality are the baseline's by construction (the same config, checked at planning);
+        # an arm's other processes (the episode design) are its config again: checked once
+        if plan.role == "control" or self.run.process > 0:
             steps |= {"compat", "quality"}
         if "quality" not in steps:
             p.progress.step(plan.name, "quality pass")

@@ -39,12 +39,15 @@ from specpilot.records.gates import (
     QualityRecord,
 )
 from specpilot.records.load import (
+    EPISODE_SEP,
     STATUSES,
     ChunkTiming,
     MetricSnapshot,
     RequestRecord,
     ResponseExtras,
     ScheduledRequest,
+    episode_of,
+    level_of,
 )
 from specpilot.records.pilot import (
     ARM_ROLES,
@@ -64,6 +67,7 @@ __all__ = [
     "DRILL_PHASE",
     "DRILL_STATUSES",
     "ENGINES",
+    "EPISODE_SEP",
     "SEVERITIES",
     "STATUSES",
     "TOTALS_ENGINES",
@@ -91,4 +95,6 @@ __all__ = [
     "StepCadence",
     "StrategySpec",
     "VerifyCostPoint",
+    "episode_of",
+    "level_of",
 ]

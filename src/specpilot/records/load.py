@@ -191,3 +191,27 @@ class MetricSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# The episode design (pilot.design) replays each measured phase (a load level) as episodes,
+# recorded as phases named f"{level}{EPISODE_SEP}{k:02d}" (k from 1).
+EPISODE_SEP = "~"
+
+
+def level_of(phase: str) -> str:
+    """The load level (measured phase) an episode phase belongs to (itself if not one).
+
+    >>> level_of("peak~02"), level_of("peak")
+    ('peak', 'peak')
+    """
+    return phase.split(EPISODE_SEP, 1)[0]
+
+
+def episode_of(phase: str) -> int:
+    """The episode number of an episode phase (1, 2, ...); -1 for a phase that is not one.
+
+    >>> episode_of("peak~02"), episode_of("peak")
+    (2, -1)
+    """
+    _, sep, tail = phase.partition(EPISODE_SEP)
+    return int(tail) if sep and tail.isdigit() else -1

@@ -87,7 +87,8 @@ class ResourceBudget:
 
 # control: a second instance of the baseline's exact config, the pilot's A/A measurement of
 # between-run drift (analysis.drift.Drift)
-ARM_ROLES = ("baseline", "speculative", "alternative", "control", "extra")
+# planted: the baseline's processes through a proxy that dilates latency by a known factor
+ARM_ROLES = ("baseline", "speculative", "alternative", "control", "extra", "planted")
 # the engines an arm can run on (``ArmRecord.engine``); ``TOTALS_ENGINES`` report per-request
 # speculative totals, not rounds (store.aggregates turns them into round-summary rows)
 ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")

@@ -24,6 +24,8 @@ def _verdict(v: dict[str, Any], simulated: list[str]) -> list[str]:
     ]
     if v.get("aa_control"):
         out += [f"A/A: {v['aa_control']}", ""]
+    if v.get("planted"):
+        out += [f"Planted: {v['planted']}", ""]
     if simulated:
         out += [*[f"- {t}" for t in simulated], ""]
     if v["pilot_hypothesis"]:

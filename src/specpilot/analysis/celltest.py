@@ -1,0 +1,96 @@
+"""One cell's test result (``analysis.paired``), and the episode design's version of it: the
+candidate's effect estimated by processes and episodes (``analysis.episodes.episode_effect``)
+in place of the busy-period t-test, the on-time test kept as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specpilot.analysis.episodes import episode_effect
+from specpilot.analysis.requests import RequestTable
+from specpilot.errors import ConfigError
+from specpilot.records import ArmRecord
+
+
+@dataclass(frozen=True)
+class CellTest:
+    n: int
+    log_change: float | None
+    se_w: float | None
+    se: float | None
+    df: float | None
+    p: float
+    min_p: float
+    p_on: float
+    min_p_on: float
+    on_slower: bool
+    sd: float | None  # per pair, times the square root of the clustering's design effect
+    clusters: int
+    p_design: float | None = None  # the episode design's permutation test over processes
+    processes: str = ""  # the episode design's estimate in words (components, fingerprint)
+
+
+def episode_test(
+    t: RequestTable,
+    b: np.ndarray,
+    c: np.ndarray,
+    episodes: np.ndarray,
+    base: CellTest,
+    fingerprints: Mapping[str, float],
+    level: float,
+) -> CellTest:
+    """``base`` (the busy-period test of the same pairs) with the task-time test replaced by
+    the process-and-episode estimate; unchanged when the cell cannot be estimated that way
+    (one process per arm, too few episodes), and then its text says why."""
+    stages = sum(t.client_stages.values(), np.zeros(len(t)))
+    tb, tc = t.e2e[b] + stages[b], t.e2e[c] + stages[c]
+    ok = np.isfinite(tb) & np.isfinite(tc) & (tb > 0) & (tc > 0)
+    if not np.any(ok):
+        return base
+    d = np.log(tc[ok] / tb[ok])
+    cand, bas = t.run_id[c][ok], t.run_id[b][ok]
+    fp_c = {r: fingerprints[r] for r in set(cand) if r in fingerprints}
+    fp_b = {r: fingerprints[r] for r in set(bas) if r in fingerprints}
+    full = len(fp_c) == len(set(cand)) and len(fp_b) == len(set(bas))
+    try:
+        est = episode_effect(
+            d,
+            episodes[ok],
+            cand,
+            bas,
+            cand_fp=fp_c if full else None,
+            base_fp=fp_b if full else None,
+            level=level,
+        )
+    except ConfigError as exc:
+        return dataclasses.replace(base, processes=f"not estimated by processes: {exc}")
+    return dataclasses.replace(
+        base,
+        log_change=est.estimate,
+        se_w=est.se,
+        se=est.se,
+        df=est.df,
+        p=est.p_model,
+        min_p=0.0,
+        clusters=est.n_episodes,
+        p_design=est.p_design,
+        processes=est.text,
+    )
+
+
+def fingerprints_of(arms: Sequence[ArmRecord]) -> dict[str, float]:
+    """Each process's log plain decode time per token (``pilot.fingerprint``, in its run's
+    manifest), where it was measured with speculation off (``plain``): only those compare
+    across arms."""
+    out = {}
+    for r in arms:
+        fp = (r.manifest or {}).get("fingerprint") or {}
+        x = fp.get("decode_s_per_token")
+        if x and fp.get("plain"):
+            out[r.run_id] = float(np.log(x))
+    return out

@@ -1,0 +1,130 @@
+"""The planted effect: did the pilot find a slowdown of known size?
+
+The planted arm is the baseline's own processes reached through a proxy that dilates every
+latency the client sees by exactly 1 + f (``loadgen.dilate``), replayed in the same episodes
+and balanced order as every other arm. Its true task-time change against the baseline is +f,
+so its comparison shows what this pilot, on this machine, at each load level, can detect: it
+is *found* when the comparison calls it "slower" (the same rule, margin and multiplicity as a
+candidate's), and its interval should cover +f. A level where it was not found cannot carry a
+direction, nor an equivalence claim, for any candidate (``analysis.decision``).
+
+    >>> from specpilot.analysis.paired import Interval, PairedComparison
+    >>> c = PairedComparison("b", "planted", "peak", "*", 1.0, 40, 0, 40,
+    ...     Interval(0.14, 0.09, 0.20), Interval(None, None, None), Interval(None, None, None),
+    ...     Interval(None, None, None), Interval(None, None, None), "slower", "")
+    >>> (r,) = planted_results([c], "planted", 0.15)
+    >>> r.found, r.covers, r.text
+    (True, True, 'this pilot found the planted +15% at peak (1 req/s) as +14.0% [+9.0%, +20.0%]')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specpilot.analysis.columns import ALL
+from specpilot.analysis.paired import PairedComparison
+from specpilot.analysis.resample import Interval
+
+
+@dataclass(frozen=True)
+class PlantedResult:
+    arm: str
+    factor: float  # the planted relative slowdown (0.15: every latency x1.15)
+    phase: str
+    offered_rate: float | None
+    estimate: float | None
+    low: float | None
+    high: float | None
+    outcome: str
+    found: bool  # called "slower"
+    covers: bool  # the deciding interval covers +factor
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def planted_results(
+    comparisons: Sequence[PairedComparison], arm: str, factor: float
+) -> list[PlantedResult]:
+    """Per load level, the planted arm's pooled comparison with the baseline."""
+    out = []
+    mine = [c for c in comparisons if c.candidate_arm == arm and c.task_group == ALL]
+    for c in sorted(mine, key=lambda c: (c.offered_rate or 0.0, c.phase)):
+        e = c.task_rel_change
+        found = c.outcome == "slower"
+        covers = e.low is not None and e.high is not None and e.low <= factor <= e.high
+        rate = f" ({c.offered_rate:.3g} req/s)" if c.offered_rate is not None else ""
+        shown = (
+            f"{e.estimate:+.1%} [{e.low:+.1%}, {e.high:+.1%}]"
+            if e.estimate is not None and e.low is not None and e.high is not None
+            else "n/a"
+        )
+        text = (
+            f"this pilot found the planted +{factor:.0%} at {c.phase}{rate} as {shown}"
+            if found
+            else f"this pilot did NOT find the planted +{factor:.0%} at {c.phase}{rate}: {shown} "
+            f"-> {c.outcome}; no candidate can get a direction there"
+        )
+        out.append(
+            PlantedResult(
+                arm,
+                factor,
+                c.phase,
+                c.offered_rate,
+                e.estimate,
+                e.low,
+                e.high,
+                c.outcome,
+                found,
+                covers,
+                text,
+            )
+        )
+    return out
+
+
+def missed_levels(results: Sequence[PlantedResult]) -> frozenset[str]:
+    """The load levels where the planted effect was not found."""
+    return frozenset(r.phase for r in results if not r.found)
+
+
+def as_aa(
+    comparisons: Sequence[PairedComparison], arm: str, factor: float
+) -> list[PairedComparison]:
+    """The planted arm's comparisons with the known dilation taken out: the baseline's
+    processes against themselves in other episodes, an A/A contrast (expected to cover 0).
+    A cell is directional when its shifted deciding interval excludes 0 (the planted arm's
+    "slower" is the dilation; only what is left over counts)."""
+    out = []
+    for c in comparisons:
+        if c.candidate_arm != arm:
+            continue
+        e = c.task_rel_change
+        shift = [
+            None if x is None else (1.0 + x) / (1.0 + factor) - 1.0
+            for x in (e.estimate, e.low, e.high)
+        ]
+        est, lo, hi = shift
+        if c.outcome == "insufficient" or lo is None or hi is None:
+            outcome = "insufficient"
+        elif lo > 0:
+            outcome = "slower"
+        elif hi < 0:
+            outcome = "faster"
+        else:
+            outcome = "no_difference"
+        out.append(
+            dataclasses.replace(
+                c,
+                candidate_arm=f"{arm} less its +{factor:.0%}",
+                task_rel_change=Interval(est, lo, hi),
+                outcome=outcome,
+                log_change=None if c.log_change is None else c.log_change - math.log1p(factor),
+            )
+        )
+    return out

@@ -1,0 +1,168 @@
+"""The episode design: engine processes and episodes as the units of evidence (``episodes:`` in
+a pilot file), made into one record before anything runs.
+
+On these machines two processes of one config differ 7-20% for their whole life (where their
+memory landed), and requests queued together move together: one process per arm is one sample
+of the process effect however many requests it serves. So each compared arm is served by
+``processes`` engine processes, all started before the first measured episode, and each
+measured phase (a load level) is cut into ``per_level`` **episodes**: consecutive slices of its
+schedule (the same arrival offsets and prompts on every arm), each replayed on every arm in
+turn and drained to idle before the next, so nothing carries over. In episode e the arms run
+in a seeded balanced order (each arm first equally often, ``arm_orders``) and each arm is
+served by the process the crossed assignment gives (every candidate process meets every
+baseline process; ``crossed``). A ``planted`` slowdown arm reaches the baseline's processes
+through a proxy that dilates every latency by exactly 1 + f (``loadgen.dilate``): the pilot
+must find it, or it cannot claim a direction at that level.
+
+The design (which process serves which episode, in which order) is ``design_record``: stored
+with the schedule in the pilot file, executed by ``pilot.episode_run`` and read by the
+analysis, which never re-derives it from timestamps.
+
+    >>> from specpilot.workload.schedule import PhaseInfo, Schedule
+    >>> from specpilot.records import ScheduledRequest as R
+    >>> reqs = [R(i, i * 1.0, "peak", "g", "p", [], 4) for i in range(6)]
+    >>> s = Schedule("w", 0, "", [PhaseInfo("peak", 0.0, 6.0, 6, {}, {})], {}, {}, reqs)
+    >>> e = split_schedule(s, 3)
+    >>> [(p.name, p.duration_s, p.requests) for p in e.phases]
+    [('peak~01', 2.0, 2), ('peak~02', 2.0, 2), ('peak~03', 2.0, 2)]
+    >>> [(r.phase, r.send_t) for r in e.requests[2:4]]
+    [('peak~02', 0.0), ('peak~02', 1.0)]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from specpilot.analysis.episodes import arm_orders
+from specpilot.records import EPISODE_SEP as SEP
+from specpilot.records import level_of
+from specpilot.validation import StrictModel
+from specpilot.workload.schedule import PhaseInfo, Schedule
+
+PLANTED = "planted"  # the planted arm's name and role
+
+
+class EpisodeSettings(StrictModel):
+    """``episodes:`` in a pilot file: the episode design (module docstring)."""
+
+    per_level: int = Field(8, ge=2, le=99, description="episodes each measured phase is cut into")
+    processes: int = Field(
+        3, ge=1, le=16, description="engine processes per compared arm, all up at once"
+    )
+    planted: float | None = Field(
+        0.15,
+        gt=0,
+        le=2.0,
+        description="a planted slowdown of this size (0.15: every latency x1.15) through the "
+        "baseline's processes, which the pilot must find; null: none",
+    )
+    seed: int = 0
+
+
+def split_schedule(schedule: Schedule, per_level: int) -> Schedule:
+    """Each measured phase as ``per_level`` consecutive slices of equal duration (episode
+    phases ``level~01`` ...); requests keep their index (so ids stay unique), their send time
+    re-based to the slice's start. The warm-up phase is kept as it is."""
+    phases: list[PhaseInfo] = []
+    requests = []
+    start = 0.0
+    for p in schedule.phases:
+        mine = [r for r in schedule.requests if r.phase == p.name]
+        if p.warmup:
+            phases.append(dataclasses.replace(p, start_s=start))
+            requests += mine
+            start += p.duration_s
+            continue
+        for k, (lo, hi) in enumerate(_slices(p.duration_s, per_level, [r.send_t for r in mine])):
+            part = [r for r in mine if lo <= r.send_t < hi]
+            name = f"{p.name}{SEP}{k + 1:02d}"
+            phases.append(
+                dataclasses.replace(
+                    p, name=name, start_s=start, duration_s=hi - lo, requests=len(part)
+                )
+            )
+            requests += [dataclasses.replace(r, phase=name, send_t=r.send_t - lo) for r in part]
+            start += hi - lo
+    return dataclasses.replace(schedule, phases=phases, requests=requests)
+
+
+def _slices(duration: float, n: int, times: Sequence[float]) -> list[tuple[float, float]]:
+    """``n`` equal slices of [0, duration), a slice with no request merged into the next (the
+    last into the one before): every episode has something to measure."""
+    edges = [duration * k / n for k in range(n + 1)]
+    edges[-1] = max(duration, max(times, default=0.0) + 1e-9)
+    cuts = [(edges[k], edges[k + 1]) for k in range(n)]
+    out: list[tuple[float, float]] = []
+    start = cuts[0][0]
+    for lo, hi in cuts:
+        if any(lo <= t < hi for t in times):
+            out.append((start, hi))
+            start = hi
+    if not out:
+        return [(0.0, edges[-1])]
+    if start < edges[-1]:  # trailing empty slices: into the last episode
+        out[-1] = (out[-1][0], edges[-1])
+    return out
+
+
+def crossed(episodes: int, m: int, arms: int, seed: int) -> list[list[int]]:
+    """Per arm (index 0: the baseline) the process serving each episode: the baseline's
+    processes in seeded shuffled blocks of ``m`` (each once per block), arm a's process in
+    block t the baseline's plus t + a (mod m), so over m blocks every process of every arm
+    meets every baseline process, and each serves ``episodes / m`` episodes.
+
+        >>> c = crossed(9, 3, 2, 0)
+        >>> sorted(zip(c[1], c[0]))  # every (candidate, baseline) pair once
+        [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    """
+    rng = np.random.default_rng([seed, 11])
+    base: list[int] = []
+    while len(base) < episodes:
+        base += [int(x) for x in rng.permutation(m)]
+    base = base[:episodes]
+    return [base] + [[(b + k // m + a) % m for k, b in enumerate(base)] for a in range(1, arms)]
+
+
+def design_record(
+    schedule: Schedule,
+    arms: Sequence[str],
+    baseline: str,
+    processes: int,
+    settings: EpisodeSettings,
+) -> dict[str, Any]:
+    """The whole design before anything runs: per episode phase, its level, the arm order
+    and the process index of each arm (the planted arm reaches the baseline's processes)."""
+    levels: dict[str, list[str]] = {}
+    for p in schedule.phases:
+        if not p.warmup:
+            levels.setdefault(level_of(p.name), []).append(p.name)
+    others = [a for a in arms if a != baseline]
+    episodes: dict[str, dict[str, Any]] = {}
+    for li, names in enumerate(levels.values()):
+        seed = settings.seed + 101 * li
+        orders = arm_orders(arms, len(names), seed)
+        serve = crossed(len(names), processes, 1 + len(others), seed)
+        by_arm = {baseline: serve[0]} | {a: serve[1 + i] for i, a in enumerate(others)}
+        for k, name in enumerate(names):
+            episodes[name] = {
+                "level": level_of(name),
+                "episode": k + 1,
+                "order": orders[k],
+                "process": {a: int(by_arm[a][k]) for a in arms},
+            }
+    return {
+        "kind": "episodes",
+        "per_level": settings.per_level,
+        "processes": processes,
+        "planted": settings.planted,
+        "seed": settings.seed,
+        "baseline": baseline,
+        "arms": list(arms),
+        "levels": levels,
+        "episodes": episodes,
+    }

@@ -1,0 +1,120 @@
+"""Runs the episode design (``pilot.design``): every process of every arm started first (one
+at a time, each fingerprinted), then each level's episodes in turn, each replayed on every arm
+in the design's order on the process the design gives, drained before the next; then each
+arm's drill, quality pass and compatibility suite on its first process, and every engine stops.
+
+A run whose start fails, or that fails in an episode, is recorded as failed and leaves the
+rotation (its arm's other processes go on); Ctrl-C stops every engine and marks the runs in
+flight as interrupted. A resumed pilot starts every process again and runs only the episodes
+not complete: no finished episode is run or rewritten again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from specpilot.pilot.armrun import phases_left
+from specpilot.pilot.arms import ArmPlan
+from specpilot.pilot.context import PilotContext, RunPlan
+from specpilot.pilot.design import PLANTED
+from specpilot.pilot.planted import PlantedSteps
+from specpilot.pilot.steps import ArmSteps
+from specpilot.records import StrategySpec
+
+
+def planted_plan(baseline: ArmPlan) -> ArmPlan:
+    """The planted arm's plan: the baseline's, renamed, never drilled, no strategy."""
+    return dataclasses.replace(
+        baseline, name=PLANTED, role=PLANTED, drill=False, strategy=StrategySpec()
+    )
+
+
+def episode_runs(plans: Sequence[ArmPlan], design: dict[str, Any], pilot_id: str) -> list[RunPlan]:
+    """One run per (arm, process), each with the episodes the design gives it; the baseline's
+    first (the planted arm reaches its processes), the planted arm's last."""
+    by_name = {p.name: p for p in plans}
+    base = by_name[design["baseline"]]
+    if design.get("planted"):
+        by_name[PLANTED] = planted_plan(base)
+    arms = sorted(design["arms"], key=lambda a: (a != base.name, a == PLANTED))
+    out: list[RunPlan] = []
+    for arm in arms:
+        for j in range(int(design["processes"])):
+            mine = tuple(name for name, e in design["episodes"].items() if e["process"][arm] == j)
+            out.append(
+                RunPlan(by_name[arm], 0, len(out), f"{pilot_id}.{arm}.p{j}", process=j, phases=mine)
+            )
+    return out
+
+
+class EpisodeRun:
+    """The episode design's execution (module docstring)."""
+
+    def __init__(
+        self, pilot: PilotContext, runs: Sequence[RunPlan], design: dict[str, Any]
+    ) -> None:
+        self.p = pilot
+        self.runs = list(runs)
+        self.design = design
+        self.failed: list[str] = []
+        self.steps: dict[tuple[str, int], ArmSteps] = {}
+
+    def _steps(self) -> dict[tuple[str, int], ArmSteps]:
+        p, out = self.p, {}
+        bases: dict[int, ArmSteps] = {}
+        for r in self.runs:
+            rec = p.arm_record(r)
+            if r.arm.role == PLANTED:
+                s: ArmSteps = PlantedSteps(
+                    p, r, rec, bases=bases, factor=float(self.design["planted"])
+                )
+            else:
+                s = ArmSteps(p, r, rec)
+                s.fingerprint = True
+            if r.arm.name == self.design["baseline"]:
+                bases[r.process] = s
+            out[(r.arm.name, r.process)] = s
+        return out
+
+    def _call(self, key: tuple[str, int], call: str, *args: Any) -> None:
+        s = self.steps.get(key)
+        if s is None:
+            return
+        try:
+            getattr(s, call)(*args)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # one run failing does not lose the others
+            self.failed.append(s.run.arm.name)
+            self.p.record_failure(s.run, exc)
+            s.stop()
+            del self.steps[key]
+
+    def run(self) -> list[str]:
+        p = self.p
+        self.steps = self._steps()
+        try:
+            for key, s in list(self.steps.items()):  # one at a time: each start on an idle machine
+                self._call(key, "start")
+                if key in self.steps:
+                    p.snapshot_at_start(s.run, s.holder["backend"])
+            for name, ep in self.design["episodes"].items():
+                for arm in ep["order"]:
+                    key = (arm, int(ep["process"][arm]))
+                    run = self.steps[key].run if key in self.steps else None
+                    if run is not None and name in phases_left(p, run):
+                        self._call(key, "load", [name])
+            for key in list(self.steps):
+                self._call(key, "finish")
+        except KeyboardInterrupt:
+            for s in self.steps.values():
+                latest = p.arm_record(s.run)
+                if latest.status != "complete":
+                    p.store.add_arm(dataclasses.replace(latest, status="interrupted"))
+            raise
+        finally:  # the planted proxies first, then the engines behind them
+            for s in sorted(self.steps.values(), key=lambda s: s.run.arm.role != PLANTED):
+                s.stop()
+        return self.failed

@@ -1,0 +1,66 @@
+"""The ETA's plan read from a pilot about to run (``pilot.eta`` holds the pure estimator and the
+clock): what each run still has to do, from the pilot file, and the schedule's timetable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from specpilot.pilot.armrun import LOAD_STEP, phases_left
+from specpilot.pilot.context import PilotContext, RunPlan
+from specpilot.pilot.eta import (
+    DRILL_RESTARTS,
+    RunLeft,
+    Step,
+    plan_steps,
+    quality_rounds,
+    timetable,
+)
+
+
+def run_left(ctx: PilotContext, run: RunPlan, rounds: int, checks: int) -> RunLeft | None:
+    """What the pilot file says ``run`` has left (None: complete)."""
+    rec = ctx.arm_record(run)
+    if rec.status == "complete":
+        return None
+    plan, done = run.arm, set(rec.completed_steps)
+    restarts = None  # no drill, or one that only records why not (pilot.armrun.run_drill)
+    if plan.strategy.kind != "none" and "drill" not in done and plan.drill and plan.url is None:
+        restarts = DRILL_RESTARTS.get(plan.engine)
+    # the A/A control, the planted arm and an arm's other processes repeat its measurement
+    # only: the drill, the quality pass and the compatibility suite run on its first process
+    own = plan.role not in ("control", "planted") and run.process == 0
+    if not own:
+        restarts = None
+    return RunLeft(
+        run.run_id,
+        "url" if plan.url is not None else plan.engine,
+        () if LOAD_STEP in done else tuple(phases_left(ctx, run)),
+        restarts,
+        rounds if own and "quality" not in done else 0,
+        checks if own and ctx.cfg.compat.enabled and "compat" not in done else 0,
+    )
+
+
+def plan_for(ctx: PilotContext, runs: Sequence[RunPlan]) -> list[Step]:
+    """The plan of a pilot about to run ``runs`` (a resumed one: only what is not done)."""
+    from specpilot.quality.compat import FEATURES
+
+    cfg = ctx.cfg
+    quality = ctx.gates.plan()
+    rounds = quality_rounds([q.temperature for q in quality], cfg.quality.concurrency)
+    checks = len(cfg.compat.features or FEATURES)
+    left = [r for r in (run_left(ctx, run, rounds, checks) for run in runs) if r is not None]
+    tt = timetable(
+        ctx.schedule,
+        cfg.design == "interleaved" and cfg.episodes is None,
+        cfg.drill.phase,
+        cfg.drill.switch_after_s + cfg.drill.hold_s,
+    )
+    if cfg.episodes is not None:  # one call per episode; the drill replays a whole level
+        drill = timetable(ctx.level_schedule, False, cfg.drill.phase, 0.0).arrivals
+        arrivals = {**tt.arrivals, cfg.drill.phase: drill.get(cfg.drill.phase, 0.0)}
+        tt = replace(tt, arrivals=arrivals, warmup_first_only=True)
+    measured = sum(1 for r in ctx.schedule.requests if not r.warmup)
+    answers = (measured + len(quality)) * len(runs)
+    return plan_steps(left, tt, answers, len(runs))

@@ -1,0 +1,114 @@
+"""The episode design's records through the whole analysis: phases ``level~NN`` folded into
+their level, each cell estimated by processes and episodes, the planted arm found (or not) at
+each level, and a level where it was not found gives no candidate a direction.
+
+Hand-built pilots (no engine): 4 processes per arm with seeded offsets, 10 episodes per level
+with a shock each, requests with their own noise; the speculative arm's true effect and the
+planted factor are known by construction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specpilot.analysis import AnalysisConfig, analyze
+from specpilot.pilot.design import crossed
+from specpilot.records import (
+    ArmRecord,
+    HardwareFacts,
+    PhaseRecord,
+    PilotData,
+    PilotRecord,
+    RequestRecord,
+    StrategySpec,
+)
+
+LEVELS = {"off_peak": 1.0, "peak": 3.0}  # offered req/s
+
+
+def _pilot(effect: float, planted: float, *, seed: int = 0, n: int = 6, m: int = 4) -> PilotData:
+    rng = np.random.default_rng(seed)
+    arms = {"baseline": 1.0, "speculative": 1.0 + effect, "planted": 1.0 + planted}
+    offset = {  # process effects: the planted arm reaches the baseline's processes
+        "baseline": rng.normal(0, 0.075, m),
+        "speculative": rng.normal(0, 0.075, m),
+    }
+    offset["planted"] = offset["baseline"]
+    records, phases, runs = [], [], []
+    for arm in arms:
+        role = arm if arm != "speculative" else "speculative"
+        strat = StrategySpec("draft", k=3) if arm == "speculative" else StrategySpec()
+        manifest = {"planted": {"factor": planted}} if arm == "planted" else {}
+        for j in range(m):
+            runs.append(
+                ArmRecord("p", f"p.{arm}.p{j}", arm, role, "builtin", strategy=strat,
+                          manifest=manifest, status="complete", run_order=len(runs))
+            )  # fmt: skip
+    index = 0
+    for level, rate in LEVELS.items():
+        serve = crossed(10, m, 3, seed + 1)
+        for k in range(10):
+            name = f"{level}~{k + 1:02d}"
+            shock = rng.normal(0, 0.04)
+            base = 2.0 * rng.lognormal(0, 0.25, n)
+            procs = {"baseline": serve[0][k], "speculative": serve[1][k], "planted": serve[2][k]}
+            for arm, factor in arms.items():
+                rid = f"p.{arm}.p{procs[arm]}"
+                phases.append(PhaseRecord(rid, arm, name, 0.0, 10.0, rate, n, status="complete"))
+                eps = rng.normal(0, 0.1, n)
+                for i in range(n):
+                    lat = base[i] * factor * np.exp(offset[arm][procs[arm]] + shock + eps[i])
+                    t0 = 1000.0 * k + 10.0 * i
+                    records.append(
+                        RequestRecord(
+                            rid, arm, name, ("code", "zh")[i % 2], f"{name}-{index + i:06d}",
+                            t0, "ok", prompt_id=f"q{index + i}", sent_t=t0,
+                            first_content_t=t0 + 0.1, done_t=t0 + lat, output_tokens=20,
+                        )
+                    )  # fmt: skip
+            index += n
+    pilot = PilotRecord("p", "episodes", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
+    return PilotData(pilot=pilot, arms=runs, phases=phases, requests=records)
+
+
+CFG = AnalysisConfig(bootstrap_resamples=100)
+
+
+def _pooled(a, cand):
+    return {c.phase: c for c in a.comparisons if c.candidate_arm == cand and c.task_group == "*"}
+
+
+def test_cells_are_estimated_by_processes_and_episodes_and_the_planted_is_found():
+    a = analyze(_pilot(effect=-0.3, planted=0.4, n=8), CFG)
+    spec, plant = _pooled(a, "speculative"), _pooled(a, "planted")
+    assert set(spec) == set(LEVELS)  # the episode phases folded into their levels
+    for c in spec.values():
+        assert c.clusters == 10 and c.outcome == "faster", (c.clusters, c.outcome)
+    assert all(c.outcome == "slower" for c in plant.values())
+    assert [r.found for r in a.planted] == [True, True]
+    assert all("found the planted +40%" in r.text for r in a.planted)
+    v = a.verdicts[0]
+    assert v.verdict == "ADOPT" and "found the planted +40%" in v.planted
+    # the A/A contrast: the planted arm less its known +40%
+    assert a.aa is not None and a.aa.control_arm == "planted less its +40%"
+    assert "no drift term added" in a.aa.text
+
+
+def test_a_level_where_the_planted_effect_was_missed_decides_nothing():
+    # a planted +1% is below what 4 processes per arm can detect: missed at every level, so the
+    # candidate's real -30% gets no direction anywhere: UNDECIDED, never ADOPT
+    a = analyze(_pilot(effect=-0.3, planted=0.01, n=8), CFG)
+    assert not any(r.found for r in a.planted)
+    v = a.verdicts[0]
+    assert v.verdict == "UNDECIDED", v.summary
+    texts = [c.text for c in v.conditions if c.kind == "e2e_change"]
+    assert texts and all("planted slowdown was not found" in t for t in texts if "-> faster" in t)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_no_true_effect_is_never_called_a_direction(seed):
+    a = analyze(_pilot(effect=0.0, planted=0.4, seed=seed), CFG)
+    assert all(
+        c.outcome in ("no_difference", "insufficient") for c in _pooled(a, "speculative").values()
+    )

@@ -1,0 +1,135 @@
+"""The episode design (``pilot.design``): episodes are slices of the schedule with the same
+requests on every arm, the arm order is balanced, the process assignment is crossed, and the
+whole design is one record made before anything runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from specpilot.analysis.episodes import arm_orders
+from specpilot.pilot.config import PilotConfigError, parse_pilot
+from specpilot.pilot.design import (
+    PLANTED,
+    EpisodeSettings,
+    crossed,
+    design_record,
+    split_schedule,
+)
+from specpilot.pilot.episode_run import episode_runs
+from specpilot.records import episode_of, level_of
+from specpilot.workload import build_schedule, parse_workload
+
+WORKLOAD = {
+    "seed": 3,
+    "groups": {"code": {}, "structured": {}},
+    "warmup": {"requests": 1, "rate": 1.0},
+    "phases": [
+        {"name": "off_peak", "duration_s": 40, "arrival": {"kind": "poisson", "rate": 0.5}},
+        {"name": "peak", "duration_s": 20, "arrival": {"kind": "poisson", "rate": 1.5}},
+    ],
+}
+
+
+def test_episodes_are_slices_of_each_level_with_every_request_once():
+    s = build_schedule(parse_workload(WORKLOAD))
+    e = split_schedule(s, 5)
+    measured = [r for r in s.requests if not r.warmup]
+    split = [r for r in e.requests if not r.warmup]
+    assert sorted(r.index for r in split) == sorted(r.index for r in measured)
+    assert [p.name for p in e.phases if not p.warmup] == [
+        f"{lv}~{k:02d}" for lv in ("off_peak", "peak") for k in range(1, 6)
+    ]
+    by_index = {r.index: r for r in measured}
+    for r in split:  # the same request, its time re-based to its episode's start
+        k, width = episode_of(r.phase), (8.0 if level_of(r.phase) == "off_peak" else 4.0)
+        assert level_of(r.phase) == by_index[r.index].phase
+        assert r.send_t == pytest.approx(by_index[r.index].send_t - (k - 1) * width)
+        assert 0 <= r.send_t < width + 1e-9 or k == 5
+    assert sum(p.duration_s for p in e.phases if not p.warmup) == pytest.approx(60.0)
+
+
+@pytest.mark.parametrize("arms", [["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]])
+def test_the_arm_order_is_balanced(arms):
+    n = len(arms)
+    cycle = 2 * n if n % 2 else n
+    orders = arm_orders(arms, 4 * cycle, seed=5)
+    assert all(sorted(o) == sorted(arms) for o in orders)
+    first = Counter(o[0] for o in orders)
+    assert set(first.values()) == {4 * cycle // n}  # each arm first equally often
+    last = Counter(o[-1] for o in orders)
+    assert set(last.values()) == {4 * cycle // n}
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_the_process_assignment_is_crossed_and_balanced(m):
+    serve = crossed(m * m * 2, m, 3, seed=1)
+    base, cand, other = serve
+    assert Counter(base) == Counter({j: 2 * m for j in range(m)})
+    assert Counter(cand) == Counter({j: 2 * m for j in range(m)})
+    assert Counter(zip(cand, base, strict=True)) == Counter(
+        {(i, j): 2 for i in range(m) for j in range(m)}
+    )  # every candidate process meets every baseline process, equally often
+    assert Counter(zip(other, base, strict=True)) == Counter(
+        {(i, j): 2 for i in range(m) for j in range(m)}
+    )
+
+
+def test_the_design_record_and_its_runs():
+    s = split_schedule(build_schedule(parse_workload(WORKLOAD)), 6)
+    arms = ["baseline", "speculative", PLANTED]
+    d = design_record(s, arms, "baseline", 3, EpisodeSettings(per_level=6, processes=3))
+    assert d == design_record(s, arms, "baseline", 3, EpisodeSettings(per_level=6, processes=3))
+    assert list(d["levels"]) == ["off_peak", "peak"] and len(d["episodes"]) == 12
+    for name, ep in d["episodes"].items():
+        assert sorted(ep["order"]) == sorted(arms) and ep["level"] == level_of(name)
+        assert set(ep["process"]) == set(arms) and all(0 <= p < 3 for p in ep["process"].values())
+
+    class Plan:  # the fields episode_runs reads (pilot.arms.ArmPlan's)
+        def __init__(self, name, role):
+            self.name, self.role = name, role
+
+    import dataclasses
+
+    @dataclasses.dataclass
+    class P:
+        name: str
+        role: str
+        drill: bool = True
+        strategy: object = None
+
+    runs = episode_runs([P("baseline", "baseline"), P("speculative", "speculative")], d, "pid")
+    assert [r.run_id for r in runs[:3]] == ["pid.baseline.p0", "pid.baseline.p1", "pid.baseline.p2"]
+    assert runs[-1].arm.name == PLANTED and runs[-1].arm.role == PLANTED
+    for arm in arms:  # every episode of every arm served by exactly one of its runs
+        served = Counter(ph for r in runs if r.arm.name == arm for ph in r.phases or ())
+        assert served == Counter({name: 1 for name in d["episodes"]})
+
+
+def _pilot(**over):
+    base = {
+        "workload": WORKLOAD,
+        "arms": [
+            {"name": "b", "role": "baseline", "engine": "builtin"},
+            {
+                "name": "s",
+                "role": "speculative",
+                "engine": "builtin",
+                "options": {"draft": "shipped:smollm2-135m-instruct-d4", "k": 3},
+            },
+        ],
+        "episodes": {"per_level": 4, "processes": 2},
+    }
+    return parse_pilot({**base, **over}, "p.yaml")
+
+
+def test_bad_episode_settings_are_refused_by_field():
+    assert _pilot().episodes.planted == 0.15
+    with pytest.raises(PilotConfigError, match="repetitions"):
+        _pilot(repetitions=2)
+    with pytest.raises(PilotConfigError, match="per_level"):
+        _pilot(episodes={"per_level": 1})
+    url = {"name": "u", "role": "extra", "engine": "openai", "url": "http://127.0.0.1:9"}
+    with pytest.raises(PilotConfigError, match="set episodes.processes: 1"):
+        _pilot(arms=[*_pilot().model_dump()["arms"], url])
