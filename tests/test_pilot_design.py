@@ -131,5 +131,5 @@ def test_bad_episode_settings_are_refused_by_field():
     with pytest.raises(PilotConfigError, match="per_level"):
         _pilot(episodes={"per_level": 1})
     url = {"name": "u", "role": "extra", "engine": "openai", "url": "http://127.0.0.1:9"}
-    with pytest.raises(PilotConfigError, match="set episodes.processes: 1"):
+    with pytest.raises(PilotConfigError, match=r"set episodes\.processes: 1"):
         _pilot(arms=[*_pilot().model_dump()["arms"], url])

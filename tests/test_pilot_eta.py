@@ -187,9 +187,15 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
 
     runs = [
         NS(arm=arm("base"), run_id="base", process=0, phases=None),  # complete
-        NS(arm=arm("spec", "speculative", kind="draft"), run_id="spec", process=0, phases=None),  # phases + drill done
-        NS(arm=arm("plain", "extra", "llamacpp"), run_id="plain", process=0, phases=None),  # cut in its second phase
-        NS(arm=arm("ctl", "control"), run_id="ctl", process=0, phases=None),  # not started: phases only
+        NS(
+            arm=arm("spec", "speculative", kind="draft"), run_id="spec", process=0, phases=None
+        ),  # phases + drill done
+        NS(
+            arm=arm("plain", "extra", "llamacpp"), run_id="plain", process=0, phases=None
+        ),  # cut in its second phase
+        NS(
+            arm=arm("ctl", "control"), run_id="ctl", process=0, phases=None
+        ),  # not started: phases only
     ]
     records = {
         "base": NS(status="complete", completed_steps=["load", "quality", "compat"]),

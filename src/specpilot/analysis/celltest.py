@@ -33,6 +33,10 @@ class CellTest:
     clusters: int
     p_design: float | None = None  # the episode design's permutation test over processes
     processes: str = ""  # the episode design's estimate in words (components, fingerprint)
+    undecided: str | None = None  # why the cell cannot be decided whatever its p-value
+
+
+MIN_RESIDUAL_DF = 3  # fewer: the episode noise's own estimate is too unstable to test on
 
 
 def episode_test(
@@ -53,10 +57,11 @@ def episode_test(
     if not np.any(ok):
         return base
     d = np.log(tc[ok] / tb[ok])
-    cand, bas = t.run_id[c][ok], t.run_id[b][ok]
-    fp_c = {r: fingerprints[r] for r in set(cand) if r in fingerprints}
-    fp_b = {r: fingerprints[r] for r in set(bas) if r in fingerprints}
-    full = len(fp_c) == len(set(cand)) and len(fp_b) == len(set(bas))
+    cand_runs, cand = np.unique(t.run_id[c][ok].astype(str), return_inverse=True)
+    base_runs, bas = np.unique(t.run_id[b][ok].astype(str), return_inverse=True)
+    fp_c = {i: fingerprints[r] for i, r in enumerate(cand_runs) if r in fingerprints}
+    fp_b = {i: fingerprints[r] for i, r in enumerate(base_runs) if r in fingerprints}
+    full = len(fp_c) == len(cand_runs) and len(fp_b) == len(base_runs)
     try:
         est = episode_effect(
             d,
@@ -68,7 +73,16 @@ def episode_test(
             level=level,
         )
     except ConfigError as exc:
-        return dataclasses.replace(base, processes=f"not estimated by processes: {exc}")
+        why = f"not estimable by processes and episodes: {exc}"
+        return dataclasses.replace(base, processes=why, undecided=why)
+    resid = est.n_episodes - est.m_cand - est.m_base + 1
+    if resid < MIN_RESIDUAL_DF:
+        why = (
+            f"{est.n_episodes} episodes for {est.m_cand} + {est.m_base} processes leave "
+            f"{max(resid, 0)} degrees of freedom for the episode noise; a decision needs at least "
+            f"{est.m_cand + est.m_base - 1 + MIN_RESIDUAL_DF} episodes in the cell"
+        )
+        return dataclasses.replace(base, processes=est.text, undecided=why)
     return dataclasses.replace(
         base,
         log_change=est.estimate,
@@ -93,4 +107,8 @@ def fingerprints_of(arms: Sequence[ArmRecord]) -> dict[str, float]:
         x = fp.get("decode_s_per_token")
         if x and fp.get("plain"):
             out[r.run_id] = float(np.log(x))
+    for r in arms:  # the planted arm's runs reach a baseline process: its fingerprint
+        of = ((r.manifest or {}).get("planted") or {}).get("of_run")
+        if of in out:
+            out[r.run_id] = out[of]
     return out

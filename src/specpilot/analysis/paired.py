@@ -381,6 +381,8 @@ def _outcome(
     equivalence claim: the deciding interval inside +-``equivalence_margin``."""
     if p_on < alpha and x.on_slower:
         return "slower", None  # less often on time, whatever the survivors' speed
+    if x.undecided:
+        return "insufficient", x.undecided
     if x.n < st.min_pairs or x.clusters < fewest or task.low is None or task.high is None:
         return "insufficient", (
             f"{x.n} both-ok pairs in {x.clusters} busy periods; a direction needs "

@@ -83,6 +83,34 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
         "arms": arms,
         "schedule": schedule.summary(),
         "pairs": pairs_per_cell(schedule, cfg),
+        "episodes": episode_plan(cfg),
+    }
+
+
+# The noise the planner assumes before this machine has measured its own (the AMD EPYC kind,
+# 2026-12-02/03: identical builtin processes 6-20% apart for their life, an episode's mean
+# log task-time ratio moving ~6%): process sd per arm and episode-mean sd.
+PRIOR_PROCESS_SD, PRIOR_EPISODE_SD = 0.075, 0.066
+
+
+def episode_plan(cfg: Any) -> dict[str, Any] | None:
+    """The episode design's size and the smallest effect it can detect per load level (80%
+    power, the analysis's alpha), from the planner's stated noise prior."""
+    from specpilot.analysis.episodes import mde
+
+    ep = cfg.episodes
+    if ep is None:
+        return None
+    m, e = ep.processes, ep.per_level
+    alpha = 1.0 - cfg.analysis.ci_level
+    s, x = PRIOR_PROCESS_SD, PRIOR_EPISODE_SD
+    return {
+        "processes": m,
+        "per_level": e,
+        "planted": ep.planted,
+        "mde": mde(s, s, x, m, m, e, alpha),
+        "mde_with_fingerprint": mde(0.6 * s, 0.6 * s, x, m, m, e, alpha, fingerprint=True),
+        "prior": {"process_sd": s, "episode_sd": x},
     }
 
 
@@ -161,6 +189,17 @@ def _print_plan(plan: dict[str, Any]) -> None:
     for phase, groups in pairs["cells"].items():
         cells = ", ".join(f"{g} {n}" for g, n in sorted(groups.items()))
         print(f"    {phase:<12} {cells}, all {sum(groups.values())}")
+    ep = plan.get("episodes")
+    if ep:
+        mde, fp = ep["mde"], ep["mde_with_fingerprint"]
+        print(
+            f"  episodes: {ep['processes']} processes per arm, {ep['per_level']} episodes per "
+            "load level"
+            + (f", a planted +{ep['planted']:.0%} that must be found" if ep["planted"] else "")
+            + f"; smallest effect detectable per pooled level (80% power): {mde:.0%}, "
+            f"{fp:.0%} if the fingerprint explains 64% of the process spread (prior: process "
+            f"sd {ep['prior']['process_sd']:.1%}, episode sd {ep['prior']['episode_sd']:.1%})"
+        )
     short = pairs["insufficient_by_design"]
     if short:
         print(

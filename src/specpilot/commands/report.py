@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.errors import ConfigError
+from specpilot.report.fmt import no_verdict_reason
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,34 +45,6 @@ def analysis_config(pilot_config: dict[str, Any], path: str | None) -> Any:
         where = path or "the pilot config's analysis section"
         fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{where}: {fields}") from None
-
-
-def no_verdict_reason(doc: dict[str, Any]) -> str:
-    """Why a report has no verdict, and how to get one; then the analysis's notes.
-
-    >>> no_verdict_reason({"arms": [{"arm": "baseline", "strategy": {"kind": "none"}}],
-    ...                    "notes": []})  # doctest: +ELLIPSIS
-    'one arm (baseline): nothing to compare it with. ... --arm speculative)...'
-    """
-    names = list(dict.fromkeys(str(a.get("arm")) for a in doc.get("arms") or []))
-    notes = [str(n) for n in doc.get("notes") or []]
-    if len(names) == 1:
-        why = (
-            f"one arm ({names[0]}): nothing to compare it with. A verdict compares a baseline "
-            "with a speculative arm: load the speculative server into the same file "
-            "(specpilot load URL --workload W --out FILE --arm speculative), or run both with "
-            "specpilot pilot"
-        )
-    elif not names:
-        why = "the file holds no arm: run specpilot load or specpilot pilot into it first"
-    elif not notes:
-        why = (
-            f"no arm of {', '.join(names)} runs a speculative strategy against a plain arm of "
-            "its engine: add a speculative arm (role: speculative) to compare"
-        )
-    else:
-        return "; ".join(notes)
-    return "; ".join([why, *notes])
 
 
 def read(path: Path) -> Any:

@@ -124,3 +124,31 @@ def k_schedule_line(k: dict[str, Any]) -> str:
     check (the report's simulation section and its verdict blocks say it the same way)."""
     check = (k.get("check") or {}).get("text", "not checked")
     return f"{k['text']}; vLLM --speculative-config '{k['vllm_speculative_config']}'; {check}"
+
+
+def no_verdict_reason(doc: dict[str, Any]) -> str:
+    """Why a report has no verdict, and how to get one; then the analysis's notes.
+
+    >>> no_verdict_reason({"arms": [{"arm": "baseline", "strategy": {"kind": "none"}}],
+    ...                    "notes": []})  # doctest: +ELLIPSIS
+    'one arm (baseline): nothing to compare it with. ... --arm speculative)...'
+    """
+    names = list(dict.fromkeys(str(a.get("arm")) for a in doc.get("arms") or []))
+    notes = [str(n) for n in doc.get("notes") or []]
+    if len(names) == 1:
+        why = (
+            f"one arm ({names[0]}): nothing to compare it with. A verdict compares a baseline "
+            "with a speculative arm: load the speculative server into the same file "
+            "(specpilot load URL --workload W --out FILE --arm speculative), or run both with "
+            "specpilot pilot"
+        )
+    elif not names:
+        why = "the file holds no arm: run specpilot load or specpilot pilot into it first"
+    elif not notes:
+        why = (
+            f"no arm of {', '.join(names)} runs a speculative strategy against a plain arm of "
+            "its engine: add a speculative arm (role: speculative) to compare"
+        )
+    else:
+        return "; ".join(notes)
+    return "; ".join([why, *notes])

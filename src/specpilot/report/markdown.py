@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from specpilot.report.fmt import interval, k_schedule_line, md_table, num, pct, simulated_for
+from specpilot.report.fmt import (
+    interval,
+    k_schedule_line,
+    md_table,
+    no_verdict_reason,
+    num,
+    pct,
+    simulated_for,
+)
 from specpilot.report.sections_load import method_of, outcome_text
 
 
@@ -135,7 +143,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     ]
     out += [f"Hardware: {doc['hardware']['summary']}", ""]
     if not doc["verdicts"]:
-        out += ["No verdict: " + "; ".join(doc["notes"]), ""]
+        out += ["No verdict: " + no_verdict_reason(doc), ""]
     for v in doc["verdicts"]:
         out += _verdict(v, simulated_for(doc, v))
     out += _load(doc) + _pairs(doc)

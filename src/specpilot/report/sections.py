@@ -14,6 +14,7 @@ from specpilot.report.fmt import (
     html_table,
     mib,
     ms,
+    no_verdict_reason,
     num,
     pct,
     seconds,
@@ -115,7 +116,7 @@ def _where(g: Doc) -> str:
 def verdict(doc: Doc, svgs: Svgs) -> str:
     if not doc["verdicts"]:
         body = '<div class="verdict-block verdict-NONE"><p class="verdict-label">NO VERDICT</p>'
-        body += "".join(f"<p>{escape(n)}</p>" for n in doc["notes"]) + "</div>"
+        body += f"<p>{escape(no_verdict_reason(doc))}</p></div>"
     else:
         body = "".join(_verdict_one(v, simulated_for(doc, v)) for v in doc["verdicts"])
     curve = _verify_headline(doc)
