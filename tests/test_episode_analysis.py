@@ -27,20 +27,28 @@ from specpilot.records import (
 LEVELS = {"off_peak": 1.0, "peak": 3.0}  # offered req/s
 
 
-def _pilot(effect: float, planted: float, *, seed: int = 0, n: int = 6, m: int = 4) -> PilotData:
+def _pilot(
+    effect: float, planted: float, *, seed: int = 0, n: int = 6, m: int = 4, sd: float = 0.075
+) -> PilotData:
     rng = np.random.default_rng(seed)
     arms = {"baseline": 1.0, "speculative": 1.0 + effect, "planted": 1.0 + planted}
+    arms["speculative-k0"] = 1.0  # the speculative processes switched off in place
     offset = {  # process effects: the planted arm reaches the baseline's processes
-        "baseline": rng.normal(0, 0.075, m),
-        "speculative": rng.normal(0, 0.075, m),
+        "baseline": rng.normal(0, sd, m),
+        "speculative": rng.normal(0, sd, m),
     }
     offset["planted"] = offset["baseline"]
+    offset["speculative-k0"] = offset["speculative"]
     records, phases, runs = [], [], []
     for arm in arms:
-        role = arm if arm != "speculative" else "speculative"
+        role = {"speculative-k0": "within"}.get(arm, arm)
         strat = StrategySpec("draft", k=3) if arm == "speculative" else StrategySpec()
-        manifest = {"planted": {"factor": planted}} if arm == "planted" else {}
         for j in range(m):
+            manifest = {
+                "planted": {"factor": planted, "of_run": f"p.baseline.p{j}"},
+                "speculative-k0": {"within": {"of_run": f"p.speculative.p{j}"}},
+            }.get(arm, {})
+            manifest = {"planted": manifest} if arm == "planted" else manifest
             runs.append(
                 ArmRecord("p", f"p.{arm}.p{j}", arm, role, "builtin", strategy=strat,
                           manifest=manifest, status="complete", run_order=len(runs))
@@ -53,6 +61,7 @@ def _pilot(effect: float, planted: float, *, seed: int = 0, n: int = 6, m: int =
             shock = rng.normal(0, 0.04)
             base = 2.0 * rng.lognormal(0, 0.25, n)
             procs = {"baseline": serve[0][k], "speculative": serve[1][k], "planted": serve[2][k]}
+            procs["speculative-k0"] = procs["speculative"]
             for arm, factor in arms.items():
                 rid = f"p.{arm}.p{procs[arm]}"
                 phases.append(PhaseRecord(rid, arm, name, 0.0, 10.0, rate, n, status="complete"))
@@ -75,8 +84,12 @@ def _pilot(effect: float, planted: float, *, seed: int = 0, n: int = 6, m: int =
 CFG = AnalysisConfig(bootstrap_resamples=100)
 
 
-def _pooled(a, cand):
-    return {c.phase: c for c in a.comparisons if c.candidate_arm == cand and c.task_group == "*"}
+def _pooled(a, cand, base="baseline"):
+    return {
+        c.phase: c
+        for c in a.comparisons
+        if (c.baseline_arm, c.candidate_arm) == (base, cand) and c.task_group == "*"
+    }
 
 
 def test_cells_are_estimated_by_processes_and_episodes_and_the_planted_is_found():
@@ -112,3 +125,26 @@ def test_no_true_effect_is_never_called_a_direction(seed):
     assert all(
         c.outcome in ("no_difference", "insufficient") for c in _pooled(a, "speculative").values()
     )
+
+
+def test_the_same_processes_switched_off_give_the_second_estimate_without_process_noise():
+    # process offsets of 30%: the direct estimate of a -20% effect cannot tell, the same
+    # processes switched off in place can (their offsets cancel)
+    a = analyze(_pilot(effect=-0.2, planted=0.4, n=8, sd=0.3, seed=4), CFG)
+    within = {
+        c.phase: c
+        for c in a.comparisons
+        if (c.baseline_arm, c.candidate_arm) == ("speculative-k0", "speculative")
+        and c.task_group == "*"
+    }
+    assert set(within) == set(LEVELS)
+    assert all(c.outcome == "faster" for c in within.values()), [c.outcome for c in within.values()]
+    for c in within.values():
+        assert -0.3 < (c.task_rel_change.estimate or 0) < -0.1
+    direct = _pooled(a, "speculative")
+    w = {p: c.task_rel_change.high - c.task_rel_change.low for p, c in within.items()}
+    d = {p: c.task_rel_change.high - c.task_rel_change.low for p, c in direct.items()}
+    assert all(w[p] < d[p] for p in LEVELS), (w, d)
+    v = a.verdicts[0]
+    assert v.within.startswith("the same processes with speculation switched off vs on")
+    assert "-> faster" in v.within

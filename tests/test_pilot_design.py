@@ -14,6 +14,7 @@ from specpilot.pilot.design import (
     PLANTED,
     EpisodeSettings,
     crossed,
+    design_arms,
     design_record,
     split_schedule,
 )
@@ -133,3 +134,30 @@ def test_bad_episode_settings_are_refused_by_field():
     url = {"name": "u", "role": "extra", "engine": "openai", "url": "http://127.0.0.1:9"}
     with pytest.raises(PilotConfigError, match=r"set episodes\.processes: 1"):
         _pilot(arms=[*_pilot().model_dump()["arms"], url])
+
+
+def test_a_builtin_speculative_arm_is_also_replayed_switched_off_on_its_own_processes():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class P:
+        name: str
+        role: str
+        engine: str = "builtin"
+        url: str | None = None
+        drill: bool = True
+        strategy: object = None
+
+    plans = [P("b", "baseline"), P("s", "speculative"), P("lc", "extra", "llamacpp")]
+    ep = EpisodeSettings(per_level=4, processes=2)
+    arms = design_arms(plans, ep)
+    assert arms == ["b", "s", "lc", "s-k0", PLANTED]
+    assert design_arms(plans, EpisodeSettings(within=False, planted=None)) == ["b", "s", "lc"]
+    s = split_schedule(build_schedule(parse_workload(WORKLOAD)), 4)
+    d = design_record(s, arms, "b", 2, ep)
+    for e in d["episodes"].values():  # switched off in place: on the speculative arm's process
+        assert e["process"]["s-k0"] == e["process"]["s"]
+    runs = episode_runs(plans, d, "pid")
+    k0 = [r for r in runs if r.arm.name == "s-k0"]
+    assert [r.arm.role for r in k0] == ["within", "within"] and k0[0].arm.drill is False
+    assert runs.index(k0[0]) > max(i for i, r in enumerate(runs) if r.arm.name == "s")

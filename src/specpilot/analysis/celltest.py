@@ -45,18 +45,25 @@ def episode_test(
     c: np.ndarray,
     episodes: np.ndarray,
     base: CellTest,
-    fingerprints: Mapping[str, float],
+    facts: tuple[Mapping[str, float], Mapping[str, str]],
     level: float,
 ) -> CellTest:
-    """``base`` (the busy-period test of the same pairs) with the task-time test replaced by
-    the process-and-episode estimate; unchanged when the cell cannot be estimated that way
-    (one process per arm, too few episodes), and then its text says why."""
+    """``base`` (the test of the same pairs clustered by episode) with the task-time test
+    replaced by the process-and-episode estimate; ``facts``: each run's log fingerprint and
+    the run whose process it reaches (``physical_of``). Where both arms of every episode ran
+    on the same process (an arm switched off in place), the process effect cancels and the
+    episode-clustered test stands; where the cell cannot be estimated by processes (one per
+    arm, too few episodes) it is undecided, and says why."""
+    fingerprints, physical = facts
     stages = sum(t.client_stages.values(), np.zeros(len(t)))
     tb, tc = t.e2e[b] + stages[b], t.e2e[c] + stages[c]
     ok = np.isfinite(tb) & np.isfinite(tc) & (tb > 0) & (tc > 0)
     if not np.any(ok):
         return base
     d = np.log(tc[ok] / tb[ok])
+    phys_c = [physical.get(r, r) for r in t.run_id[c][ok]]
+    if phys_c == [physical.get(r, r) for r in t.run_id[b][ok]]:
+        return dataclasses.replace(base, processes="the same processes in both arms: cancelled")
     cand_runs, cand = np.unique(t.run_id[c][ok].astype(str), return_inverse=True)
     base_runs, bas = np.unique(t.run_id[b][ok].astype(str), return_inverse=True)
     fp_c = {i: fingerprints[r] for i, r in enumerate(cand_runs) if r in fingerprints}
@@ -107,8 +114,18 @@ def fingerprints_of(arms: Sequence[ArmRecord]) -> dict[str, float]:
         x = fp.get("decode_s_per_token")
         if x and fp.get("plain"):
             out[r.run_id] = float(np.log(x))
-    for r in arms:  # the planted arm's runs reach a baseline process: its fingerprint
-        of = ((r.manifest or {}).get("planted") or {}).get("of_run")
-        if of in out:
-            out[r.run_id] = out[of]
+    for run, of in physical_of(arms).items():  # planted / in place: their process's
+        if of != run and of in out:
+            out[run] = out[of]
+    return out
+
+
+def physical_of(arms: Sequence[ArmRecord]) -> dict[str, str]:
+    """The run whose engine process each run reached: itself, or for the planted arm and an arm
+    switched off in place, the run named in its manifest."""
+    out = {}
+    for r in arms:
+        m = r.manifest or {}
+        of = (m.get("planted") or {}).get("of_run") or (m.get("within") or {}).get("of_run")
+        out[r.run_id] = str(of) if of else r.run_id
     return out

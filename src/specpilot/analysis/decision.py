@@ -107,6 +107,7 @@ class Verdict:
     rollback_triggers: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     aa_control: str = ""  # the A/A control's result, shown next to the verdict
     planted: str = ""  # what the pilot found of its planted slowdown, per level (beside the A/A)
+    within: str = ""  # the second estimate: the same processes with speculation switched off
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

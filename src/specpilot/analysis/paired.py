@@ -237,6 +237,7 @@ def compare_arms(
     drift: Drift | None = None,
     offered_rates: dict[tuple[str, str], float] | None = None,
     fingerprints: Mapping[str, float] | None = None,
+    physical: Mapping[str, str] | None = None,
 ) -> list[PairedComparison]:
     """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired; in
     the episode design (pairs carry their episode) by processes and episodes
@@ -274,7 +275,8 @@ def compare_arms(
         iv = [percentile_interval(float(est[j]), boot[:, j], level) for j in range(NSTATS)]
         tst = _task_test(t, bb, cc, lab, drift, rng)
         if episodic:
-            tst = episode_test(t, bb, cc, lab, tst, fingerprints or {}, settings.level)
+            facts = (fingerprints or {}, physical or {})
+            tst = episode_test(t, bb, cc, lab, tst, facts, settings.level)
         rows.append((phase, group, bb.size, unmatched, iv, tst))
     alpha = 1.0 - level
     fewest = min_clusters(alpha)
@@ -415,6 +417,7 @@ def comparisons_for(
     drift: Drift | None = None,
     offered_rates: dict[tuple[str, str], float] | None = None,
     fingerprints: Mapping[str, float] | None = None,
+    physical: Mapping[str, str] | None = None,
 ) -> list[PairedComparison]:
     """``compare_arms`` for each (baseline, candidate)."""
     return [
@@ -428,5 +431,6 @@ def comparisons_for(
             drift=drift,
             offered_rates=offered_rates,
             fingerprints=fingerprints,
+            physical=physical,
         )
     ]

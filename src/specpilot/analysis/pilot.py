@@ -18,7 +18,8 @@ import numpy as np
 
 from specpilot.analysis import capacity as cap
 from specpilot.analysis import cost, e2e, load, paired, quality, rollback
-from specpilot.analysis.celltest import fingerprints_of
+from specpilot.analysis import planted as pl
+from specpilot.analysis.celltest import fingerprints_of, physical_of
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
@@ -30,7 +31,6 @@ from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
 from specpilot.analysis.parity import RollbackParity, parity_of
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
-from specpilot.analysis.planted import PlantedResult, as_aa, missed_levels, planted_results
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.round_summary import (
     RoundsTable,
@@ -83,7 +83,7 @@ class PilotAnalysis:
     notes: list[str] = field(default_factory=list)
     # per drilled arm: served rolled back, is it back to the baseline's latency (parity)
     drill_parity: dict[str, RollbackParity] = field(default_factory=dict)
-    planted: list[PlantedResult] = field(default_factory=list)  # per level: was it found
+    planted: list[pl.PlantedResult] = field(default_factory=list)  # per level: was it found
     episodic: bool = False  # the episode design (pilot.design): processes and episodes as units
 
 
@@ -204,23 +204,23 @@ def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
     drift = _aa(a, table, settings, rates)
     if a.episodic:  # processes and episodes are the units: no drift to add
         drift = None
-    pairs = list(a.plan.pairs)
+    pairs = [*a.plan.pairs, *a.plan.within]  # within: (switched off in place, speculative)
     if a.plan.planted and a.plan.baseline:
         pairs.append((a.plan.baseline, a.plan.planted))
     if a.plan.alternative and a.plan.baseline:
         pairs.append((a.plan.baseline, a.plan.alternative))
         # the equal-budget alternative answers only for candidates on the baseline's engine
         pairs += [(a.plan.alternative, c) for b, c in a.plan.pairs if b == a.plan.baseline]
-    fps = fingerprints_of(a.data.arms)
+    fps, phys = fingerprints_of(a.data.arms), physical_of(a.data.arms)
     a.comparisons += paired.comparisons_for(
-        table, pairs, settings, drift=drift, offered_rates=rates, fingerprints=fps
+        table, pairs, settings, drift=drift, offered_rates=rates, fingerprints=fps, physical=phys
     )
     rec = a.plan.record(a.plan.planted) if a.plan.planted else None
     if rec is not None:
         factor = float(((rec.manifest or {}).get("planted") or {}).get("factor") or 0.0)
-        a.planted = planted_results(a.comparisons, rec.arm, factor)
+        a.planted = pl.planted_results(a.comparisons, rec.arm, factor)
         if a.aa is None and a.plan.baseline:  # the planted arm less its dilation: the A/A
-            shifted = as_aa(a.comparisons, rec.arm, factor)
+            shifted = pl.as_aa(a.comparisons, rec.arm, factor)
             a.aa = (
                 aa_control(shifted, a.plan.baseline, shifted[0].candidate_arm) if shifted else None
             )
@@ -372,11 +372,10 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
             counters=a.counters.get(c),
             baseline_lowest=_lowest_load(a, b),
             contended=contended(data.phases, [x for x in (b, c, alt) if x is not None]),
-            planted_missed=missed_levels(a.planted) if b == a.plan.baseline else frozenset(),
+            planted_missed=pl.missed_levels(a.planted) if b == a.plan.baseline else frozenset(),
         )
         v = decide(inp, a.config.verdict)
-        if a.planted and b == a.plan.baseline:
-            v = replace(v, planted="; ".join(r.text for r in a.planted))
+        v = pl.beside(v, a.planted if b == a.plan.baseline else [], a.comparisons, a.plan.within)
         cand = a.plan.record(c)
         if cand is not None and (cand.strategy.params or {}).get("synth_rates"):
             v = validation_arm(v, cand.strategy.params["synth_rates"])

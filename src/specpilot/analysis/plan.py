@@ -39,6 +39,8 @@ class ArmPlan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     control: str | None = None  # the A/A copy of the baseline (compared with it, never judged)
     planted: str | None = None  # the baseline dilated by a known factor: the pilot's power check
+    # (speculative arm, its own processes with speculation switched off): the second estimate
+    within: tuple[tuple[str, str], ...] = ()
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -63,7 +65,8 @@ def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan
     plain = [
         a
         for a in recs
-        if a.strategy.kind == "none" and a.role not in ("alternative", "control", "planted")
+        if a.strategy.kind == "none"
+        and a.role not in ("alternative", "control", "planted", "within")
     ]
     base = next((a for a in recs if a.role == "baseline"), plain[0] if plain else None)
     pairs = []
@@ -79,8 +82,21 @@ def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan
     alt = next((a.arm for a in recs if a.role == "alternative"), None)
     control = next((a.arm for a in recs if a.role == "control"), None)
     planted = next((a.arm for a in recs if a.role == "planted"), None)
+    names = {a.arm for a in recs}
+    within = tuple(
+        (a.arm, a.arm.removesuffix("-k0"))
+        for a in recs
+        if a.role == "within" and a.arm.removesuffix("-k0") in names
+    )
     return ArmPlan(
-        base.arm if base else None, tuple(pairs), alt, tuple(recs), tuple(notes), control, planted
+        base.arm if base else None,
+        tuple(pairs),
+        alt,
+        tuple(recs),
+        tuple(notes),
+        control,
+        planted,
+        within,
     )
 
 

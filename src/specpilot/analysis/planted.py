@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specpilot.analysis.columns import ALL
+from specpilot.analysis.decision import OUTCOME_WORDS, Verdict
 from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.resample import Interval
 
@@ -128,3 +129,52 @@ def as_aa(
             )
         )
     return out
+
+
+def beside(
+    v: Verdict,
+    planted: Sequence[PlantedResult],
+    comparisons: Sequence[PairedComparison],
+    within: Sequence[tuple[str, str]],
+) -> Verdict:
+    """The verdict with the lines printed beside it: what the pilot found of its planted
+    slowdown, and the second estimate of the same processes switched off in place (the process
+    effect cancels there), named where it disagrees with the direct estimate beyond both
+    intervals."""
+    pairs = [(k0, c) for k0, c in within if c == v.candidate_arm]
+    direct = {
+        c.phase: c.task_rel_change
+        for c in comparisons
+        if (c.baseline_arm, c.candidate_arm) == (v.baseline_arm, v.candidate_arm)
+        and c.task_group == ALL
+    }
+    lines = []
+    for k0, cand in pairs:
+        for c in comparisons:
+            if (c.baseline_arm, c.candidate_arm) != (k0, cand) or c.task_group != ALL:
+                continue
+            e, d = c.task_rel_change, direct.get(c.phase)
+            apart = (
+                d is not None
+                and None not in (e.low, e.high, d.low, d.high)
+                and (e.high < d.low or d.high < e.low)  # type: ignore[operator]
+            )
+            lines.append(
+                f"{c.phase}: {_pct(e.estimate)} [{_pct(e.low)}, {_pct(e.high)}] -> "
+                + OUTCOME_WORDS.get(c.outcome, c.outcome)
+                + ("; DISAGREES with the direct estimate beyond both intervals" if apart else "")
+            )
+    return dataclasses.replace(
+        v,
+        planted="; ".join(r.text for r in planted),
+        within=(
+            f"the same processes with speculation switched off vs on (the process effect "
+            f"cancels): {'; '.join(lines)}"
+            if lines
+            else ""
+        ),
+    )
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"

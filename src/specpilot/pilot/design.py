@@ -45,6 +45,12 @@ from specpilot.validation import StrictModel
 from specpilot.workload.schedule import PhaseInfo, Schedule
 
 PLANTED = "planted"  # the planted arm's name and role
+WITHIN = "within"  # the role of a speculative arm's own processes with speculation off
+K0 = "-k0"  # its name: the speculative arm's + this
+
+
+def within_arm(speculative: str) -> str:
+    return speculative + K0
 
 
 class EpisodeSettings(StrictModel):
@@ -61,6 +67,9 @@ class EpisodeSettings(StrictModel):
         description="a planted slowdown of this size (0.15: every latency x1.15) through the "
         "baseline's processes, which the pilot must find; null: none",
     )
+    within: bool = True
+    """a builtin speculative arm also replayed on its own processes with speculation switched
+    off at run time (arm ``<name>-k0``): the process effect cancels in that contrast"""
     seed: int = 0
 
 
@@ -128,6 +137,19 @@ def crossed(episodes: int, m: int, arms: int, seed: int) -> list[list[int]]:
     return [base] + [[(b + k // m + a) % m for k, b in enumerate(base)] for a in range(1, arms)]
 
 
+def design_arms(plans: Sequence[Any], settings: EpisodeSettings) -> list[str]:
+    """The arms the design replays: the pilot's own, each builtin speculative arm switched off
+    in place (``within``), and the planted arm."""
+    arms = [p.name for p in plans]
+    if settings.within:
+        arms += [
+            within_arm(p.name)
+            for p in plans
+            if p.role == "speculative" and p.engine == "builtin" and p.url is None
+        ]
+    return arms + ([PLANTED] if settings.planted else [])
+
+
 def design_record(
     schedule: Schedule,
     arms: Sequence[str],
@@ -148,6 +170,9 @@ def design_record(
         orders = arm_orders(arms, len(names), seed)
         serve = crossed(len(names), processes, 1 + len(others), seed)
         by_arm = {baseline: serve[0]} | {a: serve[1 + i] for i, a in enumerate(others)}
+        for a in others:  # an arm switched off in place runs on its own arm's process
+            if a.endswith(K0) and a[: -len(K0)] in by_arm:
+                by_arm[a] = by_arm[a[: -len(K0)]]
         for k, name in enumerate(names):
             episodes[name] = {
                 "level": level_of(name),

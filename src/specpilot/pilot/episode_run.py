@@ -18,8 +18,8 @@ from typing import Any
 from specpilot.pilot.armrun import phases_left
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.context import PilotContext, RunPlan
-from specpilot.pilot.design import PLANTED
-from specpilot.pilot.planted import PlantedSteps
+from specpilot.pilot.design import K0, PLANTED, WITHIN
+from specpilot.pilot.planted import PlantedSteps, WithinSteps
 from specpilot.pilot.steps import ArmSteps
 from specpilot.records import StrategySpec
 
@@ -38,7 +38,13 @@ def episode_runs(plans: Sequence[ArmPlan], design: dict[str, Any], pilot_id: str
     base = by_name[design["baseline"]]
     if design.get("planted"):
         by_name[PLANTED] = planted_plan(base)
-    arms = sorted(design["arms"], key=lambda a: (a != base.name, a == PLANTED))
+    for a in design["arms"]:
+        if a.endswith(K0) and a[: -len(K0)] in by_name:  # switched off in place
+            by_name[a] = dataclasses.replace(
+                by_name[a[: -len(K0)]], name=a, role=WITHIN, drill=False, strategy=StrategySpec()
+            )
+    # the arms that reach another's processes after that arm
+    arms = sorted(design["arms"], key=lambda a: (a != base.name, a == PLANTED, a.endswith(K0)))
     out: list[RunPlan] = []
     for arm in arms:
         for j in range(int(design["processes"])):
@@ -62,7 +68,8 @@ class EpisodeRun:
         self.steps: dict[tuple[str, int], ArmSteps] = {}
 
     def _steps(self) -> dict[tuple[str, int], ArmSteps]:
-        p, out = self.p, {}
+        p = self.p
+        out: dict[tuple[str, int], ArmSteps] = {}
         bases: dict[int, ArmSteps] = {}
         for r in self.runs:
             rec = p.arm_record(r)
@@ -70,6 +77,9 @@ class EpisodeRun:
                 s: ArmSteps = PlantedSteps(
                     p, r, rec, bases=bases, factor=float(self.design["planted"])
                 )
+            elif r.arm.role == WITHIN:
+                own = r.arm.name[: -len(K0)]
+                s = WithinSteps(p, r, rec, of={j: x for (a, j), x in out.items() if a == own})
             else:
                 s = ArmSteps(p, r, rec)
                 s.fingerprint = True
@@ -114,7 +124,9 @@ class EpisodeRun:
                 if latest.status != "complete":
                     p.store.add_arm(dataclasses.replace(latest, status="interrupted"))
             raise
-        finally:  # the planted proxies first, then the engines behind them
-            for s in sorted(self.steps.values(), key=lambda s: s.run.arm.role != PLANTED):
+        finally:  # the planted proxies and in-place arms first, then the engines behind them
+            for s in sorted(
+                self.steps.values(), key=lambda s: s.run.arm.role not in (PLANTED, WITHIN)
+            ):
                 s.stop()
         return self.failed

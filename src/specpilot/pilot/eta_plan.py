@@ -29,12 +29,13 @@ def run_left(ctx: PilotContext, run: RunPlan, rounds: int, checks: int) -> RunLe
         restarts = DRILL_RESTARTS.get(plan.engine)
     # the A/A control, the planted arm and an arm's other processes repeat its measurement
     # only: the drill, the quality pass and the compatibility suite run on its first process
-    own = plan.role not in ("control", "planted") and run.process == 0
+    own = plan.role not in ("control", "planted", "within") and run.process == 0
     if not own:
         restarts = None
     return RunLeft(
         run.run_id,
-        "url" if plan.url is not None else plan.engine,
+        # an arm that reaches another's processes starts nothing: a URL's start
+        "url" if plan.url is not None or plan.role in ("planted", "within") else plan.engine,
         () if LOAD_STEP in done else tuple(phases_left(ctx, run)),
         restarts,
         rounds if own and "quality" not in done else 0,

@@ -73,6 +73,8 @@ def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
             lines.append(f"  A/A: {v['aa_control']}")
         if v.get("planted"):
             lines.append(f"  planted: {v['planted']}")
+        if v.get("within"):
+            lines.append(f"  second estimate: {v['within']}")
         for g in v.get("groups", []):
             lines.append(f"    {g['task_group']:<12} {g['verdict']}{_group_why(g)}")
         reasons = v.get("hypothesis_reasons") or []

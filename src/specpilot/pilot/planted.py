@@ -75,8 +75,82 @@ class PlantedSteps(ArmSteps):
         self.warm = True  # the baseline's process is warm
 
     def finish(self) -> None:
-        from specpilot.pilot import armrun
+        replay_done(self)
 
-        if armrun.LOAD_STEP not in self.rec.completed_steps:
-            raise RuntimeError(f"arm {self.run.arm.name}: measured phases left")
-        self.save(status="complete", finished_unix=time.time())
+
+class InPlaceBackend:
+    """A speculative process seen as its own plain arm: the same endpoint; stopping it stops
+    nothing (the process is the speculative arm's)."""
+
+    def __init__(self, base: Backend) -> None:
+        self.base = base
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.base.endpoint)
+
+    def start(self, timeout_s: float = 0.0) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def scrape(self, *args: Any, **kw: Any) -> Any:
+        return self.base.scrape(*args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+class WithinSteps(ArmSteps):
+    """One run of a speculative arm's process with speculation switched off at run time (the
+    builtin server's admin switch) for each of its episodes and on again after: against the
+    speculative arm's runs of the same process, the process effect cancels."""
+
+    def __init__(self, *args: Any, of: dict[int, ArmSteps]) -> None:
+        super().__init__(*args)
+        self.of = of
+
+    def _start(self) -> None:
+        spec = self.of[self.run.process]
+        self.holder = {"backend": InPlaceBackend(spec.holder["backend"])}
+        self.url, self.model = spec.url, spec.model
+        manifest = {
+            "within": {
+                "of_run": spec.run.run_id,
+                "how": "the speculative process with k = 0 for every scope during its episodes "
+                "(the builtin server's runtime switch), on again after each",
+            },
+            "hardware": spec.rec.manifest.get("hardware", {}),
+            "frozen_sha256": spec.rec.manifest_sha256,
+        }
+        self.save(
+            status="running",
+            manifest=manifest,
+            manifest_sha256=spec.rec.manifest_sha256,
+            started_unix=self.rec.started_unix or time.time(),
+        )
+        self.warm = True
+
+    def load(self, phases: list[str] | None = None) -> None:
+        from specpilot.pilot.drill import RuntimeSwitch
+
+        switch = RuntimeSwitch(self.url, self.p.admin_token)
+        switch.off()
+        try:
+            super().load(phases)
+        finally:
+            switch.on()
+
+    def finish(self) -> None:
+        replay_done(self)
+
+
+def replay_done(steps: ArmSteps) -> None:
+    """An arm that only replays episodes on another arm's processes (planted, switched off in
+    place): complete once its episodes are; no drill, quality pass or compatibility suite."""
+    from specpilot.pilot import armrun
+
+    if armrun.LOAD_STEP not in steps.rec.completed_steps:
+        raise RuntimeError(f"arm {steps.run.arm.name}: measured phases left")
+    steps.save(status="complete", finished_unix=time.time())

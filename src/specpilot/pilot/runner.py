@@ -134,10 +134,10 @@ class Pilot:
         self.schedule, design = self.level_schedule, None
         ep = self.cfg.episodes
         if ep is not None:  # the episode design (pilot.design): each level cut into episodes
-            from specpilot.pilot.design import PLANTED, design_record, split_schedule
+            from specpilot.pilot.design import design_arms, design_record, split_schedule
 
             self.schedule = split_schedule(self.level_schedule, ep.per_level)
-            arms = [p.name for p in self.plans] + ([PLANTED] if ep.planted else [])
+            arms = design_arms(self.plans, ep)
             base = next(p.name for p in self.plans if p.role == "baseline")
             design = design_record(self.schedule, arms, base, ep.processes, ep)
         self.gates = Gates(self.cfg, self.base_dir)

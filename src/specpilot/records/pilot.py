@@ -88,7 +88,8 @@ class ResourceBudget:
 # control: a second instance of the baseline's exact config, the pilot's A/A measurement of
 # between-run drift (analysis.drift.Drift)
 # planted: the baseline's processes through a proxy that dilates latency by a known factor
-ARM_ROLES = ("baseline", "speculative", "alternative", "control", "extra", "planted")
+# within: a speculative arm's own processes with speculation switched off at run time
+ARM_ROLES = ("baseline", "speculative", "alternative", "control", "extra", "planted", "within")
 # the engines an arm can run on (``ArmRecord.engine``); ``TOTALS_ENGINES`` report per-request
 # speculative totals, not rounds (store.aggregates turns them into round-summary rows)
 ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")

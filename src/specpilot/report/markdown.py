@@ -34,6 +34,8 @@ def _verdict(v: dict[str, Any], simulated: list[str]) -> list[str]:
         out += [f"A/A: {v['aa_control']}", ""]
     if v.get("planted"):
         out += [f"Planted: {v['planted']}", ""]
+    if v.get("within"):
+        out += [f"Second estimate: {v['within']}", ""]
     if simulated:
         out += [*[f"- {t}" for t in simulated], ""]
     if v["pilot_hypothesis"]:

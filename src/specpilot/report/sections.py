@@ -86,6 +86,11 @@ def _verdict_one(v: Doc, simulated: list[str]) -> str:
             else ""
         )
         + (f'<p class="planted">Planted: {escape(v["planted"])}</p>' if v.get("planted") else "")
+        + (
+            f'<p class="within">Second estimate: {escape(v["within"])}</p>'
+            if v.get("within")
+            else ""
+        )
         + "".join(f'<p class="simulated">{escape(t)}</p>' for t in simulated)
         + f"{hyp}<h3>Per task group</h3>{groups}<h3>Conditions</h3>{conds}"
         f"<h3>Rollback triggers{' (if it were switched on anyway)' if v['verdict'] in ('DO_NOT_ADOPT', 'UNDECIDED') else ''}</h3>"
