@@ -179,6 +179,11 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
         v["aa_control"].startswith("A/A control (control vs baseline") for v in doc["verdicts"]
     )
     assert "A/A: A/A control" in (out / "report.md").read_text() and "A/A:" in res.stdout
+    # one answer per (candidate, group, level) across report.json, .md, .html and the terminal
+    from test_one_answer import check_one_answer
+
+    md_text = (out / "report.md").read_text()
+    assert check_one_answer(doc, md_text, html, res.stdout)
     # the one-screen summary opens each candidate's block with its verdict
     assert any(
         ln.startswith(("ADOPT", "DO_NOT_ADOPT", "UNDECIDED")) for ln in res.stdout.splitlines()

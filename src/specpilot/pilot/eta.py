@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -191,10 +191,8 @@ def run_steps(run: RunLeft, tt: Timetable) -> list[Step]:
         out.append(Step(load_key(rid, phases), "load", eng, rid, sched, w + len(phases)))
     if run.drill_restarts is not None:
         sched = tt.arrivals.get(tt.drill_phase, 0.0)
-        out.append(
-            Step(step_key(rid, "drill"), "drill", eng, rid, sched, 1,
-                 restarts=run.drill_restarts, hold_s=tt.drill_hold_s)
-        )  # fmt: skip
+        drill = Step(step_key(rid, "drill"), "drill", eng, rid, sched_s=sched, drains=1)
+        out.append(replace(drill, restarts=run.drill_restarts, hold_s=tt.drill_hold_s))
     if run.quality_rounds:
         out.append(Step(step_key(rid, "quality"), "quality", eng, rid, units=run.quality_rounds))
     if run.compat_checks:
