@@ -56,23 +56,8 @@ class PlantedSteps(ArmSteps):
         backend.start()
         self.holder = {"backend": backend}
         self.url, self.model = backend.endpoint, base.model
-        manifest = {
-            "planted": {
-                "factor": self.factor,
-                "of_run": base.run.run_id,
-                "upstream": base.url,
-                "how": "every latency the client sees dilated by 1 + factor (loadgen.dilate)",
-            },
-            "hardware": base.rec.manifest.get("hardware", {}),
-            "frozen_sha256": base.rec.manifest_sha256,
-        }
-        self.save(
-            status="running",
-            manifest=manifest,
-            manifest_sha256=base.rec.manifest_sha256,
-            started_unix=self.rec.started_unix or time.time(),
-        )
-        self.warm = True  # the baseline's process is warm
+        how = "every latency the client sees dilated by 1 + factor (loadgen.dilate)"
+        reaching(self, base, "planted", factor=self.factor, upstream=base.url, how=how)
 
     def finish(self) -> None:
         replay_done(self)
@@ -115,22 +100,11 @@ class WithinSteps(ArmSteps):
         spec = self.of[self.run.process]
         self.holder = {"backend": InPlaceBackend(spec.holder["backend"])}
         self.url, self.model = spec.url, spec.model
-        manifest = {
-            "within": {
-                "of_run": spec.run.run_id,
-                "how": "the speculative process with k = 0 for every scope during its episodes "
-                "(the builtin server's runtime switch), on again after each",
-            },
-            "hardware": spec.rec.manifest.get("hardware", {}),
-            "frozen_sha256": spec.rec.manifest_sha256,
-        }
-        self.save(
-            status="running",
-            manifest=manifest,
-            manifest_sha256=spec.rec.manifest_sha256,
-            started_unix=self.rec.started_unix or time.time(),
+        how = (
+            "the speculative process with k = 0 for every scope during its episodes (the "
+            "builtin server's runtime switch), on again after each"
         )
-        self.warm = True
+        reaching(self, spec, "within", how=how)
 
     def load(self, phases: list[str] | None = None) -> None:
         from specpilot.pilot.drill import RuntimeSwitch
@@ -144,6 +118,23 @@ class WithinSteps(ArmSteps):
 
     def finish(self) -> None:
         replay_done(self)
+
+
+def reaching(steps: ArmSteps, of: ArmSteps, key: str, **info: Any) -> None:
+    """Record a run that reaches another run's (warm) process: its manifest names that run
+    under ``key`` (``analysis.celltest.physical_of`` reads it), the frozen settings are its."""
+    manifest = {
+        key: {"of_run": of.run.run_id, **info},
+        "hardware": of.rec.manifest.get("hardware", {}),
+        "frozen_sha256": of.rec.manifest_sha256,
+    }
+    steps.save(
+        status="running",
+        manifest=manifest,
+        manifest_sha256=of.rec.manifest_sha256,
+        started_unix=steps.rec.started_unix or time.time(),
+    )
+    steps.warm = True
 
 
 def replay_done(steps: ArmSteps) -> None:
