@@ -2,7 +2,8 @@
 their level, each cell estimated by processes and episodes, the planted arm found (or not) at
 each level, and a level where it was not found gives no candidate a direction.
 
-Hand-built pilots (no engine): 4 processes per arm with seeded offsets, 10 episodes per level
+Hand-built pilots (no engine): 4 processes per arm with seeded offsets, 12 episodes per level (10 leave the
+pooled cell 2 df for the episode noise once its two task groups took theirs)
 with a shock each, requests with their own noise; the speculative arm's true effect and the
 planted factor are known by construction.
 """
@@ -25,6 +26,7 @@ from specpilot.records import (
 )
 
 LEVELS = {"off_peak": 1.0, "peak": 3.0}  # offered req/s
+EPISODES = 12
 
 
 def _pilot(
@@ -55,8 +57,8 @@ def _pilot(
             )  # fmt: skip
     index = 0
     for level, rate in LEVELS.items():
-        serve = crossed(10, m, 3, seed + 1)
-        for k in range(10):
+        serve = crossed(EPISODES, m, 3, seed + 1)
+        for k in range(EPISODES):
             name = f"{level}~{k + 1:02d}"
             shock = rng.normal(0, 0.04)
             base = 2.0 * rng.lognormal(0, 0.25, n)
@@ -97,7 +99,7 @@ def test_cells_are_estimated_by_processes_and_episodes_and_the_planted_is_found(
     spec, plant = _pooled(a, "speculative"), _pooled(a, "planted")
     assert set(spec) == set(LEVELS)  # the episode phases folded into their levels
     for c in spec.values():
-        assert c.clusters == 10 and c.outcome == "faster", (c.clusters, c.outcome)
+        assert c.clusters == EPISODES and c.outcome == "faster", (c.clusters, c.outcome)
     assert all(c.outcome == "slower" for c in plant.values())
     assert [r.found for r in a.planted] == [True, True]
     assert all("found the planted +40%" in r.text for r in a.planted)

@@ -48,26 +48,31 @@ def _check(arms, **kw):
 def test_the_embedded_default_and_its_quick_profile_validate():
     full = load_pilot(default_pilot_path())
     quick = load_pilot(default_pilot_path(), quick=True)
-    assert [a.role for a in full.arms][:3] == ["baseline", "speculative", "alternative"]
-    assert "llamacpp-draft" in [a.name for a in full.arms]
-    assert "llamacpp-draft" not in [a.name for a in quick.arms]  # dropped by quick:
+    # the default is the episode design; --quick the interleaved one through every engine
+    assert [a.role for a in full.arms] == ["baseline", "speculative"]
+    assert full.episodes is not None and full.episodes.processes >= 3 and full.episodes.planted
+    assert quick.episodes is None
+    assert [a.role for a in quick.arms][:4] == ["baseline", "speculative", "alternative", "control"]
+    assert "llamacpp-ngram" in [a.name for a in quick.arms]
     assert quick.profile == "quick" and full.profile == "full"
     assert quick.sha256() != full.sha256()
-    # the quick overrides shorten every phase they keep, and drop the burst (two load levels)
+    # the quick overrides shorten every phase (two load levels in both)
     names = lambda c: [p["name"] for p in c.workload["phases"]]  # noqa: E731
-    assert names(full) == ["off_peak", "peak", "burst"] and names(quick) == ["off_peak", "peak"]
+    assert names(full) == ["off_peak", "peak"] and names(quick) == ["off_peak", "peak"]
     full_phases = {p["name"]: p for p in full.workload["phases"]}
     assert all(
         q["duration_s"] < full_phases[q["name"]]["duration_s"] for q in quick.workload["phases"]
     )
-    plans = plan_arms(full)
+    plans = plan_arms(quick)
     check_one_switch(plans)
     by = {p.name: p for p in plans}
     assert by["speculative"].reference == "baseline" and by["speculative"].drill
     assert by["llamacpp-ngram"].strategy.kind == "ngram"
-    assert by["llamacpp-draft"].reference == "llamacpp-plain"
+    assert by["llamacpp-ngram"].reference == "llamacpp-plain"
     assert by["alternative"].budget.matched_against == "speculative"
     assert by["baseline"].frozen["target"].startswith("sha256:")
+    six = {p.name: p for p in plan_arms(load_pilot(EXAMPLES / "pilot-six-arms.yaml"))}
+    assert six["llamacpp-draft"].reference == "llamacpp-plain"  # its trace paths resolve too
     # the example beside the GPU one is the same file (a link), and its trace paths resolve
     example = EXAMPLES / "pilot-default.yaml"
     assert example.resolve() == default_pilot_path().resolve()
@@ -258,17 +263,18 @@ def test_dry_run_refuses_an_engine_option_the_installed_llama_cpp_lacks(tmp_path
     pytest.importorskip("xllamacpp")
     from specpilot.cli import main
 
-    src = (EXAMPLES / "pilot-default.yaml").resolve()
-    cfg = src.read_text().replace(
-        "spec_type: ngram-mod, draft_n_max: 3}",
-        'spec_type: ngram-mod, draft_n_max: 3, extra: {"speculative.synth_rates": [1, 1, 1]}}',
+    traces = default_pilot_path().parent.parent / "traces"
+    cfg = (
+        (EXAMPLES / "pilot-six-arms.yaml")
+        .read_text()
+        .replace(
+            "spec_type: ngram-mod, draft_n_max: 3}",
+            'spec_type: ngram-mod, draft_n_max: 3, extra: {"speculative.synth_rates": [1, 1, 1]}}',
+        )
+        .replace("../src/specpilot/data/traces/", f"{traces}/")
     )
     assert "synth_rates" in cfg
-    import shutil
-
-    shutil.copytree(src.parent.parent / "traces", tmp_path / "traces")  # its relative paths
-    (tmp_path / "pilots").mkdir()
-    path = tmp_path / "pilots" / "p.yaml"
+    path = tmp_path / "p.yaml"
     path.write_text(cfg)
     code = main(["pilot", str(path), "--dry-run"])
     err = capsys.readouterr().err

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specpilot.analysis import stats
 from specpilot.analysis.episodes import episode_effect
 from specpilot.analysis.requests import RequestTable
 from specpilot.errors import ConfigError
@@ -47,20 +48,22 @@ def episode_test(
     base: CellTest,
     facts: tuple[Mapping[str, float], Mapping[str, str]],
     level: float,
+    strata: np.ndarray | None = None,
 ) -> CellTest:
     """``base`` (the test of the same pairs clustered by episode) with the task-time test
     replaced by the process-and-episode estimate; ``facts``: each run's log fingerprint and
     the run whose process it reaches (``physical_of``). Where both arms of every episode ran
     on the same process (an arm switched off in place), the process effect cancels and the
     episode-clustered test stands; where the cell cannot be estimated by processes (one per
-    arm, too few episodes) it is undecided, and says why."""
+    arm, too few episodes) it is undecided, and says why. ``strata``: each pair's task group in
+    a pooled cell: d relative to its group's mean (``analysis.stats.stratify``)."""
     fingerprints, physical = facts
     stages = sum(t.client_stages.values(), np.zeros(len(t)))
     tb, tc = t.e2e[b] + stages[b], t.e2e[c] + stages[c]
     ok = np.isfinite(tb) & np.isfinite(tc) & (tb > 0) & (tc > 0)
     if not np.any(ok):
         return base
-    d = np.log(tc[ok] / tb[ok])
+    d, lost = stats.stratify(np.log(tc[ok] / tb[ok]), None if strata is None else strata[ok])
     phys_c = [physical.get(r, r) for r in t.run_id[c][ok]]
     if phys_c == [physical.get(r, r) for r in t.run_id[b][ok]]:
         return dataclasses.replace(base, processes="the same processes in both arms: cancelled")
@@ -78,11 +81,12 @@ def episode_test(
             cand_fp=fp_c if full else None,
             base_fp=fp_b if full else None,
             level=level,
+            strata_df=lost,
         )
     except ConfigError as exc:
         why = f"not estimable by processes and episodes: {exc}"
         return dataclasses.replace(base, processes=why, undecided=why)
-    resid = est.n_episodes - est.m_cand - est.m_base + 1
+    resid = est.n_episodes - est.m_cand - est.m_base + 1 - lost
     if resid < MIN_RESIDUAL_DF:
         why = (
             f"{est.n_episodes} episodes for {est.m_cand} + {est.m_base} processes leave "

@@ -102,14 +102,29 @@ def queued_short(clusters: int | None, fewest: int | None, both_ok: int) -> bool
     return clusters is not None and fewest is not None and 0 < clusters < min(fewest, both_ok)
 
 
-def needs(pairs_needed: int | None, clusters: int | None, fewest: int | None, both_ok: int) -> str:
-    """What an insufficient cell lacks, in words (the verdict and the report both say it).
+def needs(
+    pairs_needed: int | None,
+    clusters: int | None,
+    fewest: int | None,
+    both_ok: int,
+    episodes_needed: int | None = None,
+) -> str:
+    """What an insufficient cell lacks, in words (the verdict and the report both say it). In
+    the episode design (``episodes_needed`` given, or ``clusters`` counting episodes) in
+    episodes per level, the unit the pilot repeats.
 
     >>> needs(24, 1, 6, 8)
     '8 pairs in 1 busy period (requests on the server together move as one); a decision needs at least 6 busy periods: a lower load, a longer phase or repetitions'
     >>> needs(24, 9, 6, 8), needs(24, 1, 6, 1)
     ('a decision needs about 24 both-ok pairs', 'a decision needs about 24 both-ok pairs')
+    >>> needs(80, 12, 6, 40, episodes_needed=30)
+    'about 30 episodes per level would decide it at the effect and spread measured (now 12)'
     """
+    if episodes_needed is not None:
+        return (
+            f"about {episodes_needed} episodes per level would decide it at the effect and "
+            f"spread measured (now {clusters})"
+        )
     if queued_short(clusters, fewest, both_ok):
         periods = "busy period" if clusters == 1 else "busy periods"
         return (

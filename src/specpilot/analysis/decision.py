@@ -226,7 +226,7 @@ def cell_text(c: PairedComparison) -> str:
 
 
 def _needs(c: PairedComparison) -> str:
-    return f" ({needs(c.pairs_needed, c.clusters, c.min_clusters, c.both_ok)})"
+    return f" ({needs(c.pairs_needed, c.clusters, c.min_clusters, c.both_ok, c.episodes_needed)})"
 
 
 def _pct(x: float | None) -> str:
@@ -308,13 +308,36 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
 
 
 def undecided_text(mine: Sequence[PairedComparison]) -> str:
-    """Why no load level was decided, and what a decision would take."""
+    """Why no load level was decided, and what a decision would take (in the episode design:
+    how many episodes per level, at the effect and spread measured)."""
+    unit = mine[0].unit if mine else "busy period"
+    if unit == "episode":
+        now = max((c.clusters or 0 for c in mine), default=0)
+        need_ep = [c.episodes_needed for c in mine if c.episodes_needed is not None]
+        more = (
+            f"; about {min(need_ep)} would decide the closest level at the effect and spread "
+            "measured"
+            if need_ep
+            else "; its effect sits on the equivalence margin, where no number of episodes decides"
+        )
+        return f"undecided: the pilot could not tell in {now} episodes per level{more}"
     need = max((c.pairs_needed or 0 for c in mine), default=0)
     most = max((c.both_ok for c in mine), default=0)
     pairs = "pair" if most == 1 else "pairs"
     periods = max((c.clusters or 0 for c in mine), default=0)
     short = any(
         c.both_ok < (c.pairs_needed or 0) or (c.clusters or 0) < (c.min_clusters or 0) for c in mine
+    )
+    return (
+        "undecided: the pilot could not tell"
+        + (
+            f" (at most {most} both-ok {pairs} per load level"
+            + (f" in at most {periods} busy period{'s' * (periods != 1)}" if periods < most else "")
+            + ")"
+            if short or not need
+            else " (every interval spans both 0 and the equivalence margin)"
+        )
+        + (f"; a decision needs about {need} both-ok pairs per level" if need else "")
     )
     return (
         "undecided: the pilot could not tell"

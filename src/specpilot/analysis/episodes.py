@@ -16,6 +16,18 @@ R(a | mu, b), R(b | mu, a) of the crossed, possibly unbalanced fit, with their e
 expectations, truncated at 0), not REML: closed-form and unbiased (microseconds, no iteration
 to fail on the 1-5 df per component of m = 2..6); df by Satterthwaite over the mean squares.
 
+**Sometimes-pool** (Bancroft 1944; Bozivich, Bancroft & Hartley 1956): a process component
+with 2 df estimated near 0 still brings its 2 df into Satterthwaite's sum and leaves the
+interval 1-4 df wide. So a process mean square whose F against the episode noise is below its
+``1 - POOL_ALPHA`` quantile (0.75: the preliminary test at 0.25 those papers recommend) joins
+the episode noise, mean square and df; ``mde`` applies the same rule to its simulated mean
+squares, so the power it predicts is the power of this rule (the tests check the A/A rate and
+the coverage with it). **Strata**: a pooled cell (all task groups) is fitted on d less its
+group's mean per group (``stats.stratify``), so a group mix that differs between episodes is
+not noise; the lost G - 1 df come off the episode noise. **Connectivity**: the processes and
+episodes of a cell form a graph; only its largest connected part (every process linked to every
+other through episodes) is estimable, and the episodes outside it are left out and said so.
+
 **Fingerprint** (log plain decode step time of a process before it serves): x_e = fp_c(e) -
 fp_b(e); gamma, the pooled within-arm slope of the fitted process effects on the fingerprints,
 costs one df (shared by the process strata in proportion to their fingerprint spread), and
@@ -50,17 +62,20 @@ without normality or variance estimates; smallest p 2 / C(2m, m) (0.029 at m = 4
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from specpilot.analysis import stats
 from specpilot.errors import ConfigError
 
+POOL_ALPHA = 0.25  # a process component whose F test has p above this joins the episode noise
 FP_MIN_R = 0.5  # keep the fingerprint when its within-arm correlation is above this
 FP_ARM_P = 0.01  # ... and its arm means differ no more than this p-value allows
 EXACT_SPLITS = 20_000  # above this many process splits, a seeded Monte Carlo of them
@@ -210,13 +225,35 @@ class _Fit:
     dof: float  # Satterthwaite
 
 
+def _pooled(ms: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sometimes-pool rule (module docstring): each process mean square whose F against
+    the episode noise's is below its ``1 - POOL_ALPHA`` quantile joins the episode noise.
+    Returns the mean squares with the pooled ones replaced by the pooled noise's, and the
+    degrees of freedom with the pooled ones moved to the noise."""
+    pool = [
+        bool(df[k] > 0 and df[2] > 0 and ms[k] < ms[2] * _f_crit(float(df[k]), float(df[2])))
+        for k in (0, 1)
+    ]
+    if not any(pool):
+        return ms, df
+    dfe = df[2] + sum(df[k] for k in (0, 1) if pool[k])
+    mse = (ms[2] * df[2] + sum(ms[k] * df[k] for k in (0, 1) if pool[k])) / dfe
+    out_ms = np.array([mse if pool[0] else ms[0], mse if pool[1] else ms[1], mse])
+    return out_ms, np.array([0.0 if pool[0] else df[0], 0.0 if pool[1] else df[1], dfe])
+
+
+@functools.lru_cache(maxsize=256)
+def _f_crit(d1: float, d2: float) -> float:
+    return stats.f_quantile(1.0 - POOL_ALPHA, d1, d2)
+
+
 def _fit(des: _Design, y: np.ndarray, lost: np.ndarray, extra: np.ndarray) -> _Fit:
     """Mean squares, components and the estimate's variance. ``lost``: (2,) degrees of freedom
     a covariate took from the process strata; ``extra``: (2,) coefficients on (MS_A, MS_B) the
     covariate's own error adds."""
     ss = np.einsum("e,kef,f->k", y, des.proj, y)  # residual, R(a | b), R(b | a)
     df = np.array([des.df[0] - lost[0], des.df[1] - lost[1], des.df[2]])
-    ms = np.array([ss[1], ss[2], ss[0]]) / np.maximum(df, 1e-12)
+    ms, df = _pooled(np.array([ss[1], ss[2], ss[0]]) / np.maximum(df, 1e-12), df)
     comp = np.array([des.q[0] * (ms[0] - ms[2]), des.q[1] * (ms[1] - ms[2]), ms[2]])
     wa = np.bincount(des.c, weights=des.w, minlength=des.m_c)  # each process's share of w
     wb = np.bincount(des.b, weights=des.w, minlength=des.m_b)
@@ -225,6 +262,7 @@ def _fit(des: _Design, y: np.ndarray, lost: np.ndarray, extra: np.ndarray) -> _F
     lb = cw[1] * des.q[1] if comp[1] > 0 else 0.0
     parts = np.array([la + extra[0], lb + extra[1], cw[2] - la - lb]) * ms
     var = float(parts.sum())
+    parts = np.array([parts[0] * (df[0] > 0), parts[1] * (df[1] > 0), parts @ (df <= 0) + parts[2]])
     den = float(np.sum(np.where(df > 0, parts**2 / np.maximum(df, 1e-12), 0.0)))
     return _Fit(ms, df, np.maximum(comp, 0.0), var, var * var / den if den > 0 else math.inf)
 
@@ -304,14 +342,18 @@ def episode_effect(
     cand_fp: Fingerprints | None = None,
     base_fp: Fingerprints | None = None,
     level: float = 0.95,
+    strata_df: int = 0,
 ) -> EpisodeEstimate:
     """The candidate's effect mu on log task time from per-pair ``d`` (module docstring).
 
     ``episode``, ``cand_proc``, ``base_proc``: per pair, its episode and the processes that
-    served it; ``cand_fp`` / ``base_fp``: fingerprint per process id (``fp[id]``).
+    served it; ``cand_fp`` / ``base_fp``: fingerprint per process id (``fp[id]``);
+    ``strata_df``: degrees of freedom already spent on ``d`` (``stats.stratify``), taken from
+    the episode noise's.
     """
     dd = np.asarray(d, dtype=np.float64)
     ok = np.isfinite(dd)
+    ok, dropped = _connected(ok, np.asarray(episode), np.asarray(cand_proc), np.asarray(base_proc))
     _, e = np.unique(np.asarray(episode)[ok], return_inverse=True)
     n = np.bincount(e)
     y = np.bincount(e, weights=dd[ok]) / n  # (E,) episode means
@@ -322,6 +364,13 @@ def episode_effect(
     if np.any(c[e] != ci) or np.any(b[e] != bi):
         raise ConfigError("an episode was served by more than one process of an arm")
     des = _design(c, b, int(cid.size), int(bid.size))
+    if strata_df:
+        if des.df[2] - strata_df < 1:
+            raise ConfigError(
+                f"{n.size} episodes leave no episode-noise df after {strata_df} for the groups",
+                fix="replay more episodes per level",
+            )
+        des = dataclasses.replace(des, df=des.df - np.array([0.0, 0.0, float(strata_df)]))
     plain = _fit(des, y, np.zeros(2), np.zeros(2))
     mu = float(des.w @ y)
     fp, f_all = None, None
@@ -333,7 +382,48 @@ def episode_effect(
     if fp is not None and fp.used:
         fit, mu = fp.fit, mu - fp.shift
     n_pairs = int(ok.sum())
-    return _estimate(mu, fit, plain, fp, level, _design_p(des, y, f_all), (n_pairs, y.size), des)
+    est = _estimate(mu, fit, plain, fp, level, _design_p(des, y, f_all), (n_pairs, y.size), des)
+    if not dropped:
+        return est
+    why = f"; {dropped} episode(s) left out: their processes never met the others'"
+    return dataclasses.replace(est, text=est.text[:-1] + why + ")")
+
+
+def _connected(
+    ok: np.ndarray, episode: np.ndarray, cand: np.ndarray, base: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """``ok`` kept to the episodes whose processes are connected with the most episodes (the
+    processes are nodes, each episode joins its candidate and baseline process): only there are
+    the arms' process offsets told apart. A cell of some groups' pairs misses episodes, and
+    what is left can split in two. Returns the mask and how many episodes it left out.
+
+        >>> ok = np.ones(4, dtype=bool)
+        >>> m, k = _connected(ok, np.arange(4), np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2]))
+        >>> m.tolist(), k
+        ([True, True, True, False], 1)
+    """
+    parent: dict[tuple[str, int], tuple[str, int]] = {}
+
+    def root(x: tuple[str, int]) -> tuple[str, int]:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    idx = np.flatnonzero(ok)
+    for i in idx:
+        a, b = root(("c", int(cand[i]))), root(("b", int(base[i])))
+        if a != b:
+            parent[a] = b
+    comp = np.array(["{}{}".format(*root(("c", int(cand[i])))) for i in idx])
+    episodes: dict[str, set[Any]] = {}
+    for i, k in zip(idx, comp, strict=True):
+        episodes.setdefault(str(k), set()).add(episode[i])
+    if len(episodes) < 2:
+        return ok, 0
+    best = max(episodes, key=lambda k: (len(episodes[k]), k))
+    out = ok.copy()
+    out[idx[comp != best]] = False
+    return out, sum(len(v) for k, v in episodes.items() if k != best)
 
 
 def _estimate(
@@ -427,10 +517,15 @@ def mde(
     ems = np.array([s_xi**2 + k[0] * s_a**2, s_xi**2 + k[1] * s_b**2, s_xi**2])
     rng = np.random.default_rng([m_cand, m_base, episodes])
     ms = ems * rng.chisquare(df, size=(MDE_DRAWS, 3)) / df  # (draws, 3)
-    on = ms[:, :2] > ms[:, 2:]  # components kept (not truncated at 0)
-    parts = np.column_stack([on * ms[:, :2], (1.0 - on.sum(axis=1)) * ms[:, 2]]) / episodes
+    crit = np.array([_f_crit(float(df[0]), float(df[2])), _f_crit(float(df[1]), float(df[2]))])
+    pool = ms[:, :2] < ms[:, 2:] * crit  # the sometimes-pool rule, per draw
+    dfe = df[2] + pool @ df[:2]
+    mse = (ms[:, 2] * df[2] + np.sum(pool * ms[:, :2] * df[:2], axis=1)) / dfe
+    on = ~pool & (ms[:, :2] > mse[:, None])  # components kept (not pooled, not truncated)
+    parts = np.column_stack([on * ms[:, :2], (1.0 - on.sum(axis=1)) * mse]) / episodes
     var = parts.sum(axis=1)  # (draws,) the estimator's variance estimate
-    dof = var**2 / np.sum(parts**2 / df, axis=1)
+    dfs = np.column_stack([np.where(pool, np.inf, df[:2]), dfe])  # pooled: no term of its own
+    dof = var**2 / np.sum(parts**2 / dfs, axis=1)
     log_df, tq = _t_grid(1.0 - alpha / 2.0)
     crit = np.interp(np.log(np.maximum(dof, 0.5)), log_df, tq) * np.sqrt(var)
     sd = math.sqrt(s_a**2 / m_cand + s_b**2 / m_base + s_xi**2 / episodes)

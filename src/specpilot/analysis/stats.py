@@ -19,6 +19,8 @@ its error rate is far above nominal. The tests here hold their level at any n:
   turn a verdict, so the chance of *any* false call is what must stay at alpha.
 - ``pairs_needed`` / ``power``: normal-approximation sample size and power for a stated minimum
   effect, with the drift variance that more pairs cannot shrink.
+- ``stratify``: a cell that pools task groups, its pairs' d taken relative to their group's
+  mean (a blocked design's adjustment): the groups' different effects are not noise.
 
     >>> round(sign_flip_p(np.array([0.1, 0.2, 0.15, 0.12])), 4)  # all positive: 2 of 16 as extreme
     0.125
@@ -149,6 +151,27 @@ def t_cdf(x: float, df: float) -> float:
     return 1.0 - tail if x >= 0 else tail
 
 
+def f_sf(f: float, d1: float, d2: float) -> float:
+    """P(F > f) for Snedecor's F on ``d1`` and ``d2`` degrees of freedom."""
+    if f <= 0.0:
+        return 1.0
+    return _betainc(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * f))
+
+
+def f_quantile(p: float, d1: float, d2: float) -> float:
+    """The ``p`` quantile of F (bisection on ``f_sf``)."""
+    lo, hi = 0.0, 1.0
+    while 1.0 - f_sf(hi, d1, d2) < p:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if 1.0 - f_sf(mid, d1, d2) < p:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
 def t_quantile(p: float, df: float) -> float:
     """The ``p`` quantile of Student's t (bisection on ``t_cdf``; |error| < 1e-10)."""
     if math.isinf(df) or df > 1e7:
@@ -240,7 +263,40 @@ def pairs_needed(
     return max(2, math.ceil(sd * sd / room))
 
 
+def units_needed(
+    estimate: float,
+    se: float,
+    units: int,
+    df: float,
+    level: float,
+    margins: tuple[float, float],
+    cap: int = 50,
+) -> int | None:
+    """How many independent units (episodes) would decide a cell whose log estimate and
+    standard error stay as measured on ``units`` of them (the standard error shrinking as
+    1/sqrt(units), the degrees of freedom growing with them): the fewest at which the interval
+    at ``level`` lies beyond ``min_gain`` on the estimate's side or inside the equivalence
+    margin; ``margins`` = (log1p(min_gain), log1p(equivalence_margin)). None when the estimate
+    sits where neither can happen, or more than ``cap`` times the units would be needed.
+
+        >>> units_needed(-0.10, 0.05, 12, 9.0, 0.995, (0.0, 0.0953))  # -9.5% on 12 episodes
+        25
+        >>> units_needed(0.0, 0.05, 12, 9.0, 0.995, (0.0, 0.0)) is None  # 0, and no margin
+        True
+    """
+    gain, eq = margins
+    room = max(abs(estimate) - gain, eq - abs(estimate))
+    if not (room > 0 and se > 0 and units > 0 and math.isfinite(se)):
+        return None
+    for n in range(units + 1, cap * units + 1):
+        if t_quantile(level, df + n - units) * se * math.sqrt(units / n) < room:
+            return n
+    return None
+
+
 __all__ = [
+    "f_quantile",
+    "f_sf",
     "holm_tarone",
     "pairs_needed",
     "power",
@@ -248,8 +304,29 @@ __all__ = [
     "satterthwaite",
     "sign_flip_min_p",
     "sign_flip_p",
+    "stratify",
     "t_cdf",
     "t_interval",
     "t_p",
     "t_quantile",
+    "units_needed",
 ]
+
+
+def stratify(d: np.ndarray, strata: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """``d`` less each stratum's own mean plus the overall mean, and the degrees of freedom
+    the strata's means took (their number less one): the mean is unchanged, the spread between
+    the strata no longer counts as noise. Unchanged with no strata or only one.
+
+        >>> d = np.array([0.1, 0.3, -0.2, -0.4])
+        >>> x, lost = stratify(d, np.array([0, 0, 1, 1]))
+        >>> [round(float(v), 2) for v in x], lost, round(float(x.mean()), 2) == round(float(d.mean()), 2)
+        ([-0.15, 0.05, 0.05, -0.15], 1, True)
+    """
+    if strata is None or d.size == 0:
+        return d, 0
+    labels, k = np.unique(strata, return_inverse=True)
+    if labels.size < 2:
+        return d, 0
+    means = np.bincount(k, weights=d) / np.bincount(k)
+    return d - means[k] + float(d.mean()), int(labels.size) - 1

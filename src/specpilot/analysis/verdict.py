@@ -71,7 +71,18 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
             out.append(f"group {g} has no paired requests with the baseline: missing")
     cells = [c for c in inp.comparisons if c.task_group != ALL]
     short = [c for c in cells if c.outcome == "insufficient"]
-    if short:
+    if short and short[0].unit == "episode":
+        ep = [c.episodes_needed for c in short if c.episodes_needed is not None]
+        out.append(
+            f"{len(short)} of {len(cells)} cells (group x load level) undecided"
+            + (
+                f"; about {min(ep)} episodes per level would decide the closest at the effect "
+                "and spread measured"
+                if ep
+                else ""
+            )
+        )
+    elif short:
         need = [c.pairs_needed for c in short if c.pairs_needed is not None]
         queued = [c for c in short if queued_short(c.clusters, c.min_clusters, c.both_ok)]
         out.append(

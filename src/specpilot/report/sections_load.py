@@ -175,7 +175,11 @@ def _comparison_table(doc: Doc) -> str:
                 c["phase"],
                 c["task_group"],
                 f"{c['pairs']} ({c['both_ok']} both ok"
-                + (f", {c['clusters']} busy periods)" if c.get("clusters") is not None else ")"),
+                + (
+                    f", {c['clusters']} {c.get('unit') or 'busy period'}s)"
+                    if c.get("clusters") is not None
+                    else ")"
+                ),
                 interval(c["task_rel_change"]),
                 interval(c["e2e_rel_change"]),
                 interval(c["ttft_rel_change"]),
@@ -192,7 +196,13 @@ def _comparison_table(doc: Doc) -> str:
 def outcome_text(c: Doc) -> str:
     """A comparison's outcome; an insufficient one with the pairs a decision would need."""
     if c["outcome"] == "insufficient" and (c.get("pairs_needed") or c.get("clusters")):
-        why = needs(c.get("pairs_needed"), c.get("clusters"), c.get("min_clusters"), c["both_ok"])
+        why = needs(
+            c.get("pairs_needed"),
+            c.get("clusters"),
+            c.get("min_clusters"),
+            c["both_ok"],
+            c.get("episodes_needed"),
+        )
         return f"insufficient ({why})"
     return str(c["outcome"])
 
