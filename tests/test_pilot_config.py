@@ -77,7 +77,8 @@ def test_the_embedded_default_and_its_quick_profile_validate():
     example = EXAMPLES / "pilot-default.yaml"
     assert example.resolve() == default_pilot_path().resolve()
     assert quick.compat.features and "cancellation" in quick.compat.features
-    assert full.compat.features is None  # the whole suite in the full profile
+    # the full profile: the checks speculation can break within a round (all 14 in test_compat)
+    assert {"streaming", "stop_in_round", "cancellation"} <= set(full.compat.features or ())
 
 
 def test_an_unknown_compat_feature_names_the_choices():

@@ -330,3 +330,28 @@ def test_example_workload_builds():
     assert s.phase_names == ["warmup", "off_peak", "peak", "burst", "replay_peak"]
     assert s.phases[-1].window["kind"] == "peak" and len(s.phase("replay_peak")) > 10
     assert s.to_json() == build_schedule(EXAMPLE).to_json()
+
+
+def test_output_ignore_eos_reaches_the_schedule_and_the_request_body(tmp_path):
+    """A group's ``output.ignore_eos`` (equal work in both arms of a pair) is carried by every
+    request of that group and sent as vLLM's ``ignore_eos``; the other groups' are not."""
+    from specpilot.loadgen import LoadConfig
+    from specpilot.loadgen.config import request_body
+
+    data = {
+        "seed": 3,
+        "groups": {
+            "longform": {"output": {"mean": 24, "ignore_eos": True}},
+            "code": {"output": {"mean": 24}},
+        },
+        "phases": [{"name": "p", "duration_s": 10, "arrival": {"kind": "constant", "rate": 2}}],
+    }
+    s = build_schedule(_write(tmp_path, data))
+    by_group = {g: {r.ignore_eos for r in s.requests if r.group == g} for g in ("longform", "code")}
+    assert by_group == {"longform": {True}, "code": {False}}
+    cfg = LoadConfig.build("http://127.0.0.1:1")
+    bodies = {r.group: json.loads(request_body(cfg, r)) for r in s.requests}
+    assert bodies["longform"]["ignore_eos"] is True and "ignore_eos" not in bodies["code"]
+    with pytest.raises(WorkloadError, match="ignore_eos"):
+        data["groups"]["code"]["output"]["ignore_eos"] = "sometimes"
+        build_schedule(_write(tmp_path, data))

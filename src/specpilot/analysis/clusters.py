@@ -118,12 +118,12 @@ def needs(
     >>> needs(24, 9, 6, 8), needs(24, 1, 6, 1)
     ('a decision needs about 24 both-ok pairs', 'a decision needs about 24 both-ok pairs')
     >>> needs(80, 12, 6, 40, episodes_needed=30)
-    'about 30 episodes per level would decide it at the effect and spread measured (now 12)'
+    'about 30 episodes per level would decide it at the effect and spread measured (this cell has 12)'
     """
     if episodes_needed is not None:
         return (
             f"about {episodes_needed} episodes per level would decide it at the effect and "
-            f"spread measured (now {clusters})"
+            f"spread measured (this cell has {clusters})"
         )
     if queued_short(clusters, fewest, both_ok):
         periods = "busy period" if clusters == 1 else "busy periods"

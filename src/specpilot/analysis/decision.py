@@ -315,29 +315,19 @@ def undecided_text(mine: Sequence[PairedComparison]) -> str:
         now = max((c.clusters or 0 for c in mine), default=0)
         need_ep = [c.episodes_needed for c in mine if c.episodes_needed is not None]
         more = (
-            f"; about {min(need_ep)} would decide the closest level at the effect and spread "
-            "measured"
+            f"; about {min(need_ep)} episodes per level would decide the closest level at the "
+            "effect and spread measured"
             if need_ep
             else "; its effect sits on the equivalence margin, where no number of episodes decides"
         )
-        return f"undecided: the pilot could not tell in {now} episodes per level{more}"
+        held = " per level" if all(c.task_group == "*" for c in mine) else " that held its requests"
+        return f"undecided: the pilot could not tell from {now} episodes{held}{more}"
     need = max((c.pairs_needed or 0 for c in mine), default=0)
     most = max((c.both_ok for c in mine), default=0)
     pairs = "pair" if most == 1 else "pairs"
     periods = max((c.clusters or 0 for c in mine), default=0)
     short = any(
         c.both_ok < (c.pairs_needed or 0) or (c.clusters or 0) < (c.min_clusters or 0) for c in mine
-    )
-    return (
-        "undecided: the pilot could not tell"
-        + (
-            f" (at most {most} both-ok {pairs} per load level"
-            + (f" in at most {periods} busy period{'s' * (periods != 1)}" if periods < most else "")
-            + ")"
-            if short or not need
-            else " (every interval spans both 0 and the equivalence margin)"
-        )
-        + (f"; a decision needs about {need} both-ok pairs per level" if need else "")
     )
     return (
         "undecided: the pilot could not tell"

@@ -45,6 +45,7 @@ paired percentile bootstrap of ratios of sums over the cell's clusters, from
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -322,6 +323,7 @@ def compare_arms(
     deciding = 1.0 - alpha / stats.tarone_k(mp, alpha)  # Bonferroni over Tarone's family
     pooled_sd = _pooled_sd([r[5] for r in rows])
     eff = float(np.log1p(min_effect))
+    per_level = {r[0]: r[5].clusters for r in rows if r[1] == "*"}  # episodes each level ran
     out = []
     for i, (phase, group, n_pairs, unmatched, iv, tst) in enumerate(rows):
         p_task, p_on = adj.get((i, "task"), 1.0), adj.get((i, "on"), 1.0)
@@ -369,7 +371,7 @@ def compare_arms(
                 undecided_because=why,
                 unit=unit,
                 episodes_needed=(
-                    _episodes_needed(tst, deciding, settings)
+                    _episodes_needed(tst, deciding, settings, per_level.get(phase))
                     if episodic and outcome == "insufficient"
                     else None
                 ),
@@ -378,11 +380,19 @@ def compare_arms(
     return out
 
 
-def _episodes_needed(x: CellTest, level: float, st: CompareSettings) -> int | None:
+def _episodes_needed(
+    x: CellTest, level: float, st: CompareSettings, per_level: int | None
+) -> int | None:
+    """Episodes per load level that would decide the cell: a task group's cell holds only the
+    episodes its requests fell in (``x.clusters`` of the level's ``per_level``), so its count
+    is scaled up to the level's."""
     if x.log_change is None or x.se is None or x.df is None or x.clusters < 2:
         return None
     margins = (float(np.log1p(st.min_gain)), float(np.log1p(st.equivalence_margin)))
-    return stats.units_needed(x.log_change, x.se, x.clusters, x.df, level, margins)
+    n = stats.units_needed(x.log_change, x.se, x.clusters, x.df, level, margins)
+    if n is None or not per_level or per_level <= x.clusters:
+        return n
+    return math.ceil(n * per_level / x.clusters)
 
 
 def episode_labels(t: RequestTable, rows: np.ndarray) -> np.ndarray | None:

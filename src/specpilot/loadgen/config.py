@@ -191,7 +191,7 @@ def request_body(cfg: LoadConfig, req: ScheduledRequest) -> bytes:
         body["seed"] = req.seed
     if req.stop:
         body["stop"] = req.stop
-    if req.ignore_eos:  # trace replay: the output length is the trace's (vLLM, SGLang, llama.cpp)
+    if req.ignore_eos:  # a trace's output length, or output.ignore_eos (vLLM, SGLang, llama.cpp)
         body["ignore_eos"] = True
     so: dict[str, Any] = {}
     if ep.include_usage:

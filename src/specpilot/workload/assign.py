@@ -69,7 +69,7 @@ class RequestFactory:
         max_tokens = group.output.sample(rngs.lengths)
         req_seed = int(rngs.seeds.integers(0, 2**31 - 1))  # drawn for every request: stable
         input_target, trace_out = arr.trace_lengths(j)
-        ignore_eos = False
+        ignore_eos = group.output.ignore_eos
         if trace_out is not None and arr.trace is not None:
             max_tokens, ignore_eos = trace_out, arr.trace.ignore_eos
         planned = self.stages.plan(gname, prompt.text, rngs.stages)

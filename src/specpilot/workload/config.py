@@ -51,6 +51,11 @@ class LengthModel(_Model):
     min: int = Field(1, ge=1)
     max: int | None = Field(None, ge=1)
     sigma: float = Field(0.5, gt=0)
+    ignore_eos: bool = Field(
+        False,
+        description="run every request to its max_tokens (equal work in both arms of a pair: "
+        "a sampled answer that stops early in one arm only is not a speed difference)",
+    )
 
 
 class SamplingModel(_Model):

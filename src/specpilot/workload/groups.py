@@ -64,7 +64,9 @@ class LengthSpec:
     """A distribution of ``max_tokens`` per request (the output-length target).
 
     dist: ``fixed`` (always ``mean``), ``uniform`` (integers in [min, max]) or ``lognormal``
-    (median ``mean``, shape ``sigma``), always clipped to [min, max].
+    (median ``mean``, shape ``sigma``), always clipped to [min, max]. ``ignore_eos``: every
+    request runs to its ``max_tokens`` (as vLLM's and GuideLLM's fixed-length benchmarks do), so
+    both arms of a pair do the same work even where sampling ends one of them early.
     """
 
     mean: int
@@ -72,6 +74,7 @@ class LengthSpec:
     min: int = 1
     max: int | None = None
     sigma: float = 0.5
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if self.dist not in ("fixed", "uniform", "lognormal"):
