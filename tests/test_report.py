@@ -208,3 +208,31 @@ def test_the_verdict_block_shows_the_simulated_crossover_and_setting_labelled_as
         assert ks[0]["check"]["text"].endswith("missed its gate)")
     md = r.markdown.split(f"## {v['verdict']}: {v['candidate_arm']}", 1)[1].split("## ", 1)[0]
     assert f"- Simulated crossover: {cross[0]['text']}" in md
+
+
+def test_the_forest_plot_heads_the_verdict_with_planted_and_aa_rows(report) -> None:
+    """Every cell in one picture, first in the verdict section: candidates at their deciding
+    interval, the planted arm with a tick at +f and its A/A contrast (the planted less f) with
+    one at 0, so a planted +15% measured as +15.7% is an A/A of +0.6%."""
+    from specpilot.report.figures import forest_rows
+    from specpilot.report.plots import render_all
+
+    doc = copy.deepcopy(report.document)
+    cells = [c for c in doc["comparisons"] if c["task_rel_change"]["estimate"] is not None]
+    doc["planted"] = [
+        {"arm": "planted", "factor": 0.15, "phase": "peak", "estimate": 0.157, "low": 0.061,
+         "high": 0.262, "outcome": "slower"}
+    ]  # fmt: skip
+    rows = forest_rows(doc)["rows"]
+    ctl = doc["aa_control"]["control_arm"]  # the interleaved design's A/A arm: expected at 0
+    kinds = [r["kind"] for r in rows[:-2]]
+    assert kinds == ["aa" if c["candidate_arm"] == ctl else "candidate" for c in doc["comparisons"]]
+    assert {r["expected"] for r in rows[:-2] if r["kind"] == "aa"} == {0.0} and cells
+    planted, aa = rows[-2], rows[-1]
+    assert planted["expected"] == 0.15 and aa["expected"] == 0.0
+    assert aa["estimate"] == pytest.approx(1.157 / 1.15 - 1) and aa["low"] < 0 < aa["high"]
+    svg = render_all([{"id": "forest", "data": forest_rows(doc)}])["forest"]
+    assert svg and svg.count("<path") > len(rows)  # a mark per row at least
+    assert render_all([{"id": "forest", "data": {"rows": [], "margin": 0.1}}])["forest"] is None
+    verdict = report.html[report.html.index('<section id="verdict">') :]
+    assert verdict.index('data-plot="forest"') < verdict.index('class="verdict-block')

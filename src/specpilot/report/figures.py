@@ -12,6 +12,7 @@ from specpilot.analysis.matrix import GroupMatrix
 from specpilot.analysis.pilot import PilotAnalysis
 
 FIGURE_IDS = (
+    "forest",
     "latency_cdf",
     "load_curves",
     "acceptance_position",
@@ -149,12 +150,78 @@ def _verify(a: PilotAnalysis) -> dict[str, Any]:
     }
 
 
+def _iv(p: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    return p["estimate"], p["low"], p["high"]
+
+
+def forest_rows(doc: dict[str, Any]) -> dict[str, Any]:
+    """Every candidate cell's change in task time with its deciding interval and outcome; then
+    per load level the planted arm (expected at +f) and the A/A contrast (the planted arm less
+    its f, expected at 0), so a reader sees at once what was decided and whether the pilot
+    could have seen it."""
+    rows: list[dict[str, Any]] = []
+    planted = {p["arm"] for p in doc.get("planted") or []}
+    control = (doc.get("aa_control") or {}).get("control_arm")
+    margin = None
+    for c in doc["comparisons"]:
+        t = c["task_rel_change"]
+        if c["candidate_arm"] in planted:
+            continue
+        margin = c.get("equivalence_margin", margin)
+        aa = c["candidate_arm"] == control
+        rows.append(
+            {
+                "kind": "aa" if aa else "candidate",
+                "label": f"{c['candidate_arm']} | {c['phase']} | {c['task_group']}",
+                "estimate": t["estimate"],
+                "low": t["low"],
+                "high": t["high"],
+                "outcome": c["outcome"],
+                "expected": 0.0 if aa else None,
+            }
+        )
+    for p in doc.get("planted") or []:
+        f = float(p["factor"])
+        rows.append(
+            {
+                "kind": "planted",
+                "label": f"planted +{f:.0%} | {p['phase']} | *",
+                "estimate": p["estimate"],
+                "low": p["low"],
+                "high": p["high"],
+                "outcome": p["outcome"],
+                "expected": f,
+            }
+        )
+        less = [None if x is None else (1.0 + x) / (1.0 + f) - 1.0 for x in _iv(p)]
+        rows.append(
+            {
+                "kind": "aa",
+                "label": f"A/A (planted less {f:.0%}) | {p['phase']} | *",
+                "estimate": less[0],
+                "low": less[1],
+                "high": less[2],
+                "outcome": "aa",
+                "expected": 0.0,
+            }
+        )
+    return {"rows": rows, "margin": margin}
+
+
 def figure_data(doc: dict[str, Any], a: PilotAnalysis) -> list[dict[str, Any]]:
     """Every plot's title, caption and data (in ``FIGURE_IDS`` order)."""
     from specpilot.report.fmt import clean
 
     n_req = a.scheduled
     specs = {
+        "forest": (
+            "Every cell at a glance",
+            "Change in task time (candidate / baseline - 1) per arm, load level and task group, "
+            "with the interval that decides it; the shaded band is the equivalence margin. Filled: "
+            "decided (green faster, red slower, blue no difference inside the margin); hollow: "
+            "undecided. The planted rows must be found near their tick; the A/A rows must cover 0.",
+            lambda _a: forest_rows(doc),
+        ),
         "latency_cdf": (
             "Latency CDFs per arm",
             f"E2E and TTFT over every scheduled steady-state request ({n_req} records); failed requests never finish, so a curve stops short of 1 by its failed fraction.",

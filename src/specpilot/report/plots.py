@@ -63,6 +63,57 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg") :]  # no XML prolog or DOCTYPE (an external DTD URL)
 
 
+OUTCOME_COLOUR = {
+    "faster": "#2ca02c",
+    "slower": "#d62728",
+    "no_difference": "#1f77b4",
+    "insufficient": "#7f7f7f",
+    "aa": "#7f7f7f",
+}
+
+
+def _forest(d: dict[str, Any]) -> Any:
+    """One row per cell: the estimate, its deciding interval (arrow heads where it runs off the
+    axis), the equivalence band; decided cells filled, undecided hollow; planted and A/A rows
+    with a tick where they should land."""
+    rows = [r for r in d["rows"] if r["estimate"] is not None]
+    if not rows:
+        return None
+    plt = _plt()
+    lim = 0.6  # +-60%: wider intervals are drawn to the edge with an arrow
+    fig, ax = plt.subplots(figsize=(9, 0.7 + 0.24 * len(rows)))
+    if d.get("margin"):
+        ax.axvspan(-d["margin"] * 100, d["margin"] * 100, color="#1f77b4", alpha=0.10, lw=0)
+    ax.axvline(0, color="black", lw=0.8)
+    for i, r in enumerate(rows):
+        y = len(rows) - 1 - i
+        colour = OUTCOME_COLOUR.get(r["outcome"], GREY)
+        lo, hi = r["low"], r["high"]
+        if lo is not None and hi is not None:
+            a, b = max(lo, -lim), min(hi, lim)
+            ax.plot([a * 100, b * 100], [y, y], color=colour, lw=1.6)
+            for end, cut, sign in ((a, lo < -lim, -1), (b, hi > lim, 1)):
+                if cut:
+                    ax.annotate(
+                        "",
+                        xy=(end * 100 + sign * 2, y),
+                        xytext=(end * 100, y),
+                        arrowprops={"arrowstyle": "->", "color": colour, "lw": 1.2},
+                    )
+        decided = r["outcome"] in ("faster", "slower", "no_difference")
+        x = min(max(r["estimate"], -lim), lim) * 100
+        ax.plot([x], [y], "o", ms=6, color=colour, mfc=colour if decided else "white", mew=1.5)
+        if r.get("expected") is not None:
+            ax.plot([r["expected"] * 100], [y], "|", ms=12, mew=2, color="#ff7f0e")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r["label"] for r in reversed(rows)], fontsize=7)
+    ax.set_xlim(-lim * 100 - 4, lim * 100 + 4)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel("change in task time, % (negative: candidate faster)")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
 def _latency(d: dict[str, Any]) -> Any:
     if not d["arms"]:
         return None
@@ -343,6 +394,7 @@ def _verify(d: dict[str, Any]) -> Any:
 
 
 DRAW: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "forest": _forest,
     "latency_cdf": _latency,
     "load_curves": _load,
     "acceptance_position": _positions,

@@ -124,6 +124,8 @@ def verdict(doc: Doc, svgs: Svgs) -> str:
         body += f"<p>{escape(no_verdict_reason(doc))}</p></div>"
     else:
         body = "".join(_verdict_one(v, simulated_for(doc, v)) for v in doc["verdicts"])
+    if any(f["id"] == "forest" for f in doc["figures"]):  # the picture first, the words under it
+        body = figure(doc, svgs, "forest") + body
     curve = _verify_headline(doc)
     body += f'<p class="hardware-line">Hardware: {escape(doc["hardware"]["summary"])}{curve}</p>'
     return section("verdict", "Verdict", body)
