@@ -78,9 +78,16 @@ def test_no_interval_excludes_zero_beside_an_undirected_outcome_unless_labelled(
 
 def test_the_deciding_interval_is_simultaneous_over_the_cells_tested():
     out = _comparisons(0.7, 60, 0)
-    # 4 cells + 2 pooled tested for task time, 6 on-time tests: Tarone's family of 12 here
+    # two families (analysis.paired._families), half of alpha each: the 2 pooled cells, and the
+    # 4 group cells; each with its on-time tests in Tarone's family
     assert all(c.deciding_level is not None and c.deciding_level > 0.95 for c in out)
-    assert len({c.deciding_level for c in out}) == 1
+    pooled = {c.deciding_level for c in out if c.task_group == "*"}
+    groups = {c.deciding_level for c in out if c.task_group != "*"}
+    assert len(pooled) == 1 and len(groups) == 1 and pooled != groups
+    # its half over Tarone's K of at most 2 task + 2 on-time tests
+    assert any(abs(min(pooled) - (1 - 0.025 / k)) < 1e-12 for k in (1, 2, 3, 4))
+    # simultaneous: the cells' error budgets add up to at most alpha
+    assert sum(1 - c.deciding_level for c in out) <= 0.05 + 1e-12
 
 
 def test_the_setting_reaches_the_verdict_through_the_analysis_config():

@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from specpilot.analysis import stats
-from specpilot.analysis.episodes import episode_effect
+from specpilot.analysis.episodes import EpisodeEstimate, episode_effect
 from specpilot.analysis.requests import RequestTable
 from specpilot.errors import ConfigError
 from specpilot.records import ArmRecord
@@ -35,6 +36,9 @@ class CellTest:
     p_design: float | None = None  # the episode design's permutation test over processes
     processes: str = ""  # the episode design's estimate in words (components, fingerprint)
     undecided: str | None = None  # why the cell cannot be decided whatever its p-value
+    # the episode design's measured noise: process sd (candidate, baseline), episode sd,
+    # episodes, processes (candidate, baseline), pairs per episode (``episode_noise``)
+    noise: dict[str, Any] | None = None
 
 
 MIN_RESIDUAL_DF = 3  # fewer: the episode noise's own estimate is too unstable to test on
@@ -105,7 +109,22 @@ def episode_test(
         clusters=est.n_episodes,
         p_design=est.p_design,
         processes=est.text,
+        noise=episode_noise(est),
     )
+
+
+def episode_noise(est: EpisodeEstimate) -> dict[str, Any]:
+    """What the planner needs to predict the next pilot's power on this machine
+    (``pilot.noise``): the components as measured, and the design they were measured on."""
+    return {
+        "process_sd": [est.s_a, est.s_b],
+        "episode_sd": est.s_xi,
+        "episodes": est.n_episodes,
+        "processes": [est.m_cand, est.m_base],
+        "pairs_per_episode": est.n_pairs / max(est.n_episodes, 1),
+        "se": est.se,
+        "df": est.df,
+    }
 
 
 def fingerprints_of(arms: Sequence[ArmRecord]) -> dict[str, float]:

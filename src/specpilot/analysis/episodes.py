@@ -490,6 +490,40 @@ def _t_grid(p: float) -> tuple[np.ndarray, np.ndarray]:
     return log_df, np.array([stats.t_quantile(p, math.exp(x)) for x in log_df])
 
 
+def _power_draws(
+    s_a: float,
+    s_b: float,
+    s_xi: float,
+    design: tuple[int, int, int],
+    alpha: float,
+    fingerprint: bool,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Seeded draws of the test's critical half-width (log scale) and of the estimate's error
+    under the model (``mde``); None when a component has no degree of freedom."""
+    m_cand, m_base, episodes = design
+    lost = 0.5 if fingerprint else 0.0
+    df = np.array([m_cand - 1 - lost, m_base - 1 - lost, episodes - m_cand - m_base + 1])
+    if np.any(df <= 0):
+        return None
+    k = np.array([episodes / m_cand, episodes / m_base])  # episodes per process
+    ems = np.array([s_xi**2 + k[0] * s_a**2, s_xi**2 + k[1] * s_b**2, s_xi**2])
+    rng = np.random.default_rng([m_cand, m_base, episodes])
+    ms = ems * rng.chisquare(df, size=(MDE_DRAWS, 3)) / df  # (draws, 3)
+    crit = np.array([_f_crit(float(df[0]), float(df[2])), _f_crit(float(df[1]), float(df[2]))])
+    pool = ms[:, :2] < ms[:, 2:] * crit  # the sometimes-pool rule, per draw
+    dfe = df[2] + pool @ df[:2]
+    mse = (ms[:, 2] * df[2] + np.sum(pool * ms[:, :2] * df[:2], axis=1)) / dfe
+    on = ~pool & (ms[:, :2] > mse[:, None])  # components kept (not pooled, not truncated)
+    parts = np.column_stack([on * ms[:, :2], (1.0 - on.sum(axis=1)) * mse]) / episodes
+    var = parts.sum(axis=1)  # (draws,) the estimator's variance estimate
+    dfs = np.column_stack([np.where(pool, np.inf, df[:2]), dfe])  # pooled: no term of its own
+    dof = var**2 / np.sum(parts**2 / dfs, axis=1)
+    log_df, tq = _t_grid(1.0 - alpha / 2.0)
+    half = np.interp(np.log(np.maximum(dof, 0.5)), log_df, tq) * np.sqrt(var)
+    sd = math.sqrt(s_a**2 / m_cand + s_b**2 / m_base + s_xi**2 / episodes)
+    return half, rng.standard_normal(MDE_DRAWS) * sd
+
+
 def mde(
     s_a: float,
     s_b: float,
@@ -505,31 +539,15 @@ def mde(
     """The smallest relative change this module's test detects with ``power`` (two-sided
     ``alpha``) in a balanced pilot: its power is computed exactly by a seeded Monte Carlo of
     the independent mean squares (scaled chi-square on m_cand - 1, m_base - 1 and E - m_cand -
-    m_base + 1 df), with the truncation and the Satterthwaite df the estimator uses; the
-    textbook (t_alpha + t_power) * se promises too much on 1-5 df (74% power, not 80%, at 4+4
-    processes). With ``fingerprint``, pass the residual process sds; gamma's degree of freedom
-    comes off the process strata (its own error is not counted: slightly optimistic)."""
-    lost = 0.5 if fingerprint else 0.0
-    df = np.array([m_cand - 1 - lost, m_base - 1 - lost, episodes - m_cand - m_base + 1])
-    if np.any(df <= 0):
+    m_base + 1 df), with the sometimes-pool rule, the truncation and the Satterthwaite df the
+    estimator uses; the textbook (t_alpha + t_power) * se promises too much on 1-5 df (74%
+    power, not 80%, at 4+4 processes). With ``fingerprint``, pass the residual process sds;
+    gamma's degree of freedom comes off the process strata (its own error is not counted:
+    slightly optimistic)."""
+    drawn = _power_draws(s_a, s_b, s_xi, (m_cand, m_base, episodes), alpha, fingerprint)
+    if drawn is None:
         return math.inf
-    k = np.array([episodes / m_cand, episodes / m_base])  # episodes per process
-    ems = np.array([s_xi**2 + k[0] * s_a**2, s_xi**2 + k[1] * s_b**2, s_xi**2])
-    rng = np.random.default_rng([m_cand, m_base, episodes])
-    ms = ems * rng.chisquare(df, size=(MDE_DRAWS, 3)) / df  # (draws, 3)
-    crit = np.array([_f_crit(float(df[0]), float(df[2])), _f_crit(float(df[1]), float(df[2]))])
-    pool = ms[:, :2] < ms[:, 2:] * crit  # the sometimes-pool rule, per draw
-    dfe = df[2] + pool @ df[:2]
-    mse = (ms[:, 2] * df[2] + np.sum(pool * ms[:, :2] * df[:2], axis=1)) / dfe
-    on = ~pool & (ms[:, :2] > mse[:, None])  # components kept (not pooled, not truncated)
-    parts = np.column_stack([on * ms[:, :2], (1.0 - on.sum(axis=1)) * mse]) / episodes
-    var = parts.sum(axis=1)  # (draws,) the estimator's variance estimate
-    dfs = np.column_stack([np.where(pool, np.inf, df[:2]), dfe])  # pooled: no term of its own
-    dof = var**2 / np.sum(parts**2 / dfs, axis=1)
-    log_df, tq = _t_grid(1.0 - alpha / 2.0)
-    crit = np.interp(np.log(np.maximum(dof, 0.5)), log_df, tq) * np.sqrt(var)
-    sd = math.sqrt(s_a**2 / m_cand + s_b**2 / m_base + s_xi**2 / episodes)
-    z = rng.standard_normal(MDE_DRAWS) * sd
+    crit, z = drawn
     lo, hi = 0.0, 1.0
     while np.mean(np.abs(hi + z) > crit) < power:
         lo, hi = hi, 2.0 * hi
@@ -541,4 +559,24 @@ def mde(
     return math.expm1(hi)
 
 
-__all__ = ["EpisodeEstimate", "arm_orders", "crossed_assignment", "episode_effect", "mde"]
+def half_width(
+    s_a: float, s_b: float, s_xi: float, m_cand: int, m_base: int, episodes: int, alpha: float
+) -> tuple[float, float]:
+    """The median and the 80th percentile of the interval's relative half-width the test will
+    give (``mde``'s draws): what a "no difference" inside a margin needs, and how often a
+    process component kept on its few df blows the interval up."""
+    drawn = _power_draws(s_a, s_b, s_xi, (m_cand, m_base, episodes), alpha, False)
+    if drawn is None:
+        return math.inf, math.inf
+    q50, q80 = np.quantile(drawn[0], [0.5, 0.8])
+    return math.expm1(float(q50)), math.expm1(float(q80))
+
+
+__all__ = [
+    "EpisodeEstimate",
+    "arm_orders",
+    "crossed_assignment",
+    "episode_effect",
+    "half_width",
+    "mde",
+]

@@ -25,9 +25,13 @@ together). Its standard error adds two parts:
 The interval is Student's t on that standard error. A cell gets a direction ("faster" /
 "slower") only when (1) it has at least ``min_pairs`` both-ok pairs, (2) its p-value, the
 larger of the exact sign-flip test on the clusters' sums of d (``stats.sign_flip_p``, valid at
-any n) and the drift-inclusive t-test, stays below 1 - level after Holm's adjustment across all
-cells of the comparison (``stats.holm_tarone``), and (3) the interval lies beyond ``min_gain``
-on that side (the same margin for both directions). A cell with fewer pairs, or with too few
+any n) and the drift-inclusive t-test, stays below 1 - level after Holm's adjustment
+(``stats.holm_tarone``), and (3) the interval lies beyond ``min_gain`` on that side (the same
+margin for both directions). **Multiplicity** (``_families``): the pooled load-level cells
+(does it pay at this load?) and the task groups' cells are two families, each given half of
+alpha (Bonferroni across them, so the family-wise error stays at alpha; one family when there
+is one group): the question every pilot must answer keeps most of its power (at 2 levels and
+4 groups, each pooled cell is decided at 98.75% instead of 99.5%), the per-group cells pay. A cell with fewer pairs, or with too few
 clusters for the sign-flip test to reach the level at all (``min_clusters``: 6 at 95%), is
 "insufficient" and says how many pairs a decision would need (``stats.pairs_needed``, for
 ``min_effect``, at the per-pair sd times the clustering's design effect).
@@ -135,6 +139,9 @@ class PairedComparison:
     # the episode design: episodes per level that would decide this undecided cell if its
     # estimate and spread stayed as measured (``stats.units_needed``; None: none would)
     episodes_needed: int | None = None
+    # the episode design: the noise components measured in this cell and the design they were
+    # measured on (``analysis.celltest.episode_noise``; the planner's prior for the next pilot)
+    episode_noise: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -312,27 +319,20 @@ def compare_arms(
         rows.append((phase, group, bb.size, unmatched, iv, tst))
     alpha = 1.0 - level
     fewest = min_clusters(alpha)
-    # one Holm family: every sufficient cell's task-time test and every on-time test
-    tests = [
-        (i, "task") for i, r in enumerate(rows) if r[5].n >= min_pairs and r[5].clusters >= fewest
-    ]
-    tests += [(i, "on") for i, r in enumerate(rows)]
-    pv = [rows[i][5].p if k == "task" else rows[i][5].p_on for i, k in tests]
-    mp = [rows[i][5].min_p if k == "task" else rows[i][5].min_p_on for i, k in tests]
-    adj = dict(zip(tests, stats.holm_tarone(pv, mp, alpha), strict=True))
-    deciding = 1.0 - alpha / stats.tarone_k(mp, alpha)  # Bonferroni over Tarone's family
+    adj, deciding_of = _families(rows, alpha, min_pairs, fewest)
     pooled_sd = _pooled_sd([r[5] for r in rows])
     eff = float(np.log1p(min_effect))
     per_level = {r[0]: r[5].clusters for r in rows if r[1] == "*"}  # episodes each level ran
     out = []
     for i, (phase, group, n_pairs, unmatched, iv, tst) in enumerate(rows):
         p_task, p_on = adj.get((i, "task"), 1.0), adj.get((i, "on"), 1.0)
+        deciding = deciding_of[i]
         task = _task_interval(tst, deciding)
         unit = "episode" if episodic else "busy period"
         outcome, why = _outcome(tst, task, p_task, p_on, alpha, fewest, settings, unit)
         sd = tst.sd if tst.sd is not None and tst.n >= 3 else pooled_sd
         dsd = drift.sd if drift is not None else 0.0
-        family = max(1, len(tests))
+        family = alpha / (1.0 - deciding)  # the Bonferroni divisor of this row
         out.append(
             PairedComparison(
                 baseline_arm=baseline,
@@ -375,9 +375,41 @@ def compare_arms(
                     if episodic and outcome == "insufficient"
                     else None
                 ),
+                episode_noise=tst.noise,
             )
         )
     return out
+
+
+def _families(
+    rows: Sequence[tuple[Any, ...]], alpha: float, min_pairs: int, fewest: int
+) -> tuple[dict[tuple[int, str], float], list[float]]:
+    """The multiplicity plan (module docstring): two families, the pooled load-level cells (the
+    primary question: does it pay at this load) and the task groups' cells, each given half of
+    alpha (Bonferroni across the two; one family with all of it when there is one task group).
+    Within a family, Holm over Tarone's family of every sufficient cell's task-time test and
+    every on-time test. Returns the adjusted p-values, scaled so that comparing them with
+    ``alpha`` tests at the family's share, and each row's deciding level (1 - share / K)."""
+    pooled = [i for i, r in enumerate(rows) if r[1] == "*"]
+    groups = [i for i, r in enumerate(rows) if r[1] != "*"]
+    n_groups = len({rows[i][1] for i in groups})
+    families = [pooled, groups] if pooled and n_groups > 1 else [pooled + groups]
+    share = alpha / len(families)
+    adj: dict[tuple[int, str], float] = {}
+    deciding = [1.0 - alpha] * len(rows)
+    for fam in families:
+        tests = [
+            (i, "task") for i in fam if rows[i][5].n >= min_pairs and rows[i][5].clusters >= fewest
+        ]
+        tests += [(i, "on") for i in fam]
+        pv = [rows[i][5].p if k == "task" else rows[i][5].p_on for i, k in tests]
+        mp = [rows[i][5].min_p if k == "task" else rows[i][5].min_p_on for i, k in tests]
+        for key, q in zip(tests, stats.holm_tarone(pv, mp, share), strict=True):
+            adj[key] = min(1.0, q * alpha / share)
+        level = 1.0 - share / stats.tarone_k(mp, share)  # Bonferroni over Tarone's family
+        for i in fam:
+            deciding[i] = level
+    return adj, deciding
 
 
 def _episodes_needed(

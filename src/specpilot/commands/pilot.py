@@ -84,33 +84,70 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
         "schedule": schedule.summary(),
         "pairs": pairs_per_cell(schedule, cfg),
         "episodes": episode_plan(cfg),
+        "equivalence_margin": cfg.analysis.verdict.equivalence_margin,
     }
 
 
 # The noise the planner assumes before this machine has measured its own (the AMD EPYC kind,
-# 2026-12-02/03: identical builtin processes 6-20% apart for their life, an episode's mean
-# log task-time ratio moving ~6%): process sd per arm and episode-mean sd.
-PRIOR_PROCESS_SD, PRIOR_EPISODE_SD = 0.075, 0.066
+# 2026-12-03: 8 identical builtin processes rotated over 6 rounds showed no lasting process
+# effect, 95% upper bound ~2%, benchmarks/engine_instances.py; the planted arm's episode mean
+# log task-time ratio moved 7.6-11% between episodes in two default pilots, a speculative
+# arm's 14-17%): process sd per arm and episode-mean sd.
+PRIOR_PROCESS_SD, PRIOR_EPISODE_SD = 0.02, 0.10
 
 
 def episode_plan(cfg: Any) -> dict[str, Any] | None:
-    """The episode design's size and the smallest effect it can detect per load level (80%
-    power, the analysis's alpha), from the planner's stated noise prior."""
-    from specpilot.analysis.episodes import mde
+    """The episode design's size and the smallest effect it can detect per pooled load level
+    (80% power at the level that decides: the analysis's alpha shared by Bonferroni over the
+    comparison's cells), from the noise this machine measured in its last episode pilot
+    (``pilot.noise``), else from the stated prior."""
+    from specpilot.analysis.episodes import half_width, mde
+    from specpilot.backends.facts import hardware_info
+    from specpilot.pilot.noise import components, machine_key, measured
 
     ep = cfg.episodes
     if ep is None:
         return None
     m, e = ep.processes, ep.per_level
-    alpha = 1.0 - cfg.analysis.ci_level
+    groups = len(cfg.workload.get("groups") or {}) or 1
+    levels = len(cfg.workload.get("phases") or []) or 1
+    # a pooled cell's share (analysis.paired._families): half of alpha when there are task
+    # groups (the other half is theirs), by Bonferroni over the load levels
+    cells = levels
+    alpha = (1.0 - cfg.analysis.ci_level) / (2 if groups > 1 else 1) / cells
     s, x = PRIOR_PROCESS_SD, PRIOR_EPISODE_SD
+    machine = machine_key(hardware_info())
+    entry = measured(machine)
+    rows = [("planted", "planted")] if ep.planted else []
+    rows += [(a.name, "candidate") for a in cfg.arms if a.role in ("speculative", "alternative")]
+    predicted = []
+    for arm, kind in rows:
+        got = components(entry, arm, kind) if entry else None
+        c = got or {"s_a": s, "s_b": s, "s_xi": x}
+        hw = half_width(c["s_a"], c["s_b"], c["s_xi"], m, m, e, alpha)
+        predicted.append(
+            {
+                "arm": arm,
+                "kind": kind,
+                "source": f"measured here ({entry['pilot']})" if got and entry else "prior",
+                "episode_sd": c["s_xi"],
+                "process_sd": [c["s_a"], c["s_b"]],
+                "mde": mde(c["s_a"], c["s_b"], c["s_xi"], m, m, e, alpha),
+                "half_width": hw[0],  # median; in 1 pilot of 5 above hw[1]
+                "half_width_80": hw[1],
+            }
+        )
     return {
         "processes": m,
         "per_level": e,
         "planted": ep.planted,
+        "machine": machine,
+        "cells": cells,
+        "deciding_level": 1.0 - alpha,
         "mde": mde(s, s, x, m, m, e, alpha),
         "mde_with_fingerprint": mde(0.6 * s, 0.6 * s, x, m, m, e, alpha, fingerprint=True),
         "prior": {"process_sd": s, "episode_sd": x},
+        "predicted": predicted,
     }
 
 
@@ -182,24 +219,42 @@ def _print_plan(plan: dict[str, Any]) -> None:
     print(f"  schedule: {sch['requests']} requests per arm: {phases}")
     pairs = plan["pairs"]
     print(
-        f"  pairs per cell (a direction needs {pairs['min_pairs']} both-ok pairs in at least "
-        f"{pairs['min_clusters']} busy periods: requests on the server at the same time count "
-        "as one observation, so a phase near saturation gives few):"
+        "  pairs per cell (the episodes, not the pairs, are the units; see below):"
+        if plan.get("episodes")
+        else f"  pairs per cell (a direction needs {pairs['min_pairs']} both-ok pairs in at "
+        f"least {pairs['min_clusters']} busy periods: requests on the server at the same time "
+        "count as one observation, so a phase near saturation gives few):"
     )
     for phase, groups in pairs["cells"].items():
         cells = ", ".join(f"{g} {n}" for g, n in sorted(groups.items()))
         print(f"    {phase:<12} {cells}, all {sum(groups.values())}")
     ep = plan.get("episodes")
     if ep:
-        mde, fp = ep["mde"], ep["mde_with_fingerprint"]
         print(
             f"  episodes: {ep['processes']} processes per arm, {ep['per_level']} episodes per "
             "load level"
             + (f", a planted +{ep['planted']:.0%} that must be found" if ep["planted"] else "")
-            + f"; smallest effect detectable per pooled level (80% power): {mde:.0%}, "
-            f"{fp:.0%} if the fingerprint explains 64% of the process spread (prior: process "
-            f"sd {ep['prior']['process_sd']:.1%}, episode sd {ep['prior']['episode_sd']:.1%})"
+            + f"; per pooled level, at the deciding level {ep['deciding_level']:.2%} "
+            f"(half of alpha over {ep['cells']} levels, the groups' cells have the other "
+            "half), 80% power:"
         )
+        margin = plan.get("equivalence_margin")
+        for r in ep["predicted"]:
+            noise = (
+                f"episode sd {r['episode_sd']:.1%}, process sd {r['process_sd'][0]:.1%}/"
+                f"{r['process_sd'][1]:.1%}, {r['source']}"
+            )
+            eq = (
+                f"; 'no difference' needs it under +-{margin:.0%}"
+                + (": out of reach" if r["half_width"] >= margin else "")
+                if margin
+                else ""
+            )
+            print(
+                f"    {r['arm']:<16} smallest effect found {r['mde']:.0%}; interval about "
+                f"+-{r['half_width']:.0%} (+-{r['half_width_80']:.0%} or wider in 1 pilot of 5)"
+                f"{eq} ({noise})"
+            )
     short = pairs["insufficient_by_design"]
     if short:
         print(

@@ -8,12 +8,14 @@ results, so a resumed pilot does not count them twice.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import PilotConfig
 from specpilot.pilot.gates import Gates
+from specpilot.pilot.noise import remember
 from specpilot.pilot.progress import PilotProgress
 from specpilot.store import Store
 
@@ -47,6 +49,8 @@ def report(
     for p in rep.write(out_dir):
         key = p.suffix.lstrip(".") if p.name.startswith("report.") else p.stem
         files["markdown" if key == "md" else key] = p
+    with contextlib.suppress(OSError):  # the planner's memory of this machine: a cache only
+        remember(rep.document)
     return files, rep.document
 
 

@@ -1,0 +1,116 @@
+"""The noise this machine has shown, kept between pilots so the planner predicts from it.
+
+After every pilot in the episode design, the components each pooled cell measured (process sd
+per arm, episode sd, on how many episodes, processes and pairs per episode:
+``analysis.celltest.episode_noise``) are appended to ``<cache>/noise/measured.jsonl`` under the
+machine's key (CPU model, the flags that decide verify cost, logical cores). ``--dry-run``
+reads the newest entry for this machine: the planted arm's noise (pure timing: the same
+processes, a known stretch) for the planted effect, each candidate arm's own (by name: a
+speculative arm varies with its acceptance, which timing noise alone does not show) for that
+arm; without an entry it falls back to the stated prior, and says which it used.
+
+    >>> key = machine_key({"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "sse"], "cpu_logical_cores": 2})
+    >>> key
+    'AMD EPYC | avx2 | 2 cores'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from specpilot import cache_root
+
+KEEP = 200  # entries kept in the file (the oldest dropped)
+VERIFY_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
+
+
+def noise_file() -> Path:
+    return cache_root() / "noise" / "measured.jsonl"
+
+
+def machine_key(hw: Mapping[str, Any]) -> str:
+    flags = [f for f in VERIFY_FLAGS if f in (hw.get("cpu_flags") or [])]
+    return (
+        f"{hw.get('cpu_model') or 'unknown CPU'} | {'/'.join(flags) or 'no AVX2'} | "
+        f"{hw.get('cpu_logical_cores')} cores"
+    )
+
+
+def remember(doc: Mapping[str, Any], path: Path | None = None) -> int:
+    """Append the pooled cells' measured noise of a report document; returns how many cells
+    were kept (0: not an episode pilot, nothing written)."""
+    planted = {p["arm"] for p in doc.get("planted") or []}
+    cells = [
+        {
+            "arm": c["candidate_arm"],
+            "kind": "planted" if c["candidate_arm"] in planted else "candidate",
+            "phase": c["phase"],
+            **c["episode_noise"],
+        }
+        for c in doc.get("comparisons") or []
+        if c.get("task_group") == "*" and c.get("episode_noise")
+    ]
+    if not cells:
+        return 0
+    entry = {
+        "when_unix": time.time(),
+        "machine": machine_key(doc.get("hardware") or {}),
+        "pilot": (doc.get("pilot") or {}).get("name"),
+        "config_sha256": (doc.get("pilot") or {}).get("config_sha256"),
+        "cells": cells,
+    }
+    path = path or noise_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = path.read_text("utf-8").splitlines() if path.is_file() else []
+    lines = [*lines, json.dumps(entry, sort_keys=True)][-KEEP:]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n", "utf-8")
+    tmp.replace(path)  # a crash mid-write keeps the old file whole
+    return len(cells)
+
+
+def measured(machine: str, path: Path | None = None) -> dict[str, Any] | None:
+    """The newest entry for ``machine``, or None. A line that does not parse is skipped (a
+    file from another version is a cache, never an error)."""
+    path = path or noise_file()
+    if not path.is_file():
+        return None
+    best = None
+    for line in path.read_text("utf-8").splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and e.get("machine") == machine:
+            best = e
+    return best
+
+
+def components(entry: Mapping[str, Any], arm: str, kind: str) -> dict[str, float] | None:
+    """One arm's noise over the entry's levels (``kind`` planted: any planted arm): process sd
+    per arm and episode sd, the root mean square over its levels."""
+    cells = [
+        c
+        for c in entry.get("cells", [])
+        if c["kind"] == kind and (kind == "planted" or c["arm"] == arm)
+    ]
+    if not cells:
+        return None
+
+    def rms(xs: list[float]) -> float:
+        return math.sqrt(sum(x * x for x in xs) / len(xs))
+
+    return {
+        "s_a": rms([c["process_sd"][0] for c in cells]),
+        "s_b": rms([c["process_sd"][1] for c in cells]),
+        "s_xi": rms([c["episode_sd"] for c in cells]),
+        "pairs_per_episode": sum(c["pairs_per_episode"] for c in cells) / len(cells),
+    }
+
+
+__all__ = ["components", "machine_key", "measured", "noise_file", "remember"]
