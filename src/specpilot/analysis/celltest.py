@@ -6,7 +6,7 @@ in place of the busy-period t-test, the on-time test kept as it was.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from specpilot.analysis import stats
 from specpilot.analysis.episodes import EpisodeEstimate, episode_effect
+from specpilot.analysis.onepool import pool_effect
 from specpilot.analysis.requests import RequestTable
 from specpilot.errors import ConfigError
 from specpilot.records import ArmRecord
@@ -69,15 +70,27 @@ def episode_test(
         return base
     d, lost = stats.stratify(np.log(tc[ok] / tb[ok]), None if strata is None else strata[ok])
     phys_c = [physical.get(r, r) for r in t.run_id[c][ok]]
-    if phys_c == [physical.get(r, r) for r in t.run_id[b][ok]]:
+    phys_b = [physical.get(r, r) for r in t.run_id[b][ok]]
+    if phys_c == phys_b:
         return dataclasses.replace(base, processes="the same processes in both arms: cancelled")
+    if set(phys_c) <= set(t.run_id[t.arm == t.arm[b[0]]].astype(str)):
+        # the planted arm: the baseline arm's own processes, crossed (analysis.onepool)
+        pool = np.unique(np.r_[phys_c, phys_b], return_inverse=True)[1]
+        c_ids, b_ids = pool[: len(phys_c)], pool[len(phys_c) :]
+        return _fitted(
+            base,
+            lost,
+            lambda: pool_effect(d, episodes[ok], c_ids, b_ids, level=level, strata_df=lost),
+        )
     cand_runs, cand = np.unique(t.run_id[c][ok].astype(str), return_inverse=True)
     base_runs, bas = np.unique(t.run_id[b][ok].astype(str), return_inverse=True)
     fp_c = {i: fingerprints[r] for i, r in enumerate(cand_runs) if r in fingerprints}
     fp_b = {i: fingerprints[r] for i, r in enumerate(base_runs) if r in fingerprints}
     full = len(fp_c) == len(cand_runs) and len(fp_b) == len(base_runs)
-    try:
-        est = episode_effect(
+    return _fitted(
+        base,
+        lost,
+        lambda: episode_effect(
             d,
             episodes[ok],
             cand,
@@ -86,16 +99,26 @@ def episode_test(
             base_fp=fp_b if full else None,
             level=level,
             strata_df=lost,
-        )
+        ),
+    )
+
+
+def _fitted(base: CellTest, lost: int, fit: Callable[[], EpisodeEstimate]) -> CellTest:
+    """``base`` with its task-time test replaced by ``fit``'s estimate; undecided, saying why,
+    where it cannot be fitted or leaves the episode noise too few degrees of freedom."""
+    try:
+        est = fit()
     except ConfigError as exc:
         why = f"not estimable by processes and episodes: {exc}"
         return dataclasses.replace(base, processes=why, undecided=why)
-    resid = est.n_episodes - est.m_cand - est.m_base + 1 - lost
+    spent = est.m_cand if est.one_pool else est.m_cand + est.m_base - 1
+    resid = est.n_episodes - spent - lost
     if resid < MIN_RESIDUAL_DF:
         why = (
-            f"{est.n_episodes} episodes for {est.m_cand} + {est.m_base} processes leave "
+            f"{est.n_episodes} episodes, less {spent} for the mean and the process offsets"
+            f"{f' and {lost} for the task groups' if lost else ''}, leave "
             f"{max(resid, 0)} degrees of freedom for the episode noise; a decision needs at least "
-            f"{est.m_cand + est.m_base - 1 + MIN_RESIDUAL_DF} episodes in the cell"
+            f"{spent + lost + MIN_RESIDUAL_DF} episodes in the cell"
         )
         return dataclasses.replace(base, processes=est.text, undecided=why)
     return dataclasses.replace(

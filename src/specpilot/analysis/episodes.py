@@ -108,6 +108,7 @@ class EpisodeEstimate:
     fingerprint_r: float | None  # its within-arm correlation with the fitted process effects
     se_without_fingerprint: float
     text: str
+    one_pool: bool = False  # both arms served by one pool of processes (``analysis.onepool``)
 
 
 def crossed_assignment(episodes: int, m_cand: int, m_base: int, seed: int) -> list[tuple[int, int]]:
@@ -499,8 +500,19 @@ def _power_draws(
     fingerprint: bool,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Seeded draws of the test's critical half-width (log scale) and of the estimate's error
-    under the model (``mde``); None when a component has no degree of freedom."""
+    under the model (``mde``); None when a component has no degree of freedom. ``m_base`` 0:
+    one pool of ``m_cand`` processes serves both arms (``analysis.onepool``: the offsets
+    fitted, E - m df, no process variance)."""
     m_cand, m_base, episodes = design
+    if m_base == 0:
+        dfe = episodes - m_cand
+        if dfe <= 0:
+            return None
+        rng = np.random.default_rng([m_cand, 0, episodes])
+        ms = s_xi**2 * rng.chisquare(dfe, size=MDE_DRAWS) / dfe
+        q = stats.t_quantile(1.0 - alpha / 2.0, dfe)
+        err = rng.standard_normal(MDE_DRAWS) * s_xi / math.sqrt(episodes)
+        return q * np.sqrt(ms / episodes), err
     lost = 0.5 if fingerprint else 0.0
     df = np.array([m_cand - 1 - lost, m_base - 1 - lost, episodes - m_cand - m_base + 1])
     if np.any(df <= 0):
@@ -543,7 +555,8 @@ def mde(
     estimator uses; the textbook (t_alpha + t_power) * se promises too much on 1-5 df (74%
     power, not 80%, at 4+4 processes). With ``fingerprint``, pass the residual process sds;
     gamma's degree of freedom comes off the process strata (its own error is not counted:
-    slightly optimistic)."""
+    slightly optimistic). ``m_base`` 0: one pool of ``m_cand`` processes serves both arms
+    (the planted arm; ``s_a`` and ``s_b`` do not enter)."""
     drawn = _power_draws(s_a, s_b, s_xi, (m_cand, m_base, episodes), alpha, fingerprint)
     if drawn is None:
         return math.inf

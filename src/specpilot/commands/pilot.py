@@ -124,7 +124,8 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
     for arm, kind in rows:
         got = components(entry, arm, kind) if entry else None
         c = got or {"s_a": s, "s_b": s, "s_xi": x}
-        hw = half_width(c["s_a"], c["s_b"], c["s_xi"], m, m, e, alpha)
+        mb = 0 if kind == "planted" else m  # 0: the baseline's own pool (analysis.onepool)
+        hw = half_width(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha)
         predicted.append(
             {
                 "arm": arm,
@@ -132,7 +133,7 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
                 "source": f"measured here ({entry['pilot']})" if got and entry else "prior",
                 "episode_sd": c["s_xi"],
                 "process_sd": [c["s_a"], c["s_b"]],
-                "mde": mde(c["s_a"], c["s_b"], c["s_xi"], m, m, e, alpha),
+                "mde": mde(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha),
                 "half_width": hw[0],  # median; in 1 pilot of 5 above hw[1]
                 "half_width_80": hw[1],
             }
