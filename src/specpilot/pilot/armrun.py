@@ -207,7 +207,7 @@ def run_drill(
         )
     else:
         return not_possible(run.run_id, plan.name, f"no way to switch {plan.engine} off")
-    requests = drill_schedule(ctx.level_schedule.requests, d.phase)
+    requests = drill_schedule(ctx.level_schedule.requests, d.phase, d.replay_s)
     _clear_phases(ctx.store, run.run_id, [DRILL_PHASE])  # a cut drill's records, on a rerun
     cfg = load_config(
         ctx,

@@ -149,6 +149,24 @@ class DrillSettings(_Model):
     switch_after_s: float = Field(5.0, ge=0)
     hold_s: float = Field(8.0, gt=0)
     recovery_window_s: float = Field(4.0, gt=0)
+    replay_s: float | None = Field(
+        None,
+        gt=0,
+        description="seconds of the phase replayed (null: all of it); the summary reads only "
+        "the requests up to the switch back, so the rest of a long phase is time spent for "
+        "nothing. At least switch_after_s + hold_s + recovery_window_s",
+    )
+
+    @model_validator(mode="after")
+    def _replay_covers_the_switch(self) -> DrillSettings:
+        need = self.switch_after_s + self.hold_s + self.recovery_window_s
+        if self.replay_s is not None and self.replay_s < need:
+            raise FieldProblem(
+                f"replay_s {self.replay_s:g} ends before the switch back and its recovery "
+                f"window (switch_after_s + hold_s + recovery_window_s = {need:g})",
+                fix=f"set drill.replay_s to at least {need:g}, or null to replay the whole phase",
+            )
+        return self
 
 
 class CompatSettings(_Model):

@@ -11,7 +11,8 @@ Two ways to switch, as the engine allows:
   it is down fail: that is the interruption a real rollback costs.
 
 The drill replays the pilot's peak phase once more as a separate ``drill`` phase, so the
-measured phases stay clean.
+measured phases stay clean; ``replay_s`` cuts the replay after the switch back and its recovery
+window (nothing later is read).
 
 The drill's metrics (``summarize``, ``recovery_time``) are analysis: ``analysis.drill``.
 """
@@ -29,11 +30,21 @@ from specpilot.backends.protocol import Backend
 from specpilot.records import DRILL_PHASE, DrillRecord, ScheduledRequest
 
 
-def drill_schedule(requests: Sequence[ScheduledRequest], phase: str) -> list[ScheduledRequest]:
-    """The requests of ``phase`` again, as the ``drill`` phase (same prompts, same times)."""
+def drill_schedule(
+    requests: Sequence[ScheduledRequest], phase: str, replay_s: float | None = None
+) -> list[ScheduledRequest]:
+    """The requests of ``phase`` again, as the ``drill`` phase (same prompts, same times), those
+    sent in its first ``replay_s`` seconds (None: all).
+
+        >>> rs = [ScheduledRequest(i, i * 2.0, "peak", "g", "p", [], 4) for i in range(5)]
+        >>> [r.send_t for r in drill_schedule(rs, "peak", replay_s=5.0)]
+        [0.0, 2.0, 4.0]
+    """
     picked = [r for r in requests if r.phase == phase and not r.warmup]
     if not picked:
         raise ValueError(f"drill.phase {phase!r} has no requests in the schedule")
+    if replay_s is not None:
+        picked = [r for r in picked if r.send_t < replay_s]
     return [replace(r, phase=DRILL_PHASE) for r in picked]
 
 

@@ -60,7 +60,9 @@ def plan_for(ctx: PilotContext, runs: Sequence[RunPlan]) -> list[Step]:
     )
     if cfg.episodes is not None:  # one call per episode; the drill replays a whole level
         drill = timetable(ctx.level_schedule, False, cfg.drill.phase, 0.0).arrivals
-        arrivals = {**tt.arrivals, cfg.drill.phase: drill.get(cfg.drill.phase, 0.0)}
+        last = drill.get(cfg.drill.phase, 0.0)
+        last = last if cfg.drill.replay_s is None else min(last, cfg.drill.replay_s)
+        arrivals = {**tt.arrivals, cfg.drill.phase: last}
         tt = replace(tt, arrivals=arrivals, warmup_first_only=True)
     measured = sum(1 for r in ctx.schedule.requests if not r.warmup)
     answers = (measured + len(quality)) * len(runs)
