@@ -96,15 +96,27 @@ def test_an_unknown_compat_feature_names_the_choices():
 
 def test_a_drill_replay_that_ends_before_the_switch_back_is_refused_with_the_smallest_value():
     data = {
-        "workload": {"groups": {"code": {}}, "phases": [{"name": "peak", "duration_s": 30, "arrival": {"kind": "poisson", "rate": 1}}]},
+        "workload": {
+            "groups": {"code": {}},
+            "phases": [
+                {"name": "peak", "duration_s": 30, "arrival": {"kind": "poisson", "rate": 1}}
+            ],
+        },
         "arms": [
             {"name": "a", "role": "baseline", "engine": "builtin"},
-            {"name": "b", "role": "speculative", "engine": "builtin",
-             "options": {"k": 2, "draft": "shipped:smollm2-135m-instruct-d4"}},
+            {
+                "name": "b",
+                "role": "speculative",
+                "engine": "builtin",
+                "options": {"k": 2, "draft": "shipped:smollm2-135m-instruct-d4"},
+            },
         ],
         "drill": {"switch_after_s": 3, "hold_s": 5, "recovery_window_s": 4, "replay_s": 10},
     }
-    with pytest.raises(PilotConfigError, match=r"drill: replay_s 10 ends before.*= 12\) -> set drill.replay_s to at least 12"):
+    with pytest.raises(
+        PilotConfigError,
+        match=r"drill: replay_s 10 ends before.*= 12\) -> set drill.replay_s to at least 12",
+    ):
         parse_pilot(data, "p.yaml")
     data["drill"]["replay_s"] = 12
     assert parse_pilot(data, "p.yaml").drill.replay_s == 12
