@@ -8,9 +8,16 @@ import json
 import pytest
 
 from specpilot.backends.facts import hardware_info
-from specpilot.commands.pilot import PRIOR_EPISODE_SD, episode_plan
 from specpilot.pilot.config import default_pilot_path, load_pilot
-from specpilot.pilot.noise import components, machine_key, measured, noise_file, remember
+from specpilot.pilot.noise import (
+    PRIOR_EPISODE_SD,
+    components,
+    episode_plan,
+    machine_key,
+    measured,
+    noise_file,
+    remember,
+)
 
 
 def _doc(hw: dict, planted_sd: float, spec_sd: float) -> dict:

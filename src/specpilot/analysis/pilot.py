@@ -31,6 +31,7 @@ from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
 from specpilot.analysis.parity import RollbackParity, parity_of
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
+from specpilot.analysis.predicted import PredictionCheck, prediction_checks
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.round_summary import (
     RoundsTable,
@@ -85,6 +86,8 @@ class PilotAnalysis:
     drill_parity: dict[str, RollbackParity] = field(default_factory=dict)
     planted: list[pl.PlantedResult] = field(default_factory=list)  # per level: was it found
     episodic: bool = False  # the episode design (pilot.design): processes and episodes as units
+    # the planner's predicted MDE and interval beside what each pooled cell achieved
+    predicted: list[PredictionCheck] = field(default_factory=list)
 
 
 def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis:
@@ -226,6 +229,8 @@ def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
             )
     if a.aa is not None and a.episodic:
         a.aa = replace(a.aa, drift_added=False)
+    design = (a.data.pilot.schedule or {}).get("design") or {}
+    a.predicted = prediction_checks(design.get("prediction"), a.comparisons, a.plan.planted)
 
 
 def _speedup_cis(a: PilotAnalysis) -> None:

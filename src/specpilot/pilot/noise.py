@@ -113,4 +113,90 @@ def components(entry: Mapping[str, Any], arm: str, kind: str) -> dict[str, float
     }
 
 
-__all__ = ["components", "machine_key", "measured", "noise_file", "remember"]
+# The noise the planner assumes before this machine has measured its own (the AMD EPYC kind,
+# 2026-12-03: 8 identical builtin processes rotated over 6 rounds showed no lasting process
+# effect, 95% upper bound ~2%, benchmarks/engine_instances.py; the planted arm's episode mean
+# log task-time ratio moved 7.6-11% between episodes in two default pilots, a speculative
+# arm's 14-17%): process sd per arm and episode-mean sd.
+PRIOR_PROCESS_SD, PRIOR_EPISODE_SD = 0.02, 0.10
+
+
+def episode_plan(cfg: Any) -> dict[str, Any] | None:
+    """The episode design's size and the smallest effect it can detect per pooled load level
+    (80% power at the level that decides: the analysis's alpha shared by Bonferroni over the
+    comparison's cells), from the noise this machine measured in its last episode pilot
+    (``pilot.noise``), else from the stated prior."""
+    from specpilot.analysis.episodes import half_width, mde
+    from specpilot.backends.facts import hardware_info
+
+    ep = cfg.episodes
+    if ep is None:
+        return None
+    m, e = ep.processes, ep.per_level
+    groups = len(cfg.workload.get("groups") or {}) or 1
+    levels = len(cfg.workload.get("phases") or []) or 1
+    # a pooled cell's share (analysis.paired._families): half of alpha when there are task
+    # groups (the other half is theirs), by Bonferroni over the load levels
+    cells = levels
+    alpha = (1.0 - cfg.analysis.ci_level) / (2 if groups > 1 else 1) / cells
+    s, x = PRIOR_PROCESS_SD, PRIOR_EPISODE_SD
+    machine = machine_key(hardware_info())
+    entry = measured(machine)
+    rows = [("planted", "planted")] if ep.planted else []
+    rows += [(a.name, "candidate") for a in cfg.arms if a.role in ("speculative", "alternative")]
+    predicted = []
+    for arm, kind in rows:
+        got = components(entry, arm, kind) if entry else None
+        c = got or {"s_a": s, "s_b": s, "s_xi": x}
+        mb = 0 if kind == "planted" else m  # 0: the baseline's own pool (analysis.onepool)
+        hw = half_width(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha)
+        predicted.append(
+            {
+                "arm": arm,
+                "kind": kind,
+                "source": f"measured here ({entry['pilot']})" if got and entry else "prior",
+                "episode_sd": c["s_xi"],
+                "process_sd": [c["s_a"], c["s_b"]],
+                "mde": mde(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha),
+                "half_width": hw[0],  # median; in 1 pilot of 5 above hw[1]
+                "half_width_80": hw[1],
+            }
+        )
+    return {
+        "processes": m,
+        "per_level": e,
+        "planted": ep.planted,
+        "machine": machine,
+        "cells": cells,
+        "deciding_level": 1.0 - alpha,
+        "mde": mde(s, s, x, m, m, e, alpha),
+        "mde_with_fingerprint": mde(0.6 * s, 0.6 * s, x, m, m, e, alpha, fingerprint=True),
+        "prior": {"process_sd": s, "episode_sd": x},
+        "predicted": predicted,
+    }
+
+
+def storable(x: Any) -> Any:
+    """``x`` with every non-finite float as None (the design record is JSON).
+
+    >>> storable({"mde": math.inf, "rows": [0.5, math.nan]})
+    {'mde': None, 'rows': [0.5, None]}
+    """
+    if isinstance(x, dict):
+        return {k: storable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [storable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+__all__ = [
+    "components",
+    "episode_plan",
+    "machine_key",
+    "measured",
+    "noise_file",
+    "remember",
+    "storable",
+]

@@ -135,11 +135,15 @@ class Pilot:
         ep = self.cfg.episodes
         if ep is not None:  # the episode design (pilot.design): each level cut into episodes
             from specpilot.pilot.design import design_arms, design_record, split_schedule
+            from specpilot.pilot.noise import episode_plan, storable
 
             self.schedule = split_schedule(self.level_schedule, ep.per_level)
             arms = design_arms(self.plans, ep)
             base = next(p.name for p in self.plans if p.role == "baseline")
             design = design_record(self.schedule, arms, base, ep.processes, ep)
+            # what the planner predicts from the noise measured before this pilot: the report
+            # sets it beside what the pilot achieved (analysis.predicted)
+            design["prediction"] = storable(episode_plan(self.cfg))
         self.gates = Gates(self.cfg, self.base_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / "pilot.duckdb"

@@ -167,6 +167,7 @@ def to_document(a: PilotAnalysis) -> dict[str, Any]:
         "comparisons": [clean(c) for c in a.comparisons],
         "aa_control": clean(a.aa) if a.aa is not None else None,
         "planted": [r.to_dict() for r in a.planted],
+        "prediction": [r.to_dict() for r in a.predicted],
         "end_to_end": {
             "stages": [clean(s) for s in a.stages],
             "recommendations": [clean(r) for r in a.recommendations],

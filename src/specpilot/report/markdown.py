@@ -20,7 +20,13 @@ from specpilot.report.fmt import (
     pct,
     simulated_for,
 )
-from specpilot.report.sections_load import method_of, outcome_text
+from specpilot.report.sections_load import (
+    PREDICTION_HEAD,
+    PREDICTION_NOTE,
+    method_of,
+    outcome_text,
+    prediction_rows,
+)
 
 
 def _verdict(v: dict[str, Any], simulated: list[str]) -> list[str]:
@@ -125,14 +131,12 @@ def _pairs(doc: dict[str, Any]) -> list[str]:
         ]
         for c in comps
     ]
-    return [
-        "## Paired comparisons",
-        "",
-        method_of(doc) + ".",
-        "",
-        md_table(PAIR_HEAD, rows),
-        "",
-    ]
+    out = ["## Paired comparisons", "", method_of(doc) + ".", "", md_table(PAIR_HEAD, rows), ""]
+    predicted = prediction_rows(doc)
+    if predicted:
+        out += ["### Predicted and achieved", "", PREDICTION_NOTE, ""]
+        out += [md_table(PREDICTION_HEAD, predicted), ""]
+    return out
 
 
 def render_markdown(doc: dict[str, Any]) -> str:

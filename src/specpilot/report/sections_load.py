@@ -222,14 +222,60 @@ def method_of(doc: Doc) -> str:
     return str(comps[0]["method"]) + extra
 
 
+PREDICTION_HEAD = [
+    "arm",
+    "level",
+    "predicted MDE",
+    "achieved MDE",
+    "predicted / achieved",
+    "predicted interval (median; 1 in 5 wider than)",
+    "achieved interval",
+    "noise the planner used",
+]
+PREDICTION_NOTE = (
+    "What the planner (the numbers `--dry-run` prints) predicted before this pilot ran, beside "
+    "what each pooled cell achieved: the smallest effect found with 80% power (achieved: at the "
+    "noise this cell measured itself) and the deciding interval's half-width. A ratio outside "
+    "1/1.5 to 1.5 means the noise the planner used did not carry to this pilot; the next "
+    "--dry-run on this machine reads this pilot's."
+)
+
+
+def prediction_rows(doc: Doc) -> list[list[str]]:
+    """The predicted-and-achieved table's rows (``report.json`` ``prediction``)."""
+    return [
+        [
+            r["arm"],
+            r["phase"],
+            pct(r["predicted_mde"], 0),
+            pct(r["achieved_mde"], 0),
+            "n/a"
+            if r["ratio"] is None
+            else f"{r['ratio']:.2f}" + ("" if r["within"] else " (off by more than 1.5x)"),
+            f"+-{pct(r.get('predicted_half_width'), 0)} (+-{pct(r.get('predicted_half_width_80'), 0)})",
+            f"+-{pct(r['achieved_half_width'], 0)}",
+            str(r.get("source") or ""),
+        ]
+        for r in doc.get("prediction") or []
+    ]
+
+
 def load(doc: Doc, svgs: Svgs) -> str:
     table, comps = _load_table(doc), _comparison_table(doc)
     method = method_of(doc)
+    rows = prediction_rows(doc)
+    predicted = (
+        f"<h3>Predicted and achieved</h3><p>{escape(PREDICTION_NOTE)}</p>"
+        + html_table(PREDICTION_HEAD, rows, "prediction")
+        if rows
+        else ""
+    )
     body = (
         "<p>Every scheduled steady-state request is in every denominator; n is given with each figure.</p>"
         + table
         + f"<h3>Paired comparisons</h3><p>Method: {escape(method)}.</p>"
         + comps
+        + predicted
         + figure(doc, svgs, "latency_cdf")
     )
     return section("load", "Peak and burst behaviour", body)

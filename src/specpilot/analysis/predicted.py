@@ -1,0 +1,137 @@
+"""The planner's prediction against what the pilot achieved, per pooled load level.
+
+Before an episode pilot runs, the planner (``pilot.noise.episode_plan``, the same numbers
+``--dry-run`` prints) predicts for each compared arm the smallest effect the pilot will find
+with 80% power and the median half-width of its deciding interval, from the noise this machine
+measured in its last episode pilot (or a stated prior); the prediction is stored in the design
+record. After the run, each pooled cell says what it achieved: its interval's half-width, and
+the smallest effect detectable at the noise it measured itself (``analysis.episodes.mde`` with
+the components of ``episode_noise``, on the same processes, episodes and deciding level).
+A ratio outside [1/1.5, 1.5] means the planner's noise did not carry to this pilot: the next
+``--dry-run`` reads this pilot's noise instead.
+
+    >>> from specpilot.analysis.paired import Interval, PairedComparison
+    >>> na = Interval(None, None, None)
+    >>> c = PairedComparison("b", "planted", "peak", "*", 1.0, 40, 0, 40,
+    ...     Interval(0.14, 0.05, 0.24), na, na, na, na, "slower", "", deciding_level=0.9875,
+    ...     episode_noise={"process_sd": [0.0, 0.0], "episode_sd": 0.10, "episodes": 14,
+    ...                    "processes": [4, 4]})
+    >>> pred = {"predicted": [{"arm": "planted", "kind": "planted", "source": "prior",
+    ...          "mde": 0.112, "half_width": 0.08, "half_width_80": 0.09}]}
+    >>> (r,) = prediction_checks(pred, [c], planted_arm="planted")
+    >>> r.within, round(r.achieved_half_width, 3)
+    (True, 0.087)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specpilot.analysis.columns import ALL
+from specpilot.analysis.episodes import mde
+from specpilot.analysis.paired import PairedComparison
+
+FACTOR = 1.5  # a prediction within this factor of the achieved value is "as planned"
+
+
+@dataclass(frozen=True)
+class PredictionCheck:
+    arm: str
+    phase: str
+    source: str  # where the planner's noise came from ("measured here (<pilot>)" or "prior")
+    predicted_mde: float | None
+    achieved_mde: float | None  # at this cell's own measured noise; None: not estimable
+    predicted_half_width: float | None  # median over pilots
+    predicted_half_width_80: float | None  # wider than this in 1 pilot of 5
+    achieved_half_width: float | None  # of the deciding interval, on the relative scale
+    ratio: float | None  # predicted / achieved MDE
+    within: bool | None  # ratio inside [1/FACTOR, FACTOR]; None: nothing to compare
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _finite(v) for k, v in asdict(self).items()}
+
+
+def _finite(v: Any) -> Any:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def achieved_mde(c: PairedComparison, one_pool: bool) -> float | None:
+    """The smallest effect this cell's test detects with 80% power at the noise it measured
+    (the planner's own computation, fed this pilot's components in place of the cache's)."""
+    n = c.episode_noise
+    if not n or c.deciding_level is None:
+        return None
+    s_a, s_b = (float(x) for x in n["process_sd"])
+    m_c, m_b = (int(x) for x in n["processes"])
+    got = mde(
+        s_a,
+        s_b,
+        float(n["episode_sd"]),
+        m_c,
+        0 if one_pool else m_b,
+        int(n["episodes"]),
+        1.0 - c.deciding_level,
+    )
+    return got if math.isfinite(got) else None
+
+
+def half_width(c: PairedComparison) -> float | None:
+    """The deciding interval's half-width on the log scale, as a relative change."""
+    e = c.task_rel_change
+    if e.low is None or e.high is None or e.low <= -1.0:
+        return None
+    return math.expm1((math.log1p(e.high) - math.log1p(e.low)) / 2.0)
+
+
+def prediction_checks(
+    prediction: Mapping[str, Any] | None,
+    comparisons: Sequence[PairedComparison],
+    planted_arm: str | None,
+) -> list[PredictionCheck]:
+    """Per predicted arm and pooled load level: the planner's MDE and half-width beside the
+    achieved ones (module docstring). Empty without a stored prediction."""
+    if not prediction:
+        return []
+    out = []
+    for p in prediction.get("predicted") or []:
+        arm = p["arm"]
+        cells = [c for c in comparisons if c.candidate_arm == arm and c.task_group == ALL]
+        for c in sorted(cells, key=lambda c: (c.offered_rate or 0.0, c.phase)):
+            got = achieved_mde(c, one_pool=arm == planted_arm)
+            pred = _finite(p.get("mde"))
+            ratio = pred / got if pred is not None and got else None
+            within = None if ratio is None else 1.0 / FACTOR <= ratio <= FACTOR
+            hw = half_width(c)
+            text = (
+                f"{arm} at {c.phase}: predicted to find {_pct(pred)} (interval about "
+                f"+-{_pct(p.get('half_width'))}), achieved {_pct(got)} (interval +-{_pct(hw)})"
+            )
+            if within is not None:
+                text += ": as planned" if within else f": off by more than x{FACTOR:g}"
+            out.append(
+                PredictionCheck(
+                    arm=arm,
+                    phase=c.phase,
+                    source=str(p.get("source") or ""),
+                    predicted_mde=pred,
+                    achieved_mde=got,
+                    predicted_half_width=_finite(p.get("half_width")),
+                    predicted_half_width_80=_finite(p.get("half_width_80")),
+                    achieved_half_width=hw,
+                    ratio=ratio,
+                    within=within,
+                    text=text,
+                )
+            )
+    return out
+
+
+def _pct(x: Any) -> str:
+    return "n/a" if x is None or not math.isfinite(float(x)) else f"{float(x):.0%}"
+
+
+__all__ = ["FACTOR", "PredictionCheck", "achieved_mde", "half_width", "prediction_checks"]
