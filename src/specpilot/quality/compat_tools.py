@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specpilot.quality.compat_http import Client, Outcome
-from specpilot.quality.compat_http import choice_of as _choice
-from specpilot.quality.compat_http import text_of as _text
+from specpilot.quality.compat_http import Client, Outcome, choice_of, text_of
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -69,7 +67,7 @@ def _tools_ignored(c: Client, resp: dict[str, Any]) -> bool:
 
 def f_tool_call(c: Client, max_tokens: int) -> Outcome:
     resp = c.chat(TOOL_CHAT, **_tool_kw(max_tokens))
-    ch = _choice(resp)
+    ch = choice_of(resp)
     calls = (ch.get("message") or {}).get("tool_calls") or []
     if not calls:
         if _tools_ignored(c, resp):
@@ -80,7 +78,7 @@ def f_tool_call(c: Client, max_tokens: int) -> Outcome:
             )
         return (
             "fail",
-            f"no tool call (finish {ch.get('finish_reason')}): {_text({'choices': [ch]})[:80]!r}",
+            f"no tool call (finish {ch.get('finish_reason')}): {text_of({'choices': [ch]})[:80]!r}",
             {},
         )
     fn = calls[0].get("function") or {}
@@ -91,7 +89,7 @@ def f_tool_call(c: Client, max_tokens: int) -> Outcome:
 
 
 def f_tool_call_stream(c: Client, max_tokens: int) -> Outcome:
-    ch = _choice(c.chat(TOOL_CHAT, **_tool_kw(max_tokens)))
+    ch = choice_of(c.chat(TOOL_CHAT, **_tool_kw(max_tokens)))
     want = [
         {"name": str(t["function"]["name"]), "arguments": str(t["function"]["arguments"])}
         for t in (ch.get("message") or {}).get("tool_calls") or []

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from specpilot.quality.sandbox_isolation import _prefix, _python
+from specpilot.quality.sandbox_isolation import isolation_prefix, sandbox_python
 
 ISOLATIONS = ("bwrap", "unshare", "rlimits")
 _UID_BASE, _UID_SPAN = 3_000_000, 1_000_000  # throw-away uids: no passwd entry, no files
@@ -191,7 +191,14 @@ def available_isolation() -> tuple[str, ...]:
         uid = _throwaway_uid()
         try:
             r = subprocess.run(
-                [*_prefix(mode), _python(), "-I", "-S", "-c", "import os; print(os.getcwd())"],
+                [
+                    *isolation_prefix(mode),
+                    sandbox_python(),
+                    "-I",
+                    "-S",
+                    "-c",
+                    "import os; print(os.getcwd())",
+                ],
                 capture_output=True,
                 timeout=20,
                 preexec_fn=_limits(SandboxLimits(), uid),
@@ -276,7 +283,7 @@ def run_tests(
         "marker": marker,
         "exit_code": exit_code,
     }
-    argv = [*_prefix(mode), _python(), "-I", "-S", "-c", _HARNESS]
+    argv = [*isolation_prefix(mode), sandbox_python(), "-I", "-S", "-c", _HARNESS]
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": cwd if workdir else "/tmp"}
     t0 = time.perf_counter()
     proc = subprocess.Popen(

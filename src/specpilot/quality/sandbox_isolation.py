@@ -39,7 +39,7 @@ def _world_usable(path: str) -> bool:
 
 
 @cache
-def _python() -> str:
+def sandbox_python() -> str:
     """An interpreter the throw-away uid can run: this one's base if every user may, else the
     system's ``python3`` (the harness needs the standard library only)."""
     base = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
@@ -54,7 +54,7 @@ def _python() -> str:
 
 def _visible_dirs() -> list[str]:
     keep = set(_SYSTEM_DIRS)
-    for p in (_python(),):
+    for p in (sandbox_python(),):
         parts = Path(os.path.realpath(p)).parts
         if len(parts) > 1:
             keep.add(parts[1])
@@ -102,7 +102,7 @@ def _unshare_prefix() -> list[str]:
     ]
 
 
-def _prefix(isolation: str) -> list[str]:
+def isolation_prefix(isolation: str) -> list[str]:
     if isolation == "bwrap":
         return _bwrap_prefix()
     if isolation == "unshare":

@@ -84,7 +84,7 @@ def dumps(v: Any) -> str | None:
     return None if v is None else _dumps(v)
 
 
-def _objects(vals: Sequence[Any]) -> np.ndarray:
+def object_array(vals: Sequence[Any]) -> np.ndarray:
     arr = np.empty(len(vals), dtype=object)
     arr[:] = list(vals)
     return arr
@@ -103,8 +103,8 @@ def column(name: str, sqltype: str, vals: Sequence[Any]) -> tuple[dict[str, Any]
             return {name: filled, f"{name}__null": mask}, expr
         return {name: np.asarray(vals, dtype=_NUMPY[sqltype])}, col
     if sqltype == "VARCHAR":
-        return {name: _objects(vals)}, f"{col}::VARCHAR"
-    text = _objects([dumps(v) for v in vals])
+        return {name: object_array(vals)}, f"{col}::VARCHAR"
+    text = object_array([dumps(v) for v in vals])
     return {name: text}, f"{col}::JSON" + ("" if sqltype == "JSON" else f"::{sqltype}")
 
 
@@ -246,9 +246,9 @@ def _decoder(sqltype: str, hint: Any) -> Callable[[Any], Any] | None:
     if sqltype.endswith("[]"):
         return _plain_list
     if sqltype.startswith("STRUCT("):
-        from specpilot.store.schema import _strip_optional
+        from specpilot.store.schema import strip_optional
 
-        return _struct_decoder(_strip_optional(hint))
+        return _struct_decoder(strip_optional(hint))
     return None
 
 
@@ -267,10 +267,10 @@ def _defaults(cls: type) -> dict[str, Any]:
 
 @functools.cache
 def _optional(cls: type) -> frozenset[str]:
-    from specpilot.store.schema import _strip_optional
+    from specpilot.store.schema import strip_optional
 
     hints = typing.get_type_hints(cls)
-    return frozenset(n for n, t in hints.items() if _strip_optional(t) is not t)
+    return frozenset(n for n, t in hints.items() if strip_optional(t) is not t)
 
 
 def from_columns(cls: type, cols: Mapping[str, Any], n: int) -> list[Any]:

@@ -20,7 +20,7 @@ import duckdb
 from specpilot.records import ArmRecord, PilotData, RequestRounds, VerifyCostPoint
 from specpilot.store import aggregates, codec
 from specpilot.store.aggregates import as_lists
-from specpilot.store.schema import TABLES, PilotFileError, _tables
+from specpilot.store.schema import TABLES, PilotFileError, table_names
 
 
 def _with_cursor(con: duckdb.DuckDBPyConnection, fn: Callable[..., Any], *args: Any) -> Any:
@@ -121,7 +121,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: str | Path) -> list[
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for table in sorted(_tables(con)):
+    for table in sorted(table_names(con)):
         p = out / f"{table}.parquet"
         target = str(p).replace("'", "''")
         con.execute(f"COPY (SELECT * FROM \"{table}\") TO '{target}' (FORMAT PARQUET)")

@@ -50,7 +50,7 @@ class PilotFileError(InputFileError):
     """A file that is not a pilot file this specpilot can use; the message says what to do."""
 
 
-def _strip_optional(tp: Any) -> Any:
+def strip_optional(tp: Any) -> Any:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return args[0] if len(args) == 1 else Any
@@ -59,7 +59,7 @@ def _strip_optional(tp: Any) -> Any:
 
 def sql_type(tp: Any) -> str:
     """The DuckDB type of a resolved annotation (see the module docstring)."""
-    tp = _strip_optional(tp)
+    tp = strip_optional(tp)
     if tp in _SCALARS:
         return _SCALARS[tp]
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
@@ -140,7 +140,7 @@ VERSION_TABLE = (
 )
 
 
-def _tables(con: duckdb.DuckDBPyConnection) -> set[str]:
+def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
     rows = con.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
     ).fetchall()
@@ -165,7 +165,7 @@ def _note(con: duckdb.DuckDBPyConnection, note: str) -> None:
 
 def file_version(con: duckdb.DuckDBPyConnection, path: str) -> int | None:
     """The schema version of an opened file (None: empty); raises for a file of another kind."""
-    tables = _tables(con)
+    tables = table_names(con)
     if not tables:
         return None
     if "schema_version" not in tables:
@@ -209,7 +209,7 @@ def prepare(con: duckdb.DuckDBPyConnection, path: str, writable: bool) -> None:
         if version is None:
             con.execute(VERSION_TABLE)
             _note(con, "created")
-        have = _tables(con)
+        have = table_names(con)
         added = []
         for table in TABLES.values():
             if table.name not in have:

@@ -244,7 +244,7 @@ class Writer:
         view = "_rewritten_keys"
         cols = list(zip(*keys, strict=True))
         self.con.register(
-            view, {n: codec._objects(v) for n, v in zip(("r", "a", "q"), cols, strict=True)}
+            view, {n: codec.object_array(v) for n, v in zip(("r", "a", "q"), cols, strict=True)}
         )
         try:
             for table in ("chunks", "rounds", "prefills"):

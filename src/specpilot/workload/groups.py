@@ -50,9 +50,9 @@ from specpilot.errors import ConfigError
 from specpilot.workload.prompts import (
     SPLITS,
     Prompt,
-    _parse_specpilot_lines,
     hash_split,  # noqa: F401  (re-exported: its home is workload.prompts)
     import_prompts,  # noqa: F401  (re-exported: its home is workload.prompts)
+    parse_specpilot_lines,
 )
 
 SPLIT_SELECTORS = ("train", "dev", "eval", "train+dev", "all")
@@ -262,7 +262,7 @@ def load_group(name: str) -> TaskGroup:
         .joinpath(f"{name}.jsonl")
         .read_text("utf-8")
     )
-    prompts = tuple(_parse_specpilot_lines(text.splitlines(), name, "data/" + name + ".jsonl"))
+    prompts = tuple(parse_specpilot_lines(text.splitlines(), name, "data/" + name + ".jsonl"))
     return TaskGroup(name=name, prompts=prompts, **_BUILTIN[name])
 
 

@@ -78,7 +78,7 @@ def import_prompts(
     elif fmt == "specbench":
         out = _parse_specbench(text, group, p.name)
     else:
-        out = list(_parse_specpilot_lines(text.splitlines(), group, p.name))
+        out = list(parse_specpilot_lines(text.splitlines(), group, p.name))
     if categories:
         keep = set(categories)
         out = [q for q in out if q.meta.get("category") in keep]
@@ -98,7 +98,7 @@ def _json_lines(text: str, where: str) -> Iterable[tuple[int, Any]]:
                 raise InputFileError(f"{where}:{n}: not valid JSON ({exc.msg})") from None
 
 
-def _parse_specpilot_lines(lines: Iterable[str], group: str, where: str) -> Iterable[Prompt]:
+def parse_specpilot_lines(lines: Iterable[str], group: str, where: str) -> Iterable[Prompt]:
     for n, obj in _json_lines("\n".join(lines), where):
         split = obj.get("split") or hash_split(json.dumps(obj["messages"], ensure_ascii=False))
         if split not in SPLITS:
