@@ -463,7 +463,7 @@ def test_the_gate_says_when_the_machine_itself_ran_faster_between_phases():
     from pilot_cases import full_case
     from specpilot.records import StepCadence
     from specpilot.simulate import validate
-    from specpilot.simulate.predict import phase_speed
+    from specpilot.simulate.validation import phase_speed
 
     data = full_case()
     data.step_cadence = [

@@ -92,8 +92,10 @@ def counter_acceptance(snapshots: Sequence[MetricSnapshot]) -> dict[str, Counter
         b, a = edge.get("before"), edge.get("after")
         if b is None or a is None or ROUNDS not in a.metrics:
             continue
-        d = acc.setdefault(arm, {"engine": a.engine, "phases": 0, "pos": {}, ROUNDS: 0.0,
-                                 PROPOSED: 0.0, ACCEPTED: 0.0})  # fmt: skip
+        d = acc.setdefault(
+            arm,
+            {"engine": a.engine, "phases": 0, "pos": {}, ROUNDS: 0.0, PROPOSED: 0.0, ACCEPTED: 0.0},
+        )
         d["phases"] += 1
         for k in (ROUNDS, PROPOSED, ACCEPTED):
             d[k] += a.metrics.get(k, 0.0) - b.metrics.get(k, 0.0)

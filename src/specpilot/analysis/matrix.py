@@ -56,12 +56,14 @@ def group_matrix(
     values = []
     for g in groups:
         r, q, t = rounds.get(g), quality.get(g), task.get(g)
-        values.append([
-            r.mean_acceptance_length if r else None,
-            r.decode_speedup if r else None,
-            min(t) if t else None,  # the worst load level
-            q.key_pass_rate if q else None,
-        ])  # fmt: skip
+        values.append(
+            [
+                r.mean_acceptance_length if r else None,
+                r.decode_speedup if r else None,
+                min(t) if t else None,  # the worst load level
+                q.key_pass_rate if q else None,
+            ]
+        )
     return GroupMatrix(cand, groups, list(MATRIX_METRICS), values)
 
 

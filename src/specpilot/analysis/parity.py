@@ -96,11 +96,17 @@ def post_rollback(
     n = len(logs)
     if n < 2:
         return RollbackParity(
-            arm, reference_arm, n, None, None, None, "insufficient",
+            arm,
+            reference_arm,
+            n,
+            None,
+            None,
+            None,
+            "insufficient",
             f"{n} request(s) served while rolled back pair with the baseline's: no comparison "
             "(the drill phase must outlast the switch being in force: a longer drill.phase, "
             "a shorter switch_after_s, or a longer hold_s)",
-        )  # fmt: skip
+        )
     d = np.asarray(logs)
     est, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
     lo, hi = t_interval(est, se, n - 1, 1.0 - alpha)

@@ -229,9 +229,12 @@ def quantile_interval(x: np.ndarray, q: float, level: float) -> tuple[float | No
     cdf, acc = [], 0.0  # P(B <= k), B ~ Binomial(n, q): values below the quantile
     for k in range(n + 1):
         acc += math.exp(
-            math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-            + (k * math.log(q) if k else 0.0) + ((n - k) * math.log1p(-q) if n - k else 0.0)
-        )  # fmt: skip
+            math.lgamma(n + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(n - k + 1)
+            + (k * math.log(q) if k else 0.0)
+            + ((n - k) * math.log1p(-q) if n - k else 0.0)
+        )
         cdf.append(acc)
     # lower: the largest rank l with P(B < l) <= tail; upper: the smallest u with P(B >= u) <= tail
     lo = max((k for k in range(1, n + 1) if cdf[k - 1] <= tail), default=None)

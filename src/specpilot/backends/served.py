@@ -35,9 +35,14 @@ class EngineServer:
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
     ) -> MetricSnapshot:
         return scrape(
-            self.metrics, self.endpoint, pid=self.pid, run_id=run_id, arm=arm, phase=phase,
+            self.metrics,
+            self.endpoint,
+            pid=self.pid,
+            run_id=run_id,
+            arm=arm,
+            phase=phase,
             label=label,
-        )  # fmt: skip
+        )
 
     def response_extras(
         self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None

@@ -177,12 +177,17 @@ class SglangBackend(SubprocessLifecycle):
         argv += ["--host", self.host, "--port", str(self.port), "--enable-metrics"]
         if self.draft is not None:
             argv += [
-                "--speculative-algorithm", self.algorithm,
-                "--speculative-draft-model-path", self.draft,
-                "--speculative-num-steps", str(self.k),
-                "--speculative-eagle-topk", "1",
-                "--speculative-num-draft-tokens", str(self.k + 1),
-            ]  # fmt: skip
+                "--speculative-algorithm",
+                self.algorithm,
+                "--speculative-draft-model-path",
+                self.draft,
+                "--speculative-num-steps",
+                str(self.k),
+                "--speculative-eagle-topk",
+                "1",
+                "--speculative-num-draft-tokens",
+                str(self.k + 1),
+            ]
         return argv + list(self.extra_args)
 
     def describe(self) -> Manifest:

@@ -32,9 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--target", default=None, help="GGUF file or HF dir (default: SmolLM2-135M)")
     p.add_argument(
-        "--draft", action="append", default=None, metavar="NAME=SPEC",
+        "--draft",
+        action="append",
+        default=None,
+        metavar="NAME=SPEC",
         help="candidate (repeatable): SPEC is a draft dir, shipped:NAME, truncate:I,J,.. or a model path",
-    )  # fmt: skip
+    )
     p.add_argument("--ks", default="1,2,3,4,6", help="comma-separated k values")
     p.add_argument("--groups", default=None, help="comma-separated task groups (default: all)")
     p.add_argument("--split", default="eval", help="workload split to measure on")
@@ -49,9 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", type=Path, default=None, help="write the full report here")
     p.add_argument(
-        "--replay", action="store_true",
+        "--replay",
+        action="store_true",
         help="acceptance only: replay greedy rounds along the target's outputs (no timing; cheap)",
-    )  # fmt: skip
+    )
     p.set_defaults(func=run)
 
 
@@ -93,18 +97,27 @@ def run(args: argparse.Namespace) -> int:
         from specpilot.draft.screening import format_replay, replay_report
 
         rep = replay_report(
-            target.model, candidates, prompts, ks, max_tokens=args.max_tokens,
+            target.model,
+            candidates,
+            prompts,
+            ks,
+            max_tokens=args.max_tokens,
             eos_ids=[target.tokenizer.eos_token_id],
-        )  # fmt: skip
+        )
         print(format_replay(rep))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(rep, indent=2, ensure_ascii=False) + "\n")
         return 0
     report = screen(
-        target.model, candidates, prompts, ks, max_tokens=args.max_tokens,
-        tokenizer=target.tokenizer, log=lambda m: print(m, flush=True),
-    )  # fmt: skip
+        target.model,
+        candidates,
+        prompts,
+        ks,
+        max_tokens=args.max_tokens,
+        tokenizer=target.tokenizer,
+        log=lambda m: print(m, flush=True),
+    )
     print(format_table(report))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -130,9 +130,14 @@ def run(args: argparse.Namespace) -> int:
                 err = "n/a" if c.rel_error is None else f"{c.rel_error:+.0%}"
                 m = "n/a" if c.measured is None else f"{c.measured:.3g}"
                 pr = "n/a" if c.predicted is None else f"{c.predicted:.3g}"
-                own = "" if c.metric == "goodput" else " to ".join(
-                    "open" if x is None else f"{x:.3g}" for x in (c.measured_low, c.measured_high)
-                )  # fmt: skip
+                own = (
+                    ""
+                    if c.metric == "goodput"
+                    else " to ".join(
+                        "open" if x is None else f"{x:.3g}"
+                        for x in (c.measured_low, c.measured_high)
+                    )
+                )
                 print(
                     f"  {c.phase:<10}{c.metric:<10}{m:>10}{own:>20}{pr:>11}{err:>8}"
                     + ("" if c.gated else "  (not gated)")
@@ -157,8 +162,12 @@ def run(args: argparse.Namespace) -> int:
         if args.baseline:
             base = costs_of(_arm(data, args.baseline, "baseline"))
             x = crossover(base, costs, template, args.rate, n=args.requests)
-            out["crossover"] = {"text": x.text, "bracket": x.bracket, "ratio_p50": x.ratio_p50,
-                                "outcome": x.outcome}  # fmt: skip
+            out["crossover"] = {
+                "text": x.text,
+                "bracket": x.bracket,
+                "ratio_p50": x.ratio_p50,
+                "outcome": x.outcome,
+            }
             if not args.json:
                 print(x.text + " (simulated: trust it only where --validate passes)")
     if args.trace:
@@ -168,8 +177,13 @@ def run(args: argparse.Namespace) -> int:
         w = trace_workload(args.trace, args.time_scale)
         f = predict(costs, w, seed=args.seed, replicas=args.replicas, router=args.router)
         rate = len(w) / w.duration_s if w.duration_s else float("nan")
-        out["trace"] = {"path": args.trace, "time_scale": args.time_scale, "rate": rate,
-                        "profile": costs.profile, **f.to_dict()}  # fmt: skip
+        out["trace"] = {
+            "path": args.trace,
+            "time_scale": args.time_scale,
+            "rate": rate,
+            "profile": costs.profile,
+            **f.to_dict(),
+        }
         if not args.json:
             print(
                 f"{arm} on {args.trace} x{args.time_scale:g} ({len(w)} requests, {rate:.3g} req/s; "
@@ -182,20 +196,29 @@ def run(args: argparse.Namespace) -> int:
 
         base_arm = _arm(data, args.baseline, "baseline")
         ks = k_schedule(data, base_arm, arm, profile=prof)
-        chk = check(data, base_arm, arm, ks, rates=args.rate, n=min(args.requests, 1000),
-                    profile=prof)  # fmt: skip
-        out["k_schedule"] = {"ranges": ks.ranges, "notes": ks.notes, "check": chk.to_dict(),
-                             "vllm_speculative_config": ks.vllm_speculative_config()}  # fmt: skip
+        chk = check(
+            data, base_arm, arm, ks, rates=args.rate, n=min(args.requests, 1000), profile=prof
+        )
+        out["k_schedule"] = {
+            "ranges": ks.ranges,
+            "notes": ks.notes,
+            "check": chk.to_dict(),
+            "vllm_speculative_config": ks.vllm_speculative_config(),
+        }
         if not args.json:
             print(ks.text)
             print(f"  --speculative-config '{ks.vllm_speculative_config()}'")
             print(f"  {chk.text}")
-            print(f"  {'req/s':>8}{'goodput k=' + str(chk.k_max):>16}{'schedule':>10}"
-                  f"{'p50 E2E k=' + str(chk.k_max):>16}{'schedule':>10}")  # fmt: skip
+            print(
+                f"  {'req/s':>8}{'goodput k=' + str(chk.k_max):>16}{'schedule':>10}"
+                f"{'p50 E2E k=' + str(chk.k_max):>16}{'schedule':>10}"
+            )
             for r in chk.rows:
-                print(f"  {r['rate']:>8.3g}{r['goodput_fixed'] or 0:>16.3g}"
-                      f"{r['goodput_schedule'] or 0:>10.3g}{r['e2e_p50_fixed'] or float('nan'):>16.3g}"
-                      f"{r['e2e_p50_schedule'] or float('nan'):>10.3g}")  # fmt: skip
+                print(
+                    f"  {r['rate']:>8.3g}{r['goodput_fixed'] or 0:>16.3g}"
+                    f"{r['goodput_schedule'] or 0:>10.3g}{r['e2e_p50_fixed'] or float('nan'):>16.3g}"
+                    f"{r['e2e_p50_schedule'] or float('nan'):>10.3g}"
+                )
             for n in ks.notes:
                 print(f"  note: {n}")
     if not (args.validate or args.rate or args.k_schedule or args.trace):

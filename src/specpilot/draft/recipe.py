@@ -82,9 +82,14 @@ def tokenized_prompts(
     root = fetch_corpora(cfg.corpora)
     exclude = workload_eval_texts()
     prompts = build_prompts(
-        root, "train", cfg.per_group, cfg.seed, exclude=exclude, weights=cfg.weights,
+        root,
+        "train",
+        cfg.per_group,
+        cfg.seed,
+        exclude=exclude,
+        weights=cfg.weights,
         code_write_share=cfg.code_write_share,
-    )  # fmt: skip
+    )
     out: list[tuple[str, list[int]]] = []
     for group, messages in workload_training_messages() * 2:  # twice: greedy and sampled
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
@@ -207,9 +212,16 @@ def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[st
     remaining = max(cfg.minutes * 60.0 - (time.monotonic() - t_start), 30.0) / 60.0
     before, _ = agreement(draft, held[:64], device=dev)
     stats = train_draft(
-        draft, train, minutes=remaining * 0.93, lr=cfg.lr, max_tokens=cfg.max_tokens,
-        seed=cfg.seed, device=dev, amp=cfg.amp, log=log,
-    )  # fmt: skip
+        draft,
+        train,
+        minutes=remaining * 0.93,
+        lr=cfg.lr,
+        max_tokens=cfg.max_tokens,
+        seed=cfg.seed,
+        device=dev,
+        amp=cfg.amp,
+        log=log,
+    )
     stats.train_agreement, _ = agreement(draft, train[: len(held)], device=dev)
     stats.heldout_agreement, stats.heldout_agreement_by_group = agreement(draft, held, device=dev)
     log(

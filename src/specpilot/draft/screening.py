@@ -234,10 +234,15 @@ def screen(
         plain_cost_per_token_s=plain_cost,
         candidates=results,
         ranking=ranking,
-        settings={"ks": list(ks), "max_tokens": max_tokens, "greedy": True, "batch_size": 1,
-                  "prompts_per_group": {g: len(p) for g, p in prompts.items()},
-                  "threads": torch.get_num_threads()},
-    )  # fmt: skip
+        settings={
+            "ks": list(ks),
+            "max_tokens": max_tokens,
+            "greedy": True,
+            "batch_size": 1,
+            "prompts_per_group": {g: len(p) for g, p in prompts.items()},
+            "threads": torch.get_num_threads(),
+        },
+    )
 
 
 def format_table(report: ScreenReport) -> str:

@@ -374,9 +374,16 @@ def calibrate(
     ref = logprobs(target, qs.seqs) if not plan.fixed or draft is not None else None
     tpoints = plan.target_points()
     results = measure_formats(
-        "target", target, plan.candidates, qs, None if plan.fixed else ref, plan, tpoints,
-        lambda r: plan.fixed or plan.tolerance.admits(r.top1, r.kl), log,
-    )  # fmt: skip
+        "target",
+        target,
+        plan.candidates,
+        qs,
+        None if plan.fixed else ref,
+        plan,
+        tpoints,
+        lambda r: plan.fixed or plan.tolerance.admits(r.top1, r.kl),
+        log,
+    )
     if plan.fixed:
         results[0].status = CHOSEN
         tgt = RoleCalibration("target", results, results[0].format, FIXED, tpoints)

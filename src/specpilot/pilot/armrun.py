@@ -292,9 +292,13 @@ def not_drilled(run_id: str, plan: ArmPlan) -> DrillRecord:
             "rollback was not drilled",
         )
     return DrillRecord(
-        run_id, plan.name, DRILL_PHASE, "none", "not_drilled",
+        run_id,
+        plan.name,
+        DRILL_PHASE,
+        "none",
+        "not_drilled",
         reason="drill: false for this arm (by default the pilot drills the speculative arm)",
-    )  # fmt: skip
+    )
 
 
 def _wait_for(get: Callable[[], float | None], timeout_s: float = 60.0) -> float:

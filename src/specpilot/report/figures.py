@@ -108,14 +108,28 @@ def _acceptance_group(a: PilotAnalysis) -> dict[str, Any]:
 
 def _matrix(a: PilotAnalysis) -> dict[str, Any]:
     m = a.group_matrix or GroupMatrix(None, metrics=[])
-    return {"candidate_arm": m.candidate_arm, "groups": m.groups, "metrics": m.metrics,
-            "values": m.values}  # fmt: skip
+    return {
+        "candidate_arm": m.candidate_arm,
+        "groups": m.groups,
+        "metrics": m.metrics,
+        "values": m.values,
+    }
 
 
 def _round_stack(a: PilotAnalysis) -> dict[str, Any]:
-    return {"bars": [{"arm": t.arm, "role": _role(a, t.arm), "task_group": t.task_group,
-                      "draft_ms": t.draft_ms, "verify_ms": t.verify_ms,
-                      "overhead_ms": t.overhead_ms} for t in a.time_per_token]}  # fmt: skip
+    return {
+        "bars": [
+            {
+                "arm": t.arm,
+                "role": _role(a, t.arm),
+                "task_group": t.task_group,
+                "draft_ms": t.draft_ms,
+                "verify_ms": t.verify_ms,
+                "overhead_ms": t.overhead_ms,
+            }
+            for t in a.time_per_token
+        ]
+    }
 
 
 def _stages(a: PilotAnalysis) -> dict[str, Any]:

@@ -340,12 +340,16 @@ def verify_lines(curves: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 g["by_n"].setdefault(pt["tokens"], []).append(pt["ratio"])
     for b, g in sorted(cal.items()):
         ns = sorted(g["by_n"])
-        out.append({
-            "source": "calibration", "batch_size": b, "arms": g["arms"],
-            "points": [(n, float(np.median(g["by_n"][n]))) for n in ns],
-            "low": [float(min(g["by_n"][n])) for n in ns],
-            "high": [float(max(g["by_n"][n])) for n in ns],
-        })  # fmt: skip
+        out.append(
+            {
+                "source": "calibration",
+                "batch_size": b,
+                "arms": g["arms"],
+                "points": [(n, float(np.median(g["by_n"][n]))) for n in ns],
+                "low": [float(min(g["by_n"][n])) for n in ns],
+                "high": [float(max(g["by_n"][n])) for n in ns],
+            }
+        )
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
     for c in curves:
         pts = tuple((p["tokens"], round(p["ratio"], 6)) for p in c["points"])
@@ -355,8 +359,12 @@ def verify_lines(curves: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if key in seen:
             seen[key]["arms"].append(c["arm"])
         else:
-            seen[key] = {"source": c["source"], "batch_size": c["batch_size"],
-                         "points": list(pts), "arms": [c["arm"]]}  # fmt: skip
+            seen[key] = {
+                "source": c["source"],
+                "batch_size": c["batch_size"],
+                "points": list(pts),
+                "arms": [c["arm"]],
+            }
     return out + sorted(seen.values(), key=lambda v: (v["batch_size"], v["arms"]))
 
 
@@ -380,8 +388,15 @@ def _verify(d: dict[str, Any]) -> Any:
                 ax.fill_between(xs, v["low"], v["high"], color=colour, alpha=0.15, lw=0)
         else:
             who = ", ".join(v["arms"]) if len(v["arms"]) <= 2 else f"{len(v['arms'])} arms"
-            ax.plot(xs, ys, "s", color=colour, ms=6, mfc="none",
-                    label=f"b={v['batch_size']} rounds ({who})")  # fmt: skip
+            ax.plot(
+                xs,
+                ys,
+                "s",
+                color=colour,
+                ms=6,
+                mfc="none",
+                label=f"b={v['batch_size']} rounds ({who})",
+            )
     ax.axhline(1.0, color=GREY, ls=":", lw=1)
     ax.set(xlabel="tokens verified per row (k + 1)", ylabel="v(n): time / one-token time")
     ax.xaxis.set_major_locator(_integer_ticks())

@@ -347,8 +347,15 @@ def _engine_counters(doc: Doc) -> str:
         ]
         for c in cs
     ]
-    head = ["arm", "engine", "drafts", "tokens a draft", "acceptance rate",
-            "mean acceptance length", "P(a >= i), i = 1.."]  # fmt: skip
+    head = [
+        "arm",
+        "engine",
+        "drafts",
+        "tokens a draft",
+        "acceptance rate",
+        "mean acceptance length",
+        "P(a >= i), i = 1..",
+    ]
     return (
         "<h3>Acceptance from the engines' counters</h3><p>Deltas of each engine's own "
         "speculative counters over the measured phases, in this report's definitions (bonus "

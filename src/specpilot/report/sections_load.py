@@ -383,16 +383,26 @@ def simulation(doc: Doc, svgs: Svgs) -> str:
     lines = "".join(f"<p>{escape(v['text'])}</p>" for v in sim.get("validations", []))
     rows = [
         [
-            v["arm"], c["phase"], c["metric"], num(c["measured"]), _own(c), num(c["predicted"]),
+            v["arm"],
+            c["phase"],
+            c["metric"],
+            num(c["measured"]),
+            _own(c),
+            num(c["predicted"]),
             "n/a" if c["rel_error"] is None else f"{c['rel_error']:+.0%}",
             "gate" if c["gated"] else "",
         ]
         for v in sim.get("validations", [])
         for c in v["checks"]
-    ]  # fmt: skip
-    table = html_table(
-        ["arm", "phase", "metric", "measured", "its 95% interval", "simulated", "error", ""], rows
-    ) if rows else ""  # fmt: skip
+    ]
+    table = (
+        html_table(
+            ["arm", "phase", "metric", "measured", "its 95% interval", "simulated", "error", ""],
+            rows,
+        )
+        if rows
+        else ""
+    )
     cross = "".join(f"<p><b>{escape(x['text'])}</b></p>" for x in sim.get("crossovers", []))
     cross += "".join(
         f"<p>{escape(k_schedule_line(k))} ({escape('; '.join(k['notes'][1:]))})</p>"

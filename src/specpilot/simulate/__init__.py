@@ -2,7 +2,7 @@
 
 ``engine``: the discrete-event model of replicas with continuous batching; ``costs``: the cost
 model calibrated from a pilot file (step, prefill, overhead, committed tokens per round per
-task group); ``predict``: replay, what-if rates and replicas, the validation gate;
+task group); ``predict``: replay, what-if rates and replicas; ``validation``: the gate;
 ``crossover``: where a candidate stops beating the baseline. Pure functions over records;
 ``specpilot simulate`` is the command.
 """
@@ -10,14 +10,8 @@ task group); ``predict``: replay, what-if rates and replicas, the validation gat
 from specpilot.simulate.costs import ArmCosts, calibrate, fit_linear, rounds_needed
 from specpilot.simulate.crossover import Crossover, crossover
 from specpilot.simulate.engine import SimResult, simulate
-from specpilot.simulate.predict import (
-    Validation,
-    Workload,
-    measured,
-    poisson_workload,
-    predict,
-    validate,
-)
+from specpilot.simulate.predict import Workload, measured, poisson_workload, predict
+from specpilot.simulate.validation import Validation, validate
 
 __all__ = [
     "ArmCosts",

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from specpilot.errors import ConfigError
-from specpilot.records import DRILL_PHASE, PilotData, RequestRounds
+from specpilot.records import DRILL_PHASE, PilotData, RequestRecord, RequestRounds
 
 
 @dataclass(frozen=True)
@@ -109,8 +108,9 @@ def _cadence_curve(data: PilotData, arm: str, phases: set[str]) -> StepCurve | N
     by_b: dict[int, list[tuple[float, int]]] = {}
     for c in pts:
         by_b.setdefault(c.batch_size, []).append((c.median_s, c.samples))
-    points = {b: float(np.average([m for m, _ in v], weights=[n for _, n in v]))
-              for b, v in by_b.items()}  # fmt: skip
+    points = {
+        b: float(np.average([m for m, _ in v], weights=[n for _, n in v])) for b, v in by_b.items()
+    }
     xs = np.repeat([float(c.batch_size) for c in pts], [c.samples for c in pts])
     ys = np.repeat([c.median_s for c in pts], [c.samples for c in pts])
     return StepCurve(points, fit_linear(xs, ys), int(sum(c.samples for c in pts)), "cadence")
@@ -142,6 +142,15 @@ def _slots(data: PilotData, arm: str) -> int:
     return target_slots(rec) or 1
 
 
+def _served(data: PilotData, arm: str, phases: set[str]) -> list[RequestRecord]:
+    """The arm's measured requests answered ok in ``phases`` (warm-up left out)."""
+    return [
+        q
+        for q in data.requests
+        if q.arm == arm and q.phase in phases and q.status == "ok" and not q.warmup
+    ]
+
+
 def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) -> ArmCosts:
     """The arm's costs from its measured requests of ``phases`` (None: every measured phase)."""
     rec = next((a for a in data.arms if a.arm == arm), None)
@@ -166,14 +175,25 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
                 f"phases {sorted(wanted)}"
             )
         step = StepCurve({}, fit_linear(x, y), len(x), "requests")
-        rr = [
-            RequestRounds(q.run_id, q.arm, q.phase, q.task_group, q.request_id,
-                          int(q.output_tokens or 1) - 1, 0, 0, 0, int(q.output_tokens or 1) - 1,
-                          0.0, float(q.decode_s or 0.0), 0.0)
-            for q in data.requests
-            if q.arm == arm and q.phase in wanted and q.status == "ok" and not q.warmup
-            and q.decode_s is not None and (q.output_tokens or 0) > 1
-        ]  # fmt: skip
+        rr = [  # one "round" per decoded token: the plain engine's step
+            RequestRounds(
+                run_id=q.run_id,
+                arm=q.arm,
+                phase=q.phase,
+                task_group=q.task_group,
+                request_id=q.request_id,
+                rounds=int(q.output_tokens or 1) - 1,
+                spec_rounds=0,
+                proposed=0,
+                accepted=0,
+                committed=int(q.output_tokens or 1) - 1,
+                draft_s=0.0,
+                verify_s=float(q.decode_s or 0.0),
+                overhead_s=0.0,
+            )
+            for q in _served(data, arm, wanted)
+            if q.decode_s is not None and (q.output_tokens or 0) > 1
+        ]
     pre = [p for p in data.prefills if p.arm == arm and p.phase in wanted]
     if pre:
         # a batched prefill's rows each carry the batch's time: a request's share is 1/batch
@@ -183,9 +203,10 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
         )
     else:
         reqs = [
-            q for q in data.requests
+            q
+            for q in data.requests
             if q.arm == arm and q.phase in wanted and q.prefill_s is not None and q.prompt_tokens
-        ]  # fmt: skip
+        ]
         prefill = (
             fit_linear(
                 np.array([q.prompt_tokens for q in reqs]), np.array([q.prefill_s for q in reqs])
@@ -193,11 +214,7 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
             if reqs
             else Linear(0.0, 0.0, 0, float("nan"), (0.0, 0.0))
         )
-    ok = [
-        q for q in data.requests
-        if q.arm == arm and q.phase in wanted and q.status == "ok" and not q.warmup
-        and q.sent_t is not None and q.done_t is not None
-    ]  # fmt: skip
+    ok = [q for q in _served(data, arm, wanted) if q.sent_t is not None and q.done_t is not None]
     by_id = {r.request_id: r for r in rr}
     resid = []
     for q in ok:
@@ -223,9 +240,17 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
     cpu = data.pilot.hardware.cpu_model if data.pilot.hardware else "unknown CPU"
     profile = f"pilot {data.pilot.pilot_id}, arm {arm}, phases {', '.join(sorted(wanted))}, {cpu}"
     return ArmCosts(
-        arm, rec.engine, step, prefill, overhead, _slots(data, arm), k or None, committed,
-        tuple(sorted(wanted)), profile,
-    )  # fmt: skip
+        arm=arm,
+        engine=rec.engine,
+        step=step,
+        prefill=prefill,
+        overhead_s=overhead,
+        slots=_slots(data, arm),
+        k=k or None,
+        committed=committed,
+        phases=tuple(sorted(wanted)),
+        profile=profile,
+    )
 
 
 def _request_steps(data: PilotData, arm: str, phases: set[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -233,11 +258,13 @@ def _request_steps(data: PilotData, arm: str, phases: set[str]) -> tuple[np.ndar
     decode time per token after the first, against the time-weighted number of the arm's
     requests decoding while it did (its decode window counted from the first content)."""
     reqs = [
-        q for q in data.requests
-        if q.arm == arm and q.phase in phases and q.status == "ok" and not q.warmup
-        and q.decode_s and (q.output_tokens or 0) > 1 and q.first_content_t is not None
+        q
+        for q in _served(data, arm, phases)
+        if q.decode_s
+        and (q.output_tokens or 0) > 1
+        and q.first_content_t is not None
         and q.done_t is not None
-    ]  # fmt: skip
+    ]
     # per run: the number of the arm's requests decoding, N(t), and its running integral F at
     # every start / end; a request's overlap is F(done) - F(first content) (itself included)
     integral: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -309,9 +336,12 @@ DRAW_SIGMAS = 6.0  # draws beyond the mean need, in standard deviations of the s
 
 
 def draw_rounds(
-    need: np.ndarray, values: np.ndarray, probs: np.ndarray, rng: np.random.Generator,
+    need: np.ndarray,
+    values: np.ndarray,
+    probs: np.ndarray,
+    rng: np.random.Generator,
     keep: bool = False,
-) -> tuple[np.ndarray, list[np.ndarray] | None]:  # fmt: skip
+) -> tuple[np.ndarray, list[np.ndarray] | None]:
     """(steps to commit ``need`` tokens per row, and with ``keep`` each row's drawn values in
     order, at least those steps), each step committing one of ``values`` (>= 1) with ``probs``.
 
@@ -365,53 +395,3 @@ def draw_rounds(
                 for j, row in zip(short.tolist(), extra, strict=True):
                     seqs[int(idx[j])] = np.concatenate([draws[j], row])
     return rounds, seqs
-
-
-_REQUEST_FIELDS = (
-    "prompt_tokens", "output_tokens", "sent_t", "first_content_t", "done_t", "deadline_s",
-    "ttft_slo_s", "prefill_s", "decode_s",
-)  # fmt: skip
-
-
-def with_records(data: PilotData) -> PilotData:
-    """``data`` with its requests and round aggregates as records: a reader at scale hands them
-    over as columns only (``columns=True``, ``specpilot report``)."""
-    import dataclasses
-    import math
-
-    from specpilot.records import RequestRecord
-    from specpilot.store.aggregates import as_lists
-    from specpilot.store.codec import records_of
-
-    out = data
-    if not data.request_rounds and data.request_rounds_columns is not None:
-        rr = records_of(RequestRounds, as_lists(data.request_rounds_columns))
-        out = dataclasses.replace(out, request_rounds=rr)
-    cols = data.request_columns
-    if not data.requests and cols is not None:
-
-        def val(x: Any) -> Any:
-            return None if isinstance(x, float) and math.isnan(x) else x
-
-        n = len(cols["request_id"])
-        reqs = [
-            RequestRecord(
-                str(cols["run_id"][i]),
-                str(cols["arm"][i]),
-                str(cols["phase"][i]),
-                str(cols["task_group"][i]),
-                str(cols["request_id"][i]),
-                float(cols["scheduled_t"][i]),
-                str(cols["status"][i]),
-                warmup=bool(cols["warmup"][i]),
-                **{f: val(cols[f][i].item()) for f in _REQUEST_FIELDS},
-            )
-            for i in range(n)
-        ]
-        for r in reqs:
-            for f in ("prompt_tokens", "output_tokens"):
-                v = getattr(r, f)
-                if v is not None:
-                    setattr(r, f, int(v))
-        out = dataclasses.replace(out, requests=reqs)
-    return out

@@ -41,9 +41,14 @@ def _p50_all(e2e: np.ndarray, ok: np.ndarray) -> float:
 
 
 def crossover(
-    base: ArmCosts, cand: ArmCosts, template: Workload, rates: Sequence[float], *,
-    n: int = 2000, seeds: Sequence[int] = (0, 1, 2, 3, 4),
-) -> Crossover:  # fmt: skip
+    base: ArmCosts,
+    cand: ArmCosts,
+    template: Workload,
+    rates: Sequence[float],
+    *,
+    n: int = 2000,
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
+) -> Crossover:
     table: list[tuple[float | None, ...]] = []
     for s in seeds:
         row: list[float | None] = []
@@ -75,11 +80,18 @@ def crossover(
     elif not lost and "mixed" not in outcome:
         text = f"{head}: it beats the baseline at every simulated rate ({fmt(rates)} req/s)"
     elif bracket is not None:
-        text = (f"{head}: it beats the baseline up to {bracket[0]:.3g} req/s and stops between "
-                f"{bracket[0]:.3g} and {bracket[1]:.3g} req/s")  # fmt: skip
+        text = (
+            f"{head}: it beats the baseline up to {bracket[0]:.3g} req/s and stops between "
+            f"{bracket[0]:.3g} and {bracket[1]:.3g} req/s"
+        )
     else:
-        text = f"{head}: it beats the baseline at {fmt(won)} req/s" + (f", not at {fmt(lost)}" if lost else "") + (
-            f" (mixed over seeds at {fmt([float(r) for r, o in zip(rates, outcome, strict=True) if o == 'mixed'])})"
-            if "mixed" in outcome else ""
-        )  # fmt: skip
+        text = (
+            f"{head}: it beats the baseline at {fmt(won)} req/s"
+            + (f", not at {fmt(lost)}" if lost else "")
+            + (
+                f" (mixed over seeds at {fmt([float(r) for r, o in zip(rates, outcome, strict=True) if o == 'mixed'])})"
+                if "mixed" in outcome
+                else ""
+            )
+        )
     return Crossover(base.arm, cand.arm, tuple(rates), tuple(table), tuple(outcome), bracket, text)

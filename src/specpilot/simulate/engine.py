@@ -67,7 +67,7 @@ class _Replica:
         "steps",
         "t",
         "watch",
-    )  # fmt: skip
+    )
 
     def __init__(self) -> None:
         self.t = 0.0  # time of the last step boundary

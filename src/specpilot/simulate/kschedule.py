@@ -47,8 +47,11 @@ class KSchedule:
     notes: tuple[str, ...] = ()
 
     def vllm_speculative_config(self, base: dict[str, Any] | None = None) -> str:
-        cfg = {**(base or {}), "num_speculative_tokens": self.k_max,
-               "num_speculative_tokens_per_batch_size": [list(r) for r in self.ranges]}  # fmt: skip
+        cfg = {
+            **(base or {}),
+            "num_speculative_tokens": self.k_max,
+            "num_speculative_tokens_per_batch_size": [list(r) for r in self.ranges],
+        }
         return json.dumps(cfg)
 
     @property
@@ -142,15 +145,25 @@ class ScheduleCheck:
     profile: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"k_max": self.k_max, "rows": list(self.rows), "text": self.text,
-                "profile": self.profile}  # fmt: skip
+        return {
+            "k_max": self.k_max,
+            "rows": list(self.rows),
+            "text": self.text,
+            "profile": self.profile,
+        }
 
 
 def check(
-    data: PilotData, plain_arm: str, spec_arm: str, schedule: KSchedule, *,
-    rates: Sequence[float] | None = None, n: int = 400, seeds: Sequence[int] = (0, 1, 2, 3, 4),
+    data: PilotData,
+    plain_arm: str,
+    spec_arm: str,
+    schedule: KSchedule,
+    *,
+    rates: Sequence[float] | None = None,
+    n: int = 400,
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
     profile: HardwareProfile | None = None,
-) -> ScheduleCheck:  # fmt: skip
+) -> ScheduleCheck:
     """Goodput and p50 E2E of ``schedule`` vs the fixed K over ``rates`` (default: six from a
     sixteenth of the fixed K's estimated capacity to 1.5 times it), on Poisson arrivals with
     the lengths of the arm's last measured phase."""
@@ -185,10 +198,19 @@ def check(
             w = poisson_workload(template, rate, n, np.random.default_rng([seed, int(rate * 1e6)]))
             for name, policy in (("fixed", lambda b: k), ("schedule", k_of)):
                 r = stepwise.run(
-                    w.arrival_t, w.prompt_tokens, w.output_tokens, w.group, accepted=accepted,
-                    k_of_b=policy, step_k=step, prefill_s=spec.prefill, slots=spec.slots,
-                    overhead_s=spec.overhead_s, abort_s=w.abort_s, seed=seed,
-                )  # fmt: skip
+                    w.arrival_t,
+                    w.prompt_tokens,
+                    w.output_tokens,
+                    w.group,
+                    accepted=accepted,
+                    k_of_b=policy,
+                    step_k=step,
+                    prefill_s=spec.prefill,
+                    slots=spec.slots,
+                    overhead_s=spec.overhead_s,
+                    abort_s=w.abort_s,
+                    seed=seed,
+                )
                 f = figures(w, r.ok, r.e2e, r.ttft)
                 got[name].append((f.goodput, f.e2e_p50))
         diff = np.array([s[0] - f[0] for s, f in zip(got["schedule"], got["fixed"], strict=True)])
@@ -198,26 +220,31 @@ def check(
             v = [x for x in xs if x is not None]
             return float(np.mean(v)) if v else None
 
-        rows.append({
-            "rate": float(rate),
-            "goodput_fixed": mean([g for g, _ in got["fixed"]]),
-            "goodput_schedule": mean([g for g, _ in got["schedule"]]),
-            "e2e_p50_fixed": mean([e for _, e in got["fixed"]]),
-            "e2e_p50_schedule": mean([e for _, e in got["schedule"]]),
-            "goodput_diff": float(diff.mean()), "goodput_diff_se": se,
-        })  # fmt: skip
+        rows.append(
+            {
+                "rate": float(rate),
+                "goodput_fixed": mean([g for g, _ in got["fixed"]]),
+                "goodput_schedule": mean([g for g, _ in got["schedule"]]),
+                "e2e_p50_fixed": mean([e for _, e in got["fixed"]]),
+                "e2e_p50_schedule": mean([e for _, e in got["schedule"]]),
+                "goodput_diff": float(diff.mean()),
+                "goodput_diff_se": se,
+            }
+        )
     gains = [r["rate"] for r in rows if (r["goodput_diff"] or 0) > 2 * (r["goodput_diff_se"] or 0)]
     loses = [r["rate"] for r in rows if (r["goodput_diff"] or 0) < -2 * (r["goodput_diff_se"] or 0)]
     fmt = lambda xs: ", ".join(f"{x:.3g}" for x in xs)  # noqa: E731
     same = [r for r in rates if r not in gains and r not in loses]
     if not gains and not loses:
-        text = (f"the schedule and a fixed k={k} give the same goodput (within 2 standard errors "
-                f"over {len(seeds)} seeds) at every simulated rate ({fmt(rates)} req/s)")  # fmt: skip
+        text = (
+            f"the schedule and a fixed k={k} give the same goodput (within 2 standard errors "
+            f"over {len(seeds)} seeds) at every simulated rate ({fmt(rates)} req/s)"
+        )
     else:
         parts = [
             f"the schedule gains goodput over a fixed k={k} at {fmt(gains)} req/s" if gains else "",
             f"loses to it at {fmt(loses)} req/s" if loses else "",
             f"no difference at {fmt(same)} req/s" if same else "",
-        ]  # fmt: skip
+        ]
         text = "; ".join(x for x in parts if x) + f" (simulated over {len(seeds)} seeds)"
     return ScheduleCheck(k, tuple(rows), f"checked step by step: {text}", spec.profile)

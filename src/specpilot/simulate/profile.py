@@ -76,8 +76,10 @@ class HardwareProfile(StrictModel):
 
     @model_validator(mode="after")
     def _distinct(self) -> HardwareProfile:
-        for name, pts in (("plain", self.plain),
-                          ("speculative.steps", self.speculative.steps if self.speculative else [])):  # fmt: skip
+        for name, pts in (
+            ("plain", self.plain),
+            ("speculative.steps", self.speculative.steps if self.speculative else []),
+        ):
             b = [p.batch for p in pts]
             if len(set(b)) != len(b):
                 raise ValueError(f"{name}: batch sizes repeat ({b}); give one step_s per batch")
@@ -116,8 +118,9 @@ def apply(costs: ArmCosts, profile: HardwareProfile, path: str = "") -> ArmCosts
         if spec is None:
             raise InputFileError(
                 f"{path or profile.name}: arm {costs.arm} speculates (k={costs.k}) and the "
-                "profile has no speculative steps", fix="add speculative: {k: ..., steps: [...]}"
-            )  # fmt: skip
+                "profile has no speculative steps",
+                fix="add speculative: {k: ..., steps: [...]}",
+            )
         if spec.k != costs.k:
             raise InputFileError(
                 f"{path or profile.name}: speculative.k is {spec.k}, arm {costs.arm} drafts "
@@ -126,14 +129,19 @@ def apply(costs: ArmCosts, profile: HardwareProfile, path: str = "") -> ArmCosts
             )
         pts = spec.steps
     xs, ys = np.array([p.batch for p in pts], float), np.array([p.step_s for p in pts])
-    step = StepCurve({p.batch: p.step_s for p in pts}, fit_linear(xs, ys), len(pts), "profile",
-                     interpolate=True)  # fmt: skip
+    step = StepCurve(
+        {p.batch: p.step_s for p in pts}, fit_linear(xs, ys), len(pts), "profile", interpolate=True
+    )
     pre = fit_linear(
         np.array([p.tokens for p in profile.prefill], float),
         np.array([p.seconds for p in profile.prefill]),
     )
     where = f"profile {profile.name} ({profile.source}{'; ' + profile.hardware if profile.hardware else ''})"
     return dataclasses.replace(
-        costs, step=step, prefill=pre, slots=profile.slots, overhead_s=profile.overhead_s,
+        costs,
+        step=step,
+        prefill=pre,
+        slots=profile.slots,
+        overhead_s=profile.overhead_s,
         profile=f"{where}; acceptance from {costs.profile}",
-    )  # fmt: skip
+    )

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 from specpilot.errors import SpecpilotError
-from specpilot.records import PilotData
-from specpilot.simulate.costs import calibrate, with_records
+from specpilot.records import PilotData, RequestRecord, RequestRounds
+from specpilot.simulate.costs import calibrate
 from specpilot.simulate.crossover import crossover
 from specpilot.simulate.kschedule import check, k_schedule
-from specpilot.simulate.predict import Validation, measured, measured_phases, validate
+from specpilot.simulate.predict import measured, measured_phases
+from specpilot.simulate.validation import Validation, validate
 
 RATES = 8
 MAX_REQUESTS = 200_000  # above this the report leaves simulation to `specpilot simulate`
@@ -62,20 +63,32 @@ def pilot_simulation(
             ok = b in done and c in done and done[b].validated and done[c].validated
             if not ok:  # modelled from costs whose simulation missed its gate: no evidence
                 chk["text"] += " (NOT validated: the simulation of these arms missed its gate)"
-            out["k_schedules"].append({
-                "baseline_arm": b, "candidate_arm": c, "ranges": [list(r) for r in ks.ranges],
-                "text": f"{c}: {ks.text}", "check": chk, "validated": ok,
-                "vllm_speculative_config": ks.vllm_speculative_config(), "notes": list(ks.notes),
-            })  # fmt: skip
+            out["k_schedules"].append(
+                {
+                    "baseline_arm": b,
+                    "candidate_arm": c,
+                    "ranges": [list(r) for r in ks.ranges],
+                    "text": f"{c}: {ks.text}",
+                    "check": chk,
+                    "validated": ok,
+                    "vllm_speculative_config": ks.vllm_speculative_config(),
+                    "notes": list(ks.notes),
+                }
+            )
         if b not in done or c not in done:
             continue
         if not (done[b].validated and done[c].validated):
             bad = [a for a in (b, c) if not done[a].validated]
-            out["crossovers"].append({
-                "baseline_arm": b, "candidate_arm": c, "bracket": None, "validated": False,
-                "text": f"{c} vs {b}: no simulated crossover, the simulation of {', '.join(bad)} "
-                "is not validated (simulated figures are no evidence here)",
-            })  # fmt: skip
+            out["crossovers"].append(
+                {
+                    "baseline_arm": b,
+                    "candidate_arm": c,
+                    "bracket": None,
+                    "validated": False,
+                    "text": f"{c} vs {b}: no simulated crossover, the simulation of {', '.join(bad)} "
+                    "is not validated (simulated figures are no evidence here)",
+                }
+            )
             continue
         rates = [p.offered_rate for p in data.phases if p.arm == b and not p.warmup]
         rates = [r for r in rates if r > 0]
@@ -84,10 +97,74 @@ def pilot_simulation(
         grid = np.geomspace(min(rates), 2 * max(rates), RATES).round(4).tolist()
         template, _ = measured(data, b, measured_phases(data, b)[-1])
         x = crossover(calibrate(data, b), calibrate(data, c), template, grid, n=requests)
-        out["crossovers"].append({
-            "baseline_arm": b, "candidate_arm": c, "bracket": x.bracket, "validated": True,
-            "rates": list(x.rates), "ratio_p50": [list(r) for r in x.ratio_p50],
-            "outcome": list(x.outcome),
-            "text": f"{x.text} (simulated, validated on this pilot's phases)",
-        })  # fmt: skip
+        out["crossovers"].append(
+            {
+                "baseline_arm": b,
+                "candidate_arm": c,
+                "bracket": x.bracket,
+                "validated": True,
+                "rates": list(x.rates),
+                "ratio_p50": [list(r) for r in x.ratio_p50],
+                "outcome": list(x.outcome),
+                "text": f"{x.text} (simulated, validated on this pilot's phases)",
+            }
+        )
+    return out
+
+
+_REQUEST_FIELDS = tuple(
+    [
+        "prompt_tokens",
+        "output_tokens",
+        "sent_t",
+        "first_content_t",
+        "done_t",
+        "deadline_s",
+        "ttft_slo_s",
+        "prefill_s",
+        "decode_s",
+    ]
+)
+
+
+def with_records(data: PilotData) -> PilotData:
+    """``data`` with its requests and round aggregates as records: a reader at scale hands them
+    over as columns only (``columns=True``, ``specpilot report``)."""
+    import dataclasses
+    import math
+
+    from specpilot.store.aggregates import as_lists
+    from specpilot.store.codec import records_of
+
+    out = data
+    if not data.request_rounds and data.request_rounds_columns is not None:
+        rr = records_of(RequestRounds, as_lists(data.request_rounds_columns))
+        out = dataclasses.replace(out, request_rounds=rr)
+    cols = data.request_columns
+    if not data.requests and cols is not None:
+
+        def val(x: Any) -> Any:
+            return None if isinstance(x, float) and math.isnan(x) else x
+
+        n = len(cols["request_id"])
+        reqs = [
+            RequestRecord(
+                str(cols["run_id"][i]),
+                str(cols["arm"][i]),
+                str(cols["phase"][i]),
+                str(cols["task_group"][i]),
+                str(cols["request_id"][i]),
+                float(cols["scheduled_t"][i]),
+                str(cols["status"][i]),
+                warmup=bool(cols["warmup"][i]),
+                **{f: val(cols[f][i].item()) for f in _REQUEST_FIELDS},
+            )
+            for i in range(n)
+        ]
+        for r in reqs:
+            for f in ("prompt_tokens", "output_tokens"):
+                v = getattr(r, f)
+                if v is not None:
+                    setattr(r, f, int(v))
+        out = dataclasses.replace(out, requests=reqs)
     return out

@@ -195,8 +195,9 @@ def request_columns(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     for name, arr in cols.items():
         typ = types.get(name, "DOUBLE")
         if typ == "VARCHAR":
-            out[name] = np.asarray(np.ma.filled(arr, None) if np.ma.isMaskedArray(arr) else arr,
-                                   dtype=object)  # fmt: skip
+            out[name] = np.asarray(
+                np.ma.filled(arr, None) if np.ma.isMaskedArray(arr) else arr, dtype=object
+            )
         elif typ == "BOOLEAN":
             out[name] = np.asarray(np.ma.filled(arr, False), dtype=bool)
         else:
@@ -254,10 +255,13 @@ def chunk_gaps(con: duckdb.DuckDBPyConnection) -> list[ChunkGaps]:
     if not groups:
         return []
     names = ("run_id", "arm", "phase", "task_group")
-    con.register("_gap_groups", {
-        "gid": np.arange(len(groups), dtype=np.int32),
-        **{n: np.array([g[i] for g in groups], dtype=object) for i, n in enumerate(names)},
-    })  # fmt: skip
+    con.register(
+        "_gap_groups",
+        {
+            "gid": np.arange(len(groups), dtype=np.int32),
+            **{n: np.array([g[i] for g in groups], dtype=object) for i, n in enumerate(names)},
+        },
+    )
     try:  # no strings and no ORDER BY in the big result: numbers only, grouped in numpy
         cols = con.execute(
             """

@@ -198,8 +198,9 @@ def _insert_arrays(
         verb = "INSERT OR REPLACE" if replace else "INSERT"
         src = f" FROM {view}" if data else " FROM range(?)"
         params = [] if data else [n]
-        con.execute(f"{verb} INTO {table.name} ({cols}) SELECT {', '.join(exprs.values())}{src}",
-                    params)  # fmt: skip
+        con.execute(
+            f"{verb} INTO {table.name} ({cols}) SELECT {', '.join(exprs.values())}{src}", params
+        )
     finally:
         con.unregister(view)
     return n

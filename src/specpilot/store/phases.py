@@ -137,6 +137,12 @@ class PhaseRecorder:
             return self.scrape(self.run_id, self.arm, phase, label)
         except Exception as exc:  # recorded, not fatal: the phase's counters are then unknown
             return MetricSnapshot(
-                self.run_id, self.arm, phase, label, time.perf_counter(), "unknown", {},
+                self.run_id,
+                self.arm,
+                phase,
+                label,
+                time.perf_counter(),
+                "unknown",
+                {},
                 f"scrape failed: {type(exc).__name__}: {exc}",
-            )  # fmt: skip
+            )

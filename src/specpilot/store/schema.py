@@ -106,26 +106,37 @@ TABLES: dict[str, Table] = {
         Table("pilots", R.PilotRecord, ("pilot_id",), True, order="created_unix"),
         Table("arms", R.ArmRecord, ("run_id",), True, order="run_order, repetition, run_id"),
         Table(
-            "phases", R.PhaseRecord, ("run_id", "arm", "phase"), True,
+            "phases",
+            R.PhaseRecord,
+            ("run_id", "arm", "phase"),
+            True,
             order="run_id, arm, planned_start_s, phase",
         ),
         Table(
-            "requests", R.RequestRecord, _KEYS, True,
+            "requests",
+            R.RequestRecord,
+            _KEYS,
+            True,
             order="run_id, arm, scheduled_t, request_id",
         ),
         Table(
-            "chunks", R.ChunkTiming, (*_KEYS, "index"),
+            "chunks",
+            R.ChunkTiming,
+            (*_KEYS, "index"),
             extra=(("arm", "VARCHAR"), ("gap_s", "DOUBLE")),
             order='run_id, arm, request_id, "index"',
         ),
         Table(
-            "rounds", R.RoundRecord, (*_KEYS, "round_index"),
+            "rounds",
+            R.RoundRecord,
+            (*_KEYS, "round_index"),
             order="run_id, arm, request_id, round_index",
         ),
         Table("prefills", R.PrefillRecord, _KEYS, order="run_id, arm, request_id"),
         Table("snapshots", R.MetricSnapshot, order="run_id, arm, t, label"),
         Table(
-            "quality", R.QualityRecord,
+            "quality",
+            R.QualityRecord,
             order="run_id, arm, task_group, prompt_id, check_name, sample_index",
         ),
         Table("outputs", R.OutputRecord, order="run_id, arm, task_group, prompt_id, sample_index"),
@@ -133,7 +144,7 @@ TABLES: dict[str, Table] = {
         Table("compat", R.CompatRecord, order="run_id, arm, feature"),
         Table("drills", R.DrillRecord, order="run_id, arm, requested_t"),
     )
-}  # fmt: skip
+}
 VERSION_TABLE = (
     "CREATE TABLE schema_version (version INTEGER, specpilot_version VARCHAR, "
     "applied_unix DOUBLE, note VARCHAR)"

@@ -391,9 +391,15 @@ def format_errors(
     root: type[BaseModel] | None = None,
 ) -> str:
     return validation.format_errors(
-        exc, where, root=root or WorkloadConfig, lines=lines, prefix=prefix, tags=_TAGS,
-        fixes=_FIXES, special=_meta_ref,
-    )  # fmt: skip
+        exc,
+        where,
+        root=root or WorkloadConfig,
+        lines=lines,
+        prefix=prefix,
+        tags=_TAGS,
+        fixes=_FIXES,
+        special=_meta_ref,
+    )
 
 
 def _meta_ref(e: Any) -> tuple[str, str] | None:
