@@ -13,6 +13,7 @@ from typing import Any
 
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.steps import ArmSteps
+from specpilot.records import MetricSnapshot
 
 
 class PlantedBackend:
@@ -35,8 +36,10 @@ class PlantedBackend:
     def stop(self) -> None:  # the proxy only: the engine is the baseline's
         self.proxy.stop()
 
-    def scrape(self, *args: Any, **kw: Any) -> Any:
-        return self.base.scrape(*args, **kw)
+    def scrape(
+        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
+    ) -> MetricSnapshot:
+        return self.base.scrape(run_id, arm, phase, label)
 
     def __getattr__(self, name: str) -> Any:  # response_extras and the rest: the engine's
         return getattr(self.base, name)
@@ -80,8 +83,10 @@ class InPlaceBackend:
     def stop(self) -> None:
         return None
 
-    def scrape(self, *args: Any, **kw: Any) -> Any:
-        return self.base.scrape(*args, **kw)
+    def scrape(
+        self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
+    ) -> MetricSnapshot:
+        return self.base.scrape(run_id, arm, phase, label)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)
