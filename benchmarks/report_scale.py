@@ -305,11 +305,12 @@ def run(data: PilotData, out_dir: Path, resamples: int) -> dict[str, float]:
     from specpilot.report.markdown import render_markdown
     from specpilot.report.page import render_html
     from specpilot.report.plots import render_all
+    from specpilot.simulate.section import pilot_simulation
 
     t0 = time.perf_counter()
     a = analyze(data, AnalysisConfig(bootstrap_resamples=resamples))
     t1 = time.perf_counter()
-    doc = to_document(a)
+    doc = to_document(a, pilot_simulation(a.data, list(a.plan.pairs)))
     svgs = render_all(doc["figures"])
     rep = Report(doc, render_html(doc, svgs), render_markdown(doc))
     t2 = time.perf_counter()

@@ -48,8 +48,8 @@ SITS_ON: dict[str, list[str]] = {
     "store": ["workload", "loadgen", "backends"],
     "analysis": ["store", "quality"],
     "quality": ["store"],
-    "report": ["analysis", "quality", "simulate"],
-    "pilot": ["report"],
+    "report": ["analysis", "quality"],  # the simulator's section is given to it (build_report)
+    "pilot": ["report", "simulate"],
     "draft": ["engine", "workload", "analysis"],
     "simulate": ["analysis"],  # calibrated from a pilot file's records
     "commands": ["pilot", "serve", "draft", "simulate"],

@@ -189,8 +189,12 @@ def test_the_group_matrix_and_time_per_token_are_analysis_results_the_report_onl
 def test_the_verdict_block_shows_the_simulated_crossover_and_setting_labelled_as_simulated():
     from pilot_cases import full_case
     from specpilot.report import build_report
+    from specpilot.simulate.section import pilot_simulation
 
-    r = build_report(full_case(), plots=False)
+    assert build_report(full_case(), plots=False).document["simulation"]["notes"] == [
+        "not simulated: this report was built without the simulator"
+    ]
+    r = build_report(full_case(), plots=False, simulation=pilot_simulation)
     doc = r.document
     v = doc["verdicts"][0]
     sim = doc["simulation"]

@@ -28,14 +28,16 @@ analysis passes its own settings (``verdict.equivalence_margin``, ``ci_level``,
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from specpilot.analysis.config import AnalysisConfig
+from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.stats import sign_flip_p, t_interval
 from specpilot.records import DRILL_PHASE, DrillRecord, PilotData, RequestRecord
 
@@ -225,3 +227,48 @@ def parity_of(data: PilotData, baseline: str, cfg: AnalysisConfig) -> dict[str, 
         alpha=1.0 - cfg.ci_level,
         min_pairs=v.min_pairs,
     )
+
+
+def drill_outcomes(
+    drills: Sequence[DrillRecord],
+    parity: Mapping[str, RollbackParity],
+    comparisons: Sequence[PairedComparison],
+    candidates: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Every drill as the report shows it: its record, the post-rollback parity (``parity``)
+    and ``weigh``'s sentence against the gain its pooled cell measured at the drill's source
+    phase (a gain only where that cell says "faster"); a candidate with no drill record gets a
+    row saying so."""
+    out = [dataclasses.asdict(d) for d in drills]
+    for d in out:
+        if d.get("status") != "done":
+            continue
+        detail = d.get("detail") or {}
+        if d["arm"] in parity:
+            d["detail"] = {**detail, "post_rollback": parity[d["arm"]].to_dict()}
+        cell = next(
+            (
+                c
+                for c in comparisons
+                if c.candidate_arm == d["arm"]
+                and c.task_group == "*"
+                and c.phase == detail.get("source_phase")
+            ),
+            None,
+        )
+        est = cell.task_rel_change.estimate if cell is not None else None
+        gain = -est if est is not None and cell is not None and cell.outcome == "faster" else None
+        d["weighed"] = weigh(
+            d.get("switch_in_force_s"),
+            int(d.get("interrupted") or 0),
+            gain,
+            cell.offered_rate if cell is not None else None,
+        )
+    drilled = {d.arm for d in drills}
+    why = "no drill record in the pilot file"
+    out += [
+        {"arm": arm, "status": "not_drilled", "kind": "none", "reason": why}
+        for arm in candidates
+        if arm not in drilled
+    ]
+    return out

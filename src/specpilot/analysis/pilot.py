@@ -29,7 +29,7 @@ from specpilot.analysis.drift import AAControl, Drift, aa_control, contended
 from specpilot.analysis.fold import fold, has_episodes
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
-from specpilot.analysis.parity import RollbackParity, parity_of
+from specpilot.analysis.parity import RollbackParity, drill_outcomes, parity_of
 from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
 from specpilot.analysis.predicted import PredictionCheck, prediction_checks
 from specpilot.analysis.requests import RequestTable
@@ -84,6 +84,8 @@ class PilotAnalysis:
     notes: list[str] = field(default_factory=list)
     # per drilled arm: served rolled back, is it back to the baseline's latency (parity)
     drill_parity: dict[str, RollbackParity] = field(default_factory=dict)
+    # every drill with its parity and its cost weighed against the gain (``parity.drill_outcomes``)
+    drills: list[dict[str, Any]] = field(default_factory=list)
     planted: list[pl.PlantedResult] = field(default_factory=list)  # per level: was it found
     episodic: bool = False  # the episode design (pilot.design): processes and episodes as units
     # the planner's predicted MDE and interval beside what each pooled cell achieved
@@ -120,6 +122,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     _verdicts(a, table, data)
     a.crossovers = cap.crossover(a.verdicts)
     a.drill_parity = parity_of(data, plan.baseline, cfg) if plan.baseline else {}
+    a.drills = drill_outcomes(data.drills, a.drill_parity, a.comparisons, plan.candidates)
     _costs(a)
     a.group_matrix = group_matrix(
         plan.pairs[0] if plan.pairs else None, a.rounds_pooled, a.quality_cells, a.comparisons

@@ -56,13 +56,14 @@ def read(path: Path) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from specpilot.report import build_report
+    from specpilot.simulate.section import pilot_simulation
 
     path = Path(args.pilot)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such pilot file")
     data = read(path)
     cfg = analysis_config(data.pilot.config or {}, args.config)
-    rep = build_report(data, cfg, plots=not args.no_plots)
+    rep = build_report(data, cfg, plots=not args.no_plots, simulation=pilot_simulation)
     out = Path(args.out) if args.out else path.with_name(path.stem + "-report")
     paths = rep.write(out)
     for v in rep.document["verdicts"]:

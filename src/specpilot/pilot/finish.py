@@ -40,11 +40,12 @@ def report(
 ) -> tuple[dict[str, Path], dict[str, Any]]:
     """Analyse the pilot file and write the report next to it; returns (files, document)."""
     from specpilot.report import build_report
+    from specpilot.simulate.section import pilot_simulation
     from specpilot.store import read_pilot
 
     progress.step("all arms", "analysis and report")
     data = read_pilot(path)
-    rep = build_report(data, cfg.analysis)
+    rep = build_report(data, cfg.analysis, simulation=pilot_simulation)
     files: dict[str, Path] = {"duckdb": path}
     for p in rep.write(out_dir):
         key = p.suffix.lstrip(".") if p.name.startswith("report.") else p.stem

@@ -10,12 +10,17 @@ every figure (JSON Schema: ``report/report.schema.json``), from a pilot's record
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.records import PilotData
+
+# (the analysed pilot's records, its compared (baseline, candidate) pairs) -> the simulator's
+# section of the document
+Simulation = Callable[[PilotData, Sequence[tuple[str, str]]], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -47,17 +52,27 @@ class Report:
         return paths
 
 
-def build_report(data: PilotData, cfg: AnalysisConfig | None = None, plots: bool = True) -> Report:
-    """Analyse the pilot and render the three formats (``plots=False`` skips matplotlib)."""
+def build_report(
+    data: PilotData,
+    cfg: AnalysisConfig | None = None,
+    plots: bool = True,
+    simulation: Simulation | None = None,
+) -> Report:
+    """Analyse the pilot and render the three formats (``plots=False`` skips matplotlib).
+    ``simulation``: what computes the simulator's section from the analysed data and the
+    compared pairs (``simulate.section.pilot_simulation``; None: the report says it was not
+    simulated). The report itself runs no simulation: it renders what it is given."""
     from specpilot.analysis.pilot import analyze
     from specpilot.report.document import to_document
     from specpilot.report.markdown import render_markdown
     from specpilot.report.page import render_html
     from specpilot.report.plots import render_all
 
-    doc = to_document(analyze(data, cfg))
+    a = analyze(data, cfg)
+    sim = simulation(a.data, list(a.plan.pairs)) if simulation is not None else None
+    doc = to_document(a, sim)
     svgs = render_all(doc["figures"]) if plots else {}
     return Report(doc, render_html(doc, svgs), render_markdown(doc))
 
 
-__all__ = ["Report", "build_report"]
+__all__ = ["Report", "Simulation", "build_report"]

@@ -12,6 +12,7 @@ the numbers of every table and the data series of every plot (``figures``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from specpilot import __version__
@@ -20,7 +21,14 @@ from specpilot.records import PilotData
 from specpilot.report.definitions import DEFINITIONS
 from specpilot.report.figures import figure_data
 from specpilot.report.fmt import clean
-from specpilot.simulate.section import pilot_simulation
+
+# a document built without the simulator (``build_report(..., simulation=None)``)
+NOT_SIMULATED: dict[str, Any] = {
+    "validations": [],
+    "crossovers": [],
+    "k_schedules": [],
+    "notes": ["not simulated: this report was built without the simulator"],
+}
 
 SCHEMA_VERSION = 1
 
@@ -88,49 +96,9 @@ def _compat(a: PilotAnalysis) -> dict[str, Any]:
     return {"features": features, "arms": arms, "matrix": matrix}
 
 
-def _drills(a: PilotAnalysis) -> list[dict[str, Any]]:
-    from specpilot.analysis.parity import weigh
-
-    out = [clean(d) for d in a.data.drills]
-    for d in out:
-        if d.get("status") != "done":
-            continue
-        detail = d.get("detail") or {}
-        if d["arm"] in a.drill_parity:  # computed by the analysis, with its thresholds
-            d["detail"] = {**detail, "post_rollback": a.drill_parity[d["arm"]].to_dict()}
-        cell = next(
-            (
-                c
-                for c in a.comparisons
-                if c.candidate_arm == d["arm"]
-                and c.task_group == "*"
-                and c.phase == detail.get("source_phase")
-            ),
-            None,
-        )
-        est = cell.task_rel_change.estimate if cell is not None else None
-        gain = -est if est is not None and cell is not None and cell.outcome == "faster" else None
-        d["weighed"] = weigh(
-            d.get("switch_in_force_s"),
-            int(d.get("interrupted") or 0),
-            gain,
-            cell.offered_rate if cell is not None else None,
-        )
-    drilled = {d.arm for d in a.data.drills}
-    for arm in a.plan.candidates:
-        if arm not in drilled:
-            out.append(
-                {
-                    "arm": arm,
-                    "status": "not_drilled",
-                    "kind": "none",
-                    "reason": "no drill record in the pilot file",
-                }
-            )
-    return out
-
-
-def to_document(a: PilotAnalysis) -> dict[str, Any]:
+def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The document of ``a``; ``simulation``: the simulator's section (``simulate.section``),
+    computed by the caller (the report renders, it runs nothing)."""
     """The whole report as JSON-able data (sections in R9 order, then definitions and figures)."""
     p = a.data.pilot
     doc: dict[str, Any] = {
@@ -178,11 +146,11 @@ def to_document(a: PilotAnalysis) -> dict[str, Any]:
             "crossover": [clean(c) for c in a.crossovers],
         },
         # simulated, and labelled so: validated on the pilot's own phases or not used
-        "simulation": clean(pilot_simulation(a.data, list(a.plan.pairs))),
+        "simulation": clean(simulation) if simulation is not None else NOT_SIMULATED,
         "memory": [clean(m) for m in a.memory],
         "cost": {"arms": [clean(c) for c in a.costs], "lines": [clean(c) for c in a.cost_lines]},
         "compatibility": _compat(a),
-        "drills": _drills(a),
+        "drills": [clean(d) for d in a.drills],
         "rollback_rules": dict(a.rollback_yaml),
         "analysis_config": a.config.model_dump(mode="json"),
         "definitions": [{"name": n, "definition": d} for n, d in DEFINITIONS],
