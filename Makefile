@@ -72,9 +72,11 @@ test: install vllm debs
 test-fast: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"
 
-# The embedded default pilot (src/specpilot/data/pilots/default.yaml): three builtin arms and
-# three llama.cpp arms through off-peak, peak and burst, quality gates, the rollback drill and
-# the verdict; report.html/.md/.json and pilot.duckdb land in runs/<timestamp>/.
+# The embedded default pilot (src/specpilot/data/pilots/default.yaml): the builtin baseline
+# against it with the shipped draft, 4 engine processes per arm, each load level (off-peak,
+# peak) cut into 14 episodes, a planted +15% slowdown that must be found, quality gates, the
+# rollback drill and the verdict; report.html/.md/.json and pilot.duckdb land in
+# runs/<timestamp>/. The six-arm pilot with llama.cpp is examples/pilot-six-arms.yaml.
 demo: install
 	$(BIN)/specpilot pilot
 

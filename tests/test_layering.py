@@ -266,3 +266,60 @@ def test_the_private_check_sees_both_forms(tmp_path: Path) -> None:
         "uses a._x",
         "imports _x",
     ]
+
+
+ENGINES = {"builtin", "llamacpp", "vllm", "sglang"}
+
+
+def engine_branches(
+    src: Path = SRC, packages: tuple[str, ...] = ("pilot", "analysis", "commands", "report")
+) -> list[str]:
+    """Every branch on an engine's name (``x.engine == "vllm"``, ``engine in ("vllm", ...)``)
+    or on an engine's options class (``isinstance(o, VllmOptions)``) in ``packages``: what an
+    engine is and does belongs to its adapter (``backends.adapters``)."""
+    out = []
+    for pkg in packages:
+        for path in sorted((src / "specpilot" / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+                where = f"{path.relative_to(src)}:{getattr(node, 'lineno', 0)}"
+                if isinstance(node, ast.Compare):
+                    consts = {
+                        e.value
+                        for side in [node.left, *node.comparators]
+                        for e in (
+                            [side] if isinstance(side, ast.Constant) else getattr(side, "elts", [])
+                        )
+                        if isinstance(e, ast.Constant)
+                    }
+                    if consts & ENGINES:
+                        out.append(f"{where} compares with {sorted(consts & ENGINES)}")
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id == "isinstance"
+                    and len(node.args) == 2
+                    and "Options" in ast.unparse(node.args[1])
+                ):
+                    out.append(f"{where} isinstance on {ast.unparse(node.args[1])}")
+    return out
+
+
+def test_no_engine_branches_outside_the_adapters() -> None:
+    bad = engine_branches()
+    assert not bad, "branches on engine names outside backends/:\n" + "\n".join(bad)
+
+
+def test_the_engine_branch_check_sees_them(tmp_path: Path) -> None:
+    (tmp_path / "specpilot" / "pilot").mkdir(parents=True)
+    (tmp_path / "specpilot" / "pilot" / "x.py").write_text(
+        'if a.engine == "vllm":\n    pass\n'
+        'ok = engine in ("llamacpp", "sglang")\n'
+        "b = isinstance(o, BuiltinOptions)\n"
+        'c = role == "baseline"\n'
+    )
+    got = engine_branches(tmp_path, ("pilot",))
+    assert [g.split(" ", 1)[1] for g in got] == [
+        "compares with ['vllm']",
+        "compares with ['llamacpp', 'sglang']",
+        "isinstance on BuiltinOptions",
+    ]

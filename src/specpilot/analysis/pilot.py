@@ -43,7 +43,7 @@ from specpilot.analysis.round_summary import (
 from specpilot.analysis.tune_k import KChoice, KRun, choose_k
 from specpilot.analysis.verdict import decide, validation_arm, with_triggers
 from specpilot.analysis.verify_cost import VerifyCurve, curve_for, verify_curves
-from specpilot.records import TOTALS_ENGINES, ArmRecord, PilotData
+from specpilot.records import DERIVED_TIMES_ENGINES, TOTALS_ENGINES, ArmRecord, PilotData
 
 
 @dataclass
@@ -159,7 +159,9 @@ def _rounds(a: PilotAnalysis, data: PilotData) -> None:
     if len(rt) == 0:
         a.notes.append("no round records: the per-round section is empty")
     with_rounds = {str(x) for x in rt.labels["arm"]} if len(rt) else set()
-    derived = sorted({r.arm for r in data.arms if r.engine == "vllm" and r.arm in with_rounds})
+    derived = sorted(
+        {r.arm for r in data.arms if r.engine in DERIVED_TIMES_ENGINES and r.arm in with_rounds}
+    )
     if derived:
         a.notes.append(
             f"{', '.join(derived)}: vLLM exports no per-round times. Its round rows are the "

@@ -178,20 +178,26 @@ def engine_opts(items: list[str]) -> dict[str, Any]:
 
 
 def _refuse_unprepared(engine: str, opts: Any) -> None:
-    """Options a pilot prepares before it starts an engine (vLLM loads no GGUF, so the default
-    target is converted first; a shipped draft is exported to GGUF for llama.cpp), which a
-    one-arm load does not: said, not passed on raw."""
-    if engine == "vllm" and (opts.model is None or str(opts.model).endswith(".gguf")):
+    """Files a pilot prepares before it starts an engine (``backends.adapter.Asset``: vLLM
+    loads no GGUF, so a GGUF target is converted first; a specpilot draft is exported for
+    llama.cpp or vLLM), which a one-arm load does not: said, not passed on raw."""
+    from specpilot.backends.adapters import adapter_of
+    from specpilot.pilot.assets import prepared_elsewhere
+
+    a = adapter_of(engine)
+    for option, asset in (a.assets(opts) if a is not None else {}).items():
+        if not prepared_elsewhere(asset):
+            continue
+        if option == "model":
+            raise ConfigError(
+                f"--start --engine {engine} needs --engine-opt model=DIR (a Hugging Face "
+                "directory): converting the default GGUF target is the pilot's preparation",
+                fix="give model=..., or run a pilot file with this arm (specpilot pilot)",
+            )
         raise ConfigError(
-            "--start --engine vllm needs --engine-opt model=DIR (a Hugging Face directory): "
-            "converting the default GGUF target is the pilot's preparation",
-            fix="give model=..., or run a pilot file with this arm (specpilot pilot)",
-        )
-    draft = getattr(opts, "draft", None)
-    if engine in ("vllm", "llamacpp") and draft is not None and str(draft).startswith("shipped:"):
-        raise ConfigError(
-            f"--engine-opt draft={draft}: a shipped draft is converted for {engine} by the pilot",
-            fix="give the converted file or directory as draft=..., or run specpilot pilot",
+            f"--engine-opt {option}={asset.source}: a specpilot draft is converted for {engine} "
+            "by the pilot",
+            fix=f"give the converted file or directory as {option}=..., or run specpilot pilot",
         )
 
 

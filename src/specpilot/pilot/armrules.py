@@ -18,6 +18,7 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
+from specpilot.backends.adapters import adapter_of
 from specpilot.validation import FieldProblem
 
 
@@ -88,7 +89,7 @@ def _references(arms: Sequence[Any]) -> None:
                     fix=f"name another arm: one of {', '.join(others)}",
                     path=("arms", i, *path),
                 )
-        if a.engine in ("vllm", "sglang") and a.options is None and a.url is None:
+        if a.options is None and a.url is None and adapter_of(a.engine) is not None:
             raise FieldProblem(
                 f"arm {a.name!r}: {a.engine} needs options (to start it) or a url",
                 fix="add options: {model: ...}, or url: http://HOST:PORT/v1 for a running one",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specpilot.analysis.drill import summarize
+from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend
 from specpilot.definitions import goodput
 from specpilot.pilot.arms import ArmPlan
@@ -195,9 +196,10 @@ def run_drill(
         return not_possible(
             run.run_id, plan.name, "the arm is given by URL: specpilot cannot switch or restart it"
         )
-    if plan.engine == "builtin":
+    engine = adapter_of(plan.engine)
+    if engine is not None and engine.in_place:
         switch: RuntimeSwitch | RestartSwitch = RuntimeSwitch(backend.endpoint, ctx.admin_token)
-    elif plan.engine in ("llamacpp", "vllm", "sglang"):
+    elif engine is not None:
         port = int(backend.endpoint.rsplit(":", 1)[1])
         switch = RestartSwitch(
             backend,

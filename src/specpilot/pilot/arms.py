@@ -23,30 +23,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from specpilot.backends.adapters import adapter_of
 from specpilot.pilot.config import (
     Arm,
-    BuiltinOptions,
-    LlamaCppOptions,
     PilotConfig,
     PilotConfigError,
-    VllmOptions,
 )
 from specpilot.records import ResourceBudget, StrategySpec
 
-# (engine, frozen setting) -> the option that sets it, where its name differs
-_OPTION = {
-    ("builtin", "context_limit"): "max_seq_len",
-    ("builtin", "tokenizer_sha256"): "target",
-    ("llamacpp", "target"): "model",
-    ("llamacpp", "tokenizer_sha256"): "model",
-    ("llamacpp", "context_limit"): "n_ctx",
-    ("vllm", "target"): "model",
-    ("vllm", "tokenizer_sha256"): "model",
-    ("vllm", "threads"): "threads_bind",
-    ("vllm", "context_limit"): "max_model_len",
-    ("sglang", "target"): "model",
-    ("sglang", "tokenizer_sha256"): "model",
-}
 # Settings that must be equal between an arm and its reference (R6). "capacity" may differ
 # only for the equal-budget alternative, and only where its budget declares it.
 FROZEN = ("target", "tokenizer_sha256", "dtype", "threads", "context_limit")
@@ -80,53 +64,14 @@ class ArmPlan:
 
 def strategy_of(arm: Arm) -> StrategySpec:
     """The one speculative switch the arm's options turn on (kind ``none`` when off)."""
-    o = arm.options
-    if isinstance(o, BuiltinOptions):
-        if o.draft is None:
-            return StrategySpec()
-        return StrategySpec(kind="draft", k=o.k, draft_id=o.draft)
-    if isinstance(o, LlamaCppOptions):
-        # synthetic acceptance is recorded with the method it fakes (the label says "synthetic")
-        synth = {"synth_rates": o.synth_rates} if o.synth_rates else {}
-        if o.draft is not None:
-            params = {"n_min": o.draft_n_min, "p_min": o.draft_p_min, **synth}
-            return StrategySpec(kind="draft", k=o.draft_n_max, draft_id=o.draft, params=params)
-        if o.spec_type is not None:
-            params = {"n_max": o.draft_n_max, **o.ngram, **synth}
-            kind = "ngram" if o.spec_type.startswith("ngram") else "other"
-            return StrategySpec(kind=kind, k=o.draft_n_max, ngram_type=o.spec_type, params=params)
-        return StrategySpec()
-    if o is not None:  # vllm / sglang
-        sc = o.speculative_config if isinstance(o, VllmOptions) else None
-        if sc is not None:
-            method = str(sc.get("method", ""))
-            kind = (
-                "ngram" if method == "ngram" else ("draft" if method == "draft_model" else "other")
-            )
-            k = sc.get("num_speculative_tokens")
-            return StrategySpec(
-                kind=kind,
-                k=k,
-                draft_id=sc.get("model"),
-                ngram_type=method if kind == "ngram" else None,
-                params={k2: v for k2, v in sc.items() if k2 not in ("model",)},
-            )
-        if o.draft is not None:
-            return StrategySpec(kind="draft", k=o.k, draft_id=o.draft)
-        return StrategySpec()
+    engine = adapter_of(arm.engine)
+    if engine is not None and arm.options is not None:
+        return engine.strategy(arm.options)
     # an endpoint given by URL: specpilot cannot see what it runs
     return StrategySpec(
         kind="none" if arm.role in ("baseline", "alternative", "control") else "other",
         params={"declared_by_role": arm.role, "verified": False},
     )
-
-
-def _resolved_target(path: str | None) -> str | None:
-    if path is not None:
-        return str(path)
-    from specpilot.engine.loader import default_target_path
-
-    return str(default_target_path())
 
 
 def frozen_of(
@@ -140,39 +85,10 @@ def frozen_of(
     cores = os.cpu_count()
     if o is None:  # an endpoint given by URL (openai, or another engine without options)
         return {}, {}, list(FROZEN)
-    frozen: dict[str, Any]
-    capacity: dict[str, Any]
-    if isinstance(o, BuiltinOptions):
-        target = _resolved_target(o.target)
-        frozen = {
-            "target": target,
-            "dtype": o.dtype,
-            "threads": o.threads or cores,
-            "context_limit": o.max_seq_len,
-        }
-        capacity = {"max_slots": o.max_slots, "max_batch_size": o.max_batch_size or o.max_slots}
-    elif isinstance(o, LlamaCppOptions):
-        target = _resolved_target(o.model)
-        frozen = {
-            "target": target,
-            "dtype": "gguf",  # the file's own quantisation: same file, same format
-            "threads": o.threads or cores,
-            "context_limit": o.n_ctx // o.n_parallel,
-        }
-        capacity = {"n_parallel": o.n_parallel}
-    else:  # vllm / sglang started by specpilot (a vLLM arm without model: the default target)
-        target = _resolved_target(o.model) if isinstance(o, VllmOptions) else o.model
-        frozen = {
-            "target": target,
-            "dtype": getattr(o, "dtype", None),
-            "threads": getattr(o, "threads_bind", None),
-            "context_limit": getattr(o, "max_model_len", None),
-        }
-        capacity = {
-            "max_num_seqs": getattr(o, "max_num_seqs", None),
-            "gpu_memory_utilization": getattr(o, "gpu_memory_utilization", None),
-            "kv_space_gib": getattr(o, "kv_space_gib", None),
-        }
+    engine = adapter_of(arm.engine)
+    if engine is None:
+        return {}, {}, list(FROZEN)
+    target, frozen, capacity = engine.frozen(o, cores)
     if resolve_files and target is not None:
         # the file's content, not its path, is what must be equal
         frozen["target_path"] = target
@@ -332,11 +248,11 @@ def arm_manifest(
                 f"config asks for {plan.strategy.kind!r}"
             )
     frozen = dict(plan.frozen)
-    if plan.engine == "builtin" and plan.url is None:
-        cal = described.get("calibration") or {}  # the backend's describe() carries it
-        chosen = (cal.get("formats") or {}).get("target")
+    engine = adapter_of(plan.engine)
+    if engine is not None and plan.url is None:
+        chosen = engine.chosen_format(described)  # the backend's describe() carries it
         if chosen:
-            frozen["dtype"] = str(chosen)
+            frozen["dtype"] = chosen
     capacity = {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}}
     return {
         **described,
@@ -390,7 +306,8 @@ def _check_frozen(p: ArmPlan, ref: ArmPlan, i: int) -> None:
             continue
         a, b = p.frozen.get(key), ref.frozen.get(key)
         if a != b:
-            option = _OPTION.get((p.engine, key), key)
+            engine = adapter_of(p.engine)
+            option = engine.option_of.get(key, key) if engine is not None else key
             raise PilotConfigError(
                 f"arms {p.name!r} and {ref.name!r} differ in {key} ({a!r} vs {b!r}), not only "
                 f"in their strategy: one switch at a time (R6)",

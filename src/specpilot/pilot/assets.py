@@ -1,4 +1,5 @@
-"""Files an arm needs before it starts: our draft as a GGUF file for llama.cpp.
+"""Files an arm needs before it starts (``backends.adapter.Asset``, ``prepare``): our draft
+as a GGUF file, the target and our draft as Hugging Face directories.
 
 llama.cpp loads a draft model from GGUF. A specpilot draft directory (``shipped:NAME`` or a
 path) holds only its own layers and a restricted head over the target's embedding; exported,
@@ -13,6 +14,8 @@ import hashlib
 import os
 from dataclasses import replace
 from pathlib import Path
+
+from specpilot.backends.adapter import Asset
 
 
 def cache_dir() -> Path:
@@ -150,3 +153,28 @@ def hf_draft_dir(spec: str, target: str | Path | None = None) -> Path:
     target_path = Path(target) if target is not None else default_target_path()
     gguf = llamacpp_draft_file(spec, target_path)
     return _cached_hf(gguf, gguf.name.removesuffix(".f16.gguf"), "hf")
+
+
+# what the live progress says while each kind of file is prepared
+ASSET_STEPS = {
+    "gguf_draft": "exporting the draft to one GGUF file",
+    "hf_target": "converting the target to a Hugging Face directory",
+    "hf_draft": "exporting the draft to a Hugging Face directory",
+}
+
+
+def prepare(asset: Asset) -> Path:
+    """The file ``asset`` asks for (``backends.adapter.Asset``), made once into the cache."""
+    if asset.kind == "gguf_draft" and asset.source is not None:
+        return llamacpp_draft_file(asset.source, asset.target)
+    if asset.kind == "hf_target":
+        return hf_target_dir(asset.source)
+    if asset.kind == "hf_draft" and asset.source is not None:
+        return hf_draft_dir(asset.source, asset.target)
+    raise ValueError(f"no way to prepare {asset}")
+
+
+def prepared_elsewhere(asset: Asset) -> bool:
+    """The asset is a conversion only a pilot makes (not a file already in its format): a
+    one-arm ``load --start`` refuses it instead of starting an engine that cannot load it."""
+    return not (asset.kind == "gguf_draft" and str(asset.source).endswith(".gguf"))

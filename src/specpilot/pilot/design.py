@@ -145,7 +145,7 @@ def design_arms(plans: Sequence[Any], settings: EpisodeSettings) -> list[str]:
         arms += [
             within_arm(p.name)
             for p in plans
-            if p.role == "speculative" and p.engine == "builtin" and p.url is None
+            if p.role == "speculative" and p.url is None and _in_place(p.engine)
         ]
     return arms + ([PLANTED] if settings.planted else [])
 
@@ -191,3 +191,11 @@ def design_record(
         "levels": levels,
         "episodes": episodes,
     }
+
+
+def _in_place(engine: str) -> bool:
+    """The engine switches speculation off inside a running process (``backends.adapter``)."""
+    from specpilot.backends.adapters import adapter_of
+
+    a = adapter_of(engine)
+    return a is not None and a.in_place

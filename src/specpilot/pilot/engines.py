@@ -19,42 +19,11 @@ no drill.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.config import (
-    BuiltinOptions,
-    EngineOptions,
-    LlamaCppOptions,
-    SglangOptions,
-    VllmOptions,
-)
-
-
-def _builtin_args(o: BuiltinOptions, dtype: str | None) -> list[str]:
-    args = ["--dtype", dtype or o.dtype, "--max-slots", str(o.max_slots)]
-    args += ["--max-seq-len", str(o.max_seq_len), "--max-queued", str(o.max_queued)]
-    args += ["--queue-timeout", str(o.queue_timeout_s)]  # admin token: $SPECPILOT_ADMIN_TOKEN
-    if o.threads is not None:
-        args += ["--threads", str(o.threads)]
-    if o.max_batch_size is not None:
-        args += ["--max-batch-size", str(o.max_batch_size)]
-    return args + list(o.extra_args)
-
-
-def _vllm_args(o: VllmOptions) -> list[str]:
-    args: list[str] = []
-    for flag, value in (
-        ("--max-model-len", o.max_model_len),
-        ("--max-num-seqs", o.max_num_seqs),
-        ("--gpu-memory-utilization", o.gpu_memory_utilization),
-        ("--tensor-parallel-size", o.tensor_parallel_size),
-    ):
-        if value is not None:
-            args += [flag, str(value)]
-    return args + list(o.extra_args)
+from specpilot.pilot.config import EngineOptions
 
 
 def engine_options(
@@ -78,7 +47,7 @@ def engine_options(
             f"engine {engine!r} cannot be started by specpilot", fix=f"one of {', '.join(OPTIONS)}"
         )
     try:
-        return model.model_validate(dict(raw))
+        return cast(EngineOptions, model.model_validate(dict(raw)))
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, where, root=model)) from None
 
@@ -129,15 +98,16 @@ def make_backend(
     plan: ArmPlan,
     *,
     dtype: str | None = None,
-    llamacpp_draft: str | Path | None = None,
+    files: Mapping[str, str] | None = None,
     overrides: dict[str, Any] | None = None,
     port: int | None = None,
 ) -> Backend:
-    """The backend of an arm (not started). ``dtype`` pins the builtin engine's weight format
-    (every arm of a pilot uses the first arm's choice); ``llamacpp_draft`` is the GGUF file a
-    ``shipped:`` draft was exported to; ``overrides`` replace option fields (the alternative's
-    derived ``max_slots``; the drill's plain restart); ``port`` keeps a restarted engine on
-    its port (the drill)."""
+    """The backend of an arm (not started). ``dtype`` pins the weight format of engines that
+    choose one (every arm of a pilot uses the first arm's choice); ``files``: what the pilot
+    prepared for the arm (``backends.adapter.Asset``: a draft exported to GGUF, a target
+    converted for vLLM); ``overrides`` replace option fields (the alternative's derived
+    ``max_slots``; the drill's plain restart); ``port`` keeps a restarted engine on its port
+    (the drill)."""
     if plan.url is not None:
         from specpilot.backends.openai import OpenAIBackend
 
@@ -147,9 +117,7 @@ def make_backend(
 
         raise ConfigError(f"arm {plan.name!r}: give options: or url:", fix="see examples/")
     o = plan.spec.options.model_copy(update=overrides or {})
-    return backend_for(
-        plan.engine, o, name=plan.name, dtype=dtype, llamacpp_draft=llamacpp_draft, port=port
-    )
+    return backend_for(plan.engine, o, name=plan.name, dtype=dtype, files=files, port=port)
 
 
 def backend_for(
@@ -158,80 +126,18 @@ def backend_for(
     *,
     name: str = "",
     dtype: str | None = None,
-    llamacpp_draft: str | Path | None = None,
+    files: Mapping[str, str] | None = None,
     port: int | None = None,
 ) -> Backend:
-    """The backend for ``engine`` from its validated options (``engine_options``)."""
-    if engine == "builtin" and isinstance(o, BuiltinOptions):
-        from specpilot.backends.builtin import BuiltinBackend
-
-        return BuiltinBackend(
-            target=o.target,
-            draft=o.draft,
-            no_draft=o.draft is None,
-            k=o.k if o.draft is not None else None,
-            per_request_metrics="detailed",
-            extra_args=_builtin_args(o, dtype),
-            port=port or 0,
-        )
-    if engine == "llamacpp" and isinstance(o, LlamaCppOptions):
-        from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
-        from specpilot.engine.loader import default_target_path
-
-        draft = llamacpp_draft if o.draft is not None else None
-        if o.draft is not None and draft is None:
-            draft = o.draft
-        cfg = LlamaCppConfig(
-            model=o.model or default_target_path(),
-            draft=draft,
-            spec_type=o.spec_type,
-            draft_n_max=o.draft_n_max,
-            draft_n_min=o.draft_n_min,
-            draft_p_min=o.draft_p_min,
-            n_ctx=o.n_ctx,
-            n_parallel=o.n_parallel,
-            threads=o.threads,
-            ngram=dict(o.ngram),
-            synth_rates=list(o.synth_rates) if o.synth_rates else None,
-            extra=dict(o.extra),
-            port=port or 0,
-        )
-        return LlamaCppBackend(cfg)
-    if engine == "vllm" and isinstance(o, VllmOptions):
-        from specpilot.backends.vllm import VllmBackend
-
-        return VllmBackend(
-            model=o.model or "default-target",  # converted by the pilot (Pilot.prepare)
-            draft=o.draft,
-            k=o.k,
-            method=o.method,
-            speculative_config=o.speculative_config,
-            served_model_name=o.served_model_name,
-            dtype=o.dtype,
-            enforce_eager=o.enforce_eager,
-            per_request_metrics=o.per_request_metrics,
-            per_request_timings=o.per_request_timings,
-            executable=o.executable,
-            venv=o.venv,
-            kv_space_gib=o.kv_space_gib,
-            threads_bind=o.threads_bind,
-            env=dict(o.env),
-            extra_args=_vllm_args(o),
-            port=port or 0,
-        )
-    if engine == "sglang" and isinstance(o, SglangOptions):
-        from specpilot.backends.sglang import SglangBackend
-
-        return SglangBackend(
-            model=o.model,
-            draft=o.draft,
-            k=o.k,
-            algorithm=o.algorithm,
-            extra_args=list(o.extra_args),
-            port=port or 0,
-        )
+    """The backend for ``engine`` from its validated options (``engine_options``), by its
+    adapter (``backends.adapters``)."""
+    from specpilot.backends.adapters import adapter_of
     from specpilot.errors import ConfigError
 
-    raise ConfigError(
-        f"arm {name!r}: engine {engine!r} cannot be started by specpilot with {type(o).__name__}"
-    )
+    a = adapter_of(engine)
+    if a is None or not isinstance(o, a.options):
+        raise ConfigError(
+            f"arm {name!r}: engine {engine!r} cannot be started by specpilot with "
+            f"{type(o).__name__}"
+        )
+    return a.backend(o, dtype=dtype, files=files or {}, port=port)

@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from specpilot.backends.adapters import ADAPTERS
+
 if TYPE_CHECKING:
     from specpilot.workload import Schedule
 
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 # other work running (builtin engines started in 8-22 s from a warm format cache, llama.cpp in
 # 2 s, quality passes took 4-7 s for 3 rounds, compat checks 1-2 s each, the report 6 s for
 # six arm runs); vLLM and SGLang load a model for a minute or more.
-PRIOR_START_S = {"builtin": 10.0, "llamacpp": 2.0, "vllm": 90.0, "sglang": 90.0, "url": 0.5}
+PRIOR_START_S = {**{e: a.start_prior_s for e, a in ADAPTERS.items()}, "url": 0.5}
 PRIOR_START_OTHER_S = 30.0  # an engine kind without a prior of its own
 PRIOR_DRAIN_S = 3.0  # after a phase's last arrival, until its requests are answered
 PRIOR_PER_UNIT_S = {
@@ -51,7 +53,7 @@ PRIOR_PER_UNIT_S = {
 }
 UNIT_KINDS = tuple(PRIOR_PER_UNIT_S)
 # engine restarts a drill costs: the builtin server switches at run time, the others restart
-DRILL_RESTARTS = {"builtin": 0, "llamacpp": 2, "vllm": 2, "sglang": 2}
+DRILL_RESTARTS = {e: a.drill_restarts for e, a in ADAPTERS.items()}
 
 
 @dataclass(frozen=True)

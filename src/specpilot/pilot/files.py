@@ -27,12 +27,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
-from specpilot.pilot.options import (
-    SHIPPED_DRAFT,
-    BuiltinOptions,
-    LlamaCppOptions,
-    VllmOptions,
-)
+from specpilot.backends.adapters import adapter_of
+from specpilot.pilot.options import SHIPPED_DRAFT
 
 
 class _HasArms(Protocol):
@@ -81,26 +77,23 @@ def _arm(i: int, arm: Any) -> Iterator[MissingModel]:
     o = arm.options
     if arm.url is not None or o is None:  # an endpoint someone else runs
         return
-    # (option, value, always a path): a vLLM / SGLang name may be a hub id instead
-    if isinstance(o, BuiltinOptions):
-        models = [("target", o.target, True), ("draft", o.draft, True)]
-    elif isinstance(o, LlamaCppOptions):
-        models = [("model", o.model, True), ("draft", o.draft, True)]
-    else:
-        models = [("model", o.model, False), ("draft", o.draft, False)]
-    for field, value, always in models:
+    engine = adapter_of(arm.engine)
+    for m in engine.models(o) if engine is not None else []:
+        field, value, always = m.field, m.value, m.always_path
         if value is None:
             continue
-        problem = _draft(value, always) if field == "draft" else _target(field, value, always, o)
+        problem = (
+            _draft(value, always) if field == "draft" else _target(field, value, always, m.hub_ids)
+        )
         if problem is not None:
             message, fix = problem
             yield MissingModel(arm.name, i, field, value, f"arm {arm.name!r}: {message}", fix)
 
 
-def _target(field: str, value: str, always: bool, o: Any) -> tuple[str, str] | None:
+def _target(field: str, value: str, always: bool, hub_ids: bool) -> tuple[str, str] | None:
     if not (always or _looks_like_path(value)) or _exists(value):
         return None
-    hub = " or a Hugging Face hub id in the local cache" if isinstance(o, VllmOptions) else ""
+    hub = " or a Hugging Face hub id in the local cache" if hub_ids else ""
     return (
         f"{field} {value} does not exist{_relative(value)}",
         f"point {field} at an existing GGUF file or checkpoint directory{hub}, "

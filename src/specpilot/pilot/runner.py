@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
-from specpilot.pilot.config import LlamaCppOptions, PilotConfig, PilotConfigError, VllmOptions
+from specpilot.pilot.assets import ASSET_STEPS, prepare
+from specpilot.pilot.config import PilotConfig, PilotConfigError
 from specpilot.pilot.context import RunPlan
 from specpilot.pilot.eta_plan import plan_for
 from specpilot.pilot.gates import Gates
@@ -74,8 +76,7 @@ class Pilot:
         # the admin switch's token reaches the builtin servers through their environment, so it
         # stays out of launch lines and manifests
         self.admin_token = os.environ.setdefault("SPECPILOT_ADMIN_TOKEN", secrets.token_hex(16))
-        self.llamacpp_drafts: dict[str, Path] = {}
-        self.vllm_models: dict[str, dict[str, str]] = {}  # arm -> model / draft HF directories
+        self.files: dict[str, dict[str, str]] = {}  # arm -> option -> the prepared file
         self.plans: list[ArmPlan] = []
         self.overrides: dict[str, dict[str, Any]] = {}
 
@@ -91,36 +92,19 @@ class Pilot:
             schedule = build_schedule(wl)
         else:
             schedule = build_schedule(wl, base_dir=self.base_dir)
-        for p in plans:
-            o = p.spec.options
-            if isinstance(o, LlamaCppOptions) and p.url is None and o.draft is not None:
-                from specpilot.pilot.assets import llamacpp_draft_file
-
-                self.progress.step(p.name, "exporting the draft to GGUF for llama.cpp")
-                path = llamacpp_draft_file(o.draft, o.model)
-                self.llamacpp_drafts[p.name] = path
-                p.strategy.draft_sha256 = _sha256(path)
-            if isinstance(o, VllmOptions) and p.url is None:
-                self.vllm_models[p.name] = self._vllm_models(p.name, o)
+        for p in plans:  # the files each engine needs prepared (backends.adapter.Asset)
+            a = adapter_of(p.engine)
+            if a is None or p.url is not None or p.spec.options is None:
+                continue
+            got: dict[str, str] = {}
+            for option, asset in a.assets(p.spec.options).items():
+                self.progress.step(p.name, ASSET_STEPS[asset.kind])
+                got[option] = str(prepare(asset))
+            self.files[p.name] = got
+            draft = Path(got["draft"]) if "draft" in got else None
+            if draft is not None and draft.is_file():
+                p.strategy.draft_sha256 = _sha256(draft)
         return plans, schedule
-
-    def _vllm_models(self, arm: str, o: VllmOptions) -> dict[str, str]:
-        """vLLM loads Hugging Face directories: a GGUF target (or the default one) and a
-        specpilot draft are converted once into the cache (``pilot.assets``)."""
-        from specpilot.pilot.assets import hf_draft_dir, hf_target_dir
-
-        out: dict[str, str] = {}
-        gguf_target = o.model is None or str(o.model).endswith(".gguf")
-        if gguf_target:
-            self.progress.step(arm, "converting the target to a Hugging Face directory for vLLM")
-            out["model"] = str(hf_target_dir(o.model))
-        draft = o.draft
-        if draft is not None and (
-            draft.startswith("shipped:") or (Path(draft) / "draft.json").is_file()
-        ):
-            self.progress.step(arm, "exporting the draft to a Hugging Face directory for vLLM")
-            out["draft"] = str(hf_draft_dir(draft, o.model if gguf_target else None))
-        return out
 
     # -- running -------------------------------------------------------------------------
     def run(self) -> PilotResult:
@@ -326,13 +310,12 @@ class Pilot:
         from specpilot.pilot.engines import make_backend
 
         over = dict(overrides or self.overrides.get(plan.name, {}))
-        over = {**self.vllm_models.get(plan.name, {}), **over}
         if plain:
             over.update(plain_overrides(plan))
         return make_backend(
             plan,
             dtype=self.pinned_format(),
-            llamacpp_draft=None if plain else self.llamacpp_drafts.get(plan.name),
+            files=self.files.get(plan.name, {}),
             overrides=over,
             port=port,
         )
@@ -342,11 +325,12 @@ class Pilot:
         engine reported choosing (its manifest's calibration, read from the file, so a resumed
         pilot keeps the first run's choice); None before any builtin engine has reported one
         (each arm then runs its own ``dtype`` option)."""
-        arms = [a for a in self.store.records("arms") if a.engine == "builtin" and a.manifest]
+        arms = [a for a in self.store.records("arms") if a.manifest]
         for a in sorted(arms, key=lambda a: (a.run_order, a.repetition)):
-            chosen = ((a.manifest.get("calibration") or {}).get("formats") or {}).get("target")
+            engine = adapter_of(a.engine)
+            chosen = engine.chosen_format(a.manifest) if engine is not None else None
             if chosen:
-                return str(chosen)
+                return chosen
         return None
 
     def derived_overrides(self, plan: ArmPlan) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specpilot.backends.adapters import adapter_of
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import PilotConfigError
 from specpilot.pilot.context import RunPlan
@@ -68,11 +69,8 @@ def target_changed(records: list[ArmRecord], plans: list[ArmPlan]) -> str | None
 
 def plain_overrides(plan: ArmPlan) -> dict[str, Any]:
     """Option changes that switch an arm's speculation off (the drill's plain restart)."""
-    if plan.engine == "builtin":
-        return {"draft": None, "k": 0}
-    if plan.engine == "llamacpp":
-        return {"draft": None, "spec_type": None}
-    return {"draft": None, "speculative_config": None}
+    engine = adapter_of(plan.engine)
+    return engine.plain() if engine is not None else {}
 
 
 def derive_kv_slots(store: Store, plan: ArmPlan, plans: list[ArmPlan]) -> dict[str, Any]:

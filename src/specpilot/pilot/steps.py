@@ -13,6 +13,7 @@ import dataclasses
 import time
 from typing import Any
 
+from specpilot.backends.adapters import adapter_of
 from specpilot.loadgen.client import served_model
 from specpilot.pilot import eta
 from specpilot.pilot.context import PilotContext, RunPlan
@@ -71,7 +72,8 @@ class ArmSteps:
                 cold_start_s=self.rec.cold_start_s if self.rec.cold_start_s else cold,
                 started_unix=self.rec.started_unix or time.time(),
             )
-            if measured_formats_now(manifest):
+            engine = adapter_of(plan.engine)
+            if engine is not None and engine.measured_at_start(manifest):
                 # it ran the weight-format calibration in its own process (the cache was cold);
                 # every other builtin engine reads the cache: one restart, so each compared
                 # engine starts the same way (the first start's time stays its cold start)
@@ -101,7 +103,8 @@ class ArmSteps:
         # builtin speculative engine switched off for it (its runtime switch), others as they
         # are (marked not plain: the analysis leaves them out)
         switch = None
-        if plan.strategy.kind != "none" and plan.engine == "builtin":
+        engine = adapter_of(plan.engine)
+        if plan.strategy.kind != "none" and engine is not None and engine.in_place:
             switch = RuntimeSwitch(self.url, self.p.admin_token)
             switch.off()
         try:
@@ -180,15 +183,3 @@ class ArmSteps:
         if backend is not None:
             backend.stop()
             self.holder.clear()
-
-
-def measured_formats_now(manifest: dict[str, Any]) -> bool:
-    """The engine measured its weight formats at this start (not read from the cache).
-
-    >>> measured_formats_now({"calibration": {"mode": "measured", "seconds": 41.2}})
-    True
-    >>> measured_formats_now({"calibration": {"mode": "measured", "seconds": 0.0}})
-    False
-    """
-    cal = manifest.get("calibration") or {}
-    return cal.get("mode") == "measured" and float(cal.get("seconds") or 0.0) > 0.0

@@ -51,6 +51,7 @@ from specpilot.records.load import (
 )
 from specpilot.records.pilot import (
     ARM_ROLES,
+    DERIVED_TIMES_ENGINES,
     ENGINES,
     TOTALS_ENGINES,
     ArmRecord,
@@ -64,6 +65,7 @@ from specpilot.records.pilot import (
 __all__ = [
     "ARM_ROLES",
     "COMPAT_STATUSES",
+    "DERIVED_TIMES_ENGINES",
     "DRILL_PHASE",
     "DRILL_STATUSES",
     "ENGINES",

@@ -94,6 +94,9 @@ ARM_ROLES = ("baseline", "speculative", "alternative", "control", "extra", "plan
 # speculative totals, not rounds (store.aggregates turns them into round-summary rows)
 ENGINES = ("builtin", "llamacpp", "vllm", "sglang", "openai")
 TOTALS_ENGINES = ("llamacpp",)
+# engines whose rounds come as counts without times: their round rows carry times derived from
+# the request's generation time (``backends.vllm``), so no draft / verify split is measured
+DERIVED_TIMES_ENGINES = ("vllm",)
 
 
 @dataclass

@@ -1,0 +1,112 @@
+"""One adapter per engine specpilot starts: everything the pilot needs to know about an engine,
+so that ``pilot/`` asks the adapter and holds no engine names.
+
+An adapter gives its engine's options model (a pilot file's ``arms[].options`` and ``specpilot
+load --start --engine-opt``), the backend those options start, the speculative strategy they
+switch on, the settings frozen across compared arms and the capacity settings, the option
+changes that switch speculation off, the model files its options name, the files the pilot must
+prepare before the engine can load them (``Asset``), how the rollback drill switches it, and
+the weight format the running engine reports having chosen. Adding an engine is one module
+(``backends/<engine>_arm.py``) registered in ``backends.adapters.ADAPTERS``, plus its tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from specpilot.backends.protocol import Backend
+from specpilot.records import StrategySpec
+from specpilot.validation import StrictModel
+
+
+@dataclass(frozen=True)
+class Asset:
+    """A file the pilot prepares before the engine starts (``pilot.assets``): ``kind`` says
+    what (``gguf_draft``: a draft as one GGUF file; ``hf_target`` / ``hf_draft``: the target or a
+    draft as a Hugging Face directory), from ``source`` (an option's value) on ``target``."""
+
+    kind: str
+    source: str | None
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelField:
+    """An option naming a model: its field, its value, and whether it is always a path (else
+    it may be a hub id the engine resolves from its local cache)."""
+
+    field: str
+    value: str | None
+    always_path: bool
+    hub_ids: bool = False  # a missing path's fix mentions hub ids
+
+
+class EngineAdapter:
+    """The base every engine's adapter fills in (module docstring)."""
+
+    engine: ClassVar[str]
+    options: ClassVar[type[StrictModel]]
+    # how the rollback drill switches speculation off: at run time on the same process
+    # (``runtime_switch``), or by restarting the engine without it (``restart``)
+    switch: ClassVar[str] = "restart"
+    # seconds from start to healthy, until this machine has measured its own (pilot.eta)
+    start_prior_s: ClassVar[float] = 30.0
+    # frozen setting -> the option that sets it, where the names differ (the R6 error's fix)
+    option_of: ClassVar[dict[str, str]] = {"target": "model", "tokenizer_sha256": "model"}
+
+    @property
+    def in_place(self) -> bool:
+        """Speculation can be switched off and on inside one running process."""
+        return self.switch == "runtime_switch"
+
+    @property
+    def drill_restarts(self) -> int:
+        """Engine restarts the rollback drill costs (off and on again, unless in place)."""
+        return 0 if self.in_place else 2
+
+    def backend(
+        self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int | None
+    ) -> Backend:
+        """The (not started) backend for options ``o``; ``dtype``: the weight format every arm
+        of the pilot pins (engines that choose one); ``files``: the prepared ``assets``."""
+        raise NotImplementedError
+
+    def strategy(self, o: Any) -> StrategySpec:
+        raise NotImplementedError
+
+    def frozen(
+        self, o: Any, cores: int | None
+    ) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+        """(the target it loads, the frozen settings, the capacity settings)."""
+        raise NotImplementedError
+
+    def plain(self) -> dict[str, Any]:
+        """The option changes that switch speculation off (the drill's plain restart)."""
+        return {"draft": None, "speculative_config": None}
+
+    def models(self, o: Any) -> list[ModelField]:
+        return [ModelField("model", o.model, False), ModelField("draft", o.draft, False)]
+
+    def assets(self, o: Any) -> dict[str, Asset]:
+        """Option name -> the file the pilot prepares for it (none by default)."""
+        return {}
+
+    def chosen_format(self, manifest: Mapping[str, Any]) -> str | None:
+        """The weight format the running engine reports having chosen (None: it chooses none)."""
+        return None
+
+    def measured_at_start(self, manifest: Mapping[str, Any]) -> bool:
+        """This start measured something the next starts read from a cache (so the pilot
+        restarts it once: every compared engine then starts the same way)."""
+        return False
+
+
+def default_target() -> str:
+    from specpilot.engine.loader import default_target_path
+
+    return str(default_target_path())
+
+
+__all__ = ["Asset", "EngineAdapter", "ModelField", "default_target"]
