@@ -93,6 +93,9 @@ def test_the_planner_predicts_from_this_machines_measured_noise(tmp_path, monkey
         "episode_sd"
     ] == pytest.approx(0.06)
     assert got["speculative"]["mde"] > got["planted"]["mde"]
+    # per load level where that level was measured (_doc measures both levels alike)
+    assert set(got["planted"]["by_level"]) == {"off_peak", "peak"}
+    assert got["planted"]["by_level"]["peak"]["mde"] == pytest.approx(got["planted"]["mde"])
     assert got["speculative"]["half_width"] > got["planted"]["half_width"]
     assert 0.9 < after["deciding_level"] < 0.995  # a pooled level's share of alpha
     json.dumps(after)  # the plan is printed and can be saved as JSON

@@ -80,6 +80,21 @@ def test_a_prediction_from_half_the_noise_is_flagged_as_not_carrying():
     assert "off by more than x1.5" in flagged.text and flagged.ratio < 1 / 1.5
 
 
+def test_a_levels_own_prediction_is_used_where_the_machine_measured_that_level():
+    pred = _prediction(EPISODE_SD / 2)
+    row = pred["predicted"][0]
+    row["by_level"] = {
+        "peak": {
+            k: _prediction(EPISODE_SD)["predicted"][0][k]
+            for k in ("mde", "half_width", "half_width_80")
+        }
+    }
+    rows = [prediction_checks(pred, [_cell(s)], "planted")[0] for s in range(100)]
+    assert np.mean([r.within for r in rows]) >= 0.8  # the level's (true) noise, not the mean's
+    assert rows[0].source == "test, this level's"
+    assert rows[0].predicted_mde == row["by_level"]["peak"]["mde"]
+
+
 def test_no_stored_prediction_no_rows_and_only_pooled_cells_of_the_predicted_arm():
     c = _cell(0)
     assert prediction_checks(None, [c], "planted") == []

@@ -97,11 +97,13 @@ def prediction_checks(
     if not prediction:
         return []
     out = []
-    for p in prediction.get("predicted") or []:
-        arm = p["arm"]
+    for row in prediction.get("predicted") or []:
+        arm = row["arm"]
         cells = [c for c in comparisons if c.candidate_arm == arm and c.task_group == ALL]
         for c in sorted(cells, key=lambda c: (c.offered_rate or 0.0, c.phase)):
             got = achieved_mde(c, one_pool=arm == planted_arm)
+            # the level's own prediction where the machine had measured that level
+            p = {**row, **((row.get("by_level") or {}).get(c.phase) or {})}
             pred = _finite(p.get("mde"))
             ratio = pred / got if pred is not None and got else None
             within = None if ratio is None else 1.0 / FACTOR <= ratio <= FACTOR
@@ -116,7 +118,8 @@ def prediction_checks(
                 PredictionCheck(
                     arm=arm,
                     phase=c.phase,
-                    source=str(p.get("source") or ""),
+                    source=str(row.get("source") or "")
+                    + (", this level's" if c.phase in (row.get("by_level") or {}) else ""),
                     predicted_mde=pred,
                     achieved_mde=got,
                     predicted_half_width=_finite(p.get("half_width")),

@@ -91,13 +91,18 @@ def measured(machine: str, path: Path | None = None) -> dict[str, Any] | None:
     return best
 
 
-def components(entry: Mapping[str, Any], arm: str, kind: str) -> dict[str, float] | None:
-    """One arm's noise over the entry's levels (``kind`` planted: any planted arm): process sd
-    per arm and episode sd, the root mean square over its levels."""
+def components(
+    entry: Mapping[str, Any], arm: str, kind: str, phase: str | None = None
+) -> dict[str, float] | None:
+    """One arm's noise over the entry's levels (``kind`` planted: any planted arm), or at the
+    one load level ``phase``: process sd per arm and episode sd, the root mean square over the
+    levels."""
     cells = [
         c
         for c in entry.get("cells", [])
-        if c["kind"] == kind and (kind == "planted" or c["arm"] == arm)
+        if c["kind"] == kind
+        and (kind == "planted" or c["arm"] == arm)
+        and (phase is None or c.get("phase") == phase)
     ]
     if not cells:
         return None
@@ -121,12 +126,26 @@ def components(entry: Mapping[str, Any], arm: str, kind: str) -> dict[str, float
 PRIOR_PROCESS_SD, PRIOR_EPISODE_SD = 0.02, 0.10
 
 
+def _predicted(c: Mapping[str, float], m: int, mb: int, e: int, alpha: float) -> dict[str, Any]:
+    """The planner's MDE and interval half-width (median, 80th percentile) at noise ``c``."""
+    from specpilot.analysis.episodes import half_width, mde
+
+    hw = half_width(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha)
+    return {
+        "m_base": mb,
+        "episode_sd": c["s_xi"],
+        "mde": mde(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha),
+        "half_width": hw[0],  # median; in 1 pilot of 5 above hw[1]
+        "half_width_80": hw[1],
+    }
+
+
 def episode_plan(cfg: Any) -> dict[str, Any] | None:
     """The episode design's size and the smallest effect it can detect per pooled load level
     (80% power at the level that decides: the analysis's alpha shared by Bonferroni over the
     comparison's cells), from the noise this machine measured in its last episode pilot
     (``pilot.noise``), else from the stated prior."""
-    from specpilot.analysis.episodes import half_width, mde
+    from specpilot.analysis.episodes import mde
     from specpilot.backends.facts import hardware_info
 
     ep = cfg.episodes
@@ -145,21 +164,27 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
     rows = [("planted", "planted")] if ep.planted else []
     rows += [(a.name, "candidate") for a in cfg.arms if a.role in ("speculative", "alternative")]
     predicted = []
+    wl = cfg.workload if isinstance(cfg.workload, dict) else {}
+    phases = [str(p.get("name")) for p in wl.get("phases") or [] if isinstance(p, dict)]
     for arm, kind in rows:
         got = components(entry, arm, kind) if entry else None
         c = got or {"s_a": s, "s_b": s, "s_xi": x}
-        mb = 0 if kind == "planted" else m  # 0: the baseline's own pool (analysis.onepool)
-        hw = half_width(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha)
+        row = _predicted(c, m, 0 if kind == "planted" else m, e, alpha)  # 0: one pool
+        # per load level, where this machine measured that level (else the levels' mean)
+        measured_at = {ph: components(entry, arm, kind, ph) if entry else None for ph in phases}
+        by_level = {
+            ph: _predicted(lc, m, row["m_base"], e, alpha) for ph, lc in measured_at.items() if lc
+        }
         predicted.append(
             {
                 "arm": arm,
                 "kind": kind,
                 "source": f"measured here ({entry['pilot']})" if got and entry else "prior",
-                "episode_sd": c["s_xi"],
                 "process_sd": [c["s_a"], c["s_b"]],
-                "mde": mde(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha),
-                "half_width": hw[0],  # median; in 1 pilot of 5 above hw[1]
-                "half_width_80": hw[1],
+                **{k: v for k, v in row.items() if k != "m_base"},
+                "by_level": {
+                    ph: {k: v for k, v in r.items() if k != "m_base"} for ph, r in by_level.items()
+                },
             }
         )
     return {
