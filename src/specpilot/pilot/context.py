@@ -12,7 +12,7 @@ from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import PilotConfig
 from specpilot.pilot.gates import Gates
 from specpilot.pilot.progress import PilotProgress
-from specpilot.records import ArmRecord
+from specpilot.records import ArmRecord, MetricSnapshot
 from specpilot.store import Store
 from specpilot.workload import Schedule
 
@@ -58,4 +58,4 @@ class PilotContext(Protocol):
 
     def arm_record(self, run: RunPlan) -> ArmRecord: ...
 
-    def snapshot_at_start(self, run: RunPlan, backend: Backend) -> None: ...
+    def snapshot_at_start(self, run: RunPlan, backend: Backend) -> MetricSnapshot | None: ...

@@ -12,11 +12,12 @@ not complete: no finished episode is run or rewritten again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specpilot.pilot.armrun import phases_left
 from specpilot.pilot.arms import ArmPlan
+from specpilot.pilot.config import PilotConfigError
 from specpilot.pilot.context import PilotContext, RunPlan
 from specpilot.pilot.design import K0, PLANTED, WITHIN
 from specpilot.pilot.planted import PlantedSteps, WithinSteps
@@ -53,6 +54,55 @@ def episode_runs(plans: Sequence[ArmPlan], design: dict[str, Any], pilot_id: str
                 RunPlan(by_name[arm], 0, len(out), f"{pilot_id}.{arm}.p{j}", process=j, phases=mine)
             )
     return out
+
+
+HEADROOM = 0.85  # of the memory available before the first start: the pilot, the load generator
+# and the quality checks need the rest
+
+
+def _available_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # no figure: no check
+        return None
+
+
+def processes_that_fit(
+    available: int | None, rss: Mapping[str, int], arms: Sequence[str], processes: int
+) -> str | None:
+    """None when ``processes`` per arm fit in ``HEADROOM`` of ``available`` at the resident
+    memory measured so far (an arm not measured yet counts as the largest measured); else why
+    not, naming the field and the largest value that fits. Checked after every start, so a
+    pilot that cannot hold its processes stops before anything is measured.
+
+        >>> gib = 2**30
+        >>> processes_that_fit(24 * gib, {"b": gib}, ["b", "s"], 4) is None
+        True
+        >>> print(processes_that_fit(24 * gib, {"b": gib}, ["b", "s"], 12))
+        episodes.processes 12: 24 engine processes of about 1.0 GiB each need 24.0 GiB, and 20.4 GiB (85% of the 24.0 GiB available before the first start) is what they may take -> set episodes.processes to at most 10
+    """
+    if not available or not rss:
+        return None
+    each = [rss.get(a, max(rss.values())) for a in arms]
+    need = processes * sum(each)
+    room = HEADROOM * available
+    if need <= room:
+        return None
+    fits = int(room // sum(each))
+    gib = 2**30
+    fix = (
+        f"set episodes.processes to at most {fits}"
+        if fits >= 1
+        else "free memory or run fewer arms: not even one process per arm fits"
+    )
+    return (
+        f"episodes.processes {processes}: {processes * len(arms)} engine processes of about "
+        f"{sum(each) / len(each) / gib:.1f} GiB each need {need / gib:.1f} GiB, and "
+        f"{room / gib:.1f} GiB ({HEADROOM:.0%} of the {available / gib:.1f} GiB available before "
+        f"the first start) is what they may take -> {fix}"
+    )
 
 
 class EpisodeRun:
@@ -105,11 +155,19 @@ class EpisodeRun:
     def run(self) -> list[str]:
         p = self.p
         self.steps = self._steps()
+        available = _available_bytes()  # before the first start
+        rss: dict[str, int] = {}  # arm -> its first process's resident memory
+        own = [a for a in self.design["arms"] if a != PLANTED and not a.endswith(K0)]
         try:
             for key, s in list(self.steps.items()):  # one at a time: each start on an idle machine
                 self._call(key, "start")
                 if key in self.steps:
-                    p.snapshot_at_start(s.run, s.holder["backend"])
+                    snap = p.snapshot_at_start(s.run, s.holder["backend"])
+                    if snap is not None and snap.rss_bytes and s.run.arm.name in own:
+                        rss.setdefault(s.run.arm.name, int(snap.rss_bytes))
+                    fit = processes_that_fit(available, rss, own, int(self.design["processes"]))
+                    if fit is not None:
+                        raise PilotConfigError(fit)
             for name, ep in self.design["episodes"].items():
                 for arm in ep["order"]:
                     key = (arm, int(ep["process"][arm]))

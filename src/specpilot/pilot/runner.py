@@ -36,7 +36,7 @@ from specpilot.pilot.eta_plan import plan_for
 from specpilot.pilot.gates import Gates
 from specpilot.pilot.progress import PilotProgress
 from specpilot.pilot.runplans import derive_kv_slots, plain_overrides, run_order, target_changed
-from specpilot.records import ArmRecord, PilotRecord
+from specpilot.records import ArmRecord, MetricSnapshot, PilotRecord
 from specpilot.store import Store
 from specpilot.workload import Schedule
 
@@ -269,15 +269,16 @@ class Pilot:
             )
         )
 
-    def snapshot_at_start(self, run: RunPlan, backend: Backend) -> None:
+    def snapshot_at_start(self, run: RunPlan, backend: Backend) -> MetricSnapshot | None:
         """Counters and memory of a freshly started arm (the derived alternative reads the
-        draft's memory from it before the arm has served a phase)."""
+        draft's memory from it before the arm has served a phase); None: the scrape failed."""
 
         try:
             snap = backend.scrape(run.run_id, run.arm.name, "start", "after")
         except Exception:  # a failed scrape only costs the figure
-            return
+            return None
         self.store.add_snapshots([snap])
+        return snap
 
     def _run_sequential(self, runs: list[RunPlan]) -> list[str]:
         failed: list[str] = []
