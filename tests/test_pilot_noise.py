@@ -68,6 +68,10 @@ def test_remember_keeps_the_pooled_cells_per_machine_and_the_newest_wins(tmp_pat
     assert spec["s_b"] == pytest.approx(0.02) and spec["pairs_per_episode"] == 4.5
     assert components(entry, "another-arm", "candidate") is None  # a candidate's own, by name
     assert measured("Some other CPU | avx2 | 2 cores", path) is None
+    # a pilot measured on a machine other work loaded unevenly teaches the planner nothing
+    lines = path.read_text().count("\n")
+    assert remember(_doc(HW, 0.5, 0.5), path, shared=("b/peak: 0.90 cores used",)) == 0
+    assert path.read_text().count("\n") == lines
     no_episodes = {
         **_doc(HW, 0.1, 0.1),
         "comparisons": [{"task_group": "*", "episode_noise": None}],

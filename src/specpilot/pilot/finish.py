@@ -39,6 +39,7 @@ def report(
     path: Path, out_dir: Path, cfg: PilotConfig, progress: PilotProgress
 ) -> tuple[dict[str, Path], dict[str, Any]]:
     """Analyse the pilot file and write the report next to it; returns (files, document)."""
+    from specpilot.analysis.drift import contended
     from specpilot.report import build_report
     from specpilot.simulate.section import pilot_simulation
     from specpilot.store import read_pilot
@@ -50,8 +51,14 @@ def report(
     for p in rep.write(out_dir):
         key = p.suffix.lstrip(".") if p.name.startswith("report.") else p.stem
         files["markdown" if key == "md" else key] = p
+    shared = contended(data.phases, [a.arm for a in data.arms])
+    if shared:
+        progress.note(
+            "this pilot's noise is not kept for the planner: the machine was shared unevenly "
+            f"({shared[0]})"
+        )
     with contextlib.suppress(OSError):  # the planner's memory of this machine: a cache only
-        remember(rep.document)
+        remember(rep.document, shared=shared)
     return files, rep.document
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +41,15 @@ def machine_key(hw: Mapping[str, Any]) -> str:
     )
 
 
-def remember(doc: Mapping[str, Any], path: Path | None = None) -> int:
+def remember(
+    doc: Mapping[str, Any], path: Path | None = None, *, shared: Sequence[str] = ()
+) -> int:
     """Append the pooled cells' measured noise of a report document; returns how many cells
-    were kept (0: not an episode pilot, nothing written)."""
+    were kept (0: not an episode pilot, or ``shared``: measured on a machine that other work
+    loaded unevenly (``analysis.drift.contended``), whose noise is not this machine's own and
+    would mislead the next plan; nothing written)."""
+    if shared:
+        return 0
     planted = {p["arm"] for p in doc.get("planted") or []}
     cells = [
         {
