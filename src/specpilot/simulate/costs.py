@@ -160,74 +160,8 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
         set(phases) if phases else {p.phase for p in data.phases if p.arm == arm and not p.warmup}
     )
     wanted.discard(DRILL_PHASE)
-    rr = [r for r in data.request_rounds if r.arm == arm and r.phase in wanted and r.rounds > 0]
-    if rr:
-        x = np.array([r.mean_batch_size for r in rr])
-        y = np.array(
-            [(r.draft_s + r.verify_s + r.overhead_s) / r.rounds * r.mean_batch_size for r in rr]
-        )
-        step = _cadence_curve(data, arm, wanted) or StepCurve({}, fit_linear(x, y), len(rr))
-    else:  # a plain engine that reports no rounds (vLLM without speculation, any endpoint)
-        x, y = _request_steps(data, arm, wanted)
-        if not len(x):
-            raise ConfigError(
-                f"arm {arm!r} has no round records and no ok requests with a decode time in "
-                f"phases {sorted(wanted)}"
-            )
-        step = StepCurve({}, fit_linear(x, y), len(x), "requests")
-        rr = [  # one "round" per decoded token: the plain engine's step
-            RequestRounds(
-                run_id=q.run_id,
-                arm=q.arm,
-                phase=q.phase,
-                task_group=q.task_group,
-                request_id=q.request_id,
-                rounds=int(q.output_tokens or 1) - 1,
-                spec_rounds=0,
-                proposed=0,
-                accepted=0,
-                committed=int(q.output_tokens or 1) - 1,
-                draft_s=0.0,
-                verify_s=float(q.decode_s or 0.0),
-                overhead_s=0.0,
-            )
-            for q in _served(data, arm, wanted)
-            if q.decode_s is not None and (q.output_tokens or 0) > 1
-        ]
-    pre = [p for p in data.prefills if p.arm == arm and p.phase in wanted]
-    if pre:
-        # a batched prefill's rows each carry the batch's time: a request's share is 1/batch
-        prefill = fit_linear(
-            np.array([p.prompt_tokens for p in pre]),
-            np.array([(p.target_s + p.draft_s) / max(1, p.batch_size) for p in pre]),
-        )
-    else:
-        reqs = [
-            q
-            for q in data.requests
-            if q.arm == arm and q.phase in wanted and q.prefill_s is not None and q.prompt_tokens
-        ]
-        prefill = (
-            fit_linear(
-                np.array([q.prompt_tokens for q in reqs]), np.array([q.prefill_s for q in reqs])
-            )
-            if reqs
-            else Linear(0.0, 0.0, 0, float("nan"), (0.0, 0.0))
-        )
-    ok = [q for q in _served(data, arm, wanted) if q.sent_t is not None and q.done_t is not None]
-    by_id = {r.request_id: r for r in rr}
-    resid = []
-    for q in ok:
-        r = by_id.get(q.request_id)
-        engine = q.prefill_s if q.prefill_s is not None else None
-        decode = q.decode_s
-        if r is not None and decode is None:
-            decode = (r.draft_s + r.verify_s + r.overhead_s) * r.mean_batch_size
-        if engine is None:
-            engine = prefill(q.prompt_tokens or 0)
-        if decode is not None and q.done_t is not None and q.sent_t is not None:
-            resid.append(q.done_t - q.sent_t - engine - decode)
-    overhead = max(0.0, float(np.percentile(resid, 10))) if resid else 0.0
+    step, rr = _step(data, arm, wanted)
+    prefill = _prefill(data, arm, wanted)
     spec = [r for r in rr if r.proposed > 0]
     rounds_with_drafts = sum(r.spec_rounds for r in spec)
     if rounds_with_drafts:
@@ -236,21 +170,100 @@ def calibrate(data: PilotData, arm: str, phases: Sequence[str] | None = None) ->
         k = rec.strategy.k if rec.strategy.kind != "none" else None
     else:
         k = None
-    committed = _committed(spec, [r for r in rr if r.proposed == 0])
     cpu = data.pilot.hardware.cpu_model if data.pilot.hardware else "unknown CPU"
-    profile = f"pilot {data.pilot.pilot_id}, arm {arm}, phases {', '.join(sorted(wanted))}, {cpu}"
     return ArmCosts(
         arm=arm,
         engine=rec.engine,
         step=step,
         prefill=prefill,
-        overhead_s=overhead,
+        overhead_s=_overhead(data, arm, wanted, rr, prefill),
         slots=_slots(data, arm),
         k=k or None,
-        committed=committed,
+        committed=_committed(spec, [r for r in rr if r.proposed == 0]),
         phases=tuple(sorted(wanted)),
-        profile=profile,
+        profile=f"pilot {data.pilot.pilot_id}, arm {arm}, phases {', '.join(sorted(wanted))}, {cpu}",
     )
+
+
+def _step(data: PilotData, arm: str, wanted: set[str]) -> tuple[StepCurve, list[RequestRounds]]:
+    """The decode step's cost curve, and the round aggregates it came from (a plain engine that
+    reports no rounds: one round per decoded token, from each request's decode time)."""
+    rr = [r for r in data.request_rounds if r.arm == arm and r.phase in wanted and r.rounds > 0]
+    if rr:
+        x = np.array([r.mean_batch_size for r in rr])
+        y = np.array(
+            [(r.draft_s + r.verify_s + r.overhead_s) / r.rounds * r.mean_batch_size for r in rr]
+        )
+        return _cadence_curve(data, arm, wanted) or StepCurve({}, fit_linear(x, y), len(rr)), rr
+    # a plain engine that reports no rounds (vLLM without speculation, any endpoint)
+    x, y = _request_steps(data, arm, wanted)
+    if not len(x):
+        raise ConfigError(
+            f"arm {arm!r} has no round records and no ok requests with a decode time in "
+            f"phases {sorted(wanted)}"
+        )
+    rr = [
+        RequestRounds(
+            run_id=q.run_id,
+            arm=q.arm,
+            phase=q.phase,
+            task_group=q.task_group,
+            request_id=q.request_id,
+            rounds=int(q.output_tokens or 1) - 1,
+            spec_rounds=0,
+            proposed=0,
+            accepted=0,
+            committed=int(q.output_tokens or 1) - 1,
+            draft_s=0.0,
+            verify_s=float(q.decode_s or 0.0),
+            overhead_s=0.0,
+        )
+        for q in _served(data, arm, wanted)
+        if q.decode_s is not None and (q.output_tokens or 0) > 1
+    ]
+    return StepCurve({}, fit_linear(x, y), len(x), "requests"), rr
+
+
+def _prefill(data: PilotData, arm: str, wanted: set[str]) -> Linear:
+    """Prefill time against prompt tokens: from the engine's prefill records, else from each
+    request's prefill time."""
+    pre = [p for p in data.prefills if p.arm == arm and p.phase in wanted]
+    if pre:
+        # a batched prefill's rows each carry the batch's time: a request's share is 1/batch
+        return fit_linear(
+            np.array([p.prompt_tokens for p in pre]),
+            np.array([(p.target_s + p.draft_s) / max(1, p.batch_size) for p in pre]),
+        )
+    reqs = [
+        q
+        for q in data.requests
+        if q.arm == arm and q.phase in wanted and q.prefill_s is not None and q.prompt_tokens
+    ]
+    if not reqs:
+        return Linear(0.0, 0.0, 0, float("nan"), (0.0, 0.0))
+    return fit_linear(
+        np.array([q.prompt_tokens for q in reqs]), np.array([q.prefill_s for q in reqs])
+    )
+
+
+def _overhead(
+    data: PilotData, arm: str, wanted: set[str], rr: Sequence[RequestRounds], prefill: Linear
+) -> float:
+    """Per request, what E2E holds beyond its prefill and decode (HTTP, queue hand-off,
+    streaming): the 10th percentile of the residual, never below 0."""
+    by_id = {r.request_id: r for r in rr}
+    resid = []
+    for q in _served(data, arm, wanted):
+        if q.sent_t is None or q.done_t is None:
+            continue
+        r = by_id.get(q.request_id)
+        decode = q.decode_s
+        if r is not None and decode is None:
+            decode = (r.draft_s + r.verify_s + r.overhead_s) * r.mean_batch_size
+        engine = q.prefill_s if q.prefill_s is not None else prefill(q.prompt_tokens or 0)
+        if decode is not None:
+            resid.append(q.done_t - q.sent_t - engine - decode)
+    return max(0.0, float(np.percentile(resid, 10))) if resid else 0.0
 
 
 def _request_steps(data: PilotData, arm: str, phases: set[str]) -> tuple[np.ndarray, np.ndarray]:
