@@ -52,7 +52,7 @@ def _doc(hw: dict, planted_sd: float, spec_sd: float) -> dict:
 HW = {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "avx512f", "sse"], "cpu_logical_cores": 2}
 
 
-def test_remember_keeps_the_pooled_cells_per_machine_and_the_newest_wins(tmp_path):
+def test_remember_keeps_the_pooled_cells_per_machine_and_the_planner_pools_the_newest(tmp_path):
     path = tmp_path / "noise" / "measured.jsonl"
     assert remember(_doc(HW, 0.08, 0.15), path) == 4  # 2 arms x 2 levels, pooled cells only
     assert remember(_doc(HW, 0.10, 0.20), path) == 4
@@ -63,8 +63,14 @@ def test_remember_keeps_the_pooled_cells_per_machine_and_the_newest_wins(tmp_pat
     assert entry is not None and entry["machine"] == "AMD EPYC | avx2/avx512f | 2 cores"
     planted = components(entry, "anything", "planted")
     spec = components(entry, "speculative", "candidate")
-    assert planted is not None and planted["s_xi"] == pytest.approx(0.10)
-    assert spec is not None and spec["s_xi"] == pytest.approx(0.20)
+    # the newest LAST pilots of this machine pooled (root mean square over their cells)
+    assert planted is not None and planted["s_xi"] == pytest.approx(
+        (0.08**2 / 2 + 0.10**2 / 2) ** 0.5
+    )
+    assert spec is not None and spec["s_xi"] == pytest.approx((0.15**2 / 2 + 0.20**2 / 2) ** 0.5)
+    assert entry["pilot"] == "2 pilots, newest p"
+    newest = measured(machine_key(HW), path, last=1)
+    assert newest is not None and components(newest, "x", "planted")["s_xi"] == pytest.approx(0.10)
     assert spec["s_b"] == pytest.approx(0.02) and spec["pairs_per_episode"] == 4.5
     assert components(entry, "another-arm", "candidate") is None  # a candidate's own, by name
     assert measured("Some other CPU | avx2 | 2 cores", path) is None
