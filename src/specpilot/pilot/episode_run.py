@@ -60,13 +60,10 @@ HEADROOM = 0.85  # of the memory available before the first start: the pilot, th
 # and the quality checks need the rest
 
 
-def _available_bytes() -> int | None:
-    try:
-        import psutil
+def _available_bytes() -> int:
+    import psutil
 
-        return int(psutil.virtual_memory().available)
-    except Exception:  # no figure: no check
-        return None
+    return int(psutil.virtual_memory().available)
 
 
 def processes_that_fit(

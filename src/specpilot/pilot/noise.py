@@ -222,21 +222,6 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
     }
 
 
-def storable(x: Any) -> Any:
-    """``x`` with every non-finite float as None (the design record is JSON).
-
-    >>> storable({"mde": math.inf, "rows": [0.5, math.nan]})
-    {'mde': None, 'rows': [0.5, None]}
-    """
-    if isinstance(x, dict):
-        return {k: storable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [storable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 __all__ = [
     "components",
     "episode_plan",
@@ -244,5 +229,4 @@ __all__ = [
     "measured",
     "noise_file",
     "remember",
-    "storable",
 ]

@@ -119,7 +119,8 @@ class Pilot:
         ep = self.cfg.episodes
         if ep is not None:  # the episode design (pilot.design): each level cut into episodes
             from specpilot.pilot.design import design_arms, design_record, split_schedule
-            from specpilot.pilot.noise import episode_plan, storable
+            from specpilot.pilot.noise import episode_plan
+            from specpilot.report.fmt import clean
 
             self.schedule = split_schedule(self.level_schedule, ep.per_level)
             arms = design_arms(self.plans, ep)
@@ -127,7 +128,7 @@ class Pilot:
             design = design_record(self.schedule, arms, base, ep.processes, ep)
             # what the planner predicts from the noise measured before this pilot: the report
             # sets it beside what the pilot achieved (analysis.predicted)
-            design["prediction"] = storable(episode_plan(self.cfg))
+            design["prediction"] = clean(episode_plan(self.cfg))  # JSON: no inf
         self.gates = Gates(self.cfg, self.base_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / "pilot.duckdb"
