@@ -54,6 +54,7 @@ def episode_test(
     facts: tuple[Mapping[str, float], Mapping[str, str]],
     level: float,
     strata: np.ndarray | None = None,
+    pool: bool = True,
 ) -> CellTest:
     """``base`` (the test of the same pairs clustered by episode) with the task-time test
     replaced by the process-and-episode estimate; ``facts``: each run's log fingerprint and
@@ -75,8 +76,8 @@ def episode_test(
         return dataclasses.replace(base, processes="the same processes in both arms: cancelled")
     if set(phys_c) <= set(t.run_id[t.arm == t.arm[b[0]]].astype(str)):
         # the planted arm: the baseline arm's own processes, crossed (analysis.onepool)
-        pool = np.unique(np.r_[phys_c, phys_b], return_inverse=True)[1]
-        c_ids, b_ids = pool[: len(phys_c)], pool[len(phys_c) :]
+        ids = np.unique(np.r_[phys_c, phys_b], return_inverse=True)[1]
+        c_ids, b_ids = ids[: len(phys_c)], ids[len(phys_c) :]
         return _fitted(
             base,
             lost,
@@ -99,6 +100,7 @@ def episode_test(
             base_fp=fp_b if full else None,
             level=level,
             strata_df=lost,
+            pool=pool,
         ),
     )
 

@@ -137,6 +137,11 @@ class AnalysisConfig(_Model):
 
     bootstrap_resamples: int = Field(default=1000, ge=100, le=100_000)
     ci_level: float = Field(default=0.95, gt=0.5, lt=1)
+    episode_pooling: bool = Field(
+        default=True,
+        description="the episode design's estimator pools a process component it cannot tell "
+        "from episode noise (analysis.episodes); the sequential looks test without it",
+    )
     seed: int = 0
     decode_speedup_for_amdahl: float = Field(
         default=2.0, gt=0, description="decode speed-up assumed when recommending tasks from traces"

@@ -86,6 +86,7 @@ class CompareSettings:
     min_pairs: int
     min_effect: float
     equivalence_margin: float
+    pool: bool = True  # the episode estimator's sometimes-pool (AnalysisConfig.episode_pooling)
 
     @classmethod
     def of(cls, cfg: AnalysisConfig) -> CompareSettings:
@@ -98,6 +99,7 @@ class CompareSettings:
             min_pairs=v.min_pairs,
             min_effect=v.min_effect,
             equivalence_margin=v.equivalence_margin,
+            pool=cfg.episode_pooling,
         )
 
 
@@ -315,7 +317,7 @@ def compare_arms(
         tst = _task_test(t, bb, cc, lab, drift, rng, strata)
         if episodic:
             facts = (fingerprints or {}, physical or {})
-            tst = episode_test(t, bb, cc, lab, tst, facts, settings.level, strata)
+            tst = episode_test(t, bb, cc, lab, tst, facts, settings.level, strata, settings.pool)
         rows.append((phase, group, bb.size, unmatched, iv, tst))
     alpha = 1.0 - level
     fewest = min_clusters(alpha)

@@ -40,6 +40,7 @@ from specpilot.analysis.round_summary import (
     summarize_rounds,
     with_plain,
 )
+from specpilot.analysis.sequential import looks_text
 from specpilot.analysis.tune_k import KChoice, KRun, choose_k
 from specpilot.analysis.verdict import decide, validation_arm, with_triggers
 from specpilot.analysis.verify_cost import VerifyCurve, curve_for, verify_curves
@@ -90,11 +91,16 @@ class PilotAnalysis:
     episodic: bool = False  # the episode design (pilot.design): processes and episodes as units
     # the planner's predicted MDE and interval beside what each pooled cell achieved
     predicted: list[PredictionCheck] = field(default_factory=list)
+    # the looks of the episode design and what each spent (analysis.sequential); None: no looks
+    sequential: dict[str, Any] | None = None
 
 
 def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis:
     """Run every section; a section without inputs is empty, and ``notes`` says why."""
     cfg = cfg or AnalysisConfig()
+    looks = ((data.pilot.schedule or {}).get("design") or {}).get("looks") or {}
+    if looks.get("final"):  # the last look's level: what the earlier looks left of the error
+        cfg = cfg.model_copy(update={"ci_level": 1.0 - float(looks["final"]["alpha"])})
     episodic = has_episodes(data)
     data = fold(data)  # the episode design's records by load level (analysis.fold)
     if data.request_columns is not None:
@@ -104,6 +110,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     plan = plan_arms(data.arms, set(table.arm.tolist()))
     a = PilotAnalysis(data, cfg, plan, hardware_text(data.pilot.hardware), notes=list(plan.notes))
     a.episodic = episodic
+    a.sequential = dict(looks, lines=looks_text(looks)) if looks.get("final") else None
     a.scheduled = len(table)
     a.notes += cut_phases(data)
     if plan.baseline is None:

@@ -38,6 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="check and print the plan; start nothing")
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     p.add_argument("--quiet", action="store_true", help="no live progress (CI is quiet anyway)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="MIN",
+        help="wall minutes for the whole pilot (episodes.budget_min): the last episodes are "
+        "dropped when it would run longer",
+    )
     p.set_defaults(func=run)
 
 
@@ -193,6 +201,18 @@ def _print_plan(plan: dict[str, Any]) -> None:
                 f"+-{r['half_width']:.0%} (+-{r['half_width_80']:.0%} or wider in 1 pilot of 5)"
                 f"{eq} ({noise})"
             )
+    if ep and (len(ep["looks"]) > 1 or ep.get("budget_min")):
+        interim = ", ".join(str(x) for x in ep["looks"][:-1]) or "none"
+        print(
+            f"  looks after {interim} episodes per level (a level decided there gets no more); "
+            f"the last tests at alpha {ep['final_alpha']:.4f}"
+            + (
+                f"; budget {ep['budget_min']:g} min: the last episodes are dropped when the "
+                "pilot would run past it"
+                if ep.get("budget_min")
+                else ""
+            )
+        )
     short = pairs["insufficient_by_design"]
     if short:
         print(
@@ -222,6 +242,21 @@ def _named(path: Path) -> Iterator[None]:
         raise type(exc)(f"{at_line(str(path), lines, at)}: {exc.message}", fix=exc.fix) from None
 
 
+def with_budget(cfg: Any, minutes: float) -> Any:
+    """``cfg`` with ``--budget``: only the episode design can drop episodes to meet one."""
+    from specpilot.pilot.config import PilotConfigError
+
+    if cfg.episodes is None:
+        raise PilotConfigError(
+            f"--budget {minutes:g}: this pilot has no episode design, and only episodes can be "
+            "dropped to meet a budget -> add episodes: to the pilot file, or leave --budget out"
+        )
+    if not minutes > 0:
+        raise PilotConfigError(f"--budget {minutes:g}: give the wall minutes, above 0")
+    ep = cfg.episodes.model_copy(update={"budget_min": minutes})
+    return cfg.model_copy(update={"episodes": ep})
+
+
 def run(args: argparse.Namespace) -> int:
     from specpilot.pilot.config import default_pilot_path, load_pilot
 
@@ -229,6 +264,8 @@ def run(args: argparse.Namespace) -> int:
     # also when it is reached through a link (examples/pilot-default.yaml)
     path = (Path(args.config) if args.config else default_pilot_path()).resolve()
     cfg = load_pilot(path, quick=args.quick)
+    if args.budget is not None:
+        cfg = with_budget(cfg, args.budget)
     if args.dry_run:
         with _named(path):
             plan = plan_summary(cfg, path.parent)

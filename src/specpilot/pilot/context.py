@@ -38,6 +38,7 @@ class PilotContext(Protocol):
     plans: list[ArmPlan]
     gates: Gates
     admin_token: str
+    started: float  # perf_counter at the pilot's start (the budget counts from it)
 
     def backend_for(
         self,

@@ -32,11 +32,12 @@ analysis, which never re-derives it from timestamps.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from specpilot.analysis.episodes import arm_orders
 from specpilot.records import EPISODE_SEP as SEP
@@ -71,6 +72,32 @@ class EpisodeSettings(StrictModel):
     """a builtin speculative arm also replayed on its own processes with speculation switched
     off at run time (arm ``<name>-k0``): the process effect cancels in that contrast"""
     seed: int = 0
+    looks: list[int] = Field(
+        default_factory=list,
+        description="episodes per level after which the pilot looks (analysis.sequential): a "
+        "level decided there gets no more episodes; the last look is at per_level",
+    )
+    budget_min: float | None = Field(
+        None,
+        gt=0,
+        description="wall minutes for the whole pilot (--budget): episodes that would end it "
+        "later are not run, the last first; null: no budget",
+    )
+
+    @model_validator(mode="after")
+    def _looks(self) -> EpisodeSettings:
+        at = self.looks
+        if any(b <= a for a, b in itertools.pairwise(at)):
+            raise ValueError(f"episodes.looks {at}: list them in increasing order")
+        low = 2 * self.processes
+        bad = [x for x in at if not low <= x < self.per_level]
+        if bad:
+            raise ValueError(
+                f"episodes.looks {at}: a look needs every process to have served 2 episodes "
+                f"and must come before the last episode -> each between {low} and "
+                f"{self.per_level - 1} (2 x processes, per_level - 1)"
+            )
+        return self
 
 
 def split_schedule(schedule: Schedule, per_level: int) -> Schedule:
@@ -156,9 +183,12 @@ def design_record(
     baseline: str,
     processes: int,
     settings: EpisodeSettings,
+    alpha: float = 0.05,
 ) -> dict[str, Any]:
     """The whole design before anything runs: per episode phase, its level, the arm order
-    and the process index of each arm (the planted arm reaches the baseline's processes)."""
+    and the process index of each arm (the planted arm reaches the baseline's processes), and
+    the looks (``analysis.sequential``: at which episode counts, the error rate they share; the
+    runner adds each look's outcome under ``ran`` and the last under ``final``)."""
     levels: dict[str, list[str]] = {}
     for p in schedule.phases:
         if not p.warmup:
@@ -190,6 +220,13 @@ def design_record(
         "arms": list(arms),
         "levels": levels,
         "episodes": episodes,
+        "looks": {
+            "at": [*settings.looks, settings.per_level],
+            "alpha": alpha,
+            "spending": "O'Brien-Fleming-type (Lan-DeMets), Bonferroni over the looks",
+            "budget_min": settings.budget_min,
+            "ran": [],
+        },
     }
 
 

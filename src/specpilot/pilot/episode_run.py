@@ -15,11 +15,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specpilot.pilot.armrun import phases_left
+from specpilot.pilot import eta
+from specpilot.pilot.armrun import LOAD_STEP, phases_left
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import PilotConfigError
 from specpilot.pilot.context import PilotContext, RunPlan
 from specpilot.pilot.design import K0, PLANTED, WITHIN
+from specpilot.pilot.looks import Looks, blocks
 from specpilot.pilot.planted import PlantedSteps, WithinSteps
 from specpilot.pilot.steps import ArmSteps
 from specpilot.records import StrategySpec
@@ -44,12 +46,17 @@ def episode_runs(plans: Sequence[ArmPlan], design: dict[str, Any], pilot_id: str
             by_name[a] = dataclasses.replace(
                 by_name[a[: -len(K0)]], name=a, role=WITHIN, drill=False, strategy=StrategySpec()
             )
+    skipped = (design.get("looks") or {}).get("skipped") or {}  # a resumed pilot's dropped
     # the arms that reach another's processes after that arm
     arms = sorted(design["arms"], key=lambda a: (a != base.name, a == PLANTED, a.endswith(K0)))
     out: list[RunPlan] = []
     for arm in arms:
         for j in range(int(design["processes"])):
-            mine = tuple(name for name, e in design["episodes"].items() if e["process"][arm] == j)
+            mine = tuple(
+                name
+                for name, e in design["episodes"].items()
+                if e["process"][arm] == j and name not in skipped
+            )
             out.append(
                 RunPlan(by_name[arm], 0, len(out), f"{pilot_id}.{arm}.p{j}", process=j, phases=mine)
             )
@@ -149,6 +156,42 @@ class EpisodeRun:
             s.stop()
             del self.steps[key]
 
+    def _episode(self, name: str) -> None:
+        """Episode ``name`` on every arm, in the design's order."""
+        ep = self.design["episodes"][name]
+        for arm in ep["order"]:
+            key = (arm, int(ep["process"][arm]))
+            run = self.steps[key].run if key in self.steps else None
+            if run is not None and name in phases_left(self.p, run):
+                self._call(key, "load", [name])
+
+    def _keys_of(self, name: str) -> list[str]:
+        return [eta.load_key(s.run.run_id, [name]) for s in self.steps.values()]
+
+    def _episodes(self) -> None:
+        """The blocks of episodes, a look after each that leaves episodes to run, the budget
+        checked before every episode (``pilot.looks``); then the last look."""
+        looks = Looks(self.p, self.design, self._keys_of)
+        order = blocks(self.design)
+        flat = [n for b in order for n in b]
+        done: list[str] = []
+        for j, block in enumerate(order):
+            for name in block:
+                looks.trim(flat[flat.index(name) :])
+                if looks.runs(name):
+                    self._episode(name)
+                    done.append(name)
+            ahead = [n for b in order[j + 1 :] for n in b]
+            looks.trim(ahead)
+            if any(looks.runs(n) for n in ahead) and j >= len(looks.lk["ran"]):
+                looks.look(j, done, ahead)
+        for s in self.steps.values():  # the episodes not run leave the runs
+            if s.run.phases is not None:
+                s.run.phases = tuple(n for n in s.run.phases if looks.runs(n))
+            if LOAD_STEP not in s.rec.completed_steps and not phases_left(self.p, s.run):
+                s.done(LOAD_STEP)
+        looks.final(done)
+
     def run(self) -> list[str]:
         p = self.p
         self.steps = self._steps()
@@ -165,12 +208,7 @@ class EpisodeRun:
                     fit = processes_that_fit(available, rss, own, int(self.design["processes"]))
                     if fit is not None:
                         raise PilotConfigError(fit)
-            for name, ep in self.design["episodes"].items():
-                for arm in ep["order"]:
-                    key = (arm, int(ep["process"][arm]))
-                    run = self.steps[key].run if key in self.steps else None
-                    if run is not None and name in phases_left(p, run):
-                        self._call(key, "load", [name])
+            self._episodes()
             for key in list(self.steps):
                 self._call(key, "finish")
         except KeyboardInterrupt:

@@ -255,6 +255,13 @@ class EtaClock:
         with self._lock:
             self._samples[key] = seconds
 
+    def drop_steps(self, keys: Sequence[str]) -> None:
+        """Steps that will not run (episodes the pilot's budget or looks dropped)."""
+        gone = set(keys)
+        with self._lock:
+            if self.plan is not None:
+                self.plan = [s for s in self.plan if s.key not in gone or s.key in self.done]
+
     def drop_run(self, run_id: str) -> None:
         """A failed run's steps still to come will not run: out of the plan."""
         with self._lock:

@@ -163,10 +163,12 @@ def _predicted(c: Mapping[str, float], m: int, mb: int, e: int, alpha: float) ->
 
 def episode_plan(cfg: Any) -> dict[str, Any] | None:
     """The episode design's size and the smallest effect it can detect per pooled load level
-    (80% power at the level that decides: the analysis's alpha shared by Bonferroni over the
-    comparison's cells), from the noise this machine measured in its last episode pilot
+    (80% power at the level that decides: the last look's alpha shared by Bonferroni over the
+    comparison's cells), if every episode runs (a budget or a look that stops a level ends it
+    with fewer), from the noise this machine measured in its last episode pilot
     (``pilot.noise``), else from the stated prior."""
     from specpilot.analysis.episodes import mde
+    from specpilot.analysis.sequential import nominal_alphas
     from specpilot.backends.facts import hardware_info
 
     ep = cfg.episodes
@@ -178,7 +180,9 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
     # a pooled cell's share (analysis.paired._families): half of alpha when there are task
     # groups (the other half is theirs), by Bonferroni over the load levels
     cells = levels
-    alpha = (1.0 - cfg.analysis.ci_level) / (2 if groups > 1 else 1) / cells
+    # with looks, the last one tests at what the interim looks left (analysis.sequential)
+    total = nominal_alphas([*(x / e for x in ep.looks), 1.0], 1.0 - cfg.analysis.ci_level)[-1]
+    alpha = total / (2 if groups > 1 else 1) / cells
     s, x = PRIOR_PROCESS_SD, PRIOR_EPISODE_SD
     machine = machine_key(hardware_info())
     entry = measured(machine)
@@ -212,6 +216,9 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
         "processes": m,
         "per_level": e,
         "planted": ep.planted,
+        "looks": [*ep.looks, e],
+        "final_alpha": total,
+        "budget_min": ep.budget_min,
         "machine": machine,
         "cells": cells,
         "deciding_level": 1.0 - alpha,

@@ -79,6 +79,7 @@ class Pilot:
         self.files: dict[str, dict[str, str]] = {}  # arm -> option -> the prepared file
         self.plans: list[ArmPlan] = []
         self.overrides: dict[str, dict[str, Any]] = {}
+        self.started = time.perf_counter()  # reset by run(): the budget counts from there
 
     # -- planning ------------------------------------------------------------------------
     def prepare(self) -> tuple[list[ArmPlan], Schedule]:
@@ -113,7 +114,7 @@ class Pilot:
         from specpilot.pilot.gates import Gates
         from specpilot.store import Store
 
-        t0 = time.perf_counter()
+        t0 = self.started = time.perf_counter()
         self.plans, self.level_schedule = self.prepare()
         self.schedule, design = self.level_schedule, None
         ep = self.cfg.episodes
@@ -125,7 +126,8 @@ class Pilot:
             self.schedule = split_schedule(self.level_schedule, ep.per_level)
             arms = design_arms(self.plans, ep)
             base = next(p.name for p in self.plans if p.role == "baseline")
-            design = design_record(self.schedule, arms, base, ep.processes, ep)
+            alpha = 1.0 - self.cfg.analysis.ci_level  # the looks share it (analysis.sequential)
+            design = design_record(self.schedule, arms, base, ep.processes, ep, alpha)
             # what the planner predicts from the noise measured before this pilot: the report
             # sets it beside what the pilot achieved (analysis.predicted)
             design["prediction"] = clean(episode_plan(self.cfg))  # JSON: no inf
@@ -144,6 +146,10 @@ class Pilot:
                 runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
             clock = self.progress.clock
             clock.plan = plan_for(self, runs)  # the ETA from here on (pilot.eta)
+            if design is not None:  # a budget too small for the least pilot: refused now
+                from specpilot.pilot.looks import check_budget
+
+                check_budget(design, clock.plan, time.perf_counter() - t0)
             failed = self._run_all(runs, design)
             with clock.timed("cross_arm"):
                 finish.cross_arm(store, self.gates, self.plans, self.progress)

@@ -136,6 +136,7 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
         "aa_control": clean(a.aa) if a.aa is not None else None,
         "planted": [r.to_dict() for r in a.planted],
         "prediction": [r.to_dict() for r in a.predicted],
+        "sequential": clean(a.sequential) if a.sequential is not None else None,
         "end_to_end": {
             "stages": [clean(s) for s in a.stages],
             "recommendations": [clean(r) for r in a.recommendations],

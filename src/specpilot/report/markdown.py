@@ -21,8 +21,10 @@ from specpilot.report.fmt import (
     simulated_for,
 )
 from specpilot.report.sections_load import (
+    LOOKS_NOTE,
     PREDICTION_HEAD,
     PREDICTION_NOTE,
+    looks_lines,
     method_of,
     outcome_text,
     prediction_rows,
@@ -136,6 +138,9 @@ def _pairs(doc: dict[str, Any]) -> list[str]:
     if predicted:
         out += ["### Predicted and achieved", "", PREDICTION_NOTE, ""]
         out += [md_table(PREDICTION_HEAD, predicted), ""]
+    if looks_lines(doc):
+        out += ["### Sequential looks", "", LOOKS_NOTE, ""]
+        out += [f"- {x}" for x in looks_lines(doc)] + [""]
     return out
 
 

@@ -260,6 +260,19 @@ def prediction_rows(doc: Doc) -> list[list[str]]:
     ]
 
 
+LOOKS_NOTE = (
+    "The pilot looked at its cells after planned numbers of episodes; a load level whose pooled "
+    "cells were all decided got no more, and a budget drops the last episodes first. Each look "
+    "tests at its share of the error rate (O'Brien-Fleming-type spending, Bonferroni over the "
+    "looks), so every interval above is at the last look's level, not 95%."
+)
+
+
+def looks_lines(doc: Doc) -> list[str]:
+    """The looks in words (``report.json`` ``sequential``); empty: no looks."""
+    return list((doc.get("sequential") or {}).get("lines") or [])
+
+
 def load(doc: Doc, svgs: Svgs) -> str:
     table, comps = _load_table(doc), _comparison_table(doc)
     method = method_of(doc)
@@ -276,6 +289,13 @@ def load(doc: Doc, svgs: Svgs) -> str:
         + f"<h3>Paired comparisons</h3><p>Method: {escape(method)}.</p>"
         + comps
         + predicted
+        + (
+            f"<h3>Sequential looks</h3><p>{escape(LOOKS_NOTE)}</p><ul>"
+            + "".join(f"<li>{escape(x)}</li>" for x in looks_lines(doc))
+            + "</ul>"
+            if looks_lines(doc)
+            else ""
+        )
         + figure(doc, svgs, "latency_cdf")
     )
     return section("load", "Peak and burst behaviour", body)

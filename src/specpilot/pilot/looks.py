@@ -1,0 +1,178 @@
+"""The episode design's looks and budget, as the runner executes them (``analysis.sequential``
+holds the statistics).
+
+The episodes run in **blocks** that end at the looks (``episodes.looks``, then ``per_level``):
+block j holds every level's episodes after look j-1 up to look j, the levels interleaved
+episode by episode (off_peak~01, peak~01, off_peak~02, ...), so a budget that ends the pilot
+early takes episodes from every level alike. After a block with episodes still to run, the
+pilot **looks**: the whole analysis over the records so far at the look's nominal level, and a
+level whose pooled cells are all decided gets no more episodes. Before every episode the
+**budget** (``episodes.budget_min``, ``--budget``) is checked against the time spent plus the
+ETA of every step left: episodes are dropped from the end of the run order until the rest fits,
+never one of the first ``2 x processes`` of a level (the estimator's least). The clock stops a
+pilot, never the data, so the last look spends what is left of the error rate whenever it
+comes. Every look, every episode not run and why, and the last look are written into the
+design record as they happen; a resumed pilot keeps them.
+
+    >>> d = {"looks": {"at": [2, 3]}, "levels": {"off": ["off~01", "off~02", "off~03"],
+    ...                                          "peak": ["peak~01", "peak~02"]}}
+    >>> blocks(d)
+    [['off~01', 'peak~01', 'off~02', 'peak~02'], ['off~03']]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from specpilot.pilot.config import PilotConfigError
+from specpilot.pilot.context import PilotContext
+from specpilot.pilot.eta import Step, eta_s
+
+
+def blocks(design: dict[str, Any]) -> list[list[str]]:
+    """The episode names of each block, in run order (module docstring)."""
+    levels: dict[str, list[str]] = design["levels"]
+    at = (design.get("looks") or {}).get("at") or [max(map(len, levels.values()), default=0)]
+    out, lo = [], 0
+    for hi in at:
+        out.append([names[k] for k in range(lo, hi) for names in levels.values() if k < len(names)])
+        lo = hi
+    return out
+
+
+def least(design: dict[str, Any]) -> int:
+    """Episodes per level the budget never drops: each process serves two."""
+    return 2 * int(design["processes"])
+
+
+def droppable(design: dict[str, Any]) -> set[str]:
+    return {n for names in design["levels"].values() for n in names[least(design) :]}
+
+
+def check_budget(design: dict[str, Any], plan: Sequence[Step], spent_s: float) -> None:
+    """Refuse a budget that cannot hold the pilot's least: every start, the first ``least``
+    episodes of each level on every arm, and every step after them (priors where nothing is
+    measured yet), naming the smallest budget that does."""
+    budget = (design.get("looks") or {}).get("budget_min")
+    if not budget:
+        return
+    drop = droppable(design)
+    keep = [s for s in plan if not (s.kind == "load" and s.key.rsplit(":", 1)[-1] in drop)]
+    need_s = spent_s + eta_s(keep, {})
+    if need_s > budget * 60.0:
+        smallest = math.ceil(need_s / 6.0) / 10.0
+        raise PilotConfigError(
+            f"episodes.budget_min {budget:g}: the engine starts, {least(design)} episodes per "
+            f"level on every arm and the checks after them take about {need_s / 60:.1f} min "
+            f"here -> set episodes.budget_min (or --budget) to at least {smallest:g}"
+        )
+
+
+class Looks:
+    """The looks and the budget of one pilot (module docstring). ``keys_of(name)``: the ETA
+    steps of an episode (its load call on each arm), dropped with it."""
+
+    def __init__(
+        self, ctx: PilotContext, design: dict[str, Any], keys_of: Callable[[str], list[str]]
+    ) -> None:
+        self.p = ctx
+        self.design = design
+        self.lk: dict[str, Any] = design.setdefault("looks", {})
+        self.lk.setdefault("alpha", 1.0 - ctx.cfg.analysis.ci_level)
+        self.lk.setdefault("ran", [])
+        self.skipped: dict[str, str] = self.lk.setdefault("skipped", {})
+        self.keys_of = keys_of
+        self.started = ctx.started
+
+    def runs(self, name: str) -> bool:
+        return name not in self.skipped
+
+    def skip(self, names: Sequence[str], why: str) -> None:
+        for n in names:
+            self.skipped.setdefault(n, why)
+            self.p.progress.clock.drop_steps(self.keys_of(n))
+        if names:
+            self.save()
+
+    def trim(self, ahead: Sequence[str]) -> None:
+        """Drop episodes from the end of ``ahead`` (those not run yet, in run order) until
+        the time spent plus the ETA fits the budget."""
+        budget = self.lk.get("budget_min")
+        if not budget:
+            return
+        drop, clock = droppable(self.design), self.p.progress.clock
+        for name in reversed([n for n in ahead if self.runs(n) and n in drop]):
+            if time.perf_counter() - self.started + (clock.eta_s() or 0.0) <= budget * 60.0:
+                return
+            self.skip([name], "budget")
+
+    def look(self, j: int, done: Sequence[str], ahead: Sequence[str]) -> None:
+        """Interim look ``j`` (0-based) over the episodes ``done``: levels decided at its
+        nominal level get none of ``ahead``."""
+        from specpilot.analysis.pilot import analyze
+        from specpilot.analysis.sequential import decided_levels, interim_alpha
+
+        levels = self.design["levels"]
+        closed = {x for r in self.lk["ran"] for x in r.get("closed", [])}
+        fraction = self.lk["at"][j] / self.lk["at"][-1]  # of the planned episodes per level
+        alpha = interim_alpha(fraction, self.lk["ran"], float(self.lk["alpha"]))
+        # without the sometimes-pool: at a few episodes per process it is too narrow in the
+        # tail, where an interim look tests (analysis.episodes.episode_effect)
+        update = {"ci_level": 1.0 - alpha, "episode_pooling": False}
+        cfg = self.p.cfg.analysis.model_copy(update=update)
+        a = analyze(self.p.store.read(columns=True), cfg)
+        open_levels = [lv for lv in levels if lv not in closed]
+        res = decided_levels(a.comparisons, a.planted, list(a.plan.pairs), open_levels)
+        now = [r.level for r in res if r.decided]
+        self.lk["ran"].append(
+            {
+                "look": j + 1,
+                "fraction": fraction,
+                "alpha": alpha,
+                "episodes": self.counts(done),
+                "open": {r.level: r.open_cells for r in res if not r.decided},
+                "closed": now,
+            }
+        )
+        self.p.progress.note(
+            f"look {j + 1} at alpha {alpha:.4f}: "
+            + (f"decided, no more episodes: {', '.join(now)}" if now else "nothing decided yet")
+        )
+        self.skip([n for n in ahead if self.level_of(n) in now], "decided")
+        self.save()
+
+    def final(self, done: Sequence[str]) -> None:
+        from specpilot.analysis.sequential import final_alpha
+
+        not_run: dict[str, dict[str, int]] = {}
+        for n, why in self.skipped.items():
+            lv = not_run.setdefault(self.level_of(n), {})
+            lv[why] = lv.get(why, 0) + 1
+        self.lk["final"] = {
+            "episodes": self.counts(done),
+            "alpha": final_alpha(self.lk["ran"], float(self.lk["alpha"])),
+            "not_run": not_run,
+            "wall_s": round(time.perf_counter() - self.started, 1),
+        }
+        self.save()
+
+    def level_of(self, name: str) -> str:
+        return next(lv for lv, names in self.design["levels"].items() if name in names)
+
+    def counts(self, done: Sequence[str]) -> dict[str, int]:
+        ran = set(done)
+        return {lv: sum(n in ran for n in names) for lv, names in self.design["levels"].items()}
+
+    def save(self) -> None:
+        """The design record, as it stands, into the pilot file."""
+        import dataclasses
+
+        store = self.p.store
+        for rec in store.records("pilots"):
+            design = (rec.schedule or {}).get("design")
+            if design is not None:
+                design["looks"] = self.lk
+                store.add_pilot(dataclasses.replace(rec, schedule=rec.schedule))

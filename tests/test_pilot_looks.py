@@ -1,0 +1,139 @@
+"""The episode design's looks and budget as the runner executes them (``pilot.looks``): a real
+episode pilot with an interim look (builtin engines, 2 processes per arm), the budget's
+trimming on a real ETA clock and pilot file, and the refusals before anything runs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import duckdb
+import pytest
+import yaml
+
+from specpilot.analysis.sequential import spent
+from specpilot.cli import main
+from specpilot.pilot.eta import EtaClock, Step, load_key
+from specpilot.pilot.looks import Looks, blocks, least
+from specpilot.records import HardwareFacts, PilotRecord
+from specpilot.store import Store
+
+DEFAULT = Path(__file__).resolve().parent.parent / "examples" / "pilot-default.yaml"
+
+
+def _config(tmp_path: Path, **episodes) -> Path:
+    data = yaml.safe_load(DEFAULT.read_text())
+    data["episodes"] = {**data["episodes"], **episodes}
+    for p in data["workload"]["phases"]:  # the traces relative to the example
+        p["arrival"]["path"] = str((DEFAULT.resolve().parent / p["arrival"]["path"]).resolve())
+    f = tmp_path / "pilot.yaml"
+    f.write_text(yaml.safe_dump(data))
+    return f
+
+
+def test_a_budget_too_small_for_the_least_pilot_is_refused_before_any_start(tmp_path, capsys):
+    rc = main(["pilot", str(_config(tmp_path)), "--budget", "0.5", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err, err[-2000:]
+    assert "episodes.budget_min 0.5:" in err and "8 episodes per level" in err
+    assert "-> set episodes.budget_min (or --budget) to at least" in err
+    con = duckdb.connect(str(tmp_path / "o" / "pilot.duckdb"), read_only=True)
+    assert con.execute("select count(*) from arms").fetchall() == [(0,)]  # nothing started
+
+
+def test_budget_needs_the_episode_design(capsys):
+    rc = main(["pilot", "--quick", "--budget", "5", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--budget 5: this pilot has no episode design" in err
+
+
+@pytest.mark.parametrize(
+    ("looks", "why"),
+    [([8, 8], "increasing order"), ([14], "between 8 and 13"), ([6], "between 8 and 13")],
+)
+def test_looks_outside_the_design_are_refused_by_field(tmp_path, capsys, looks, why):
+    rc = main(["pilot", str(_config(tmp_path, looks=looks)), "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "episodes.looks" in err and why in err, err
+
+
+def _design(per_level: int, processes: int, looks: list[int], budget: float | None) -> dict:
+    levels = {lv: [f"{lv}~{k + 1:02d}" for k in range(per_level)] for lv in ("off", "peak")}
+    return {
+        "processes": processes,
+        "levels": levels,
+        "looks": {"at": [*looks, per_level], "alpha": 0.05, "budget_min": budget, "ran": []},
+    }
+
+
+def test_the_budget_drops_the_last_episodes_first_never_the_least(tmp_path):
+    design = _design(per_level=8, processes=2, looks=[4], budget=2.0)
+    order = [n for b in blocks(design) for n in b]
+    assert order[:4] == ["off~01", "peak~01", "off~02", "peak~02"]  # levels interleaved
+    # every episode's load on 2 runs: 10 s each by the plan, so 16 episodes x 20 s = 320 s
+    plan = [Step(load_key(r, [n]), "load", "builtin", r, sched_s=10.0) for n in order for r in "ab"]
+    clock = EtaClock(plan=list(plan))
+    with Store(tmp_path / "p.duckdb") as store:
+        rec = PilotRecord("p", "p", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
+        store.add_pilot(PilotRecord(**{**rec.__dict__, "schedule": {"design": design}}))
+        ctx = SimpleNamespace(
+            progress=SimpleNamespace(clock=clock, note=lambda text: None),
+            started=time.perf_counter() - 30.0,  # 30 s spent before the episodes
+            store=store,
+            cfg=SimpleNamespace(analysis=SimpleNamespace(ci_level=0.95)),
+        )
+        looks = Looks(ctx, design, lambda n: [load_key(r, [n]) for r in "ab"])
+        looks.trim(order)
+        # 120 s budget, 30 spent: 4 episodes of 20 s fit; the least is 2 x 2 per level = 8
+        kept = [n for n in order if looks.runs(n)]
+        assert len(kept) == 2 * least(design)
+        assert kept == order[: len(kept)]  # the last dropped first, the levels alike
+        assert set(looks.skipped.values()) == {"budget"}
+        assert clock.eta_s() == pytest.approx(len(kept) * 20.0)  # out of the ETA too
+        stored = store.records("pilots")[0].schedule["design"]["looks"]
+        assert stored["skipped"] == looks.skipped  # in the pilot file as it happens
+
+
+@pytest.mark.slow
+def test_an_episode_pilot_looks_after_its_first_block_and_reports_at_the_last_looks_level(
+    tmp_path, capsys
+):
+    f = _config(tmp_path, per_level=6, processes=2, looks=[4], budget_min=None)
+    data = yaml.safe_load(f.read_text())
+    data["workload"]["phases"][0]["duration_s"] = 9
+    data["workload"]["phases"][1]["duration_s"] = 6
+    for g in data["workload"]["groups"].values():
+        g["output"] = {"mean": 8, "dist": "fixed", "min": 8, "max": 8}
+    data["drill"] = {"enabled": False}
+    data["compat"] = {"enabled": False}
+    data["quality"] = {"greedy_prompts": 1, "greedy_max_tokens": 8, "sampled_prompts": 1,
+                       "samples": 2, "sampled_max_tokens": 8}  # fmt: skip
+    f.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    rc = main(["pilot", str(f), "--out", str(out), "--quiet"])
+    assert rc == 0, capsys.readouterr().err[-3000:]
+    con = duckdb.connect(str(out / "pilot.duckdb"), read_only=True)
+    (schedule,) = con.execute("select schedule from pilots").fetchone()
+    design = (json.loads(schedule) if isinstance(schedule, str) else schedule)["design"]
+    looks = design["looks"]
+    (look,) = looks["ran"]
+    assert look["look"] == 1 and look["episodes"] == {"off_peak": 4, "peak": 4}
+    assert look["alpha"] == pytest.approx(spent(4 / 6, 0.05))
+    final = looks["final"]
+    assert final["alpha"] == pytest.approx(0.05 - look["alpha"])
+    for lv in ("off_peak", "peak"):  # every episode ran, or was dropped with its reason
+        dropped = sum((final["not_run"].get(lv) or {}).values())
+        assert final["episodes"][lv] + dropped == len(design["levels"][lv])  # 6, or fewer
+        # where a slice with no arrival joined the next (pilot.design.split_schedule)
+        assert (lv in look["closed"]) == bool(dropped)
+    ran = {
+        r[0] for r in con.execute("select distinct phase from requests where not warmup").fetchall()
+    }
+    assert not ran & set(looks.get("skipped") or {})  # a dropped episode has no record
+    assert con.execute("select count(*) from arms where status <> 'complete'").fetchall() == [(0,)]
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["sequential"]["lines"][0].startswith("look 1 after off_peak 4, peak 4 episodes")
+    assert doc["analysis_config"]["ci_level"] == pytest.approx(1 - final["alpha"])
+    assert "Sequential looks" in (out / "report.md").read_text()
