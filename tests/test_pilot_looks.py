@@ -85,15 +85,43 @@ def test_the_budget_drops_the_last_episodes_first_never_the_least(tmp_path):
             cfg=SimpleNamespace(analysis=SimpleNamespace(ci_level=0.95)),
         )
         looks = Looks(ctx, design, lambda n: [load_key(r, [n]) for r in "ab"])
-        looks.trim(order)
-        # 120 s budget, 30 spent: 4 episodes of 20 s fit; the least is 2 x 2 per level = 8
-        kept = [n for n in order if looks.runs(n)]
+        kept = []
+        for i, name in enumerate(order):  # the runner's walk, each episode taking its 20 s
+            looks.trim(order[i:])
+            if looks.runs(name):
+                kept.append(name)
+                clock.done.update({load_key(r, [name]): 10.0 for r in "ab"})
+                ctx.started -= 20.0
+            if i == 0:  # the ETA from priors says 350 s of 120, but nothing is dropped early
+                assert not looks.skipped
+        # 120 s budget, 30 spent: the least, 2 x 2 episodes per level, runs; the rest is dropped
         assert len(kept) == 2 * least(design)
         assert kept == order[: len(kept)]  # the last dropped first, the levels alike
+        assert set(looks.skipped) == set(order[len(kept) :])
         assert set(looks.skipped.values()) == {"budget"}
-        assert clock.eta_s() == pytest.approx(len(kept) * 20.0)  # out of the ETA too
+        assert clock.eta_s() == 0.0  # out of the ETA too
         stored = store.records("pilots")[0].schedule["design"]["looks"]
         assert stored["skipped"] == looks.skipped  # in the pilot file as it happens
+
+
+def test_a_budget_that_holds_the_rest_drops_nothing(tmp_path):
+    design = _design(per_level=8, processes=2, looks=[4], budget=60.0)
+    order = [n for b in blocks(design) for n in b]
+    plan = [Step(load_key(r, [n]), "load", "builtin", r, sched_s=10.0) for n in order for r in "ab"]
+    clock = EtaClock(plan=list(plan))
+    with Store(tmp_path / "p.duckdb") as store:
+        rec = PilotRecord("p", "p", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
+        store.add_pilot(PilotRecord(**{**rec.__dict__, "schedule": {"design": design}}))
+        ctx = SimpleNamespace(
+            progress=SimpleNamespace(clock=clock, note=lambda text: None),
+            started=time.perf_counter(),
+            store=store,
+            cfg=SimpleNamespace(analysis=SimpleNamespace(ci_level=0.95)),
+        )
+        looks = Looks(ctx, design, lambda n: [load_key(r, [n]) for r in "ab"])
+        for i in range(len(order)):
+            looks.trim(order[i:])
+        assert not looks.skipped
 
 
 @pytest.mark.slow

@@ -2,24 +2,30 @@
 episodes, and the error rate over every look stays at most 1 - ``ci_level``.
 
 **Spending.** The pilot looks after planned numbers of episodes per level (``episodes.looks``,
-then ``per_level``: the information fraction t is episodes run / ``per_level``). Look j spends
-alpha(t_j) - alpha(t_{j-1}) of the Lan-DeMets O'Brien-Fleming-type function
+then ``per_level``; the information fraction t is the look's episodes over ``per_level``). Look
+j spends alpha(t_j) - alpha(t_{j-1}) of the Lan-DeMets O'Brien-Fleming-type function
 alpha(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t)) (Lan & DeMets 1983), and the last look spends
-whatever is left, however early a budget ends the pilot (the budget stops on the clock, never on
-the data). Each look tests at its own spend as its nominal level (a Bonferroni split over the
-looks), so the error over all looks is at most their sum, alpha, whatever the correlation
-between looks: the statistic is a Satterthwaite t over a few processes and episodes, with Holm
-over the cells at every look, where the exact group-sequential boundaries (independent
-increments of one z) do not hold as such. The price is small because O'Brien-Fleming spends
-little early: with one interim look at 8 of 14 episodes, alpha 0.05 is split 0.0095 and 0.0405,
-and the final interval at 0.0405 is 5-8% wider than at 0.05 (t on 20 to 4 df); the early look decides only
-large effects (a speculative arm 2x slower on a machine whose verify step costs 2x).
+whatever is left, however early a budget ends the pilot (the budget stops on the clock, never
+on the data). Each look tests at its own spend (a Bonferroni split over the looks), so the
+error over all looks is at most their sum, alpha, whatever the correlation between looks: the
+statistic is a Satterthwaite t over a few processes and episodes, with Holm over the cells at
+every look, where the exact group-sequential boundaries (independent increments of one z) do
+not hold as such. The price is small because O'Brien-Fleming spends little early: with one
+interim look at 8 of 14 episodes, alpha 0.05 is split 0.0095 and 0.0405, and the last interval
+is 5-8% wider than at 0.05 (t on 20 to 4 df).
+
+**Interim looks without the sometimes-pool.** At two episodes per process the episode noise
+has 1-3 df, the preliminary F test cannot see a process component, and the pooled interval is
+too narrow in the tail where an interim look tests (4 + 4 processes, 8 episodes: 2.7% of A/A
+intervals exclude 0 at a nominal 0.5%). So interim looks keep every component
+(``AnalysisConfig.episode_pooling`` off): valid, and wide, so they decide only large effects (a
+speculative arm 1.5-2x slower where verifying k + 1 tokens costs 2x one). The seeded
+simulations (``tests/test_sequential.py``) give the family's A/A error 4.4% with the looks.
 
 **Stopping.** A level stops receiving episodes when every pooled cell the verdict reads is
-decided at the look's level: the planted effect found, and each candidate faster, slower, or no
-different within the equivalence margin. The report's intervals are from the last look, at its
-level; a level stopped earlier keeps its decisions there (a wider level only narrows an
-interval).
+decided at the look: the planted effect found, and each candidate faster, slower, or no
+different within the equivalence margin. The report's intervals are the last look's, at its
+level; a level stopped earlier keeps its decisions (a larger alpha only narrows an interval).
 
     >>> round(spent(0.5, 0.05), 5), spent(1.0, 0.05)
     (0.00557, 0.05)

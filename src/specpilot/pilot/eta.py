@@ -255,6 +255,17 @@ class EtaClock:
         with self._lock:
             self._samples[key] = seconds
 
+    def estimate_s(self, keys: Sequence[str]) -> float:
+        """Seconds the steps ``keys`` not done yet are expected to take."""
+        want = set(keys)
+        with self._lock:
+            if self.plan is None:
+                return 0.0
+            learned = learn(self.plan, self.done)
+            return sum(
+                estimate(s, learned) for s in self.plan if s.key in want and s.key not in self.done
+            )
+
     def drop_steps(self, keys: Sequence[str]) -> None:
         """Steps that will not run (episodes the pilot's budget or looks dropped)."""
         gone = set(keys)

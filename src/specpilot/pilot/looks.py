@@ -9,7 +9,8 @@ pilot **looks**: the whole analysis over the records so far at the look's nomina
 level whose pooled cells are all decided gets no more episodes. Before every episode the
 **budget** (``episodes.budget_min``, ``--budget``) is checked against the time spent plus the
 ETA of every step left: episodes are dropped from the end of the run order until the rest fits,
-never one of the first ``2 x processes`` of a level (the estimator's least). The clock stops a
+never one of the first ``2 x processes`` of a level (the estimator's least), and only once the
+next episode is one of them. The clock stops a
 pilot, never the data, so the last look spends what is left of the error rate whenever it
 comes. Every look, every episode not run and why, and the last look are written into the
 design record as they happen; a resumed pilot keeps them.
@@ -98,16 +99,23 @@ class Looks:
             self.save()
 
     def trim(self, ahead: Sequence[str]) -> None:
-        """Drop episodes from the end of ``ahead`` (those not run yet, in run order) until
-        the time spent plus the ETA fits the budget."""
+        """Before episode ``ahead[0]`` (``ahead``: those not run yet, in run order): when the
+        time spent plus the ETA is past the budget, the episodes to drop are the last
+        droppable ones whose expected time covers the excess; they are dropped once the next
+        episode is among them, so an ETA from priors early on drops nothing too soon."""
         budget = self.lk.get("budget_min")
-        if not budget:
+        if not budget or not ahead:
             return
-        drop, clock = droppable(self.design), self.p.progress.clock
+        clock = self.p.progress.clock
+        excess = time.perf_counter() - self.started + (clock.eta_s() or 0.0) - budget * 60.0
+        drop, tail = droppable(self.design), []
         for name in reversed([n for n in ahead if self.runs(n) and n in drop]):
-            if time.perf_counter() - self.started + (clock.eta_s() or 0.0) <= budget * 60.0:
-                return
-            self.skip([name], "budget")
+            if excess <= 0:
+                break
+            tail.append(name)
+            excess -= clock.estimate_s(self.keys_of(name))
+        if ahead[0] in tail:
+            self.skip(tail, "budget")
 
     def look(self, j: int, done: Sequence[str], ahead: Sequence[str]) -> None:
         """Interim look ``j`` (0-based) over the episodes ``done``: levels decided at its
