@@ -86,7 +86,6 @@ class Looks:
         self.lk.setdefault("ran", [])
         self.skipped: dict[str, str] = self.lk.setdefault("skipped", {})
         self.keys_of = keys_of
-        self.started = ctx.started
 
     def runs(self, name: str) -> bool:
         return name not in self.skipped
@@ -107,7 +106,7 @@ class Looks:
         if not budget or not ahead:
             return
         clock = self.p.progress.clock
-        excess = time.perf_counter() - self.started + (clock.eta_s() or 0.0) - budget * 60.0
+        excess = time.perf_counter() - self.p.started + (clock.eta_s() or 0.0) - budget * 60.0
         drop, tail = droppable(self.design), []
         for name in reversed([n for n in ahead if self.runs(n) and n in drop]):
             if excess <= 0:
@@ -163,7 +162,7 @@ class Looks:
             "episodes": self.counts(done),
             "alpha": final_alpha(self.lk["ran"], float(self.lk["alpha"])),
             "not_run": not_run,
-            "wall_s": round(time.perf_counter() - self.started, 1),
+            "wall_s": round(time.perf_counter() - self.p.started, 1),
         }
         self.save()
 
