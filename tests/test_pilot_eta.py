@@ -186,15 +186,27 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
                   strategy=NS(kind=kind))  # fmt: skip
 
     runs = [
-        NS(arm=arm("base"), run_id="base", process=0, phases=None),  # complete
+        NS(arm=arm("base"), run_id="base", process=0, phases=None, repetition=0),  # complete
         NS(
-            arm=arm("spec", "speculative", kind="draft"), run_id="spec", process=0, phases=None
+            arm=arm("spec", "speculative", kind="draft"),
+            run_id="spec",
+            process=0,
+            phases=None,
+            repetition=0,
         ),  # phases + drill done
         NS(
-            arm=arm("plain", "extra", "llamacpp"), run_id="plain", process=0, phases=None
+            arm=arm("plain", "extra", "llamacpp"),
+            run_id="plain",
+            process=0,
+            phases=None,
+            repetition=0,
         ),  # cut in its second phase
         NS(
-            arm=arm("ctl", "control"), run_id="ctl", process=0, phases=None
+            arm=arm("ctl", "control"),
+            run_id="ctl",
+            process=0,
+            phases=None,
+            repetition=0,
         ),  # not started: phases only
     ]
     records = {

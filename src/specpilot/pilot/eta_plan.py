@@ -65,5 +65,7 @@ def plan_for(ctx: PilotContext, runs: Sequence[RunPlan]) -> list[Step]:
         arrivals = {**tt.arrivals, cfg.drill.phase: last}
         tt = replace(tt, arrivals=arrivals, warmup_first_only=True)
     measured = sum(1 for r in ctx.schedule.requests if not r.warmup)
-    answers = (measured + len(quality)) * len(runs)
-    return plan_steps(left, tt, answers, len(runs))
+    # per arm, not per run: the episode design's processes of one arm share its episodes
+    arms = len({(r.arm.name, r.repetition) for r in runs})
+    answers = (measured + len(quality)) * arms
+    return plan_steps(left, tt, answers, arms)
