@@ -59,8 +59,7 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
 
     plans = plan_arms(cfg)
     check_one_switch(plans)
-    wl = cfg.workload
-    schedule = build_schedule(wl) if isinstance(wl, str) else build_schedule(wl, base_dir=base_dir)
+    schedule = build_schedule(cfg.workload_config(), base_dir=cfg.workload_dir(base_dir))
     arms = []
     for p in plans:
         backend = make_backend(p)

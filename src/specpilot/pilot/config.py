@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from specpilot import validation
 from specpilot.analysis.config import AnalysisConfig
@@ -47,6 +47,7 @@ from specpilot.pilot.options import (
 from specpilot.quality.config import QualityConfig
 from specpilot.records import ENGINES
 from specpilot.validation import FieldProblem, StrictModel
+from specpilot.workload.config import WorkloadConfig
 from specpilot.yamlpos import LineMap, yaml_error_text
 
 __all__ = [  # the engine options are defined in pilot.options and re-exported here
@@ -192,6 +193,7 @@ class PilotConfig(_Model):
     seed: int = 0
     description: str = ""
     workload: dict[str, Any] | str
+    _workload: WorkloadConfig | None = PrivateAttr(default=None)  # ``workload_config``
     arms: list[Arm] = Field(min_length=2)
     repetitions: int = Field(1, ge=1)
     # interleaved: every arm's engine up at once and each phase replayed on every arm in turn
@@ -233,6 +235,22 @@ class PilotConfig(_Model):
                 "specpilot cannot start more processes of it; set episodes.processes: 1"
             )
         return self
+
+    def workload_config(self) -> WorkloadConfig:
+        """The workload, parsed once: at load (``load_pilot``, ``parse_pilot``), where its
+        errors name the pilot file's lines, or here the first time for a config built in code."""
+        if self._workload is None:
+            from specpilot.workload.config import load_workload, parse_workload
+
+            wl = self.workload
+            self._workload = load_workload(wl) if isinstance(wl, str) else parse_workload(wl)
+        return self._workload
+
+    def workload_dir(self, pilot_dir: str | Path) -> Path:
+        """Where the workload's relative paths (prompts, traces) start: a workload file's own
+        directory, the pilot file's for a workload written inline."""
+        wl = self.workload
+        return Path(wl).parent if isinstance(wl, str) else Path(pilot_dir)
 
     def sha256(self) -> str:
         """Hash of the validated config (YAML formatting and key order do not matter)."""
@@ -370,10 +388,10 @@ def _validate(data: dict[str, Any], where: str, lines: Any) -> PilotConfig:
         from specpilot.workload.config import WorkloadError, parse_workload
 
         try:
-            wl = parse_workload(cfg.workload, where, lines=lines, prefix=("workload",))
+            cfg._workload = parse_workload(cfg.workload, where, lines=lines, prefix=("workload",))
         except WorkloadError as exc:
             raise PilotConfigError(exc.message, fix=exc.fix) from None
-        _check_drill(cfg, [p.name for p in wl.phases], where, lines)
+        _check_drill(cfg, [p.name for p in cfg._workload.phases], where, lines)
     return cfg
 
 
@@ -421,6 +439,9 @@ def load_pilot(path: str | Path, *, quick: bool = False) -> PilotConfig:
                 f"({p.parent}), or write the workload inline (groups:, phases:)",
             )
         cfg = cfg.model_copy(update={"workload": str(workload.resolve())})
+        cfg._workload = None
+        cfg.workload_config()  # parsed now: its errors before anything runs
+        _check_drill(cfg, [ph.name for ph in cfg.workload_config().phases], str(p), lines)
     missing = missing_model_lines(
         cfg, str(p), lambda path: at_line(str(p), lines, path), data.get("arms")
     )

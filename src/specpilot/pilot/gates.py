@@ -10,7 +10,7 @@ come before any speed figure.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specpilot.pilot.config import PilotConfig
 from specpilot.records import ArmRecord, CompatRecord, OutputRecord, PilotData
@@ -28,14 +28,8 @@ class Gates:
 
         self.cfg = cfg.quality
         self.compat_features = cfg.compat.features
-        workload: WorkloadConfig | dict[str, Any]
-        if isinstance(cfg.workload, str):
-            from specpilot.workload.config import load_workload
-
-            base_dir = Path(cfg.workload).parent
-            workload = load_workload(cfg.workload)
-        else:
-            workload = cfg.workload
+        workload = cfg.workload_config()
+        base_dir = cfg.workload_dir(base_dir)
         self.base_dir = base_dir
         self.groups = resolve_groups(workload, base_dir)
         self.task_groups = _task_groups(workload, base_dir)
@@ -84,10 +78,8 @@ class Gates:
         return quality, consistency
 
 
-def _task_groups(workload: WorkloadConfig | dict[str, Any], base_dir: Path) -> list[TaskGroup]:
+def _task_groups(workload: WorkloadConfig, base_dir: Path) -> list[TaskGroup]:
     """The workload's groups as the schedule resolves them (its length and sampling overrides)."""
-    from specpilot.workload.config import WorkloadConfig, parse_workload
     from specpilot.workload.resolve import resolve_group
 
-    cfg = workload if isinstance(workload, WorkloadConfig) else parse_workload(dict(workload))
-    return [resolve_group(name, gm, Path(base_dir)) for name, gm in cfg.groups.items()]
+    return [resolve_group(name, gm, Path(base_dir)) for name, gm in workload.groups.items()]

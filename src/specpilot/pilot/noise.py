@@ -175,8 +175,10 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
     if ep is None:
         return None
     m, e = ep.processes, ep.per_level
-    groups = len(cfg.workload.get("groups") or {}) or 1
-    levels = len(cfg.workload.get("phases") or []) or 1
+    wl = cfg.workload_config()
+    groups = len(wl.groups) or 1
+    phases = [p.name for p in wl.phases]
+    levels = len(phases) or 1
     # a pooled cell's share (analysis.paired._families): half of alpha when there are task
     # groups (the other half is theirs), by Bonferroni over the load levels
     cells = levels
@@ -189,8 +191,6 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
     rows = [("planted", "planted")] if ep.planted else []
     rows += [(a.name, "candidate") for a in cfg.arms if a.role in ("speculative", "alternative")]
     predicted = []
-    wl = cfg.workload if isinstance(cfg.workload, dict) else {}
-    phases = [str(p.get("name")) for p in wl.get("phases") or [] if isinstance(p, dict)]
     for arm, kind in rows:
         got = components(entry, arm, kind) if entry else None
         c = got or {"s_a": s, "s_b": s, "s_xi": x}

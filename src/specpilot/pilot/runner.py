@@ -88,11 +88,8 @@ class Pilot:
 
         plans = plan_arms(self.cfg)
         check_one_switch(plans)
-        wl = self.cfg.workload
-        if isinstance(wl, str):
-            schedule = build_schedule(wl)
-        else:
-            schedule = build_schedule(wl, base_dir=self.base_dir)
+        wl = self.cfg.workload_config()
+        schedule = build_schedule(wl, base_dir=self.cfg.workload_dir(self.base_dir))
         for p in plans:  # the files each engine needs prepared (backends.adapter.Asset)
             a = adapter_of(p.engine)
             if a is None or p.url is not None or p.spec.options is None:
