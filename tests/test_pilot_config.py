@@ -379,3 +379,37 @@ def test_every_builtin_arm_runs_the_format_the_first_started_one_chose_also_afte
             st.add_arm(a)
         # the first builtin arm by run order that reported a choice ("auto" is no choice)
         assert Pilot.pinned_format(holder) == "int8-bf16"
+
+
+def test_a_workload_file_is_parsed_once_at_load_and_its_errors_name_it(tmp_path, capsys):
+    from specpilot.cli import main
+
+    wl = tmp_path / "wl.yaml"
+    wl.write_text(
+        "name: w\ngroups:\n  code: {weight: 1}\n"
+        "phases:\n  - {name: peak, duration_s: 4, arrival: {kind: poisson, rate: 1}}\n"
+    )
+    pilot = tmp_path / "pilot.yaml"
+    pilot.write_text(
+        "name: p\nworkload: wl.yaml\n"
+        "episodes: {per_level: 4, processes: 2}\n"
+        "drill: {phase: peak}\n"
+        "arms:\n"
+        "  - {name: baseline, role: baseline, engine: builtin, options: {draft: null}}\n"
+        "  - {name: speculative, role: speculative, engine: builtin,\n"
+        "     options: {draft: 'shipped:smollm2-135m-instruct-d4', k: 3}}\n"
+    )
+    cfg = load_pilot(pilot)
+    parsed = cfg.workload_config()
+    assert cfg.workload_config() is parsed and [p.name for p in parsed.phases] == ["peak"]
+    assert cfg.workload_dir("/elsewhere") == tmp_path
+    # the planner reads the parsed workload (it read an inline workload's dict only)
+    assert main(["pilot", str(pilot), "--dry-run"]) == 0
+    assert "episodes: 2 processes per arm, 4 episodes per load level" in capsys.readouterr().out
+    # an error in the workload file, and a drill phase it lacks: at load, naming the file
+    wl.write_text(wl.read_text().replace("rate: 1", "rate: -1"))
+    with pytest.raises(Exception, match=r"wl\.yaml"):
+        load_pilot(pilot)
+    wl.write_text(wl.read_text().replace("rate: -1", "rate: 1").replace("name: peak", "name: p2"))
+    with pytest.raises(PilotConfigError, match="'peak' is not a phase of the workload"):
+        load_pilot(pilot)
