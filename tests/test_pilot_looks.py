@@ -142,6 +142,7 @@ def test_an_episode_pilot_looks_after_its_first_block_and_reports_at_the_last_lo
     out = tmp_path / "out"
     rc = main(["pilot", str(f), "--out", str(out), "--quiet"])
     assert rc == 0, capsys.readouterr().err[-3000:]
+    assert "\nlooks: look 1 after off_peak 4, peak 4 episodes" in capsys.readouterr().out
     con = duckdb.connect(str(out / "pilot.duckdb"), read_only=True)
     (schedule,) = con.execute("select schedule from pilots").fetchone()
     design = (json.loads(schedule) if isinstance(schedule, str) else schedule)["design"]

@@ -111,6 +111,7 @@ def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
             )
         else:
             lines.append(f"rollback drill {d['arm']}: {d.get('status')} ({d.get('reason', '')})")
+    lines += [f"looks: {x}" for x in (doc.get("sequential") or {}).get("lines") or []]
     if failed:
         lines.append(f"FAILED ARMS: {', '.join(failed)} (see the report's arms section)")
     lines.append(f"wall time {elapsed_s / 60:.1f} min")
