@@ -59,6 +59,14 @@ def test_looks_outside_the_design_are_refused_by_field(tmp_path, capsys, looks, 
     assert rc == 2 and "episodes.looks" in err and why in err, err
 
 
+def test_looks_that_cannot_fit_the_design_say_so(tmp_path, capsys):
+    f = _config(tmp_path, processes=8, per_level=14, looks=[8])
+    assert main(["pilot", str(f), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "no look fits 14 episodes per level on 8 processes" in err
+    assert "raise per_level above 16, or remove episodes.looks" in err
+
+
 def _design(per_level: int, processes: int, looks: list[int], budget: float | None) -> dict:
     levels = {lv: [f"{lv}~{k + 1:02d}" for k in range(per_level)] for lv in ("off", "peak")}
     return {

@@ -91,6 +91,12 @@ class EpisodeSettings(StrictModel):
             raise ValueError(f"episodes.looks {at}: list them in increasing order")
         low = 2 * self.processes
         bad = [x for x in at if not low <= x < self.per_level]
+        if bad and low >= self.per_level:
+            raise ValueError(
+                f"episodes.looks {at}: no look fits {self.per_level} episodes per level on "
+                f"{self.processes} processes (a look needs every process to have served 2 "
+                f"episodes) -> raise per_level above {low}, or remove episodes.looks"
+            )
         if bad:
             raise ValueError(
                 f"episodes.looks {at}: a look needs every process to have served 2 episodes "
