@@ -174,3 +174,37 @@ def test_an_episode_pilot_looks_after_its_first_block_and_reports_at_the_last_lo
     assert doc["sequential"]["lines"][0].startswith("look 1 after off_peak 4, peak 4 episodes")
     assert doc["analysis_config"]["ci_level"] == pytest.approx(1 - final["alpha"])
     assert "Sequential looks" in (out / "report.md").read_text()
+
+
+def test_the_budget_is_left_out_of_the_config_hash_so_a_rerun_with_another_resumes(tmp_path):
+    from specpilot.commands.pilot import with_budget
+    from specpilot.pilot.config import load_pilot
+
+    cfg = load_pilot(_config(tmp_path))
+    assert with_budget(cfg, 30.0).sha256() == cfg.sha256() == with_budget(cfg, 5.0).sha256()
+    assert with_budget(cfg, 30.0).episodes.budget_min == 30.0
+
+
+def test_an_interrupted_runs_time_counts_against_the_budget(tmp_path):
+    design = _design(per_level=8, processes=2, looks=[4], budget=2.0)
+    design["looks"]["spent_s"] = 100.0  # the interrupted run took 100 s of the 120
+    order = [n for b in blocks(design) for n in b]
+    plan = [Step(load_key(r, [n]), "load", "builtin", r, sched_s=10.0) for n in order for r in "ab"]
+    clock = EtaClock(plan=list(plan))
+    with Store(tmp_path / "p.duckdb") as store:
+        rec = PilotRecord("p", "p", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
+        store.add_pilot(PilotRecord(**{**rec.__dict__, "schedule": {"design": design}}))
+        ctx = SimpleNamespace(
+            progress=SimpleNamespace(clock=clock, note=lambda text: None),
+            started=time.perf_counter(),
+            store=store,
+            cfg=SimpleNamespace(analysis=SimpleNamespace(ci_level=0.95)),
+        )
+        looks = Looks(ctx, design, lambda n: [load_key(r, [n]) for r in "ab"])
+        assert looks.spent_s() >= 100.0
+        droppable_ones = order[2 * least(design) :]
+        looks.trim(droppable_ones)  # the next episode is the first droppable one
+        assert set(looks.skipped) == set(droppable_ones)
+        looks.save()
+        stored = store.records("pilots")[0].schedule["design"]["looks"]
+        assert stored["spent_s"] >= 100.0  # carried to the next resume

@@ -190,3 +190,21 @@ def test_the_report_is_at_the_last_looks_level_and_says_what_each_look_spent():
     assert "look 1 after peak 8 episodes: tested at alpha 0.0" in lines[0]
     assert "stopped: peak" in lines[0]
     assert "peak 4 (decided)" in lines[1]
+
+
+def test_the_report_level_moves_only_where_looks_ran_or_episodes_were_dropped():
+    from specpilot.analysis.sequential import report_alpha, thin_levels
+
+    plain = {"at": [14], "alpha": 0.05, "ran": [], "final": {"episodes": {"peak": 14},
+             "alpha": 0.05, "not_run": {}}}  # fmt: skip
+    assert report_alpha(plain) is None  # no looks, nothing dropped: --config's ci_level holds
+    ran = [{"look": 1, "fraction": 8 / 14, "alpha": interim_alpha(8 / 14, [], 0.05),
+            "episodes": {"peak": 8}, "closed": []}]  # fmt: skip
+    interrupted = {"at": [8, 14], "alpha": 0.05, "ran": ran}
+    assert report_alpha(interrupted) == pytest.approx(0.05 - ran[0]["alpha"])
+    assert "no final look (the pilot was interrupted)" in looks_text(interrupted)[-1]
+    cut = dict(plain, skipped={"peak~14": "budget"})
+    cut["final"] = dict(plain["final"], episodes={"peak": 10, "off_peak": 14})
+    assert report_alpha(cut) == 0.05
+    assert thin_levels(cut, 4) == ["peak"]  # 10 < 3 x 4: tested without the sometimes-pool
+    assert thin_levels(cut, 3) == []

@@ -40,7 +40,7 @@ from specpilot.analysis.round_summary import (
     summarize_rounds,
     with_plain,
 )
-from specpilot.analysis.sequential import looks_text
+from specpilot.analysis.sequential import looks_text, report_alpha, thin_levels
 from specpilot.analysis.tune_k import KChoice, KRun, choose_k
 from specpilot.analysis.verdict import decide, validation_arm, with_triggers
 from specpilot.analysis.verify_cost import VerifyCurve, curve_for, verify_curves
@@ -98,9 +98,13 @@ class PilotAnalysis:
 def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis:
     """Run every section; a section without inputs is empty, and ``notes`` says why."""
     cfg = cfg or AnalysisConfig()
-    looks = ((data.pilot.schedule or {}).get("design") or {}).get("looks") or {}
-    if looks.get("final"):  # the last look's level: what the earlier looks left of the error
-        cfg = cfg.model_copy(update={"ci_level": 1.0 - float(looks["final"]["alpha"])})
+    design = (data.pilot.schedule or {}).get("design") or {}
+    looks = design.get("looks") or {}
+    alpha = report_alpha(looks)
+    if alpha is not None:  # the last look's level: what the earlier looks left of the error
+        thin = thin_levels(looks, int(design.get("processes") or 1))
+        cfg = cfg.model_copy(update={"ci_level": 1.0 - alpha, "episode_pooling": not thin})
+        looks = dict(looks, without_pool=thin)
     episodic = has_episodes(data)
     data = fold(data)  # the episode design's records by load level (analysis.fold)
     if data.request_columns is not None:
@@ -110,7 +114,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     plan = plan_arms(data.arms, set(table.arm.tolist()))
     a = PilotAnalysis(data, cfg, plan, hardware_text(data.pilot.hardware), notes=list(plan.notes))
     a.episodic = episodic
-    a.sequential = dict(looks, lines=looks_text(looks)) if looks.get("final") else None
+    a.sequential = dict(looks, lines=looks_text(looks)) if alpha is not None else None
     a.scheduled = len(table)
     a.notes += cut_phases(data)
     if plan.baseline is None:

@@ -5,8 +5,8 @@ episodes, and the error rate over every look stays at most 1 - ``ci_level``.
 then ``per_level``; the information fraction t is the look's episodes over ``per_level``). Look
 j spends alpha(t_j) - alpha(t_{j-1}) of the Lan-DeMets O'Brien-Fleming-type function
 alpha(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t)) (Lan & DeMets 1983), and the last look spends
-whatever is left, however early a budget ends the pilot (the budget stops on the clock, never
-on the data). Each look tests at its own spend (a Bonferroni split over the looks), so the
+whatever is left, however early a budget ends the pilot (the budget stops on the clock, not on
+the comparison; how long episodes take does depend on the latencies measured). Each look tests at its own spend (a Bonferroni split over the looks), so the
 error over all looks is at most their sum, alpha, whatever the correlation between looks: the
 statistic is a Satterthwaite t over a few processes and episodes, with Holm over the cells at
 every look, where the exact group-sequential boundaries (independent increments of one z) do
@@ -20,12 +20,19 @@ too narrow in the tail where an interim look tests (4 + 4 processes, 8 episodes:
 intervals exclude 0 at a nominal 0.5%). So interim looks keep every component
 (``AnalysisConfig.episode_pooling`` off): valid, and wide, so they decide only large effects (a
 speculative arm 1.5-2x slower where verifying k + 1 tokens costs 2x one). The seeded
-simulations (``tests/test_sequential.py``) give the family's A/A error 4.4% with the looks.
+simulations (``tests/test_sequential.py``: two levels, one cell each, a level stopping when its
+interval excludes 0; the all-cells rule, Holm and the budget are not simulated) give the
+family's A/A error 4.4% with the looks.
 
 **Stopping.** A level stops receiving episodes when every pooled cell the verdict reads is
 decided at the look: the planted effect found, and each candidate faster, slower, or no
-different within the equivalence margin. The report's intervals are the last look's, at its
-level; a level stopped earlier keeps its decisions (a larger alpha only narrows an interval).
+different within the equivalence margin. The report shows the last analysis for every level,
+at the last look's alpha: for a level stopped earlier a larger alpha only narrows its
+intervals, though Holm's family there and the sometimes-pool differ from the look's, so its
+reported outcome can differ from the one that stopped it (the look's is in ``ran``). A level a
+budget cut below ``POOL_MIN_PER_PROCESS`` episodes per process is tested without the
+sometimes-pool at the end too. A pilot interrupted after an interim look is reported at what
+the looks left.
 
     >>> round(spent(0.5, 0.05), 5), spent(1.0, 0.05)
     (0.00557, 0.05)
@@ -44,6 +51,7 @@ from statistics import NormalDist
 from typing import Any
 
 DECIDED = ("faster", "slower", "no_difference")
+POOL_MIN_PER_PROCESS = 3  # fewer episodes per process: no sometimes-pool (module docstring)
 POOLED = "*"  # the task-group label of a cell pooled over groups
 
 
@@ -79,6 +87,29 @@ def final_alpha(interim: Sequence[Mapping[str, Any]], alpha: float) -> float:
     """The last look's nominal alpha: what the interim looks left."""
     used = sum(float(x["alpha"]) for x in interim)
     return max(0.0, alpha - used)
+
+
+def active(looks: Mapping[str, Any]) -> bool:
+    """The pilot had looks to take or episodes to drop (else its one test is at ``ci_level``)."""
+    return len(looks.get("at") or []) > 1 or bool(looks.get("ran") or looks.get("skipped"))
+
+
+def report_alpha(looks: Mapping[str, Any]) -> float | None:
+    """The level the report tests at: the last look's alpha, or, for a pilot interrupted
+    after an interim look, what the looks run so far left; None: no looks."""
+    if not active(looks):
+        return None
+    final = looks.get("final")
+    if final:
+        return float(final["alpha"])
+    return final_alpha(looks.get("ran") or [], float(looks.get("alpha", 0.05)))
+
+
+def thin_levels(looks: Mapping[str, Any], processes: int) -> list[str]:
+    """Levels that ran fewer than ``POOL_MIN_PER_PROCESS`` episodes per process (a budget cut
+    them): there the sometimes-pool is too narrow in the tail, so the report tests without it."""
+    got = (looks.get("final") or {}).get("episodes") or {}
+    return [lv for lv, n in got.items() if int(n) < POOL_MIN_PER_PROCESS * processes]
 
 
 @dataclass(frozen=True)
@@ -141,5 +172,16 @@ def looks_text(looks: Mapping[str, Any]) -> list[str]:
         out.append(
             f"final look after {eps} episodes: tested at alpha {final['alpha']:.4f}, the rest "
             f"of {alpha:.2f} after {len(looks.get('ran', []))} interim look(s){why}"
+        )
+    elif looks.get("ran"):
+        out.append(
+            f"no final look (the pilot was interrupted): tested at alpha "
+            f"{final_alpha(looks['ran'], alpha):.4f}, what the interim looks left"
+        )
+    thin = looks.get("without_pool") or []
+    if thin:
+        out.append(
+            f"tested without the sometimes-pool: {', '.join(thin)} ran fewer than "
+            f"{POOL_MIN_PER_PROCESS} episodes per process, where it is too narrow in the tail"
         )
     return out

@@ -253,8 +253,13 @@ class PilotConfig(_Model):
         return Path(wl).parent if isinstance(wl, str) else Path(pilot_dir)
 
     def sha256(self) -> str:
-        """Hash of the validated config (YAML formatting and key order do not matter)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+        """Hash of the validated config (YAML formatting and key order do not matter); the
+        time budget (``episodes.budget_min``, ``--budget``) is left out: it decides how long
+        the pilot may run, not what it measures, so a rerun with another budget resumes."""
+        data = self.model_dump(mode="json")
+        if data.get("episodes"):
+            data["episodes"].pop("budget_min", None)
+        blob = json.dumps(data, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def arm(self, name: str) -> Arm:

@@ -46,6 +46,7 @@ from specpilot.validation import StrictModel
 from specpilot.workload.schedule import PhaseInfo, Schedule
 
 PLANTED = "planted"  # the planted arm's name and role
+LEAST_PER_PROCESS = 2  # episodes each process serves before a look, and that a budget keeps
 WITHIN = "within"  # the role of a speculative arm's own processes with speculation off
 K0 = "-k0"  # its name: the speculative arm's + this
 
@@ -89,7 +90,7 @@ class EpisodeSettings(StrictModel):
         at = self.looks
         if any(b <= a for a, b in itertools.pairwise(at)):
             raise ValueError(f"episodes.looks {at}: list them in increasing order")
-        low = 2 * self.processes
+        low = LEAST_PER_PROCESS * self.processes
         bad = [x for x in at if not low <= x < self.per_level]
         if bad and low >= self.per_level:
             raise ValueError(

@@ -170,19 +170,25 @@ class EpisodeRun:
 
     def _episodes(self) -> None:
         """The blocks of episodes, a look after each that leaves episodes to run, the budget
-        checked before every episode (``pilot.looks``); then the last look."""
+        checked before every episode not yet complete (``pilot.looks``); then the last look.
+        A resumed pilot walks the same blocks: its complete episodes are neither run nor
+        dropped again, and its looks already run are not repeated."""
         looks = Looks(self.p, self.design, self._keys_of)
         order = blocks(self.design)
         flat = [n for b in order for n in b]
+        pending = {n for s in self.steps.values() for n in phases_left(self.p, s.run)}
         done: list[str] = []
         for j, block in enumerate(order):
             for name in block:
-                looks.trim(flat[flat.index(name) :])
+                if name in pending:
+                    looks.trim([n for n in flat[flat.index(name) :] if n in pending])
                 if looks.runs(name):
-                    self._episode(name)
+                    if name in pending:
+                        self._episode(name)
+                        pending.discard(name)
                     done.append(name)
             ahead = [n for b in order[j + 1 :] for n in b]
-            looks.trim(ahead)
+            looks.trim([n for n in ahead if n in pending])
             if any(looks.runs(n) for n in ahead) and j >= len(looks.lk["ran"]):
                 looks.look(j, done, ahead)
         for s in self.steps.values():  # the episodes not run leave the runs

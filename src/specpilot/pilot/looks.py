@@ -8,7 +8,7 @@ early takes episodes from every level alike. After a block with episodes still t
 pilot **looks**: the whole analysis over the records so far at the look's nominal level, and a
 level whose pooled cells are all decided gets no more episodes. Before every episode the
 **budget** (``episodes.budget_min``, ``--budget``) is checked against the time spent plus the
-ETA of every step left: episodes are dropped from the end of the run order until the rest fits,
+ETA of every step left (an interrupted run's time included): episodes are dropped from the end of the run order until the rest fits,
 never one of the first ``2 x processes`` of a level (the estimator's least), and only once the
 next episode is one of them. The clock stops a
 pilot, never the data, so the last look spends what is left of the error rate whenever it
@@ -30,6 +30,7 @@ from typing import Any
 
 from specpilot.pilot.config import PilotConfigError
 from specpilot.pilot.context import PilotContext
+from specpilot.pilot.design import LEAST_PER_PROCESS
 from specpilot.pilot.eta import Step, eta_s
 
 
@@ -46,7 +47,7 @@ def blocks(design: dict[str, Any]) -> list[list[str]]:
 
 def least(design: dict[str, Any]) -> int:
     """Episodes per level the budget never drops: each process serves two."""
-    return 2 * int(design["processes"])
+    return LEAST_PER_PROCESS * int(design["processes"])
 
 
 def droppable(design: dict[str, Any]) -> set[str]:
@@ -57,9 +58,11 @@ def check_budget(design: dict[str, Any], plan: Sequence[Step], spent_s: float) -
     """Refuse a budget that cannot hold the pilot's least: every start, the first ``least``
     episodes of each level on every arm, and every step after them (priors where nothing is
     measured yet), naming the smallest budget that does."""
-    budget = (design.get("looks") or {}).get("budget_min")
+    looks = design.get("looks") or {}
+    budget = looks.get("budget_min")
     if not budget:
         return
+    spent_s += float(looks.get("spent_s") or 0.0)  # an interrupted run's time counts
     drop = droppable(design)
     keep = [s for s in plan if not (s.kind == "load" and s.key.rsplit(":", 1)[-1] in drop)]
     need_s = spent_s + eta_s(keep, {})
@@ -86,6 +89,11 @@ class Looks:
         self.lk.setdefault("ran", [])
         self.skipped: dict[str, str] = self.lk.setdefault("skipped", {})
         self.keys_of = keys_of
+        self.before_s = float(self.lk.get("spent_s") or 0.0)  # an interrupted run's time
+
+    def spent_s(self) -> float:
+        """Wall seconds of the whole pilot so far, an interrupted run's included."""
+        return self.before_s + time.perf_counter() - self.p.started
 
     def runs(self, name: str) -> bool:
         return name not in self.skipped
@@ -106,7 +114,7 @@ class Looks:
         if not budget or not ahead:
             return
         clock = self.p.progress.clock
-        excess = time.perf_counter() - self.p.started + (clock.eta_s() or 0.0) - budget * 60.0
+        excess = self.spent_s() + (clock.eta_s() or 0.0) - budget * 60.0
         drop, tail = droppable(self.design), []
         for name in reversed([n for n in ahead if self.runs(n) and n in drop]):
             if excess <= 0:
@@ -162,7 +170,7 @@ class Looks:
             "episodes": self.counts(done),
             "alpha": final_alpha(self.lk["ran"], float(self.lk["alpha"])),
             "not_run": not_run,
-            "wall_s": round(time.perf_counter() - self.p.started, 1),
+            "wall_s": round(self.spent_s(), 1),
         }
         self.save()
 
@@ -178,6 +186,7 @@ class Looks:
         import dataclasses
 
         store = self.p.store
+        self.lk["spent_s"] = round(self.spent_s(), 1)
         for rec in store.records("pilots"):
             design = (rec.schedule or {}).get("design")
             if design is not None:

@@ -138,6 +138,9 @@ class Pilot:
                 from specpilot.pilot.episode_run import episode_runs
 
                 design = (pilot.schedule or {}).get("design", design)  # as stored
+                # the budget is this command's (--budget), not the design's: a rerun with
+                # another one resumes under it
+                design.setdefault("looks", {})["budget_min"] = ep.budget_min if ep else None
                 runs = episode_runs(self.plans, design, pilot.pilot_id)
             else:
                 runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
