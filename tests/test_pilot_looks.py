@@ -4,6 +4,7 @@ trimming on a real ETA clock and pilot file, and the refusals before anything ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -67,6 +68,25 @@ def test_looks_that_cannot_fit_the_design_say_so(tmp_path, capsys):
     assert "raise per_level above 16, or remove episodes.looks" in err
 
 
+@contextlib.contextmanager
+def _looks(tmp_path: Path, design: dict, spent_s: float = 0.0):
+    """``Looks`` over ``design`` with a real ETA clock (every episode's load on runs a and b,
+    10 s each by the plan) and a real pilot file; ``spent_s`` already spent by the pilot."""
+    order = [n for b in blocks(design) for n in b]
+    plan = [Step(load_key(r, [n]), "load", "builtin", r, sched_s=10.0) for n in order for r in "ab"]
+    clock = EtaClock(plan=list(plan))
+    with Store(tmp_path / "p.duckdb") as store:
+        rec = PilotRecord("p", "p", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
+        store.add_pilot(PilotRecord(**{**rec.__dict__, "schedule": {"design": design}}))
+        ctx = SimpleNamespace(
+            progress=SimpleNamespace(clock=clock, note=lambda text: None),
+            started=time.perf_counter() - spent_s,
+            store=store,
+            cfg=SimpleNamespace(analysis=SimpleNamespace(ci_level=0.95)),
+        )
+        yield Looks(ctx, design, lambda n: [load_key(r, [n]) for r in "ab"]), ctx, order
+
+
 def _design(per_level: int, processes: int, looks: list[int], budget: float | None) -> dict:
     levels = {lv: [f"{lv}~{k + 1:02d}" for k in range(per_level)] for lv in ("off", "peak")}
     return {
@@ -80,19 +100,9 @@ def test_the_budget_drops_the_last_episodes_first_never_the_least(tmp_path):
     design = _design(per_level=8, processes=2, looks=[4], budget=2.0)
     order = [n for b in blocks(design) for n in b]
     assert order[:4] == ["off~01", "peak~01", "off~02", "peak~02"]  # levels interleaved
-    # every episode's load on 2 runs: 10 s each by the plan, so 16 episodes x 20 s = 320 s
-    plan = [Step(load_key(r, [n]), "load", "builtin", r, sched_s=10.0) for n in order for r in "ab"]
-    clock = EtaClock(plan=list(plan))
-    with Store(tmp_path / "p.duckdb") as store:
-        rec = PilotRecord("p", "p", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
-        store.add_pilot(PilotRecord(**{**rec.__dict__, "schedule": {"design": design}}))
-        ctx = SimpleNamespace(
-            progress=SimpleNamespace(clock=clock, note=lambda text: None),
-            started=time.perf_counter() - 30.0,  # 30 s spent before the episodes
-            store=store,
-            cfg=SimpleNamespace(analysis=SimpleNamespace(ci_level=0.95)),
-        )
-        looks = Looks(ctx, design, lambda n: [load_key(r, [n]) for r in "ab"])
+    # every episode's load on 2 runs, so 16 episodes x 20 s = 320 s; 30 s spent before them
+    with _looks(tmp_path, design, spent_s=30.0) as (looks, ctx, _):
+        clock, store = ctx.progress.clock, ctx.store
         kept = []
         for i, name in enumerate(order):  # the runner's walk, each episode taking its 20 s
             looks.trim(order[i:])
@@ -114,19 +124,7 @@ def test_the_budget_drops_the_last_episodes_first_never_the_least(tmp_path):
 
 def test_a_budget_that_holds_the_rest_drops_nothing(tmp_path):
     design = _design(per_level=8, processes=2, looks=[4], budget=60.0)
-    order = [n for b in blocks(design) for n in b]
-    plan = [Step(load_key(r, [n]), "load", "builtin", r, sched_s=10.0) for n in order for r in "ab"]
-    clock = EtaClock(plan=list(plan))
-    with Store(tmp_path / "p.duckdb") as store:
-        rec = PilotRecord("p", "p", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
-        store.add_pilot(PilotRecord(**{**rec.__dict__, "schedule": {"design": design}}))
-        ctx = SimpleNamespace(
-            progress=SimpleNamespace(clock=clock, note=lambda text: None),
-            started=time.perf_counter(),
-            store=store,
-            cfg=SimpleNamespace(analysis=SimpleNamespace(ci_level=0.95)),
-        )
-        looks = Looks(ctx, design, lambda n: [load_key(r, [n]) for r in "ab"])
+    with _looks(tmp_path, design) as (looks, _ctx, order):
         for i in range(len(order)):
             looks.trim(order[i:])
         assert not looks.skipped
@@ -188,23 +186,11 @@ def test_the_budget_is_left_out_of_the_config_hash_so_a_rerun_with_another_resum
 def test_an_interrupted_runs_time_counts_against_the_budget(tmp_path):
     design = _design(per_level=8, processes=2, looks=[4], budget=2.0)
     design["looks"]["spent_s"] = 100.0  # the interrupted run took 100 s of the 120
-    order = [n for b in blocks(design) for n in b]
-    plan = [Step(load_key(r, [n]), "load", "builtin", r, sched_s=10.0) for n in order for r in "ab"]
-    clock = EtaClock(plan=list(plan))
-    with Store(tmp_path / "p.duckdb") as store:
-        rec = PilotRecord("p", "p", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
-        store.add_pilot(PilotRecord(**{**rec.__dict__, "schedule": {"design": design}}))
-        ctx = SimpleNamespace(
-            progress=SimpleNamespace(clock=clock, note=lambda text: None),
-            started=time.perf_counter(),
-            store=store,
-            cfg=SimpleNamespace(analysis=SimpleNamespace(ci_level=0.95)),
-        )
-        looks = Looks(ctx, design, lambda n: [load_key(r, [n]) for r in "ab"])
+    with _looks(tmp_path, design) as (looks, ctx, order):
         assert looks.spent_s() >= 100.0
         droppable_ones = order[2 * least(design) :]
         looks.trim(droppable_ones)  # the next episode is the first droppable one
         assert set(looks.skipped) == set(droppable_ones)
         looks.save()
-        stored = store.records("pilots")[0].schedule["design"]["looks"]
+        stored = ctx.store.records("pilots")[0].schedule["design"]["looks"]
         assert stored["spent_s"] >= 100.0  # carried to the next resume

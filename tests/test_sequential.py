@@ -34,11 +34,9 @@ from specpilot.analysis.sequential import (
     nominal_alphas,
     spent,
 )
+from test_episodes import PILOTS, S_PROC, S_XI, SLACK  # the same simulated noise
 
-PILOTS = 1000
 M, E, LOOK, LEVELS = 4, 14, 8, 2
-S_PROC, S_XI = 0.075, math.sqrt(0.04**2 + 0.15**2 / 8)
-SLACK = 0.065  # 5% plus the binomial slack of 1,000 draws
 
 
 def test_spending_is_obrien_fleming_and_the_looks_spend_alpha_exactly():

@@ -50,9 +50,10 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
+from specpilot.analysis.columns import ALL
+
 DECIDED = ("faster", "slower", "no_difference")
 POOL_MIN_PER_PROCESS = 3  # fewer episodes per process: no sometimes-pool (module docstring)
-POOLED = "*"  # the task-group label of a cell pooled over groups
 
 
 def spent(t: float, alpha: float) -> float:
@@ -130,7 +131,7 @@ def decided_levels(
     pooled = {
         (c.baseline_arm, c.candidate_arm, c.phase): c.outcome
         for c in comparisons
-        if c.task_group == POOLED
+        if c.task_group == ALL
     }
     out = []
     for level in levels:
