@@ -14,6 +14,7 @@ import numpy as np
 
 from specpilot.analysis import stats
 from specpilot.analysis.episodes import EpisodeEstimate, episode_effect
+from specpilot.analysis.inplace import switch_effect
 from specpilot.analysis.onepool import pool_effect
 from specpilot.analysis.requests import RequestTable
 from specpilot.errors import ConfigError
@@ -59,8 +60,8 @@ def episode_test(
     """``base`` (the test of the same pairs clustered by episode) with the task-time test
     replaced by the process-and-episode estimate; ``facts``: each run's log fingerprint and
     the run whose process it reaches (``physical_of``). Where both arms of every episode ran
-    on the same process (an arm switched off in place), the process effect cancels and the
-    episode-clustered test stands; where the cell cannot be estimated by processes (one per
+    on the same process (switched in place), each process's offset cancels and how processes
+    respond to the switch is their component (``analysis.inplace``); where the cell cannot be estimated by processes (one per
     arm, too few episodes) it is undecided, and says why. ``strata``: each pair's task group in
     a pooled cell: d relative to its group's mean (``analysis.stats.stratify``)."""
     fingerprints, physical = facts
@@ -72,9 +73,17 @@ def episode_test(
     d, lost = stats.stratify(np.log(tc[ok] / tb[ok]), None if strata is None else strata[ok])
     phys_c = [physical.get(r, r) for r in t.run_id[c][ok]]
     phys_b = [physical.get(r, r) for r in t.run_id[b][ok]]
-    if phys_c == phys_b:
-        return dataclasses.replace(base, processes="the same processes in both arms: cancelled")
-    if set(phys_c) <= set(t.run_id[t.arm == t.arm[b[0]]].astype(str)):
+    if phys_c == phys_b:  # switched in place: each process's offset cancels in its episodes
+        ids = np.unique(phys_c, return_inverse=True)[1]
+        return _fitted(
+            base,
+            lost,
+            lambda: switch_effect(
+                d, episodes[ok], ids, level=level, strata_df=lost, pool=pool
+            ),
+        )
+    base_pool = {physical.get(r, r) for r in t.run_id[t.arm == t.arm[b[0]]].astype(str)}
+    if set(phys_c) <= base_pool:
         # the planted arm: the baseline arm's own processes, crossed (analysis.onepool). Not
         # stratified by group: a dilation of every latency by 1 + f moves each group's log
         # ratio alike, so the strata would only take G - 1 of its 6-10 df
@@ -148,6 +157,7 @@ def episode_noise(est: EpisodeEstimate) -> dict[str, Any]:
         "pairs_per_episode": est.n_pairs / max(est.n_episodes, 1),
         "se": est.se,
         "df": est.df,
+        "design": "in_place" if est.in_place else "one_pool" if est.one_pool else "two_pools",
     }
 
 
@@ -169,10 +179,20 @@ def fingerprints_of(arms: Sequence[ArmRecord]) -> dict[str, float]:
 
 def physical_of(arms: Sequence[ArmRecord]) -> dict[str, str]:
     """The run whose engine process each run reached: itself, or for the planted arm and an arm
-    switched off in place, the run named in its manifest."""
+    switched off in place, the run named in its manifest (followed to the process: the planted
+    arm of an ``episodes.in_place`` pilot reaches the baseline, which reaches a speculative
+    process)."""
     out = {}
     for r in arms:
         m = r.manifest or {}
         of = (m.get("planted") or {}).get("of_run") or (m.get("within") or {}).get("of_run")
         out[r.run_id] = str(of) if of else r.run_id
-    return out
+    return {run: _follow(out, run) for run in out}
+
+
+def _follow(of: dict[str, str], run: str) -> str:
+    seen = {run}
+    while of.get(run, run) not in seen:  # a run reaching a run that reaches another: its process
+        run = of[run]
+        seen.add(run)
+    return run

@@ -109,6 +109,7 @@ class EpisodeEstimate:
     se_without_fingerprint: float
     text: str
     one_pool: bool = False  # both arms served by one pool of processes (``analysis.onepool``)
+    in_place: bool = False  # both arms of every episode on one process (``analysis.inplace``)
 
 
 def crossed_assignment(episodes: int, m_cand: int, m_base: int, seed: int) -> list[tuple[int, int]]:
@@ -506,12 +507,17 @@ def _power_draws(
     design: tuple[int, int, int],
     alpha: float,
     fingerprint: bool,
+    in_place: bool = False,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Seeded draws of the test's critical half-width (log scale) and of the estimate's error
     under the model (``mde``); None when a component has no degree of freedom. ``m_base`` 0:
     one pool of ``m_cand`` processes serves both arms (``analysis.onepool``: the offsets
-    fitted, E - m df, no process variance)."""
+    fitted, E - m df, no process variance). ``in_place``: both arms of every episode on one of
+    ``m_cand`` processes, ``s_a`` how processes differ in their response to the switch
+    (``analysis.inplace``)."""
     m_cand, m_base, episodes = design
+    if in_place:
+        return _switch_draws(s_a, s_xi, m_cand, episodes, alpha)
     if m_base == 0:
         dfe = episodes - m_cand
         if dfe <= 0:
@@ -544,6 +550,30 @@ def _power_draws(
     return half, rng.standard_normal(MDE_DRAWS) * sd
 
 
+def _switch_draws(
+    s_u: float, s_xi: float, m: int, episodes: int, alpha: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``_power_draws`` of ``analysis.inplace``'s one-way test, balanced: MS_A on m - 1 df,
+    MSE on E - m, the sometimes-pool rule; kept: Var MS_A / E on m - 1 df."""
+    dfe = episodes - m
+    if m < 2 or dfe <= 0:
+        return None
+    rng = np.random.default_rng([m, 1, episodes, 7])
+    ms_a = (s_xi**2 + episodes / m * s_u**2) * rng.chisquare(m - 1, MDE_DRAWS) / (m - 1)
+    mse = s_xi**2 * rng.chisquare(dfe, MDE_DRAWS) / dfe
+    pooled = ms_a < mse * _f_crit(float(m - 1), float(dfe))
+    var = np.where(
+        pooled,
+        (ms_a * (m - 1) + mse * dfe) / (episodes - 1),
+        np.where(ms_a > mse, ms_a, mse),
+    ) / episodes
+    dof = np.where(pooled, episodes - 1.0, np.where(ms_a > mse, m - 1.0, float(dfe)))
+    log_df, tq = _t_grid(1.0 - alpha / 2.0)
+    half = np.interp(np.log(dof), log_df, tq) * np.sqrt(var)
+    sd = math.sqrt(s_u**2 / m + s_xi**2 / episodes)
+    return half, rng.standard_normal(MDE_DRAWS) * sd
+
+
 def mde(
     s_a: float,
     s_b: float,
@@ -555,6 +585,7 @@ def mde(
     power: float = 0.8,
     *,
     fingerprint: bool = False,
+    in_place: bool = False,
 ) -> float:
     """The smallest relative change this module's test detects with ``power`` (two-sided
     ``alpha``) in a balanced pilot: its power is computed exactly by a seeded Monte Carlo of
@@ -564,8 +595,12 @@ def mde(
     power, not 80%, at 4+4 processes). With ``fingerprint``, pass the residual process sds;
     gamma's degree of freedom comes off the process strata (its own error is not counted:
     slightly optimistic). ``m_base`` 0: one pool of ``m_cand`` processes serves both arms
-    (the planted arm; ``s_a`` and ``s_b`` do not enter)."""
-    drawn = _power_draws(s_a, s_b, s_xi, (m_cand, m_base, episodes), alpha, fingerprint)
+    (the planted arm; ``s_a`` and ``s_b`` do not enter). ``in_place``: both arms of every
+    episode on one of ``m_cand`` processes (``analysis.inplace``; ``s_a`` how they differ in
+    their response to the switch, ``s_b`` and ``m_base`` do not enter)."""
+    drawn = _power_draws(
+        s_a, s_b, s_xi, (m_cand, m_base, episodes), alpha, fingerprint, in_place=in_place
+    )
     if drawn is None:
         return math.inf
     crit, z = drawn
@@ -581,12 +616,22 @@ def mde(
 
 
 def half_width(
-    s_a: float, s_b: float, s_xi: float, m_cand: int, m_base: int, episodes: int, alpha: float
+    s_a: float,
+    s_b: float,
+    s_xi: float,
+    m_cand: int,
+    m_base: int,
+    episodes: int,
+    alpha: float,
+    *,
+    in_place: bool = False,
 ) -> tuple[float, float]:
     """The median and the 80th percentile of the interval's relative half-width the test will
     give (``mde``'s draws): what a "no difference" inside a margin needs, and how often a
     process component kept on its few df blows the interval up."""
-    drawn = _power_draws(s_a, s_b, s_xi, (m_cand, m_base, episodes), alpha, False)
+    drawn = _power_draws(
+        s_a, s_b, s_xi, (m_cand, m_base, episodes), alpha, False, in_place=in_place
+    )
     if drawn is None:
         return math.inf, math.inf
     q50, q80 = np.quantile(drawn[0], [0.5, 0.8])

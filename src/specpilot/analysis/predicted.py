@@ -75,6 +75,7 @@ def achieved_mde(c: PairedComparison, one_pool: bool) -> float | None:
         0 if one_pool else m_b,
         int(n["episodes"]),
         1.0 - c.deciding_level,
+        in_place=n.get("design") == "in_place",
     )
     return got if math.isfinite(got) else None
 

@@ -176,8 +176,14 @@ def _print_plan(plan: dict[str, Any]) -> None:
     ep = plan.get("episodes")
     if ep:
         print(
-            f"  episodes: {ep['processes']} processes per arm, {ep['per_level']} episodes per "
-            "load level"
+            (
+                f"  episodes: {ep['processes']} speculative processes serve both arms (the "
+                "baseline is each one switched off in place: the command line above is not "
+                f"started), {ep['per_level']} episodes per load level"
+                if ep.get("in_place")
+                else f"  episodes: {ep['processes']} processes per arm, {ep['per_level']} "
+                "episodes per load level"
+            )
             + (f", a planted +{ep['planted']:.0%} that must be found" if ep["planted"] else "")
             + f"; per pooled level, at the deciding level {ep['deciding_level']:.2%} "
             f"(half of alpha over {ep['cells']} levels, the groups' cells have the other "
@@ -201,10 +207,14 @@ def _print_plan(plan: dict[str, Any]) -> None:
                 f"{eq} ({noise})"
             )
     if ep and (len(ep["looks"]) > 1 or ep.get("budget_min")):
-        interim = ", ".join(str(x) for x in ep["looks"][:-1]) or "none"
+        interim = ", ".join(str(x) for x in ep["looks"][:-1])
         print(
-            f"  looks after {interim} episodes per level (a level decided there gets no more); "
-            f"the last tests at alpha {ep['final_alpha']:.4f}"
+            (
+                f"  looks after {interim} episodes per level (a level decided there gets no "
+                f"more); the last tests at alpha {ep['final_alpha']:.4f}"
+                if interim
+                else f"  no interim look: one test at alpha {ep['final_alpha']:.4f}"
+            )
             + (
                 f"; budget {ep['budget_min']:g} min: the last episodes are dropped when the "
                 "pilot would run past it"

@@ -234,7 +234,34 @@ class PilotConfig(_Model):
                 f"episodes.processes {ep.processes}: arm {url[0]!r} is given by URL, and "
                 "specpilot cannot start more processes of it; set episodes.processes: 1"
             )
+        if ep.in_place:
+            self._in_place()
         return self
+
+    def _in_place(self) -> None:
+        """``episodes.in_place``: one speculative arm beside the baseline, on an engine that
+        switches speculation off inside a running process."""
+        from specpilot.backends.adapters import adapter_of
+
+        others = [a.name for a in self.arms if a.role not in ("baseline", "speculative")]
+        spec = [a for a in self.arms if a.role == "speculative"]
+        if others or len(spec) != 1:
+            what = f"arms {others} have processes of their own" if others else (
+                f"{len(spec)} speculative arms"
+            )
+            raise ValueError(
+                "episodes.in_place serves the baseline from the one speculative arm's "
+                f"processes, and {what} -> keep one baseline and one speculative arm, or set "
+                "episodes.in_place: false"
+            )
+        engine = adapter_of(spec[0].engine)
+        if spec[0].url is not None or engine is None or not engine.in_place:
+            raise ValueError(
+                f"episodes.in_place: arm {spec[0].name!r} ({spec[0].engine}"
+                f"{', by URL' if spec[0].url is not None else ''}) cannot switch speculation "
+                "off inside a running process (the builtin engine can) -> set "
+                "episodes.in_place: false"
+            )
 
     def workload_config(self) -> WorkloadConfig:
         """The workload, parsed once: at load (``load_pilot``, ``parse_pilot``), where its

@@ -72,6 +72,11 @@ class EpisodeSettings(StrictModel):
     within: bool = True
     """a builtin speculative arm also replayed on its own processes with speculation switched
     off at run time (arm ``<name>-k0``): the process effect cancels in that contrast"""
+    in_place: bool = False
+    """the baseline served by the speculative arm's processes with speculation switched off
+    at run time (engines that switch in place: the builtin server), so the two arms of every
+    episode run on one process and its offset cancels (``analysis.inplace``); the baseline
+    starts no processes of its own, and ``within`` has nothing left to add"""
     seed: int = 0
     looks: list[int] = Field(
         default_factory=list,
@@ -175,7 +180,7 @@ def design_arms(plans: Sequence[Any], settings: EpisodeSettings) -> list[str]:
     """The arms the design replays: the pilot's own, each builtin speculative arm switched off
     in place (``within``), and the planted arm."""
     arms = [p.name for p in plans]
-    if settings.within:
+    if settings.within and not settings.in_place:
         arms += [
             within_arm(p.name)
             for p in plans
@@ -200,13 +205,17 @@ def design_record(
     for p in schedule.phases:
         if not p.warmup:
             levels.setdefault(level_of(p.name), []).append(p.name)
-    others = [a for a in arms if a != baseline]
+    # the arm whose processes the others are crossed with: the baseline's, or in place the
+    # speculative arm's (the baseline runs on them switched off)
+    anchor = in_place_of(arms, baseline) if settings.in_place else baseline
+    others = [a for a in arms if a not in (anchor, baseline)]
     episodes: dict[str, dict[str, Any]] = {}
     for li, names in enumerate(levels.values()):
         seed = settings.seed + 101 * li
         orders = arm_orders(arms, len(names), seed)
         serve = crossed(len(names), processes, 1 + len(others), seed)
-        by_arm = {baseline: serve[0]} | {a: serve[1 + i] for i, a in enumerate(others)}
+        by_arm = {anchor: serve[0]} | {a: serve[1 + i] for i, a in enumerate(others)}
+        by_arm[baseline] = by_arm[anchor]
         for a in others:  # an arm switched off in place runs on its own arm's process
             if a.endswith(K0) and a[: -len(K0)] in by_arm:
                 by_arm[a] = by_arm[a[: -len(K0)]]
@@ -224,6 +233,7 @@ def design_record(
         "planted": settings.planted,
         "seed": settings.seed,
         "baseline": baseline,
+        "in_place": anchor if settings.in_place else None,
         "arms": list(arms),
         "levels": levels,
         "episodes": episodes,
@@ -235,6 +245,15 @@ def design_record(
             "ran": [],
         },
     }
+
+
+def in_place_of(arms: Sequence[str], baseline: str) -> str:
+    """The arm whose processes serve the baseline in place: the one own arm beside it
+    (``PilotConfig`` checks that there is exactly one, a speculative arm)."""
+    own = [a for a in arms if a not in (baseline, PLANTED) and not a.endswith(K0)]
+    if len(own) != 1:
+        raise ValueError(f"episodes.in_place needs one speculative arm beside {baseline!r}: {own}")
+    return own[0]
 
 
 def _in_place(engine: str) -> bool:

@@ -22,7 +22,7 @@ from specpilot.pilot.config import PilotConfigError
 from specpilot.pilot.context import PilotContext, RunPlan
 from specpilot.pilot.design import K0, PLANTED, WITHIN
 from specpilot.pilot.looks import Looks, blocks
-from specpilot.pilot.planted import PlantedSteps, WithinSteps
+from specpilot.pilot.planted import InPlaceSteps, PlantedSteps, Reaching, WithinSteps
 from specpilot.pilot.steps import ArmSteps
 from specpilot.records import StrategySpec
 
@@ -47,8 +47,13 @@ def episode_runs(plans: Sequence[ArmPlan], design: dict[str, Any], pilot_id: str
                 by_name[a[: -len(K0)]], name=a, role=WITHIN, drill=False, strategy=StrategySpec()
             )
     skipped = (design.get("looks") or {}).get("skipped") or {}  # a resumed pilot's dropped
-    # the arms that reach another's processes after that arm
-    arms = sorted(design["arms"], key=lambda a: (a != base.name, a == PLANTED, a.endswith(K0)))
+    # the arms that reach another's processes after that arm: in place, the baseline reaches
+    # the speculative arm's, and the planted arm the baseline's
+    first = design.get("in_place") or base.name
+    arms = sorted(
+        design["arms"],
+        key=lambda a: (a != first, a == PLANTED, a.endswith(K0) or a == base.name),
+    )
     out: list[RunPlan] = []
     for arm in arms:
         for j in range(int(design["processes"])):
@@ -134,6 +139,9 @@ class EpisodeRun:
             elif r.arm.role == WITHIN:
                 own = r.arm.name[: -len(K0)]
                 s = WithinSteps(p, r, rec, of={j: x for (a, j), x in out.items() if a == own})
+            elif r.arm.name == self.design["baseline"] and self.design.get("in_place"):
+                own = self.design["in_place"]
+                s = InPlaceSteps(p, r, rec, of={j: x for (a, j), x in out.items() if a == own})
             else:
                 s = ArmSteps(p, r, rec)
                 s.fingerprint = True
@@ -203,7 +211,13 @@ class EpisodeRun:
         self.steps = self._steps()
         available = _available_bytes()  # before the first start
         rss: dict[str, int] = {}  # arm -> its first process's resident memory
-        own = [a for a in self.design["arms"] if a != PLANTED and not a.endswith(K0)]
+        own = [  # the arms with processes of their own
+            a
+            for a in self.design["arms"]
+            if a != PLANTED
+            and not a.endswith(K0)
+            and not (self.design.get("in_place") and a == self.design["baseline"])
+        ]
         try:
             for key, s in list(self.steps.items()):  # one at a time: each start on an idle machine
                 self._call(key, "start")
@@ -224,8 +238,6 @@ class EpisodeRun:
                     p.store.add_arm(dataclasses.replace(latest, status="interrupted"))
             raise
         finally:  # the planted proxies and in-place arms first, then the engines behind them
-            for s in sorted(
-                self.steps.values(), key=lambda s: s.run.arm.role not in (PLANTED, WITHIN)
-            ):
+            for s in sorted(self.steps.values(), key=lambda s: not isinstance(s, Reaching)):
                 s.stop()
         return self.failed

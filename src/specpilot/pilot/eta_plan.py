@@ -32,10 +32,14 @@ def run_left(ctx: PilotContext, run: RunPlan, rounds: int, checks: int) -> RunLe
     own = plan.role not in ("control", "planted", "within") and run.process == 0
     if not own:
         restarts = None
+    ep = ctx.cfg.episodes
+    reaches = plan.role in ("planted", "within") or (
+        ep is not None and ep.in_place and plan.role == "baseline"
+    )
     return RunLeft(
         run.run_id,
         # an arm that reaches another's processes starts nothing: a URL's start
-        "url" if plan.url is not None or plan.role in ("planted", "within") else plan.engine,
+        "url" if plan.url is not None or reaches else plan.engine,
         () if LOAD_STEP in done else tuple(phases_left(ctx, run)),
         restarts,
         rounds if own and "quality" not in done else 0,

@@ -54,7 +54,11 @@ def remember(
     cells = [
         {
             "arm": c["candidate_arm"],
-            "kind": "planted" if c["candidate_arm"] in planted else "candidate",
+            "kind": "planted"
+            if c["candidate_arm"] in planted
+            else "in_place"
+            if c["episode_noise"].get("design") == "in_place"
+            else "candidate",
             "phase": c["phase"],
             **c["episode_noise"],
         }
@@ -147,15 +151,18 @@ def components(
 PRIOR_PROCESS_SD, PRIOR_EPISODE_SD = 0.02, 0.10
 
 
-def _predicted(c: Mapping[str, float], m: int, mb: int, e: int, alpha: float) -> dict[str, Any]:
-    """The planner's MDE and interval half-width (median, 80th percentile) at noise ``c``."""
+def _predicted(
+    c: Mapping[str, float], m: int, mb: int, e: int, alpha: float, in_place: bool = False
+) -> dict[str, Any]:
+    """The planner's MDE and interval half-width (median, 80th percentile) at noise ``c``
+    (``in_place``: both arms on one process per episode, ``analysis.inplace``)."""
     from specpilot.analysis.episodes import half_width, mde
 
-    hw = half_width(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha)
+    hw = half_width(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha, in_place=in_place)
     return {
         "m_base": mb,
         "episode_sd": c["s_xi"],
-        "mde": mde(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha),
+        "mde": mde(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha, in_place=in_place),
         "half_width": hw[0],  # median; in 1 pilot of 5 above hw[1]
         "half_width_80": hw[1],
     }
@@ -189,16 +196,20 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
     machine = machine_key(hardware_info())
     entry = measured(machine)
     rows = [("planted", "planted")] if ep.planted else []
-    rows += [(a.name, "candidate") for a in cfg.arms if a.role in ("speculative", "alternative")]
+    cand = "in_place" if ep.in_place else "candidate"  # the baseline on the candidate's processes
+    rows += [(a.name, cand) for a in cfg.arms if a.role in ("speculative", "alternative")]
     predicted = []
     for arm, kind in rows:
         got = components(entry, arm, kind) if entry else None
         c = got or {"s_a": s, "s_b": s, "s_xi": x}
-        row = _predicted(c, m, 0 if kind == "planted" else m, e, alpha)  # 0: one pool
+        here = kind == "in_place"
+        row = _predicted(c, m, 0 if kind == "planted" else m, e, alpha, here)  # 0: one pool
         # per load level, where this machine measured that level (else the levels' mean)
         measured_at = {ph: components(entry, arm, kind, ph) if entry else None for ph in phases}
         by_level = {
-            ph: _predicted(lc, m, row["m_base"], e, alpha) for ph, lc in measured_at.items() if lc
+            ph: _predicted(lc, m, row["m_base"], e, alpha, here)
+            for ph, lc in measured_at.items()
+            if lc
         }
         predicted.append(
             {
@@ -214,6 +225,7 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
         )
     return {
         "processes": m,
+        "in_place": ep.in_place,
         "per_level": e,
         "planted": ep.planted,
         "looks": [*ep.looks, e],

@@ -45,8 +45,31 @@ class PlantedBackend:
         return getattr(self.base, name)
 
 
-class PlantedSteps(ArmSteps):
-    """One planted run: in front of baseline process ``run.process`` (``bases`` by process)."""
+class Reaching(ArmSteps):
+    """A run that reaches another run's process: it starts and stops no engine."""
+
+
+class Switched(Reaching):
+    """A run on a speculative process with speculation switched off at run time (the builtin
+    server's admin switch) for each of its episodes, and on again after."""
+
+    def switch(self) -> Any:
+        from specpilot.pilot.drill import RuntimeSwitch
+
+        return RuntimeSwitch(self.url, self.p.admin_token)
+
+    def load(self, phases: list[str] | None = None) -> None:
+        switch = self.switch()
+        switch.off()
+        try:
+            super().load(phases)
+        finally:
+            switch.on()
+
+
+class PlantedSteps(Reaching):
+    """One planted run: in front of baseline process ``run.process`` (``bases`` by process);
+    where the baseline is a speculative process switched off in place, switched off too."""
 
     def __init__(self, *args: Any, bases: dict[int, ArmSteps], factor: float) -> None:
         super().__init__(*args)
@@ -61,6 +84,18 @@ class PlantedSteps(ArmSteps):
         self.url, self.model = backend.endpoint, base.model
         how = "every latency the client sees dilated by 1 + factor (loadgen.dilate)"
         reaching(self, base, "planted", factor=self.factor, upstream=base.url, how=how)
+
+    def load(self, phases: list[str] | None = None) -> None:
+        base = self.bases[self.run.process]
+        if not isinstance(base, Switched):
+            super().load(phases)
+            return
+        switch = base.switch()
+        switch.off()
+        try:
+            super().load(phases)
+        finally:
+            switch.on()
 
     def finish(self) -> None:
         replay_done(self)
@@ -92,10 +127,10 @@ class InPlaceBackend:
         return getattr(self.base, name)
 
 
-class WithinSteps(ArmSteps):
-    """One run of a speculative arm's process with speculation switched off at run time (the
-    builtin server's admin switch) for each of its episodes and on again after: against the
-    speculative arm's runs of the same process, the process effect cancels."""
+class WithinSteps(Switched):
+    """One run of a speculative arm's process with speculation switched off at run time for
+    each of its episodes (``Switched``): against the speculative arm's runs of the same
+    process, the process effect cancels."""
 
     def __init__(self, *args: Any, of: dict[int, ArmSteps]) -> None:
         super().__init__(*args)
@@ -111,18 +146,22 @@ class WithinSteps(ArmSteps):
         )
         reaching(self, spec, "within", how=how)
 
-    def load(self, phases: list[str] | None = None) -> None:
-        from specpilot.pilot.drill import RuntimeSwitch
-
-        switch = RuntimeSwitch(self.url, self.p.admin_token)
-        switch.off()
-        try:
-            super().load(phases)
-        finally:
-            switch.on()
-
     def finish(self) -> None:
         replay_done(self)
+
+
+class InPlaceSteps(WithinSteps):
+    """The baseline of an ``episodes.in_place`` pilot: the speculative arm's process
+    ``run.process`` switched off for each of its episodes, and on its first process for the
+    quality pass and the compatibility suite (the baseline's answers, from the same process)."""
+
+    def finish(self) -> None:
+        switch = self.switch()
+        switch.off()
+        try:
+            ArmSteps.finish(self)
+        finally:
+            switch.on()
 
 
 def reaching(steps: ArmSteps, of: ArmSteps, key: str, **info: Any) -> None:

@@ -212,11 +212,18 @@ class Pilot:
         notes = []
         ep = self.cfg.episodes
         if ep is not None:
+            who = (
+                f"{ep.processes} speculative engine processes, each serving the baseline with "
+                "speculation switched off in place and the speculative arm with it on, so each "
+                "episode's two arms share a process"
+                if ep.in_place
+                else f"{ep.processes} engine processes per arm"
+            )
             notes.append(
-                f"measurement design: episodes ({ep.processes} engine processes per arm, all "
-                f"up at once and fingerprinted; each measured phase cut into {ep.per_level} "
-                "episodes, each replayed on every arm in a seeded balanced order on the process "
-                "a crossed assignment gives, drained before the next"
+                f"measurement design: episodes ({who}, all up at once and fingerprinted; each "
+                f"measured phase cut into {ep.per_level} episodes, each replayed on every arm "
+                "in a seeded balanced order on the process a crossed assignment gives, drained "
+                "before the next"
                 + (f"; a planted +{ep.planted:.0%} slowdown arm" if ep.planted else "")
                 + ")"
             )
