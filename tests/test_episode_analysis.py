@@ -150,3 +150,65 @@ def test_the_same_processes_switched_off_give_the_second_estimate_without_proces
     v = a.verdicts[0]
     assert v.within.startswith("the same processes with speculation switched off vs on")
     assert "-> faster" in v.within
+
+
+def _in_place_pilot(effect: float, *, seed: int, m: int = 6, sd: float = 0.3) -> PilotData:
+    """``episodes.in_place``: the baseline's runs reach the speculative arm's processes (each
+    switched off), the planted arm's runs the baseline's: every run's process is a speculative
+    one, and the planted arm is crossed over them. Process offsets of ``sd`` (30%: far more
+    than two pools of 6 could tell from a -20% effect)."""
+    rng = np.random.default_rng(seed)
+    offset = rng.normal(0, sd, m)  # one per process, whichever arm it serves
+    arms = {"baseline": 1.0, "speculative": 1.0 + effect, "planted": 1.15}
+    reach = {"baseline": ("within", "speculative"), "planted": ("planted", "baseline")}
+    runs, phases, records = [], [], []
+    for arm in arms:
+        strat = StrategySpec("draft", k=3) if arm == "speculative" else StrategySpec()
+        for j in range(m):
+            key, of = reach.get(arm, (None, None))
+            manifest = {key: {"of_run": f"p.{of}.p{j}"}} if key else {}
+            if arm == "planted":
+                manifest["planted"]["factor"] = 0.15
+            runs.append(
+                ArmRecord("p", f"p.{arm}.p{j}", arm, arm, "builtin", strategy=strat,
+                          manifest=manifest, status="complete", run_order=len(runs))
+            )  # fmt: skip
+    index = 0
+    for level, rate in LEVELS.items():
+        serve = crossed(EPISODES, m, 2, seed + 1)
+        for k in range(EPISODES):
+            name, n = f"{level}~{k + 1:02d}", 6
+            base = 2.0 * rng.lognormal(0, 0.25, n)
+            # the planted run j reaches baseline run j, which is speculative process j
+            procs = {"speculative": serve[0][k], "baseline": serve[0][k], "planted": serve[1][k]}
+            for arm, factor in arms.items():
+                rid = f"p.{arm}.p{procs[arm]}"
+                phases.append(PhaseRecord(rid, arm, name, 0.0, 10.0, rate, n, status="complete"))
+                eps = rng.normal(0, 0.05, n)
+                for i in range(n):
+                    lat = base[i] * factor * np.exp(offset[procs[arm]] + eps[i])
+                    t0 = 1000.0 * k + 10.0 * i
+                    records.append(
+                        RequestRecord(
+                            rid, arm, name, ("code", "zh")[i % 2], f"{name}-{index + i:06d}",
+                            t0, "ok", prompt_id=f"q{index + i}", sent_t=t0,
+                            first_content_t=t0 + 0.1, done_t=t0 + lat, output_tokens=20,
+                        )
+                    )  # fmt: skip
+            index += n
+    pilot = PilotRecord("p", "episodes", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
+    return PilotData(pilot=pilot, arms=runs, phases=phases, requests=records)
+
+
+def test_in_place_both_arms_share_each_process_and_its_offset_cancels():
+    a = analyze(_in_place_pilot(-0.2, seed=5), CFG)
+    spec, plant = _pooled(a, "speculative"), _pooled(a, "planted")
+    for c in spec.values():
+        assert c.outcome == "faster", c.task_rel_change
+        assert c.episode_noise["design"] == "in_place" and c.episode_noise["processes"] == [6, 6]
+        assert -0.25 < c.task_rel_change.estimate < -0.15
+    # the planted arm reaches the baseline, which reaches a speculative process: one pool
+    for c in plant.values():
+        assert c.outcome == "slower" and c.episode_noise["design"] == "one_pool", c.episode_noise
+    assert [r.found for r in a.planted] == [True, True]
+    assert a.aa is not None and a.aa.directional == (), a.aa.text

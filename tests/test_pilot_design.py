@@ -161,3 +161,61 @@ def test_a_builtin_speculative_arm_is_also_replayed_switched_off_on_its_own_proc
     k0 = [r for r in runs if r.arm.name == "s-k0"]
     assert [r.arm.role for r in k0] == ["within", "within"] and k0[0].arm.drill is False
     assert runs.index(k0[0]) > max(i for i, r in enumerate(runs) if r.arm.name == "s")
+
+
+def test_in_place_the_baseline_runs_on_the_speculative_processes_and_the_planted_is_crossed():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class P:
+        name: str
+        role: str
+        engine: str = "builtin"
+        url: str | None = None
+        drill: bool = True
+        strategy: object = None
+
+    plans = [P("b", "baseline"), P("s", "speculative")]
+    ep = EpisodeSettings(per_level=8, processes=4, in_place=True)
+    arms = design_arms(plans, ep)
+    assert arms == ["b", "s", PLANTED]  # within has nothing to add: the baseline is in place
+    s = split_schedule(build_schedule(parse_workload(WORKLOAD)), 8)
+    d = design_record(s, arms, "b", 4, ep)
+    assert d["in_place"] == "s"
+    for level in d["levels"]:
+        eps = [e for e in d["episodes"].values() if e["level"] == level]
+        assert all(e["process"]["b"] == e["process"]["s"] for e in eps)
+        # the planted arm meets every process in both roles: its offsets are estimable
+        pairs = Counter((e["process"][PLANTED], e["process"]["b"]) for e in eps)
+        assert all(p != b for p, b in pairs) and len({p for p, _ in pairs}) == 4
+        assert Counter(e["process"]["s"] for e in eps) == Counter({j: 2 for j in range(4)})
+    runs = episode_runs(plans, d, "pid")
+    # the processes first (the speculative arm's), then what reaches them
+    assert [r.arm.name for r in runs] == ["s"] * 4 + ["b"] * 4 + [PLANTED] * 4
+    assert runs[4].arm.role == "baseline"
+
+
+def test_in_place_is_refused_where_it_cannot_hold():
+    assert _pilot(episodes={"per_level": 4, "processes": 2, "in_place": True}).episodes.in_place
+    extra = {
+        "name": "alt",
+        "role": "alternative",
+        "engine": "builtin",
+        "budget": {"matched_against": "s", "derive": "kv_slots"},
+    }
+    with pytest.raises(PilotConfigError, match=r"arms \['alt'\] have processes of their own"):
+        _pilot(
+            arms=[*_pilot().model_dump()["arms"], extra],
+            episodes={"per_level": 4, "processes": 2, "in_place": True},
+        )
+    lc = [
+        {"name": "b", "role": "baseline", "engine": "llamacpp"},
+        {
+            "name": "s",
+            "role": "speculative",
+            "engine": "llamacpp",
+            "options": {"spec_type": "ngram-mod", "draft_n_max": 3},
+        },
+    ]
+    with pytest.raises(PilotConfigError, match=r"'s' \(llamacpp\) cannot switch speculation off"):
+        _pilot(arms=lc, episodes={"per_level": 4, "processes": 2, "in_place": True})

@@ -38,7 +38,7 @@ def test_a_budget_too_small_for_the_least_pilot_is_refused_before_any_start(tmp_
     rc = main(["pilot", str(_config(tmp_path)), "--budget", "0.5", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err, err[-2000:]
-    assert "episodes.budget_min 0.5:" in err and "8 episodes per level" in err
+    assert "episodes.budget_min 0.5:" in err and "12 episodes per level" in err
     assert "-> set episodes.budget_min (or --budget) to at least" in err
     con = duckdb.connect(str(tmp_path / "o" / "pilot.duckdb"), read_only=True)
     assert con.execute("select count(*) from arms").fetchall() == [(0,)]  # nothing started
@@ -52,7 +52,7 @@ def test_budget_needs_the_episode_design(capsys):
 
 @pytest.mark.parametrize(
     ("looks", "why"),
-    [([8, 8], "increasing order"), ([14], "between 8 and 13"), ([6], "between 8 and 13")],
+    [([8, 8], "increasing order"), ([14], "between 12 and 13"), ([6], "between 12 and 13")],
 )
 def test_looks_outside_the_design_are_refused_by_field(tmp_path, capsys, looks, why):
     rc = main(["pilot", str(_config(tmp_path, looks=looks)), "--dry-run"])

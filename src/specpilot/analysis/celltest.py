@@ -78,9 +78,7 @@ def episode_test(
         return _fitted(
             base,
             lost,
-            lambda: switch_effect(
-                d, episodes[ok], ids, level=level, strata_df=lost, pool=pool
-            ),
+            lambda: switch_effect(d, episodes[ok], ids, level=level, strata_df=lost, pool=pool),
         )
     base_pool = {physical.get(r, r) for r in t.run_id[t.arm == t.arm[b[0]]].astype(str)}
     if set(phys_c) <= base_pool:

@@ -562,11 +562,14 @@ def _switch_draws(
     ms_a = (s_xi**2 + episodes / m * s_u**2) * rng.chisquare(m - 1, MDE_DRAWS) / (m - 1)
     mse = s_xi**2 * rng.chisquare(dfe, MDE_DRAWS) / dfe
     pooled = ms_a < mse * _f_crit(float(m - 1), float(dfe))
-    var = np.where(
-        pooled,
-        (ms_a * (m - 1) + mse * dfe) / (episodes - 1),
-        np.where(ms_a > mse, ms_a, mse),
-    ) / episodes
+    var = (
+        np.where(
+            pooled,
+            (ms_a * (m - 1) + mse * dfe) / (episodes - 1),
+            np.where(ms_a > mse, ms_a, mse),
+        )
+        / episodes
+    )
     dof = np.where(pooled, episodes - 1.0, np.where(ms_a > mse, m - 1.0, float(dfe)))
     log_df, tq = _t_grid(1.0 - alpha / 2.0)
     half = np.interp(np.log(dof), log_df, tq) * np.sqrt(var)

@@ -246,8 +246,10 @@ class PilotConfig(_Model):
         others = [a.name for a in self.arms if a.role not in ("baseline", "speculative")]
         spec = [a for a in self.arms if a.role == "speculative"]
         if others or len(spec) != 1:
-            what = f"arms {others} have processes of their own" if others else (
-                f"{len(spec)} speculative arms"
+            what = (
+                f"arms {others} have processes of their own"
+                if others
+                else (f"{len(spec)} speculative arms")
             )
             raise ValueError(
                 "episodes.in_place serves the baseline from the one speculative arm's "
