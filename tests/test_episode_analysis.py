@@ -212,3 +212,15 @@ def test_in_place_both_arms_share_each_process_and_its_offset_cancels():
         assert c.outcome == "slower" and c.episode_noise["design"] == "one_pool", c.episode_noise
     assert [r.found for r in a.planted] == [True, True]
     assert a.aa is not None and a.aa.directional == (), a.aa.text
+
+
+def test_a_levels_offered_rate_is_the_arms_whole_level_not_one_processes_episodes():
+    from specpilot.analysis.fold import arm_rates, fold_phases
+
+    # two processes of one arm: one served the level's sparse slices, the other its dense ones
+    ph = [
+        PhaseRecord(f"r{j}", "a", f"peak~0{k}", 0.0, 10.0, 0.0, n, status="complete")
+        for j, k, n in ((0, 1, 5), (0, 3, 5), (1, 2, 25), (1, 4, 25))
+    ]
+    rates = arm_rates(fold_phases(ph))
+    assert rates == {("a", "peak"): pytest.approx(60 / 40)}  # not r1's 2.5 or r0's 0.5

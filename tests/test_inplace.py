@@ -1,9 +1,9 @@
 """The switch tested in place (``analysis.inplace``): the estimate against its textbook form,
-and seeded simulations of the default pilot's shape (6 processes, 14 episodes per level, the
+and seeded simulations of the default pilot's shape (5 processes, 14 episodes per level, the
 pooled cell's share of alpha): the A/A rate holds where processes respond differently to the
-switch, the old rule (every episode independent) does not, the power for a true +15% reaches
-0.8 at the planner's prior noise, and the planner's ``mde(in_place=True)`` is the power the
-test has."""
+switch, the old rule (every episode independent) does not, the power for a true +15% at the
+planner's prior noise (0.79), and the planner's ``mde(in_place=True)`` is the power the test
+has."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from specpilot.analysis.episodes import mde
 from specpilot.analysis.inplace import switch_effect
 from specpilot.errors import ConfigError
 
-M, E = 6, 14  # the default pilot: speculative processes, episodes per level
+M, E = 5, 14  # the default pilot: speculative processes, episodes per level
 ALPHA = 0.05 / 2 / 2  # a pooled cell's share: half of alpha (the groups), over 2 levels
 PILOTS = 1000
 
@@ -74,16 +74,16 @@ def test_the_a_a_rate_holds_when_processes_respond_differently_and_the_old_rule_
 
 
 def test_a_true_15_percent_is_found_with_power_and_the_planner_says_so():
-    # the planner's prior (pilot.noise): episode sd 10%, process response sd 2%. The default
-    # pilot measured 13% at peak and 20% at off-peak for its speculative arm in place
-    # (docs/MEASUREMENTS.md), where this power is 0.65 and 0.30: the planner says so
+    # the planner's prior (pilot.noise): episode sd 10%, process response sd 2%: power 0.79
+    # at 5 processes (0.87 at 6). The default pilot measured 13-20% for its speculative arm in
+    # place (docs/MEASUREMENTS.md), where it is 0.3-0.6: the planner predicts that, and says so
     s_u, s_xi = 0.02, 0.10
     rng = np.random.default_rng(11)
     hits = aa = 0
     for _ in range(PILOTS):
         hits += _rejects(*_episodes(rng, 0.15, s_u, s_xi), ALPHA)
         aa += _rejects(*_episodes(rng, 0.0, s_u, s_xi), ALPHA)
-    assert hits / PILOTS >= 0.8, hits / PILOTS
+    assert hits / PILOTS >= 0.75, hits / PILOTS
     assert aa / PILOTS <= ALPHA + 0.01, aa / PILOTS
     # at the planner's smallest detectable effect the simulated power is 0.8
     found = mde(s_u, 0.0, s_xi, M, M, E, ALPHA, in_place=True)

@@ -38,7 +38,7 @@ def test_a_budget_too_small_for_the_least_pilot_is_refused_before_any_start(tmp_
     rc = main(["pilot", str(_config(tmp_path)), "--budget", "0.5", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err, err[-2000:]
-    assert "episodes.budget_min 0.5:" in err and "12 episodes per level" in err
+    assert "episodes.budget_min 0.5:" in err and "11 episodes per level" in err
     assert "-> set episodes.budget_min (or --budget) to at least" in err
     con = duckdb.connect(str(tmp_path / "o" / "pilot.duckdb"), read_only=True)
     assert con.execute("select count(*) from arms").fetchall() == [(0,)]  # nothing started
@@ -52,7 +52,7 @@ def test_budget_needs_the_episode_design(capsys):
 
 @pytest.mark.parametrize(
     ("looks", "why"),
-    [([8, 8], "increasing order"), ([14], "between 12 and 13"), ([6], "between 12 and 13")],
+    [([8, 8], "increasing order"), ([14], "between 10 and 13"), ([6], "between 10 and 13")],
 )
 def test_looks_outside_the_design_are_refused_by_field(tmp_path, capsys, looks, why):
     rc = main(["pilot", str(_config(tmp_path, looks=looks)), "--dry-run"])
@@ -168,6 +168,25 @@ def test_an_episode_pilot_looks_after_its_first_block_and_reports_at_the_last_lo
     }
     assert not ran & set(looks.get("skipped") or {})  # a dropped episode has no record
     assert con.execute("select count(*) from arms where status <> 'complete'").fetchall() == [(0,)]
+    # in place (the default pilot's design): the baseline and the planted arm ran on the
+    # speculative processes with speculation off, the speculative arm with it on, every request
+    served = dict(
+        con.execute(
+            "select arm, list(distinct served_k) from requests where not warmup group by arm"
+        ).fetchall()
+    )
+    assert served == {"baseline": [0], "planted": [0], "speculative": [3]}, served
+    arms = {r[0]: json.loads(r[1]) if isinstance(r[1], str) else r[1] for r in con.execute(
+        "select run_id, manifest from arms").fetchall()}  # fmt: skip
+    base = {k: m for k, m in arms.items() if ".baseline." in k}
+    assert base and all(
+        m["within"]["of_run"].split(".")[-2] == "speculative" for m in base.values()
+    )
+    assert all(m["capacity"] == arms[m["within"]["of_run"]]["capacity"] for m in base.values())
+    rss = con.execute(
+        "select count(*) from snapshots where arm = 'baseline' and rss_bytes is not null"
+    )
+    assert rss.fetchall() == [(0,)]  # the process's memory is the speculative arm's, not its
     doc = json.loads((out / "report.json").read_text())
     assert doc["sequential"]["lines"][0].startswith("look 1 after off_peak 4, peak 4 episodes")
     assert doc["analysis_config"]["ci_level"] == pytest.approx(1 - final["alpha"])

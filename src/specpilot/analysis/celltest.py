@@ -61,8 +61,8 @@ def episode_test(
     replaced by the process-and-episode estimate; ``facts``: each run's log fingerprint and
     the run whose process it reaches (``physical_of``). Where both arms of every episode ran
     on the same process (switched in place), each process's offset cancels and how processes
-    respond to the switch is their component (``analysis.inplace``); where the cell cannot be estimated by processes (one per
-    arm, too few episodes) it is undecided, and says why. ``strata``: each pair's task group in
+    respond to the switch is their component (``analysis.inplace``); where the cell cannot be
+    estimated by processes (one per arm, too few episodes) it is undecided, and says why. ``strata``: each pair's task group in
     a pooled cell: d relative to its group's mean (``analysis.stats.stratify``)."""
     fingerprints, physical = facts
     stages = sum(t.client_stages.values(), np.zeros(len(t)))
@@ -82,7 +82,7 @@ def episode_test(
         )
     base_pool = {physical.get(r, r) for r in t.run_id[t.arm == t.arm[b[0]]].astype(str)}
     if set(phys_c) <= base_pool:
-        # the planted arm: the baseline arm's own processes, crossed (analysis.onepool). Not
+        # the planted arm: the baseline arm's processes, crossed (analysis.onepool). Not
         # stratified by group: a dilation of every latency by 1 + f moves each group's log
         # ratio alike, so the strata would only take G - 1 of its 6-10 df
         ids = np.unique(np.r_[phys_c, phys_b], return_inverse=True)[1]

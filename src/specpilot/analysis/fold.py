@@ -75,6 +75,26 @@ def fold_phases(phases: Sequence[PhaseRecord]) -> list[PhaseRecord]:
     return out
 
 
+def arm_rates(phases: Sequence[PhaseRecord]) -> dict[tuple[str, str], float]:
+    """(arm, phase) -> the arm's offered rate there: its runs' scheduled requests over their
+    planned seconds. In the episode design each run (one process) serves only some episodes of
+    a level, whose local rates differ (seen: 1.59 req/s for an off-peak level of 1.23, 1.48 for
+    a peak of 2.14); together the runs cover the level once, so this is the level's rate, and
+    with repetitions the mean rate of the repeated phase.
+
+        >>> from specpilot.records import PhaseRecord
+        >>> ph = [PhaseRecord(r, "a", "peak", 0.0, 10.0, 0.0, n) for r, n in (("r0", 5), ("r1", 25))]
+        >>> arm_rates(ph)
+        {('a', 'peak'): 1.5}
+    """
+    n: dict[tuple[str, str], list[float]] = {}
+    for p in phases:
+        acc = n.setdefault((p.arm, p.phase), [0.0, 0.0])
+        acc[0] += p.scheduled
+        acc[1] += max(p.planned_end_s - p.planned_start_s, 0.0)
+    return {k: (a / s if s > 0 else 0.0) for k, (a, s) in n.items()}
+
+
 def _mean(ps: Sequence[PhaseRecord], w: Sequence[float], attr: str) -> float | None:
     xs = [(getattr(p, attr), x) for p, x in zip(ps, w, strict=True) if getattr(p, attr) is not None]
     tot = sum(x for _, x in xs)

@@ -40,6 +40,7 @@ from specpilot.analysis.columns import (
     quantiles_by,
     sum_by,
 )
+from specpilot.analysis.fold import arm_rates
 from specpilot.analysis.requests import RequestTable
 from specpilot.records import STATUSES, ChunkGaps, MetricSnapshot, PhaseRecord
 
@@ -110,7 +111,7 @@ def load_cells(
 ) -> list[LoadCell]:
     """Cells per (arm, phase, group) and per (arm, phase, ``*``), steady state only."""
     durations = phase_durations(phases)
-    rates = {(p.arm, p.phase): p.offered_rate for p in phases}
+    rates = arm_rates(phases)
     steady = ~table.cold_start
     out: list[LoadCell] = []
     cols = [table.codes(k) for k in ("arm", "phase", "task_group")]

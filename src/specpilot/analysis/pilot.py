@@ -26,7 +26,7 @@ from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
 from specpilot.analysis.coverage import cut_phases, latency_cdf, not_measured
 from specpilot.analysis.decision import DecisionInputs, Verdict
 from specpilot.analysis.drift import AAControl, Drift, aa_control, contended
-from specpilot.analysis.fold import fold, has_episodes
+from specpilot.analysis.fold import arm_rates, fold, has_episodes
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
 from specpilot.analysis.parity import RollbackParity, drill_outcomes, parity_of
@@ -218,7 +218,7 @@ def _aa(
 
 
 def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
-    rates = {(p.arm, p.phase): p.offered_rate for p in a.data.phases}
+    rates = arm_rates(a.data.phases)
     settings = paired.CompareSettings.of(a.config)
     drift = _aa(a, table, settings, rates)
     if a.episodic:  # processes and episodes are the units: no drift to add

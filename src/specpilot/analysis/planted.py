@@ -1,8 +1,8 @@
 """The planted effect: did the pilot find a slowdown of known size?
 
-The planted arm is the baseline's own processes reached through a proxy that dilates every
-latency the client sees by exactly 1 + f (``loadgen.dilate``), replayed in the same episodes
-and balanced order as every other arm. Its true task-time change against the baseline is +f,
+The planted arm is the baseline's processes (in place: the speculative ones switched off)
+reached through a proxy that dilates every latency the client sees by exactly 1 + f
+(``loadgen.dilate``), replayed in the same episodes and balanced order as every other arm. Its true task-time change against the baseline is +f,
 so its comparison shows what this pilot, on this machine, at each load level, can detect: it
 is *found* when the comparison calls it "slower" (the same rule, margin and multiplicity as a
 candidate's), and its interval should cover +f. A level where it was not found cannot carry a

@@ -256,6 +256,11 @@ class PilotConfig(_Model):
                 f"processes, and {what} -> keep one baseline and one speculative arm, or set "
                 "episodes.in_place: false"
             )
+        if self.episodes is not None and self.episodes.processes < 2:
+            raise ValueError(
+                "episodes.in_place with 1 process: how processes respond to the switch cannot "
+                "be told from the effect -> set episodes.processes to at least 2"
+            )
         engine = adapter_of(spec[0].engine)
         if spec[0].url is not None or engine is None or not engine.in_place:
             raise ValueError(

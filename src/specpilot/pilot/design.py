@@ -159,7 +159,8 @@ def _slices(duration: float, n: int, times: Sequence[float]) -> list[tuple[float
 
 
 def crossed(episodes: int, m: int, arms: int, seed: int) -> list[list[int]]:
-    """Per arm (index 0: the baseline) the process serving each episode: the baseline's
+    """Per arm (index 0: the baseline, or in place the speculative arm whose processes the
+    baseline runs on) the process serving each episode: the baseline's
     processes in seeded shuffled blocks of ``m`` (each once per block), arm a's process in
     block t the baseline's plus t + a (mod m), so over m blocks every process of every arm
     meets every baseline process, and each serves ``episodes / m`` episodes.
@@ -201,6 +202,7 @@ def design_record(
     and the process index of each arm (the planted arm reaches the baseline's processes), and
     the looks (``analysis.sequential``: at which episode counts, the error rate they share; the
     runner adds each look's outcome under ``ran`` and the last under ``final``)."""
+    groups = {r.group for r in schedule.requests if not r.warmup}
     levels: dict[str, list[str]] = {}
     for p in schedule.phases:
         if not p.warmup:
@@ -234,6 +236,7 @@ def design_record(
         "seed": settings.seed,
         "baseline": baseline,
         "in_place": anchor if settings.in_place else None,
+        "strata": max(len(groups) - 1, 0),  # a pooled cell's task-group strata (their df)
         "arms": list(arms),
         "levels": levels,
         "episodes": episodes,

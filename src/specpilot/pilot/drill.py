@@ -76,10 +76,13 @@ class RuntimeSwitch:
         return float(r.json().get("in_force_after_s", 0.0))
 
     def off(self) -> tuple[float, float]:
-        """-> (requested_t, in_force_t) on this host's monotonic clock."""
-        got = httpx.get(self.endpoint + "/admin/strategy", headers=self.headers, timeout=10.0)
-        got.raise_for_status()
-        self._saved = got.json()
+        """-> (requested_t, in_force_t) on this host's monotonic clock. The table ``on()``
+        restores is read at the first ``off()`` only: a switch kept for a process's life
+        (``pilot.planted.Switched``) never takes a table left at k = 0 for the one to restore."""
+        if self._saved is None:
+            got = httpx.get(self.endpoint + "/admin/strategy", headers=self.headers, timeout=10.0)
+            got.raise_for_status()
+            self._saved = got.json()
         t0 = time.perf_counter()
         server_s = self._put("default", 0)
         for tag in (self._saved or {}).get("tags", {}):
@@ -89,8 +92,10 @@ class RuntimeSwitch:
         return t0, t0 + server_s
 
     def on(self) -> tuple[float, float]:
-        saved = self._saved or {"default": 0}
         t0 = time.perf_counter()
+        if self._saved is None:  # off() never read the table: nothing was switched
+            return t0, t0
+        saved = self._saved
         server_s = self._put("default", int(saved.get("default", 0)))
         for tag, k in saved.get("tags", {}).items():
             self._put(f"tag:{tag}", int(k))

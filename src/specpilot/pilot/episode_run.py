@@ -159,10 +159,19 @@ class EpisodeRun:
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one run failing does not lose the others
-            self.failed.append(s.run.arm.name)
-            self.p.record_failure(s.run, exc)
-            s.stop()
-            del self.steps[key]
+            gone = [self.steps.pop(k) for k in self._sharing(key)]
+            for t in gone:
+                self.failed.append(t.run.arm.name)
+                self.p.record_failure(t.run, exc)
+            for t in sorted(gone, key=lambda t: not isinstance(t, Reaching)):
+                t.stop()
+
+    def _sharing(self, key: tuple[str, int]) -> list[tuple[str, int]]:
+        """``key`` and, in place, every other run on its process: a switch that failed leaves
+        the process's strategy unknown, so none of its runs can be trusted to measure."""
+        if not self.design.get("in_place"):
+            return [key]
+        return [key] + [k for k in self.steps if k[1] == key[1] and k != key]
 
     def _episode(self, name: str) -> None:
         """Episode ``name`` on every arm, in the design's order."""
@@ -229,7 +238,9 @@ class EpisodeRun:
                     if fit is not None:
                         raise PilotConfigError(fit)
             self._episodes()
-            for key in list(self.steps):
+            # the runs that reach a process first: the speculative arm's compatibility suite,
+            # whose last probe can end an engine, comes after the in-place baseline's
+            for key in sorted(self.steps, key=lambda k: not isinstance(self.steps[k], Reaching)):
                 self._call(key, "finish")
         except KeyboardInterrupt:
             for s in self.steps.values():

@@ -46,8 +46,15 @@ def blocks(design: dict[str, Any]) -> list[list[str]]:
 
 
 def least(design: dict[str, Any]) -> int:
-    """Episodes per level the budget never drops: each process serves two."""
-    return LEAST_PER_PROCESS * int(design["processes"])
+    """Episodes per level the budget never drops: each process serves two, and the pooled
+    cell keeps ``MIN_RESIDUAL_DF`` for its episode noise after the mean and the process
+    offsets (one pool of m in place, m_cand + m_base - 1 for arms on processes of their own)
+    and the task groups' strata took theirs; fewer, and it is undecided by construction."""
+    from specpilot.analysis.celltest import MIN_RESIDUAL_DF
+
+    m = int(design["processes"])
+    fit = m if design.get("in_place") else 2 * m - 1
+    return max(LEAST_PER_PROCESS * m, fit + int(design.get("strata") or 0) + MIN_RESIDUAL_DF)
 
 
 def droppable(design: dict[str, Any]) -> set[str]:

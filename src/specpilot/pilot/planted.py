@@ -1,13 +1,16 @@
-"""The planted arm: the baseline's own processes reached through a proxy that dilates every
+"""The runs that reach another run's engine process. The planted arm: the baseline's processes
+(in place: the speculative ones switched off) reached through a proxy that dilates every
 latency the client sees by exactly 1 + f (``loadgen.dilate.DilatingProxy``). Its true effect
 against the baseline is known (+f), so the pilot must find it: the report prints what it found
 next to the A/A line, and a load level where it was not found cannot carry a direction for any
 candidate. It serves no quality pass, compatibility suite or drill (it is the baseline's
-engine), and it is never a candidate.
+engine), and it is never a candidate. A speculative process switched off at run time serves
+the ``within`` second estimate, or, with ``episodes.in_place``, the baseline itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -53,18 +56,20 @@ class Switched(Reaching):
     """A run on a speculative process with speculation switched off at run time (the builtin
     server's admin switch) for each of its episodes, and on again after."""
 
+    of: dict[int, ArmSteps]  # the speculative arm's run on each process
+
     def switch(self) -> Any:
+        """The process's switch, one for its life (every run reaching it shares it): the
+        table it restores is the process's as started, whatever an earlier failure left."""
         from specpilot.pilot.drill import RuntimeSwitch
 
-        return RuntimeSwitch(self.url, self.p.admin_token)
+        owner = self.of[self.run.process]
+        if not isinstance(getattr(owner, "switch_", None), RuntimeSwitch):
+            owner.switch_ = RuntimeSwitch(self.url, self.p.admin_token)  # type: ignore[attr-defined]
+        return owner.switch_  # type: ignore[attr-defined]
 
     def load(self, phases: list[str] | None = None) -> None:
-        switch = self.switch()
-        switch.off()
-        try:
-            super().load(phases)
-        finally:
-            switch.on()
+        switched_off(self.switch(), lambda: super(Switched, self).load(phases))
 
 
 class PlantedSteps(Reaching):
@@ -90,12 +95,7 @@ class PlantedSteps(Reaching):
         if not isinstance(base, Switched):
             super().load(phases)
             return
-        switch = base.switch()
-        switch.off()
-        try:
-            super().load(phases)
-        finally:
-            switch.on()
+        switched_off(base.switch(), lambda: super(PlantedSteps, self).load(phases))
 
     def finish(self) -> None:
         replay_done(self)
@@ -103,7 +103,9 @@ class PlantedSteps(Reaching):
 
 class InPlaceBackend:
     """A speculative process seen as its own plain arm: the same endpoint; stopping it stops
-    nothing (the process is the speculative arm's)."""
+    nothing (the process is the speculative arm's). Its scrapes keep the counters (speculation
+    is off in its episodes) and leave out the process's memory: that is the speculative arm's,
+    draft included, and the baseline's own was not measured."""
 
     def __init__(self, base: Backend) -> None:
         self.base = base
@@ -121,7 +123,14 @@ class InPlaceBackend:
     def scrape(
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
     ) -> MetricSnapshot:
-        return self.base.scrape(run_id, arm, phase, label)
+        snap = self.base.scrape(run_id, arm, phase, label)
+        return dataclasses.replace(
+            snap,
+            rss_bytes=None,
+            gpu_memory_bytes=None,
+            draft_weight_bytes=None,
+            draft_kv_bytes=None,
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)
@@ -156,12 +165,21 @@ class InPlaceSteps(WithinSteps):
     quality pass and the compatibility suite (the baseline's answers, from the same process)."""
 
     def finish(self) -> None:
-        switch = self.switch()
-        switch.off()
-        try:
+        done = {"quality", "compat"} <= set(self.rec.completed_steps)
+        if self.run.process > 0 or done:  # nothing runs on the process: no switch to fail
             ArmSteps.finish(self)
-        finally:
-            switch.on()
+            return
+        switched_off(self.switch(), lambda: ArmSteps.finish(self))
+
+
+def switched_off(switch: Any, work: Any) -> None:
+    """``work()`` with speculation off on the switch's process, on again after, whatever
+    happened; a switch that fails raises (``EpisodeRun`` then fails every run of the process)."""
+    try:
+        switch.off()
+        work()
+    finally:
+        switch.on()
 
 
 def reaching(steps: ArmSteps, of: ArmSteps, key: str, **info: Any) -> None:
@@ -172,6 +190,8 @@ def reaching(steps: ArmSteps, of: ArmSteps, key: str, **info: Any) -> None:
         "hardware": of.rec.manifest.get("hardware", {}),
         "frozen_sha256": of.rec.manifest_sha256,
     }
+    if "capacity" in of.rec.manifest:  # the slots it serves with (the simulator reads them)
+        manifest["capacity"] = of.rec.manifest["capacity"]
     steps.save(
         status="running",
         manifest=manifest,

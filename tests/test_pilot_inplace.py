@@ -1,0 +1,68 @@
+"""The in-place runs' switch (``pilot.planted``): speculation is on again after every switched
+episode whatever happened in it, a table never read is never "restored", and a run that fails
+on a process takes that process's other runs with it (its strategy is unknown after a failed
+switch). The switch against a real builtin server is in tests/test_pilot_looks.py's pilot."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from specpilot.pilot.drill import RuntimeSwitch
+from specpilot.pilot.episode_run import EpisodeRun
+from specpilot.pilot.planted import switched_off
+
+
+class _Recording:
+    """Records the calls ``switched_off`` makes (the protocol is RuntimeSwitch's off / on)."""
+
+    def __init__(self, fail_off: bool = False) -> None:
+        self.calls: list[str] = []
+        self.fail_off = fail_off
+
+    def off(self) -> None:
+        self.calls.append("off")
+        if self.fail_off:
+            raise RuntimeError("PUT /admin/strategy: 500")
+
+    def on(self) -> None:
+        self.calls.append("on")
+
+
+def test_speculation_is_on_again_after_an_episode_that_failed():
+    sw = _Recording()
+
+    def episode() -> None:
+        sw.calls.append("episode")
+        raise RuntimeError("the load generator failed")
+
+    with pytest.raises(RuntimeError, match="load generator"):
+        switched_off(sw, episode)
+    assert sw.calls == ["off", "episode", "on"]
+
+
+def test_a_switch_that_fails_runs_nothing_and_still_restores():
+    sw = _Recording(fail_off=True)
+    with pytest.raises(RuntimeError, match="500"):
+        switched_off(sw, lambda: sw.calls.append("episode"))
+    assert sw.calls == ["off", "on"]
+
+
+def test_a_table_never_read_is_never_restored():
+    # port 9 (discard) refuses: any request would raise; on() before a successful off() sends
+    # nothing (it used to PUT k = 0, switching a process it had never switched off)
+    sw = RuntimeSwitch("http://127.0.0.1:9", "token")
+    t0, t1 = sw.on()
+    assert t0 == t1
+
+
+def test_in_place_a_failing_run_takes_its_process_with_it():
+    def run(design: dict) -> EpisodeRun:
+        er = EpisodeRun(SimpleNamespace(), [], design)
+        er.steps = {(a, j): object() for a in ("s", "b", "planted") for j in range(3)}  # type: ignore[misc]
+        return er
+
+    got = run({"in_place": "s"})._sharing(("b", 1))
+    assert sorted(got) == [("b", 1), ("planted", 1), ("s", 1)]
+    assert run({"in_place": None})._sharing(("b", 1)) == [("b", 1)]
