@@ -66,3 +66,54 @@ def test_in_place_a_failing_run_takes_its_process_with_it():
     got = run({"in_place": "s"})._sharing(("b", 1))
     assert sorted(got) == [("b", 1), ("planted", 1), ("s", 1)]
     assert run({"in_place": None})._sharing(("b", 1)) == [("b", 1)]
+
+
+def test_a_resumed_pilot_runs_an_episode_split_by_the_stop_again_on_every_arm(tmp_path):
+    """The speculative arm completed ``peak~02`` on process 0, the baseline had not when the
+    pilot stopped: resumed, both run it again (the process is a new one), while ``peak~01``,
+    complete on both, is neither run nor rewritten."""
+    from specpilot.pilot.armrun import LOAD_STEP, phases_left
+    from specpilot.pilot.context import RunPlan
+    from specpilot.pilot.steps import ArmSteps
+    from specpilot.records import ArmRecord, PhaseRecord, RequestRecord
+    from specpilot.store import Store
+
+    names = ["peak~01", "peak~02"]
+    schedule = SimpleNamespace(phases=[SimpleNamespace(name=n, warmup=False) for n in names])
+    with Store(tmp_path / "p.duckdb") as store:
+        notes: list[str] = []
+        p = SimpleNamespace(
+            store=store, schedule=schedule, progress=SimpleNamespace(note=notes.append)
+        )
+        steps = {}
+        for arm, done in (("s", names), ("b", names[:1])):
+            run = RunPlan(
+                SimpleNamespace(name=arm), 0, 0, f"pid.{arm}.p0", process=0, phases=tuple(names)
+            )
+            rec = ArmRecord(
+                "pid",
+                run.run_id,
+                arm,
+                "baseline" if arm == "b" else "speculative",
+                "builtin",
+                completed_steps=[LOAD_STEP] if done == names else [],
+            )
+            store.add_arm(rec)
+            for n in done:
+                store.add_phases(
+                    [PhaseRecord(run.run_id, arm, n, 0.0, 1.0, 1.0, 1, status="complete")]
+                )
+                store.add_requests(
+                    [RequestRecord(run.run_id, arm, n, "code", f"{n}-000001", 0.0, "ok")]
+                )
+            steps[(arm, 0)] = ArmSteps(p, run, rec)  # type: ignore[arg-type]
+        store.flush()
+        er = EpisodeRun(p, [], {"in_place": "s"})  # type: ignore[arg-type]
+        er.steps = steps
+        er._reopen_split()
+        assert phases_left(p, steps[("s", 0)].run) == ["peak~02"]  # type: ignore[arg-type]
+        assert phases_left(p, steps[("b", 0)].run) == ["peak~02"]  # type: ignore[arg-type]
+        assert LOAD_STEP not in steps[("s", 0)].rec.completed_steps
+        kept = {(r.run_id, r.phase) for r in store.records("requests")}
+        assert kept == {("pid.s.p0", "peak~01"), ("pid.b.p0", "peak~01")}
+        assert notes == ["s: peak~02 again (split by the stop)"]

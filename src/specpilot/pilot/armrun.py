@@ -131,7 +131,7 @@ def run_phases(
     measured = [p for p in phases_left(ctx, run) if only is None or p in only]
     if not measured:
         return None
-    _clear_phases(store, run.run_id, measured)  # a cut phase reruns from its start
+    clear_phases(store, run.run_id, measured)  # a cut phase reruns from its start
     cfg = load_config(ctx, run.run_id, run.arm.name, url, model, backend.response_extras)
     requests = ctx.schedule.select(measured, warmup=warmup)
     sink = ProgressSink(store.sink, ctx.progress, len(requests))
@@ -157,8 +157,9 @@ def run_phases(
     return result
 
 
-def _clear_phases(store: Store, run_id: str, phases: list[str]) -> None:
-    """Delete every per-request record of ``phases`` of a run (a cut phase's partial data)."""
+def clear_phases(store: Store, run_id: str, phases: list[str]) -> None:
+    """Delete every per-request record of ``phases`` of a run (a cut phase's partial data, or
+    an in-place episode run again on every arm: ``pilot.episode_run``)."""
     ids = [r.request_id for r in store.records("requests", run_id=run_id) if r.phase in phases]
     for rid in ids:
         store.delete("chunks", run_id=run_id, request_id=rid)
@@ -210,7 +211,7 @@ def run_drill(
     else:
         return not_possible(run.run_id, plan.name, f"no way to switch {plan.engine} off")
     requests = drill_schedule(ctx.level_schedule.requests, d.phase, d.replay_s)
-    _clear_phases(ctx.store, run.run_id, [DRILL_PHASE])  # a cut drill's records, on a rerun
+    clear_phases(ctx.store, run.run_id, [DRILL_PHASE])  # a cut drill's records, on a rerun
     cfg = load_config(
         ctx,
         run.run_id,

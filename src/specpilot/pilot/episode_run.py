@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specpilot.pilot import eta
-from specpilot.pilot.armrun import LOAD_STEP, phases_left
+from specpilot.pilot.armrun import LOAD_STEP, clear_phases, phases_left
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import PilotConfigError
 from specpilot.pilot.context import PilotContext, RunPlan
@@ -185,11 +185,33 @@ class EpisodeRun:
     def _keys_of(self, name: str) -> list[str]:
         return [eta.load_key(s.run.run_id, [name]) for s in self.steps.values()]
 
+    def _reopen_split(self) -> None:
+        """In place, an episode that some arms completed and others did not before the pilot
+        was stopped runs again on every arm: a resumed pilot starts every process anew, and
+        the two halves would pair two processes whose offsets differ (7-20% here), where the
+        design has them cancel. Its records are deleted first; no complete episode reruns."""
+        if not self.design.get("in_place"):
+            return
+        store = self.p.store
+        left = {n for s in self.steps.values() for n in phases_left(self.p, s.run)}
+        for s in self.steps.values():
+            redo = sorted((set(s.run.phases or ()) & left) - set(phases_left(self.p, s.run)))
+            if not redo:
+                continue
+            clear_phases(store, s.run.run_id, redo)
+            for name in redo:
+                store.delete("phases", run_id=s.run.run_id, phase=name)
+            if LOAD_STEP in s.rec.completed_steps:
+                s.save(completed_steps=[x for x in s.rec.completed_steps if x != LOAD_STEP])
+            self.p.progress.note(f"{s.run.arm.name}: {', '.join(redo)} again (split by the stop)")
+        store.flush()
+
     def _episodes(self) -> None:
         """The blocks of episodes, a look after each that leaves episodes to run, the budget
         checked before every episode not yet complete (``pilot.looks``); then the last look.
         A resumed pilot walks the same blocks: its complete episodes are neither run nor
         dropped again, and its looks already run are not repeated."""
+        self._reopen_split()
         looks = Looks(self.p, self.design, self._keys_of)
         order = blocks(self.design)
         flat = [n for b in order for n in b]
