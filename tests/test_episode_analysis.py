@@ -29,6 +29,21 @@ LEVELS = {"off_peak": 1.0, "peak": 3.0}  # offered req/s
 EPISODES = 12
 
 
+def _requests(rid: str, arm: str, name: str, k: int, index: int, lat: np.ndarray) -> list:
+    """Episode ``k``'s requests of one run, alternately code and zh, with latencies ``lat``."""
+    out = []
+    for i, x in enumerate(lat):
+        t0 = 1000.0 * k + 10.0 * i
+        out.append(
+            RequestRecord(
+                rid, arm, name, ("code", "zh")[i % 2], f"{name}-{index + i:06d}",
+                t0, "ok", prompt_id=f"q{index + i}", sent_t=t0,
+                first_content_t=t0 + 0.1, done_t=t0 + float(x), output_tokens=20,
+            )
+        )  # fmt: skip
+    return out
+
+
 def _pilot(
     effect: float, planted: float, *, seed: int = 0, n: int = 6, m: int = 4, sd: float = 0.075
 ) -> PilotData:
@@ -67,17 +82,10 @@ def _pilot(
             for arm, factor in arms.items():
                 rid = f"p.{arm}.p{procs[arm]}"
                 phases.append(PhaseRecord(rid, arm, name, 0.0, 10.0, rate, n, status="complete"))
-                eps = rng.normal(0, 0.1, n)
-                for i in range(n):
-                    lat = base[i] * factor * np.exp(offset[arm][procs[arm]] + shock + eps[i])
-                    t0 = 1000.0 * k + 10.0 * i
-                    records.append(
-                        RequestRecord(
-                            rid, arm, name, ("code", "zh")[i % 2], f"{name}-{index + i:06d}",
-                            t0, "ok", prompt_id=f"q{index + i}", sent_t=t0,
-                            first_content_t=t0 + 0.1, done_t=t0 + lat, output_tokens=20,
-                        )
-                    )  # fmt: skip
+                lat = (
+                    base * factor * np.exp(offset[arm][procs[arm]] + shock + rng.normal(0, 0.1, n))
+                )
+                records += _requests(rid, arm, name, k, index, lat)
             index += n
     pilot = PilotRecord("p", "episodes", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
     return PilotData(pilot=pilot, arms=runs, phases=phases, requests=records)
@@ -184,17 +192,8 @@ def _in_place_pilot(effect: float, *, seed: int, m: int = 6, sd: float = 0.3) ->
             for arm, factor in arms.items():
                 rid = f"p.{arm}.p{procs[arm]}"
                 phases.append(PhaseRecord(rid, arm, name, 0.0, 10.0, rate, n, status="complete"))
-                eps = rng.normal(0, 0.05, n)
-                for i in range(n):
-                    lat = base[i] * factor * np.exp(offset[procs[arm]] + eps[i])
-                    t0 = 1000.0 * k + 10.0 * i
-                    records.append(
-                        RequestRecord(
-                            rid, arm, name, ("code", "zh")[i % 2], f"{name}-{index + i:06d}",
-                            t0, "ok", prompt_id=f"q{index + i}", sent_t=t0,
-                            first_content_t=t0 + 0.1, done_t=t0 + lat, output_tokens=20,
-                        )
-                    )  # fmt: skip
+                lat = base * factor * np.exp(offset[procs[arm]] + rng.normal(0, 0.05, n))
+                records += _requests(rid, arm, name, k, index, lat)
             index += n
     pilot = PilotRecord("p", "episodes", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
     return PilotData(pilot=pilot, arms=runs, phases=phases, requests=records)
@@ -224,3 +223,25 @@ def test_a_levels_offered_rate_is_the_arms_whole_level_not_one_processes_episode
     ]
     rates = arm_rates(fold_phases(ph))
     assert rates == {("a", "peak"): pytest.approx(60 / 40)}  # not r1's 2.5 or r0's 0.5
+
+
+def test_a_request_served_with_the_wrong_strategy_in_place_is_said():
+    import dataclasses
+
+    data = _in_place_pilot(-0.2, seed=5)
+    design = {"kind": "episodes", "in_place": "speculative"}
+    pilot = dataclasses.replace(data.pilot, schedule={"design": design})
+    reqs = [
+        dataclasses.replace(r, served_k={"speculative": 3}.get(r.arm, 0)) for r in data.requests
+    ]
+    reqs[0] = dataclasses.replace(reqs[0], served_k=3 if reqs[0].arm != "speculative" else 0)
+    a = analyze(dataclasses.replace(data, pilot=pilot, requests=reqs), CFG)
+    held = [n for n in a.notes if "the in-place switch did not hold" in n]
+    assert held == [
+        f"1 measured {reqs[0].arm} requests were served with speculation "
+        f"{'off' if reqs[0].arm == 'speculative' else 'on'}: the in-place switch did not hold "
+        "for them, and their pairs are not the comparison the design made (see the runs' "
+        "failures)"
+    ]
+    ok = analyze(dataclasses.replace(data, pilot=pilot, requests=[*reqs[1:]]), CFG)
+    assert not [n for n in ok.notes if "did not hold" in n]

@@ -4,6 +4,7 @@ whole design is one record made before anything runs."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -77,6 +78,18 @@ def test_the_process_assignment_is_crossed_and_balanced(m):
     )
 
 
+@dataclasses.dataclass
+class P:
+    """The fields design_arms and episode_runs read (pilot.arms.ArmPlan's)."""
+
+    name: str
+    role: str
+    engine: str = "builtin"
+    url: str | None = None
+    drill: bool = True
+    strategy: object = None
+
+
 def test_the_design_record_and_its_runs():
     s = split_schedule(build_schedule(parse_workload(WORKLOAD)), 6)
     arms = ["baseline", "speculative", PLANTED]
@@ -86,19 +99,6 @@ def test_the_design_record_and_its_runs():
     for name, ep in d["episodes"].items():
         assert sorted(ep["order"]) == sorted(arms) and ep["level"] == level_of(name)
         assert set(ep["process"]) == set(arms) and all(0 <= p < 3 for p in ep["process"].values())
-
-    class Plan:  # the fields episode_runs reads (pilot.arms.ArmPlan's)
-        def __init__(self, name, role):
-            self.name, self.role = name, role
-
-    import dataclasses
-
-    @dataclasses.dataclass
-    class P:
-        name: str
-        role: str
-        drill: bool = True
-        strategy: object = None
 
     runs = episode_runs([P("baseline", "baseline"), P("speculative", "speculative")], d, "pid")
     assert [r.run_id for r in runs[:3]] == ["pid.baseline.p0", "pid.baseline.p1", "pid.baseline.p2"]
@@ -137,17 +137,6 @@ def test_bad_episode_settings_are_refused_by_field():
 
 
 def test_a_builtin_speculative_arm_is_also_replayed_switched_off_on_its_own_processes():
-    import dataclasses
-
-    @dataclasses.dataclass
-    class P:
-        name: str
-        role: str
-        engine: str = "builtin"
-        url: str | None = None
-        drill: bool = True
-        strategy: object = None
-
     plans = [P("b", "baseline"), P("s", "speculative"), P("lc", "extra", "llamacpp")]
     ep = EpisodeSettings(per_level=4, processes=2)
     arms = design_arms(plans, ep)
@@ -164,17 +153,6 @@ def test_a_builtin_speculative_arm_is_also_replayed_switched_off_on_its_own_proc
 
 
 def test_in_place_the_baseline_runs_on_the_speculative_processes_and_the_planted_is_crossed():
-    import dataclasses
-
-    @dataclasses.dataclass
-    class P:
-        name: str
-        role: str
-        engine: str = "builtin"
-        url: str | None = None
-        drill: bool = True
-        strategy: object = None
-
     plans = [P("b", "baseline"), P("s", "speculative")]
     ep = EpisodeSettings(per_level=8, processes=4, in_place=True)
     arms = design_arms(plans, ep)

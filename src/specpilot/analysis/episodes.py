@@ -166,6 +166,50 @@ def arm_orders(arms: Sequence[str], episodes: int, seed: int) -> list[list[str]]
     return out[:episodes]
 
 
+def pool_estimate(
+    t: tuple[float, float, float, float],
+    sds: tuple[float, float, float],
+    counts: tuple[int, int, int],
+    text: str,
+    *,
+    in_place: bool = False,
+) -> EpisodeEstimate:
+    """An estimate over one pool of processes (``analysis.onepool``, ``analysis.inplace``):
+    ``t`` (mu, se, df, level), ``sds`` (s_a, s_b, s_xi), ``counts`` (pairs, episodes,
+    processes); its t interval and p, the p also the design's (no relabelling there), no
+    fingerprint."""
+    mu, se, df, level = t
+    lo, hi = stats.t_interval(mu, se, df, level)
+    p = stats.t_p(mu, se, df)
+    n_pairs, n_ep, m = counts
+    return EpisodeEstimate(
+        estimate=mu,
+        se=se,
+        df=df,
+        interval=(lo, hi),
+        rel_change=math.expm1(mu),
+        rel_interval=(math.expm1(lo), math.expm1(hi)),
+        level=level,
+        p_model=p,
+        p_design=p,
+        p_design_min=0.0,
+        s_a=sds[0],
+        s_b=sds[1],
+        s_xi=sds[2],
+        n_pairs=n_pairs,
+        n_episodes=n_ep,
+        m_cand=m,
+        m_base=m,
+        fingerprint_used=False,
+        fingerprint_r2=None,
+        fingerprint_r=None,
+        se_without_fingerprint=se,
+        text=text,
+        one_pool=True,
+        in_place=in_place,
+    )
+
+
 @dataclass(frozen=True)
 class _Design:
     """What depends on the layout only (not on y): projections and their expectations."""

@@ -25,13 +25,15 @@ a process interaction the interval would be too narrow.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from specpilot.analysis import stats
-from specpilot.analysis.episodes import POOL_ALPHA, EpisodeEstimate
+from specpilot.analysis.episodes import POOL_ALPHA, EpisodeEstimate, pool_estimate
 from specpilot.errors import ConfigError
+from specpilot.records import PilotData
 
 
 def switch_effect(
@@ -99,32 +101,37 @@ def switch_effect(
         f"offsets cancelled; how they respond to the switch: {how}; {n_ep} episodes, "
         f"{n_pairs} pairs; p {p_model:.3f}; episode sd {s_xi:.1%})"
     )
-    return EpisodeEstimate(
-        estimate=mu,
-        se=se,
-        df=df,
-        interval=(lo, hi),
-        rel_change=math.expm1(mu),
-        rel_interval=(math.expm1(lo), math.expm1(hi)),
-        level=level,
-        p_model=p_model,
-        p_design=p_model,
-        p_design_min=0.0,
-        s_a=s_u,
-        s_b=0.0,
-        s_xi=s_xi,
-        n_pairs=n_pairs,
-        n_episodes=n_ep,
-        m_cand=m,
-        m_base=m,
-        fingerprint_used=False,
-        fingerprint_r2=None,
-        fingerprint_r=None,
-        se_without_fingerprint=se,
-        text=text,
-        one_pool=True,
-        in_place=True,
+    return pool_estimate(
+        (mu, se, df, level), (s_u, 0.0, s_xi), (n_pairs, n_ep, m), text, in_place=True
     )
 
 
-__all__ = ["switch_effect"]
+def switch_held(data: PilotData) -> list[str]:
+    """In place (``episodes.in_place``): a note per arm some of whose measured requests the
+    server says it served with the other strategy (``served_k``: the baseline or the planted
+    arm with k > 0, the speculative arm with k = 0). The runner fails every run of a process
+    whose switch did not answer; this is the check on what the server did."""
+    spec = ((data.pilot.schedule or {}).get("design") or {}).get("in_place")
+    if not spec:
+        return []
+    cols = data.request_columns
+    rows: Iterable[tuple[Any, Any, Any]] = (
+        zip(cols["arm"], cols["served_k"], cols["warmup"], strict=True)
+        if cols is not None
+        else ((r.arm, r.served_k, r.warmup) for r in data.requests)
+    )
+    wrong: dict[str, int] = {}
+    for arm, k, warm in rows:
+        if warm or k is None or not math.isfinite(float(k)):
+            continue
+        if (float(k) == 0) == (arm == spec):
+            wrong[str(arm)] = wrong.get(str(arm), 0) + 1
+    return [
+        f"{n} measured {arm} requests were served with speculation "
+        f"{'off' if arm == spec else 'on'}: the in-place switch did not hold for them, and "
+        "their pairs are not the comparison the design made (see the runs' failures)"
+        for arm, n in sorted(wrong.items())
+    ]
+
+
+__all__ = ["switch_effect", "switch_held"]

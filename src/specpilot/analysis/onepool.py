@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specpilot.analysis import stats
-from specpilot.analysis.episodes import EpisodeEstimate
+from specpilot.analysis.episodes import EpisodeEstimate, pool_estimate
 from specpilot.errors import ConfigError
 
 
@@ -92,31 +92,7 @@ def pool_effect(
         f"(sd {s_p:.1%}) and cancelled; {n_ep} episodes, {n_pairs} pairs; p {p:.3f}; "
         f"episode sd {math.sqrt(s2):.1%})"
     )
-    return EpisodeEstimate(
-        estimate=mu,
-        se=se,
-        df=df,
-        interval=(lo, hi),
-        rel_change=math.expm1(mu),
-        rel_interval=(math.expm1(lo), math.expm1(hi)),
-        level=level,
-        p_model=p,
-        p_design=p,
-        p_design_min=0.0,
-        s_a=s_p,
-        s_b=s_p,
-        s_xi=math.sqrt(s2),
-        n_pairs=n_pairs,
-        n_episodes=n_ep,
-        m_cand=m,
-        m_base=m,
-        fingerprint_used=False,
-        fingerprint_r2=None,
-        fingerprint_r=None,
-        se_without_fingerprint=se,
-        text=text,
-        one_pool=True,
-    )
+    return pool_estimate((mu, se, df, level), (s_p, s_p, math.sqrt(s2)), (n_pairs, n_ep, m), text)
 
 
 __all__ = ["pool_effect"]

@@ -27,6 +27,7 @@ from specpilot.analysis.coverage import cut_phases, latency_cdf, not_measured
 from specpilot.analysis.decision import DecisionInputs, Verdict
 from specpilot.analysis.drift import AAControl, Drift, aa_control, contended
 from specpilot.analysis.fold import arm_rates, fold, has_episodes
+from specpilot.analysis.inplace import switch_held
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
 from specpilot.analysis.parity import RollbackParity, drill_outcomes, parity_of
@@ -117,6 +118,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     a.sequential = dict(looks, lines=looks_text(looks)) if alpha is not None else None
     a.scheduled = len(table)
     a.notes += cut_phases(data)
+    a.notes += switch_held(data)
     if plan.baseline is None:
         a.notes.insert(0, "no baseline arm: nothing to compare")
         return a
