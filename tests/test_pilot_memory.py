@@ -25,8 +25,9 @@ GIB = 2**30
 def test_more_processes_than_memory_holds_are_refused_naming_the_largest_that_fit(tmp_path, capsys):
     data = yaml.safe_load(DEFAULT.read_text())
     # no look and no budget: the memory refusal is the one under test
+    # each arm on processes of its own (not in place): 32 processes
     data["episodes"] = {**data["episodes"], "processes": 16, "per_level": 17, "looks": [],
-                        "budget_min": None}  # fmt: skip
+                        "budget_min": None, "in_place": False}  # fmt: skip
     data["workload"]["phases"] = [
         {
             **p,

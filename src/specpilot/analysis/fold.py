@@ -76,23 +76,28 @@ def fold_phases(phases: Sequence[PhaseRecord]) -> list[PhaseRecord]:
 
 
 def arm_rates(phases: Sequence[PhaseRecord]) -> dict[tuple[str, str], float]:
-    """(arm, phase) -> the arm's offered rate there: its runs' scheduled requests over their
-    planned seconds. In the episode design each run (one process) serves only some episodes of
-    a level, whose local rates differ (seen: 1.59 req/s for an off-peak level of 1.23, 1.48 for
-    a peak of 2.14); together the runs cover the level once, so this is the level's rate, and
-    with repetitions the mean rate of the repeated phase.
+    """(arm, phase) -> the arm's offered rate there: its runs' rates weighted by their planned
+    seconds (their plain mean where none has any). In the episode design each run (one
+    process) serves only some episodes of a level, whose local rates differ (seen: 1.59 req/s
+    for an off-peak level of 1.23, 1.48 for a peak of 2.14); together the runs cover the level
+    once, so this is the level's rate, and with repetitions the mean rate of the phase.
 
         >>> from specpilot.records import PhaseRecord
-        >>> ph = [PhaseRecord(r, "a", "peak", 0.0, 10.0, 0.0, n) for r, n in (("r0", 5), ("r1", 25))]
+        >>> ph = [PhaseRecord(r, "a", "peak", 0.0, 10.0, x, 1) for r, x in (("r0", 0.5), ("r1", 2.5))]
         >>> arm_rates(ph)
         {('a', 'peak'): 1.5}
     """
-    n: dict[tuple[str, str], list[float]] = {}
+    acc: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for p in phases:
-        acc = n.setdefault((p.arm, p.phase), [0.0, 0.0])
-        acc[0] += p.scheduled
-        acc[1] += max(p.planned_end_s - p.planned_start_s, 0.0)
-    return {k: (a / s if s > 0 else 0.0) for k, (a, s) in n.items()}
+        dur = max(p.planned_end_s - p.planned_start_s, 0.0)
+        acc.setdefault((p.arm, p.phase), []).append((p.offered_rate, dur))
+    out = {}
+    for key, xs in acc.items():
+        total = sum(d for _, d in xs)
+        out[key] = (
+            sum(r * d for r, d in xs) / total if total > 0 else sum(r for r, _ in xs) / len(xs)
+        )
+    return out
 
 
 def _mean(ps: Sequence[PhaseRecord], w: Sequence[float], attr: str) -> float | None:
