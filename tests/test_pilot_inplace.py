@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from specpilot.pilot.drill import RuntimeSwitch
-from specpilot.pilot.episode_run import EpisodeRun
+from specpilot.pilot.episode_run import EpisodeRun, reopen_split
 from specpilot.pilot.planted import switched_off
 
 
@@ -57,15 +57,30 @@ def test_a_table_never_read_is_never_restored():
     assert t0 == t1
 
 
-def test_in_place_a_failing_run_takes_its_process_with_it():
-    def run(design: dict) -> EpisodeRun:
-        er = EpisodeRun(SimpleNamespace(), [], design)
-        er.steps = {(a, j): object() for a in ("s", "b", "planted") for j in range(3)}  # type: ignore[misc]
-        return er
+def test_a_switch_that_failed_takes_its_process_with_it_a_runs_own_error_does_not():
+    from specpilot.pilot.context import RunPlan
+    from specpilot.pilot.planted import InPlaceSteps, PlantedSteps, SwitchFailed
+    from specpilot.pilot.steps import ArmSteps
 
-    got = run({"in_place": "s"})._sharing(("b", 1))
-    assert sorted(got) == [("b", 1), ("planted", 1), ("s", 1)]
-    assert run({"in_place": None})._sharing(("b", 1)) == [("b", 1)]
+    def run(arm: str, j: int) -> RunPlan:
+        return RunPlan(SimpleNamespace(name=arm), 0, 0, f"pid.{arm}.p{j}", process=j)  # type: ignore[arg-type]
+
+    steps = {}
+    for j in range(2):  # in place: the baseline on speculative process j, the planted on it
+        spec = ArmSteps.__new__(ArmSteps)
+        spec.run = run("s", j)
+        base = InPlaceSteps.__new__(InPlaceSteps)
+        base.run, base.of = run("b", j), {j: spec}
+        planted = PlantedSteps.__new__(PlantedSteps)
+        planted.run, planted.bases = run("planted", j), {j: base}
+        steps |= {("s", j): spec, ("b", j): base, ("planted", j): planted}
+    er = EpisodeRun(SimpleNamespace(), [], {"in_place": "s"})  # type: ignore[arg-type]
+    er.steps = steps  # type: ignore[assignment]
+    process_1 = [("b", 1), ("planted", 1), ("s", 1)]
+    assert sorted(er._sharing(("b", 1), SwitchFailed("PUT: 500"))) == process_1
+    assert sorted(er._sharing(("s", 1), RuntimeError("the engine died"))) == process_1
+    assert er._sharing(("planted", 1), RuntimeError("the proxy failed")) == [("planted", 1)]
+    assert er._sharing(("b", 0), RuntimeError("a load error")) == [("b", 0)]
 
 
 def test_a_resumed_pilot_runs_an_episode_split_by_the_stop_again_on_every_arm(tmp_path):
@@ -97,6 +112,7 @@ def test_a_resumed_pilot_runs_an_episode_split_by_the_stop_again_on_every_arm(tm
                 "baseline" if arm == "b" else "speculative",
                 "builtin",
                 completed_steps=[LOAD_STEP] if done == names else [],
+                status="complete" if done == names else "interrupted",
             )
             store.add_arm(rec)
             for n in done:
@@ -108,12 +124,12 @@ def test_a_resumed_pilot_runs_an_episode_split_by_the_stop_again_on_every_arm(tm
                 )
             steps[(arm, 0)] = ArmSteps(p, run, rec)  # type: ignore[arg-type]
         store.flush()
-        er = EpisodeRun(p, [], {"in_place": "s"})  # type: ignore[arg-type]
-        er.steps = steps
-        er._reopen_split()
+        p.arm_record = lambda r: store.records("arms", run_id=r.run_id)[0]
+        reopen_split(p, [x.run for x in steps.values()], {"in_place": "s"})  # type: ignore[arg-type]
         assert phases_left(p, steps[("s", 0)].run) == ["peak~02"]  # type: ignore[arg-type]
         assert phases_left(p, steps[("b", 0)].run) == ["peak~02"]  # type: ignore[arg-type]
-        assert LOAD_STEP not in steps[("s", 0)].rec.completed_steps
+        (rec,) = store.records("arms", run_id="pid.s.p0")
+        assert LOAD_STEP not in rec.completed_steps and rec.status == "running"
         kept = {(r.run_id, r.phase) for r in store.records("requests")}
         assert kept == {("pid.s.p0", "peak~01"), ("pid.b.p0", "peak~01")}
         assert notes == ["s: peak~02 again (split by the stop)"]

@@ -33,7 +33,7 @@ import numpy as np
 from specpilot.analysis import stats
 from specpilot.analysis.episodes import POOL_ALPHA, EpisodeEstimate, pool_estimate
 from specpilot.errors import ConfigError
-from specpilot.records import PilotData
+from specpilot.records import DRILL_PHASE, PilotData
 
 
 def switch_effect(
@@ -115,14 +115,14 @@ def switch_held(data: PilotData) -> list[str]:
     if not spec:
         return []
     cols = data.request_columns
-    rows: Iterable[tuple[Any, Any, Any]] = (
-        zip(cols["arm"], cols["served_k"], cols["warmup"], strict=True)
+    rows: Iterable[tuple[Any, Any, Any, Any]] = (
+        zip(cols["arm"], cols["served_k"], cols["warmup"], cols["phase"], strict=True)
         if cols is not None
-        else ((r.arm, r.served_k, r.warmup) for r in data.requests)
+        else ((r.arm, r.served_k, r.warmup, r.phase) for r in data.requests)
     )
     wrong: dict[str, int] = {}
-    for arm, k, warm in rows:
-        if warm or k is None or not math.isfinite(float(k)):
+    for arm, k, warm, phase in rows:  # the drill switches speculation off on purpose
+        if warm or phase == DRILL_PHASE or k is None or not math.isfinite(float(k)):
             continue
         if (float(k) == 0) == (arm == spec):
             wrong[str(arm)] = wrong.get(str(arm), 0) + 1

@@ -22,7 +22,14 @@ from specpilot.pilot.config import PilotConfigError
 from specpilot.pilot.context import PilotContext, RunPlan
 from specpilot.pilot.design import K0, PLANTED, WITHIN
 from specpilot.pilot.looks import Looks, blocks
-from specpilot.pilot.planted import InPlaceSteps, PlantedSteps, Reaching, WithinSteps
+from specpilot.pilot.planted import (
+    InPlaceSteps,
+    PlantedSteps,
+    Reaching,
+    SwitchFailed,
+    WithinSteps,
+    owner_of,
+)
 from specpilot.pilot.steps import ArmSteps
 from specpilot.records import StrategySpec
 
@@ -66,6 +73,31 @@ def episode_runs(plans: Sequence[ArmPlan], design: dict[str, Any], pilot_id: str
                 RunPlan(by_name[arm], 0, len(out), f"{pilot_id}.{arm}.p{j}", process=j, phases=mine)
             )
     return out
+
+
+def reopen_split(ctx: PilotContext, runs: Sequence[RunPlan], design: dict[str, Any]) -> None:
+    """In place, an episode a stop left complete on one arm of a process and not on another
+    runs again on both: a resumed pilot starts every process anew, and the two halves would
+    pair two processes whose offsets differ (7-20% here), where the design has them cancel.
+    Their records are deleted and the runs marked running, before the ETA and the budget are
+    planned; an episode complete on every run of its process is neither run nor rewritten."""
+    if not design.get("in_place"):
+        return
+    left = {r.run_id: set(phases_left(ctx, r)) for r in runs}
+    pending = {(n, r.process) for r in runs for n in left[r.run_id]}
+    for r in runs:
+        done = [n for n in r.phases or () if n not in left[r.run_id]]
+        redo = [n for n in done if (n, r.process) in pending]
+        if not redo:
+            continue
+        clear_phases(ctx.store, r.run_id, redo)
+        for name in redo:
+            ctx.store.delete("phases", run_id=r.run_id, phase=name)
+        rec = ctx.arm_record(r)
+        steps = [x for x in rec.completed_steps if x != LOAD_STEP]
+        ctx.store.add_arm(dataclasses.replace(rec, status="running", completed_steps=steps))
+        ctx.progress.note(f"{r.arm.name}: {', '.join(redo)} again (split by the stop)")
+    ctx.store.flush()
 
 
 HEADROOM = 0.85  # of the memory available before the first start: the pilot, the load generator
@@ -159,19 +191,24 @@ class EpisodeRun:
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one run failing does not lose the others
-            gone = [self.steps.pop(k) for k in self._sharing(key)]
+            gone = [self.steps.pop(k) for k in self._sharing(key, exc)]
             for t in gone:
-                self.failed.append(t.run.arm.name)
-                self.p.record_failure(t.run, exc)
+                if t is s or self.p.arm_record(t.run).status != "complete":
+                    self.failed.append(t.run.arm.name)
+                    self.p.record_failure(t.run, exc)
             for t in sorted(gone, key=lambda t: not isinstance(t, Reaching)):
                 t.stop()
 
-    def _sharing(self, key: tuple[str, int]) -> list[tuple[str, int]]:
-        """``key`` and, in place, every other run on its process: a switch that failed leaves
-        the process's strategy unknown, so none of its runs can be trusted to measure."""
-        if not self.design.get("in_place"):
+    def _sharing(self, key: tuple[str, int], exc: BaseException) -> list[tuple[str, int]]:
+        """``key``, and every other run on its engine process where the process itself is in
+        doubt: its switch did not answer (its strategy is unknown), or the run that started it
+        failed (the process is gone). A run's own error (a proxy, the load generator) is its
+        alone."""
+        s = self.steps[key]
+        if not isinstance(exc, SwitchFailed) and isinstance(s, Reaching):
             return [key]
-        return [key] + [k for k in self.steps if k[1] == key[1] and k != key]
+        owner = owner_of(s)
+        return [key] + [k for k, t in self.steps.items() if k != key and owner_of(t) is owner]
 
     def _episode(self, name: str) -> None:
         """Episode ``name`` on every arm, in the design's order."""
@@ -185,33 +222,11 @@ class EpisodeRun:
     def _keys_of(self, name: str) -> list[str]:
         return [eta.load_key(s.run.run_id, [name]) for s in self.steps.values()]
 
-    def _reopen_split(self) -> None:
-        """In place, an episode that some arms completed and others did not before the pilot
-        was stopped runs again on every arm: a resumed pilot starts every process anew, and
-        the two halves would pair two processes whose offsets differ (7-20% here), where the
-        design has them cancel. Its records are deleted first; no complete episode reruns."""
-        if not self.design.get("in_place"):
-            return
-        store = self.p.store
-        left = {n for s in self.steps.values() for n in phases_left(self.p, s.run)}
-        for s in self.steps.values():
-            redo = sorted((set(s.run.phases or ()) & left) - set(phases_left(self.p, s.run)))
-            if not redo:
-                continue
-            clear_phases(store, s.run.run_id, redo)
-            for name in redo:
-                store.delete("phases", run_id=s.run.run_id, phase=name)
-            if LOAD_STEP in s.rec.completed_steps:
-                s.save(completed_steps=[x for x in s.rec.completed_steps if x != LOAD_STEP])
-            self.p.progress.note(f"{s.run.arm.name}: {', '.join(redo)} again (split by the stop)")
-        store.flush()
-
     def _episodes(self) -> None:
         """The blocks of episodes, a look after each that leaves episodes to run, the budget
         checked before every episode not yet complete (``pilot.looks``); then the last look.
         A resumed pilot walks the same blocks: its complete episodes are neither run nor
         dropped again, and its looks already run are not repeated."""
-        self._reopen_split()
         looks = Looks(self.p, self.design, self._keys_of)
         order = blocks(self.design)
         flat = [n for b in order for n in b]

@@ -9,7 +9,7 @@ pilot **looks**: the whole analysis over the records so far at the look's nomina
 level whose pooled cells are all decided gets no more episodes. Before every episode the
 **budget** (``episodes.budget_min``, ``--budget``) is checked against the time spent plus the
 ETA of every step left (an interrupted run's time included): episodes are dropped from the end of the run order until the rest fits,
-never one of the first ``2 x processes`` of a level (the estimator's least), and only once the
+never one of the first ``least(design)`` of a level (what a pooled cell needs to decide), and only once the
 next episode is one of them. The clock stops a
 pilot, never the data, so the last look spends what is left of the error rate whenever it
 comes. Every look, every episode not run and why, and the last look are written into the
@@ -57,6 +57,27 @@ def least(design: dict[str, Any]) -> int:
     return max(LEAST_PER_PROCESS * m, fit + int(design.get("strata") or 0) + MIN_RESIDUAL_DF)
 
 
+def looks_notes(design: dict[str, Any]) -> list[str]:
+    """What the design's looks and size cannot do: a look before ``least`` episodes per level
+    cannot stop a level (its pooled cells are undecided by construction there), and a level of
+    fewer episodes than that stays undecided."""
+    need, per = least(design), int(design["per_level"])
+    early = [x for x in (design.get("looks") or {}).get("at", [])[:-1] if x < need]
+    out = []
+    if per < need:
+        out.append(
+            f"episodes.per_level {per}: a pooled cell needs {need} episodes per level to leave "
+            "its episode noise 3 degrees of freedom after the mean, the process offsets and "
+            "the task groups; every level stays undecided -> raise per_level"
+        )
+    elif early:
+        out.append(
+            f"episodes.looks {early}: a pooled cell needs {need} episodes per level to decide; "
+            "a look before that cannot stop a level and only spends alpha"
+        )
+    return out
+
+
 def droppable(design: dict[str, Any]) -> set[str]:
     return {n for names in design["levels"].values() for n in names[least(design) :]}
 
@@ -76,7 +97,8 @@ def check_budget(design: dict[str, Any], plan: Sequence[Step], spent_s: float) -
     if need_s > budget * 60.0:
         smallest = math.ceil(need_s / 6.0) / 10.0
         raise PilotConfigError(
-            f"episodes.budget_min {budget:g}: the engine starts, {least(design)} episodes per "
+            f"episodes.budget_min {budget:g}: the engine starts, "
+            f"{min(least(design), int(design['per_level']))} episodes per "
             f"level on every arm and the checks after them take about {need_s / 60:.1f} min "
             f"here -> set episodes.budget_min (or --budget) to at least {smallest:g}"
         )

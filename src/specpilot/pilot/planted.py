@@ -51,12 +51,31 @@ class PlantedBackend:
 class Reaching(ArmSteps):
     """A run that reaches another run's process: it starts and stops no engine."""
 
+    def reached(self) -> ArmSteps:
+        """The run whose process this one reaches (itself a reaching run, or the owner)."""
+        raise NotImplementedError
+
+
+def owner_of(steps: ArmSteps) -> ArmSteps:
+    """The run that started the engine process ``steps`` runs on."""
+    while isinstance(steps, Reaching):
+        steps = steps.reached()
+    return steps
+
+
+class SwitchFailed(RuntimeError):
+    """The run-time switch did not answer: the process's strategy is unknown, so every run on
+    it leaves the rotation (``pilot.episode_run``)."""
+
 
 class Switched(Reaching):
     """A run on a speculative process with speculation switched off at run time (the builtin
     server's admin switch) for each of its episodes, and on again after."""
 
     of: dict[int, ArmSteps]  # the speculative arm's run on each process
+
+    def reached(self) -> ArmSteps:
+        return self.of[self.run.process]
 
     def switch(self) -> Any:
         """The process's switch, one for its life (every run reaching it shares it): the
@@ -80,6 +99,9 @@ class PlantedSteps(Reaching):
         super().__init__(*args)
         self.bases = bases
         self.factor = factor
+
+    def reached(self) -> ArmSteps:
+        return self.bases[self.run.process]
 
     def _start(self) -> None:
         base = self.bases[self.run.process]
@@ -165,7 +187,8 @@ class InPlaceSteps(WithinSteps):
     quality pass and the compatibility suite (the baseline's answers, from the same process)."""
 
     def finish(self) -> None:
-        done = {"quality", "compat"} <= set(self.rec.completed_steps)
+        steps = set(self.rec.completed_steps)
+        done = "quality" in steps and ("compat" in steps or not self.p.cfg.compat.enabled)
         if self.run.process > 0 or done:  # nothing runs on the process: no switch to fail
             ArmSteps.finish(self)
             return
@@ -174,12 +197,19 @@ class InPlaceSteps(WithinSteps):
 
 def switched_off(switch: Any, work: Any) -> None:
     """``work()`` with speculation off on the switch's process, on again after, whatever
-    happened; a switch that fails raises (``EpisodeRun`` then fails every run of the process)."""
+    happened; a switch that does not answer raises ``SwitchFailed`` (``EpisodeRun`` then fails
+    every run of the process), an error of ``work`` itself is raised as it is."""
     try:
-        switch.off()
+        try:
+            switch.off()
+        except Exception as exc:
+            raise SwitchFailed(f"speculation could not be switched off: {exc}") from exc
         work()
     finally:
-        switch.on()
+        try:
+            switch.on()
+        except Exception as exc:
+            raise SwitchFailed(f"speculation could not be switched on again: {exc}") from exc
 
 
 def reaching(steps: ArmSteps, of: ArmSteps, key: str, **info: Any) -> None:

@@ -135,13 +135,18 @@ class Pilot:
             self.store = store
             pilot = self._open_pilot(store, design)
             if design is not None:
-                from specpilot.pilot.episode_run import episode_runs
+                from specpilot.pilot.episode_run import episode_runs, reopen_split
 
                 design = (pilot.schedule or {}).get("design", design)  # as stored
                 # the budget is this command's (--budget), not the design's: a rerun with
                 # another one resumes under it
                 design.setdefault("looks", {})["budget_min"] = ep.budget_min if ep else None
                 runs = episode_runs(self.plans, design, pilot.pilot_id)
+                reopen_split(self, runs, design)  # a resumed in-place pilot's split episodes
+                from specpilot.pilot.looks import looks_notes
+
+                for note in looks_notes(design):
+                    self.progress.note(note)
             else:
                 runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
             clock = self.progress.clock
