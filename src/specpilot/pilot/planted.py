@@ -82,10 +82,10 @@ class Switched(Reaching):
         table it restores is the process's as started, whatever an earlier failure left."""
         from specpilot.pilot.drill import RuntimeSwitch
 
-        owner = self.of[self.run.process]
-        if not isinstance(getattr(owner, "switch_", None), RuntimeSwitch):
-            owner.switch_ = RuntimeSwitch(self.url, self.p.admin_token)  # type: ignore[attr-defined]
-        return owner.switch_  # type: ignore[attr-defined]
+        held = self.reached().holder  # the process's: its backend, and now its switch
+        if "switch" not in held:
+            held["switch"] = RuntimeSwitch(self.url, self.p.admin_token)
+        return held["switch"]
 
     def load(self, phases: list[str] | None = None) -> None:
         switched_off(self.switch(), lambda: super(Switched, self).load(phases))
