@@ -178,7 +178,7 @@ def test_the_started_arm_is_resolved_as_a_pilot_files_arm(tmp_path, capsys):
 
 
 def test_model_name_comes_from_the_endpoint():
-    from specpilot.commands.load import served_model
+    from specpilot.loadgen.client import served_model
 
     with TestServer() as srv:
         assert served_model(srv.url) == "specpilot-testserver"
@@ -237,3 +237,80 @@ def test_load_start_refuses_what_only_a_pilot_prepares(tmp_path, capsys):
     ):  # fmt: skip
         assert main(argv) == 2, argv
         assert msg in capsys.readouterr().err, argv
+
+
+def test_a_killed_load_resumes_by_its_run_id_as_a_pilot_does(tmp_path, capsys):
+    """``specpilot load`` is a one-arm pilot (``pilot.one_arm``): SIGKILL it inside its second
+    phase, give the same ``--run-id`` again, and the complete phase is kept as it was (not
+    replayed), the cut one replayed from its start (its partial records deleted first), the run
+    marked complete; a third call is refused (a complete run is not run again), as is the run id
+    under another arm."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from specpilot.store import read_pilot
+
+    wl = tmp_path / "w.yaml"
+    wl.write_text(
+        "name: cut\nseed: 3\ngroups: {code: {weight: 1}}\n"
+        "phases:\n  - {name: first, duration_s: 1, arrival: {kind: constant, rate: 5}}\n"
+        "  - {name: second, duration_s: 8, arrival: {kind: constant, rate: 5}}\n"
+    )
+    out = tmp_path / "run.duckdb"
+    base = ["load", "--workload", str(wl), "--out", str(out), "--no-warmup", "--quiet"]
+    with TestServer(TestServerConfig(itl_s=0.005, output_tokens=8)) as srv:
+        cmd = [sys.executable, "-m", "specpilot.cli", *base, srv.url, "--run-id", "r1"]
+        p = subprocess.Popen(cmd)
+        deadline = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(4.5)  # the first phase (1 s) done, about a third of the second
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+        cut = read_pilot(out)
+        first = {r.request_id: r.done_t for r in cut.requests if r.phase == "first"}
+        second = [r for r in cut.requests if r.phase == "second"]
+        assert len(first) == 5 and 1 <= len(second) < 40
+        assert cut.arms[0].status == "running" and cut.arms[0].completed_steps == []
+        assert main([*base, srv.url, "--run-id", "r1"]) == 0
+        capsys.readouterr()
+        assert main([*base, srv.url, "--run-id", "r1"]) == 2
+        assert "run 'r1' is complete" in capsys.readouterr().err
+        assert main([*base, srv.url, "--run-id", "r1", "--arm", "other"]) == 2
+    data = read_pilot(out)
+    (arm,) = data.arms
+    assert arm.status == "complete" and arm.completed_steps == ["load"]
+    # the complete phase untouched, the cut one replayed whole: one record per request
+    assert {r.request_id: r.done_t for r in data.requests if r.phase == "first"} == first
+    again = [r for r in data.requests if r.phase == "second"]
+    assert len(again) == 40 and {r.request_id for r in again} >= {r.request_id for r in second}
+    assert min(r.sent_t for r in again) > max(r.done_t for r in second)  # all sent afresh
+    assert {p.phase: p.status for p in data.phases} == {"first": "complete", "second": "complete"}
+
+
+def test_a_resumed_run_must_reach_the_engine_config_it_started_with(tmp_path):
+    """The one-arm pilot's manifest check (``OneArm.manifest``): a run resumed on an engine
+    whose frozen settings hash differs is refused before anything is written."""
+    from specpilot.backends.openai import OpenAIBackend
+    from specpilot.errors import ConfigError
+    from specpilot.pilot.config import LoadSettings
+    from specpilot.pilot.engines import one_arm
+    from specpilot.pilot.one_arm import OneArm
+    from specpilot.pilot.progress import PilotProgress
+    from specpilot.store import Store
+    from specpilot.workload import build_schedule
+
+    wl = tmp_path / "w.yaml"
+    wl.write_text(WORKLOAD)
+    with TestServer() as srv, Store(tmp_path / "x.duckdb") as store:
+        plan = one_arm("openai", "baseline", None, {}, url=srv.url)
+        backend = OpenAIBackend(srv.url)
+        ctx = OneArm(store, build_schedule(str(wl)), LoadSettings(), PilotProgress(quiet=True))
+        man = ctx.manifest(backend, plan, {})
+        ctx.frozen_sha256 = man["frozen_sha256"]
+        assert ctx.manifest(backend, plan, {})["frozen_sha256"] == man["frozen_sha256"]
+        ctx.frozen_sha256 = "0" * 64
+        with pytest.raises(ConfigError, match="another engine config"):
+            ctx.manifest(backend, plan, {})

@@ -7,7 +7,9 @@ phase (planned and actual edges, clock anchor), every request as it finishes (on
 whatever happened) with its chunk timings and, for engines that report them (the builtin
 server), every decode round and prefill; counters and memory are scraped at every phase edge.
 Loading into a file that already holds a pilot of the same workload adds another arm to it
-(``--arm``/``--role``). The workload may also be a schedule JSON
+(``--arm``/``--role``). The run is a one-arm pilot (``pilot.one_arm``): the pilot's own start,
+measured phases and stop, with its records and its resume rule (``--run-id`` of a run left
+incomplete: a fresh engine, the complete phases skipped, a cut phase replayed from its start). The workload may also be a schedule JSON
 (``specpilot schedule FILE.yaml --json``).
 
 Two ways to name the engine:
@@ -42,6 +44,7 @@ before each request's model call and are measured (``--no-stages``: keep the pla
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import sys
@@ -50,7 +53,6 @@ import uuid
 from typing import Any
 
 from specpilot.errors import ConfigError
-from specpilot.loadgen.client import served_model
 from specpilot.records import ARM_ROLES, ENGINES
 
 START_TIMEOUT_S = 600.0  # specpilot.backends.START_TIMEOUT_S (not imported: keeps --help fast)
@@ -90,7 +92,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=list(ARM_ROLES),
         help="the arm's role in the pilot (default: the arm's name if it is a role, else extra)",
     )
-    p.add_argument("--run-id", default=None, help="run id (default: a new one)")
+    p.add_argument(
+        "--run-id",
+        default=None,
+        help="run id (default: a new one); a run of this file left incomplete is resumed",
+    )
     p.add_argument(
         "--engine",
         default="openai",
@@ -201,50 +207,31 @@ def _refuse_unprepared(engine: str, opts: Any) -> None:
         )
 
 
-def _manifest(args: argparse.Namespace, backend: Any, plan: Any, url: str) -> dict[str, Any]:
-    from specpilot.backends import hardware_info
-    from specpilot.pilot.arms import arm_manifest
+def _settings(args: argparse.Namespace) -> Any:
+    """The run's ``LoadSettings`` (a pilot file's ``load:``) from the options."""
+    from pydantic import ValidationError
 
-    if backend is not None:  # the pilot's manifest of an arm: frozen settings, capacity, hash
-        return {
-            **arm_manifest(backend.describe().to_dict(), plan, {}),
-            "started_by_specpilot": True,
-        }
-    return {
-        "engine": args.engine,
-        "endpoint": url,
-        "started_by_specpilot": False,
-        "note": "endpoint given by URL: model files and flags are not known to the load "
-        "command (use --start for the full manifest)",
-        "client_hardware": hardware_info(),
-    }
+    from specpilot.pilot.config import LoadSettings
+    from specpilot.validation import format_errors
 
-
-def _config(args: argparse.Namespace, sched: Any, url: str, backend: Any, run_id: str) -> Any:
-    from specpilot.backends import response_extras_for
-    from specpilot.loadgen import LoadConfig
-
-    return LoadConfig.build(
-        url,
-        api=args.api,
-        model=args.model or served_model(url),
-        run_id=run_id,
-        arm=args.arm,
-        timeout_s=args.timeout,
-        enforce_deadlines=args.enforce_deadlines,
-        cancel_fraction=args.cancel_fraction,
-        max_concurrency=args.max_concurrency,
-        lag_threshold_s=args.lag_threshold_ms / 1e3,
-        include_usage=not args.no_usage,
-        response_extras=(
-            backend.response_extras if backend is not None else response_extras_for(args.engine)
-        ),
-        seed=sched.seed,
-        cold_start_requests=args.cold_start,
-        phase_timing="back_to_back" if args.back_to_back else "schedule",
-        run_stages=not args.no_stages,
-        progress=False if args.quiet else None,
-    )
+    try:
+        return LoadSettings.model_validate(
+            {
+                "api": args.api,
+                "timeout_s": args.timeout,
+                "enforce_deadlines": args.enforce_deadlines,
+                "max_concurrency": args.max_concurrency,
+                "lag_threshold_ms": args.lag_threshold_ms,
+                "start_timeout_s": args.start_timeout,
+                "phase_timing": "back_to_back" if args.back_to_back else "schedule",
+                "cancel_fraction": args.cancel_fraction,
+                "cold_start_requests": args.cold_start,
+                "include_usage": not args.no_usage,
+                "run_stages": not args.no_stages,
+            },
+        )
+    except ValidationError as exc:  # named by the setting: --cancel-fraction is cancel_fraction
+        raise ConfigError(format_errors(exc, "the load options", root=LoadSettings)) from None
 
 
 def _pilot(store: Any, args: argparse.Namespace, sched: Any, options: dict[str, Any]) -> Any:
@@ -276,32 +263,15 @@ def _pilot(store: Any, args: argparse.Namespace, sched: Any, options: dict[str, 
     )
 
 
-def _arm(
-    pilot: Any, args: argparse.Namespace, run_id: str, manifest: dict[str, Any], n: int, plan: Any
-) -> Any:
-    from specpilot.backends.freeze import frozen_sha256, strategy_of
-    from specpilot.records import ArmRecord
-
-    return ArmRecord(
-        pilot_id=pilot.pilot_id,
-        run_id=run_id,
-        arm=args.arm,
-        role=plan.role if plan else args.role or (args.arm if args.arm in ARM_ROLES else "extra"),
-        engine=args.engine,
-        manifest=manifest,
-        manifest_sha256=frozen_sha256(manifest),
-        strategy=strategy_of(manifest),  # as served (the draft's sha256 and path with it)
-        run_order=n,
-        status="running",
-        started_unix=time.time(),
-    )
-
-
 def run(args: argparse.Namespace) -> int:
-    from specpilot.backends import BackendError, scrape_endpoint
-    from specpilot.loadgen import LoadRunner
-    from specpilot.pilot.engines import engine_options, make_backend, one_arm
-    from specpilot.store import PhaseRecorder, Store
+    from specpilot.backends import BackendError
+    from specpilot.loadgen.phases import phase_starts_for
+    from specpilot.pilot import armrun
+    from specpilot.pilot.context import RunPlan
+    from specpilot.pilot.engines import engine_options, one_arm
+    from specpilot.pilot.one_arm import OneArm, measure, run_record
+    from specpilot.pilot.progress import PilotProgress
+    from specpilot.store import Store
 
     if args.start == (args.url is not None):
         raise ConfigError("give either an endpoint URL or --start (specpilot starts the engine)")
@@ -312,66 +282,59 @@ def run(args: argparse.Namespace) -> int:
     sched = _schedule(args)
     if not sched.select(args.phase, warmup=not args.no_warmup):
         raise ConfigError("the selection has no requests")
-    run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
-    if not args.start:
-        args.arm = args.arm or "baseline"
-    backend = plan = None
-    cold_start_s = None
+    settings = _settings(args)
     if args.start:  # one arm of a pilot file: the same checks, constructor and manifest
         raw = engine_opts(args.engine_opt)
         _refuse_unprepared(args.engine, engine_options(args.engine, raw))  # before any hashing
-        plan = one_arm(args.engine, args.arm, args.role, raw)
-        args.arm = plan.name
-        backend = make_backend(plan)
-        print(f"starting {args.engine} at {backend.endpoint} ...", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
+        plan = one_arm(args.engine, args.arm, args.role, raw, model_name=args.model)
+    else:
+        url = args.url.rstrip("/").removesuffix("/v1")
+        plan = one_arm(
+            args.engine, args.arm or "baseline", args.role, {}, url=url, model_name=args.model
+        )
+    run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
+    options: dict[str, Any] = {
+        k: v
+        for k, v in vars(args).items()
+        if k != "func" and isinstance(v, (str, int, float, bool, list, type(None)))
+    }
+    present = {r.phase for r in sched.select(args.phase, warmup=not args.no_warmup)}
+    if settings.phase_timing == "schedule":
+        options["phase_starts"] = phase_starts_for(p for p in sched.phases if p.name in present)
+    with Store(args.out) as store, PilotProgress(quiet=True if args.quiet else None) as progress:
+        pilot = _pilot(store, args, sched, options)
+        rec = run_record(store, pilot.pilot_id, plan, run_id)
+        store.add_pilot(pilot)
+        store.add_arm(rec)
+        ctx = OneArm(store, sched, settings, progress, frozen_sha256=rec.manifest_sha256)
+        run = RunPlan(plan, 0, rec.run_order, run_id, phases=_phases(args))
         try:
-            backend.start(args.start_timeout)
-        except BackendError as exc:
+            life = measure(ctx, run, rec, warm=args.no_warmup)
+            result, rec = life.result, life.rec
+        except armrun.Interrupted as exc:
+            result, rec = exc.result, store.records("arms", run_id=run_id)[0]
+        except BackendError as exc:  # kept as the pilot keeps a run that did not start
+            rec = store.records("arms", run_id=run_id)[0]
+            store.add_arm(dataclasses.replace(rec, status="failed", error=str(exc)))
             print(f"specpilot load: the {args.engine} engine did not start: {exc}", file=sys.stderr)
             return 1
-        cold_start_s = time.perf_counter() - t0
-    try:
-        url = backend.endpoint if backend is not None else args.url.rstrip("/").removesuffix("/v1")
-        cfg = _config(args, sched, url, backend, run_id)
-        runner = LoadRunner.for_schedule(sched, cfg, None, args.phase, warmup=not args.no_warmup)
-        options: dict[str, Any] = {
-            k: v
-            for k, v in vars(args).items()
-            if k != "func" and isinstance(v, (str, int, float, bool, list, type(None)))
-        }
-        options.update(model=cfg.endpoint.model, phase_starts=runner.phase_starts)
-        man = _manifest(args, backend, plan, url)  # it checks the served strategy: first
-        with Store(args.out) as store:
-            pilot = _pilot(store, args, sched, options)
-            if any(a.run_id == run_id for a in store.records("arms")):
-                raise ConfigError(f"run {run_id!r} already exists in {args.out}: pick another")
-            store.add_pilot(pilot)
-            arm = _arm(pilot, args, run_id, man, len(store.records("arms")), plan)
-            arm.cold_start_s = cold_start_s
-            store.add_arm(arm)
-            scrape = (
-                backend.scrape
-                if backend is not None
-                else lambda r, a, p, lbl: scrape_endpoint(args.engine, url, r, a, p, lbl)
-            )
-            durations = {p.name: p.duration_s for p in sched.phases}
-            PhaseRecorder(
-                store, run_id, args.arm, scrape, durations, local_engine=backend is not None
-            ).attach(runner)
-            runner.sink = store.sink
-            result = runner.run()
-            s = result.summary
-            status = "interrupted" if s.interrupted or s.stop_reason else "complete"
-            arm.status, arm.finished_unix, arm.load_summary = status, time.time(), s.to_dict()
-            store.add_arm(arm)
-            pilot.status, pilot.finished_unix = status, time.time()
-            store.add_pilot(pilot)
-    finally:
-        if backend is not None:
-            backend.stop()
+        status = "complete" if armrun.LOAD_STEP in rec.completed_steps else "interrupted"
+        summary = result.summary.to_dict() if result is not None else rec.load_summary
+        rec = dataclasses.replace(
+            rec, status=status, finished_unix=time.time(), load_summary=summary
+        )
+        store.add_arm(rec)
+        pilot.status, pilot.finished_unix = status, time.time()
+        store.add_pilot(pilot)
+    if result is None:
+        print(f"run {run_id} -> {args.out}: nothing left to replay")
+        return 0
     _report(args, run_id, result)
-    return 130 if s.interrupted else 0
+    return 130 if result.summary.interrupted else 0
+
+
+def _phases(args: argparse.Namespace) -> tuple[str, ...] | None:
+    return tuple(args.phase) if args.phase else None
 
 
 def _report(args: argparse.Namespace, run_id: str, result: Any) -> None:

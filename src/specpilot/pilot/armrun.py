@@ -18,7 +18,7 @@ from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend
 from specpilot.definitions import goodput
 from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.context import PilotContext, RunPlan
+from specpilot.pilot.context import ArmContext, PilotContext, RunPlan
 from specpilot.pilot.design import level_of
 from specpilot.pilot.drill import (
     DRILL_PHASE,
@@ -47,12 +47,12 @@ LOAD_STEP = "load"
 
 
 def load_config(
-    ctx: PilotContext, run_id: str, arm: str, url: str, model: str, extras: Extras, **over: Any
+    ctx: ArmContext, run_id: str, arm: str, url: str, model: str, extras: Extras, **over: Any
 ) -> LoadConfig:
     """The load generator's config for one arm (the pilot's load settings)."""
     from specpilot.loadgen import LoadConfig
 
-    s = ctx.cfg.load
+    s = ctx.load_settings
     opts: dict[str, Any] = dict(
         api=s.api,
         model=model,
@@ -64,8 +64,11 @@ def load_config(
         lag_threshold_s=s.lag_threshold_ms / 1e3,
         response_extras=extras,
         seed=ctx.schedule.seed,
-        cold_start_requests=0,
-        phase_timing="back_to_back",
+        cancel_fraction=s.cancel_fraction,
+        cold_start_requests=s.cold_start_requests,
+        include_usage=s.include_usage,
+        run_stages=s.run_stages,
+        phase_timing=s.phase_timing,
         progress=False,
     )
     opts.update(over)
@@ -97,7 +100,7 @@ class ProgressSink:
         self.progress.requests(self.done, self.failed, self.total)
 
 
-def phases_left(ctx: PilotContext, run: RunPlan) -> list[str]:
+def phases_left(ctx: ArmContext, run: RunPlan) -> list[str]:
     """The run's measured phases that are not complete in the pilot file, in schedule order."""
     done = {
         p.phase
@@ -112,8 +115,16 @@ def phases_left(ctx: PilotContext, run: RunPlan) -> list[str]:
     ]
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a load run: what was confirmed is kept; ``result`` is the run's so far."""
+
+    def __init__(self, message: str, result: LoadResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 def run_phases(
-    ctx: PilotContext,
+    ctx: ArmContext,
     run: RunPlan,
     backend: Backend,
     url: str,
@@ -123,7 +134,8 @@ def run_phases(
     warmup: bool = True,
 ) -> LoadResult | None:
     """The warm-up (unless ``warmup`` is False: the run is warm already) and every measured
-    phase not yet complete (of ``only`` when given), with edges recorded."""
+    phase not yet complete (of ``only`` when given), with edges recorded; client-side stages
+    and the phases' start times come from the schedule (``LoadRunner.for_schedule``)."""
     from specpilot.loadgen import LoadRunner
     from specpilot.store import PhaseRecorder
 
@@ -133,9 +145,8 @@ def run_phases(
         return None
     clear_phases(store, run.run_id, measured)  # a cut phase reruns from its start
     cfg = load_config(ctx, run.run_id, run.arm.name, url, model, backend.response_extras)
-    requests = ctx.schedule.select(measured, warmup=warmup)
-    sink = ProgressSink(store.sink, ctx.progress, len(requests))
-    runner = LoadRunner(requests, cfg, sink)
+    runner = LoadRunner.for_schedule(ctx.schedule, cfg, None, measured, warmup=warmup)
+    runner.sink = ProgressSink(store.sink, ctx.progress, len(runner.schedule))
     durations = {p.name: p.duration_s for p in ctx.schedule.phases}
     recorder = PhaseRecorder(
         store, run.run_id, run.arm.name, backend.scrape, durations, local_engine=run.arm.url is None
@@ -150,10 +161,8 @@ def run_phases(
     ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
     result = runner.run()
     store.flush()
-    if (
-        result.summary.interrupted
-    ):  # the runner caught Ctrl-C and kept what was confirmed: stop here
-        raise KeyboardInterrupt(f"{run.arm.name}: interrupted during {', '.join(measured)}")
+    if result.summary.interrupted:  # the runner caught Ctrl-C and kept what was confirmed
+        raise Interrupted(f"{run.arm.name}: interrupted during {', '.join(measured)}", result)
     return result
 
 

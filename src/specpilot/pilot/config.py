@@ -133,12 +133,32 @@ ARM_MODELS: dict[str, type[BuiltinArm | LlamaCppArm | VllmArm | SglangArm]] = {
 
 
 class LoadSettings(_Model):
+    """The load generator's settings for every measured run (a pilot file's ``load:``, and
+    ``specpilot load``'s options: its one-arm pilot, ``pilot.one_arm``)."""
+
     api: Literal["chat", "completions"] = "chat"
     timeout_s: float = Field(120.0, gt=0)
     enforce_deadlines: bool = True
     max_concurrency: int | None = Field(None, ge=1)
     lag_threshold_ms: float = Field(10.0, gt=0)
     start_timeout_s: float = Field(600.0, gt=0)
+    phase_timing: Literal["back_to_back", "schedule"] = Field(
+        "back_to_back",
+        description="back_to_back: each phase starts when the previous one has drained (its "
+        "counter deltas are exact); schedule: one open-loop timeline at the schedule's start times",
+    )
+    cancel_fraction: float = Field(
+        0.0, ge=0, le=1, description="of the requests closed mid-stream on purpose (R7)"
+    )
+    cold_start_requests: int = Field(
+        0, ge=0, description="the first N measured requests of a run are marked cold_start"
+    )
+    include_usage: bool = True  # ask for stream_options.include_usage
+    run_stages: bool = Field(
+        True,
+        description="run the workload's client-side stages (retrieval, tool calls) before each "
+        "model call and measure them; false: the records keep their planned seconds",
+    )
 
 
 class DrillSettings(_Model):
@@ -227,6 +247,11 @@ class PilotConfig(_Model):
         if "planted" in {a.name for a in self.arms} and ep.planted:
             raise ValueError(
                 "arm name 'planted' is the planted arm's (episodes.planted): rename it"
+            )
+        if self.load.phase_timing != "back_to_back":
+            raise ValueError(
+                "load.phase_timing: schedule: the episode design drains every episode before "
+                "the next; set load.phase_timing: back_to_back (the default)"
             )
         url = [a.name for a in self.arms if a.url is not None]
         if url and ep.processes > 1:

@@ -1,6 +1,7 @@
 """The pilot seam, typed: what one arm's steps (``steps``, ``armrun``, ``interleave``) call on
-the pilot that runs them (``runner.Pilot`` is the one implementation; mypy checks it against
-``PilotContext``), and the unit of execution, ``RunPlan``."""
+the pilot that runs them (``runner.Pilot``; mypy checks it against ``PilotContext``), what the
+start and the measured phases alone need (``ArmContext``: ``specpilot load``'s one-arm pilot,
+``pilot.one_arm``, is the other implementation), and the unit of execution, ``RunPlan``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, Protocol
 
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.config import PilotConfig
+from specpilot.pilot.config import LoadSettings, PilotConfig
 from specpilot.pilot.gates import Gates
 from specpilot.pilot.progress import PilotProgress
 from specpilot.records import ArmRecord, MetricSnapshot
@@ -29,16 +30,16 @@ class RunPlan:
     phases: tuple[str, ...] | None = None  # the measured phases this run serves (None: all)
 
 
-class PilotContext(Protocol):
-    cfg: PilotConfig
+class ArmContext(Protocol):
+    """What an arm's start, its measured phases and its stop call on the pilot."""
+
     store: Store
     schedule: Schedule  # what the runs replay (the episode design: each level in episodes)
-    level_schedule: Schedule  # the workload's phases as planned (the drill replays one)
     progress: PilotProgress
-    plans: list[ArmPlan]
-    gates: Gates
     admin_token: str
-    started: float  # perf_counter at the pilot's start (the budget counts from it)
+
+    @property
+    def load_settings(self) -> LoadSettings: ...
 
     def backend_for(
         self,
@@ -54,6 +55,16 @@ class PilotContext(Protocol):
     def manifest(
         self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
     ) -> dict[str, Any]: ...
+
+
+class PilotContext(ArmContext, Protocol):
+    """The whole pilot: its config, every arm, the gates, the budget's clock."""
+
+    cfg: PilotConfig
+    level_schedule: Schedule  # the workload's phases as planned (the drill replays one)
+    plans: list[ArmPlan]
+    gates: Gates
+    started: float  # perf_counter at the pilot's start (the budget counts from it)
 
     def record_failure(self, run: RunPlan, exc: BaseException) -> None: ...
 

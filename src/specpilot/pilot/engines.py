@@ -58,11 +58,13 @@ def one_arm(
     role: str | None,
     raw: Mapping[str, Any],
     *,
+    url: str | None = None,
+    model_name: str | None = None,
     resolve_files: bool = True,
 ) -> ArmPlan:
-    """``specpilot load --start``'s arm as a pilot file would give it: ``raw`` checked as its
-    ``arms[].options`` and the arm resolved by ``plan_arm`` (the same role rules, frozen
-    settings and manifest). ``name`` defaults to ``role``, else ``baseline`` for plain decoding
+    """``specpilot load``'s arm as a pilot file would give it: ``raw`` checked as its
+    ``arms[].options`` (``--start``), or the endpoint ``url`` someone else runs, and the arm
+    resolved by ``plan_arm`` (the same role rules, frozen settings and manifest). ``name`` defaults to ``role``, else ``baseline`` for plain decoding
     and ``speculative`` otherwise; ``role`` to the name when it is a role, else ``extra``.
 
         >>> plan = one_arm("builtin", None, None, {"draft": "truncate:0,1", "k": 2},
@@ -70,28 +72,52 @@ def one_arm(
         >>> plan.name, plan.role, plan.strategy.k, plan.frozen["threads"] >= 1
         ('speculative', 'speculative', 2, True)
     """
-    from pydantic import ValidationError
+    from pydantic import TypeAdapter, ValidationError
 
     from specpilot.errors import ConfigError
     from specpilot.pilot.arms import plan_arm, strategy_of
-    from specpilot.pilot.config import ARM_MODELS, BuiltinArm, LlamaCppArm, SglangArm, VllmArm
+    from specpilot.pilot.config import (
+        ARM_MODELS,
+        Arm,
+        BuiltinArm,
+        LlamaCppArm,
+        OpenAIArm,
+        SglangArm,
+        VllmArm,
+    )
     from specpilot.records import ARM_ROLES
     from specpilot.validation import format_errors
 
-    o = engine_options(engine, raw)
-    model = ARM_MODELS[engine]
+    if url is None:
+        fields: dict[str, Any] = {"options": engine_options(engine, raw)}
+        model: Any = ARM_MODELS[engine]
+    else:  # an endpoint someone else runs: a pilot file's arm with url:
+        fields, model = {"url": url}, TypeAdapter(Arm)
+    if model_name is not None:
+        fields["model_name"] = model_name
 
-    def arm(n: str, r: str) -> BuiltinArm | LlamaCppArm | VllmArm | SglangArm:
+    def arm(n: str, r: str) -> BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm:
         try:
-            return model.model_validate({"name": n, "role": r, "engine": engine, "options": o})
+            return cast(
+                "BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm",
+                _validate(model, {"name": n, "role": r, "engine": engine, **fields}),
+            )
         except ValidationError as exc:
-            raise ConfigError(format_errors(exc, "--arm/--role", root=model)) from None
+            raise ConfigError(
+                format_errors(exc, "--arm/--role", root=ARM_MODELS.get(engine))
+            ) from None
 
     if name is None:
         plain = strategy_of(arm("arm", "extra")).kind == "none"
         name = role or ("baseline" if plain else "speculative")
     chosen = role or (name if name in ARM_ROLES else "extra")
     return plan_arm(arm(name, chosen), resolve_files=resolve_files)
+
+
+def _validate(model: Any, data: dict[str, Any]) -> Any:
+    """An arm model's (or the arms' union's ``TypeAdapter``) validation of ``data``."""
+    check = getattr(model, "model_validate", None) or model.validate_python
+    return check(data)
 
 
 def make_backend(

@@ -30,7 +30,7 @@ from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.assets import ASSET_STEPS, prepare
-from specpilot.pilot.config import PilotConfig, PilotConfigError
+from specpilot.pilot.config import LoadSettings, PilotConfig, PilotConfigError
 from specpilot.pilot.context import RunPlan
 from specpilot.pilot.eta_plan import plan_for
 from specpilot.pilot.gates import Gates
@@ -80,6 +80,10 @@ class Pilot:
         self.plans: list[ArmPlan] = []
         self.overrides: dict[str, dict[str, Any]] = {}
         self.started = time.perf_counter()  # reset by run(): the budget counts from there
+
+    @property
+    def load_settings(self) -> LoadSettings:
+        return self.cfg.load
 
     # -- planning ------------------------------------------------------------------------
     def prepare(self) -> tuple[list[ArmPlan], Schedule]:

@@ -4,26 +4,31 @@ the measured phases, the rollback drill, the compatibility suite, the quality pa
 Each step is added to ``ArmRecord.completed_steps`` when it is done, so a resumed pilot skips
 it; the engine always stops, whatever happened. ``execute`` runs them one after the other (the
 sequential design); ``pilot.interleave`` calls ``start``, ``load`` one phase at a time for
-every arm in turn, then ``finish`` and ``stop`` (the interleaved design).
+every arm in turn, then ``finish`` and ``stop`` (the interleaved design). ``ArmLife`` is the
+start, the measured phases and the stop alone: ``specpilot load``'s one-arm pilot
+(``pilot.one_arm``) runs those, with the same records and the same resume rule.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specpilot.backends.adapters import adapter_of
 from specpilot.loadgen.client import served_model
 from specpilot.pilot import eta
-from specpilot.pilot.context import PilotContext, RunPlan
+from specpilot.pilot.context import ArmContext, PilotContext, RunPlan
 from specpilot.records import ArmRecord
 
+if TYPE_CHECKING:
+    from specpilot.loadgen import LoadResult
 
-class ArmSteps:
-    """The steps of one arm, each recorded in ``ArmRecord.completed_steps`` when done."""
 
-    def __init__(self, pilot: PilotContext, run: RunPlan, rec: ArmRecord) -> None:
+class ArmLife:
+    """An arm's start, measured phases and stop, each recorded in ``ArmRecord`` when done."""
+
+    def __init__(self, pilot: ArmContext, run: RunPlan, rec: ArmRecord) -> None:
         self.p = pilot
         self.run = run
         self.rec = rec
@@ -32,6 +37,7 @@ class ArmSteps:
         self.model = ""
         self.warm = False  # the episode design: the first load call warms the process up
         self.fingerprint = False  # the episode design: measure the process's fingerprint
+        self.result: LoadResult | None = None  # the last load call's (None: nothing left)
 
     def save(self, **changes: Any) -> None:
         self.rec = dataclasses.replace(self.rec, **changes)
@@ -39,15 +45,6 @@ class ArmSteps:
 
     def done(self, step: str) -> None:
         self.save(completed_steps=[*self.rec.completed_steps, step])
-
-    def execute(self) -> None:
-        """Every step of the arm, one after the other (the sequential design)."""
-        self.start()
-        try:
-            self.load()
-            self.finish()
-        finally:
-            self.stop()
 
     def start(self) -> None:
         """Start the engine (cold start timed) and record the arm's manifest."""
@@ -60,8 +57,9 @@ class ArmSteps:
         backend = p.backend_for(plan, overrides=overrides)
         p.progress.step(plan.name, "starting the engine (cold start)")
         t0 = time.perf_counter()
-        backend.start(p.cfg.load.start_timeout_s)
-        cold = time.perf_counter() - t0
+        backend.start(p.load_settings.start_timeout_s)
+        # an endpoint given by URL only answered: its seconds are no cold start
+        cold = time.perf_counter() - t0 if plan.url is None else None
         self.holder = {"backend": backend}
         try:
             manifest = p.manifest(backend, plan, overrides)
@@ -80,7 +78,7 @@ class ArmSteps:
                 p.progress.step(plan.name, "restarting (it measured the weight formats)")
                 backend.stop()
                 t0 = time.perf_counter()
-                backend.start(p.cfg.load.start_timeout_s)
+                backend.start(p.load_settings.start_timeout_s)
                 # the other starts read the cache too: this restart is what they take
                 p.progress.clock.sample_as(eta.start_key(self.run.run_id), time.perf_counter() - t0)
             self.url = backend.endpoint
@@ -125,7 +123,7 @@ class ArmSteps:
             return
         left = phases if phases is not None else armrun.phases_left(self.p, self.run)
         with self.p.progress.clock.timed(eta.load_key(self.run.run_id, left)):
-            armrun.run_phases(
+            self.result = armrun.run_phases(
                 self.p,
                 self.run,
                 self.holder["backend"],
@@ -139,6 +137,32 @@ class ArmSteps:
             self.warm = True
         if not armrun.phases_left(self.p, self.run):
             self.done(armrun.LOAD_STEP)
+
+    def stop(self) -> None:
+        backend = self.holder.get("backend")
+        if backend is not None:
+            backend.stop()
+            self.holder.clear()
+
+
+class ArmSteps(ArmLife):
+    """The steps of one arm of a pilot: ``ArmLife``'s, then the drill, the quality pass and
+    the compatibility suite (``finish``)."""
+
+    p: PilotContext
+
+    def __init__(self, pilot: PilotContext, run: RunPlan, rec: ArmRecord) -> None:
+        super().__init__(pilot, run, rec)
+        self.p = pilot
+
+    def execute(self) -> None:
+        """Every step of the arm, one after the other (the sequential design)."""
+        self.start()
+        try:
+            self.load()
+            self.finish()
+        finally:
+            self.stop()
 
     def finish(self) -> None:
         """The drill, the quality pass and the compatibility suite; then the arm is complete."""
@@ -177,9 +201,3 @@ class ArmSteps:
                 p.store.add_compat(p.gates.compat(self.url, self.model, self.rec))
             self.done("compat")
         self.save(status="complete", finished_unix=time.time())
-
-    def stop(self) -> None:
-        backend = self.holder.get("backend")
-        if backend is not None:
-            backend.stop()
-            self.holder.clear()

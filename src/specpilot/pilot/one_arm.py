@@ -1,0 +1,128 @@
+"""``specpilot load``'s pilot: one arm, through the pilot's own lifecycle.
+
+The arm is resolved as a pilot file's (``pilot.engines.one_arm``), started, measured and
+stopped by ``pilot.steps.ArmLife`` (the steps every pilot arm takes before its drill and its
+checks), with the pilot's records: the arm's manifest and cold start, each phase's edges and
+scrapes, every request as it finishes, ``completed_steps``. So its resume rule is the pilot's
+too: a run given again by its run id starts its engine afresh, skips every complete phase and
+replays a cut one from its start (what the cut phase had written is deleted first); a complete
+run is not run again, and a run whose engine config changed is refused.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from specpilot.backends.protocol import Backend
+from specpilot.errors import ConfigError
+from specpilot.pilot.arms import ArmPlan
+from specpilot.pilot.config import LoadSettings
+from specpilot.pilot.context import RunPlan
+from specpilot.pilot.progress import PilotProgress
+from specpilot.pilot.steps import ArmLife
+from specpilot.records import ArmRecord
+from specpilot.store import Store
+from specpilot.workload import Schedule
+
+
+@dataclass
+class OneArm:
+    """The ``ArmContext`` of a one-arm pilot (``pilot.context``). ``frozen_sha256``: the
+    manifest hash a resumed run was started with (its engine must be the same)."""
+
+    store: Store
+    schedule: Schedule
+    settings: LoadSettings
+    progress: PilotProgress
+    admin_token: str = ""
+    frozen_sha256: str | None = None
+
+    @property
+    def load_settings(self) -> LoadSettings:
+        return self.settings
+
+    def backend_for(
+        self,
+        plan: ArmPlan,
+        *,
+        overrides: dict[str, Any] | None = None,
+        port: int | None = None,
+        plain: bool = False,
+    ) -> Backend:
+        from specpilot.pilot.engines import make_backend
+
+        if plain:
+            raise ConfigError("a one-arm load does not switch its engine", fix="run a pilot")
+        return make_backend(plan, overrides=overrides, port=port)
+
+    def derived_overrides(self, plan: ArmPlan) -> dict[str, Any]:
+        return {}  # no other arm to derive from
+
+    def manifest(
+        self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
+    ) -> dict[str, Any]:
+        from specpilot.pilot.arms import arm_manifest
+
+        man = arm_manifest(backend.describe().to_dict(), plan, overrides)
+        if self.frozen_sha256 and man["frozen_sha256"] != self.frozen_sha256:
+            raise ConfigError(
+                f"the run was started with another engine config (frozen sha256 "
+                f"{self.frozen_sha256[:12]}, now {man['frozen_sha256'][:12]}): resuming it "
+                "would mix two configs in one run",
+                fix="give the same --engine and --engine-opt, or another --run-id",
+            )
+        return man
+
+
+def run_record(store: Store, pilot_id: str, plan: ArmPlan, run_id: str) -> ArmRecord:
+    """The run's record: the one in the file (resumed), or a new one (next in run order).
+    A complete run, or one of another arm, is refused with the field to change."""
+    found = store.records("arms", run_id=run_id)
+    if not found:
+        return ArmRecord(
+            pilot_id=pilot_id,
+            run_id=run_id,
+            arm=plan.name,
+            role=plan.role,
+            engine=plan.engine,
+            strategy=plan.strategy,
+            budget=plan.budget,
+            run_order=len(store.records("arms")),
+            status="running",
+            started_unix=time.time(),
+        )
+    rec = found[0]
+    if rec.status == "complete":
+        raise ConfigError(
+            f"run {run_id!r} is complete in this file: it is not run again",
+            fix="give another --run-id (or leave it out: a new one is drawn)",
+        )
+    if (rec.arm, rec.engine) != (plan.name, plan.engine):
+        raise ConfigError(
+            f"run {run_id!r} in this file is arm {rec.arm!r} on {rec.engine}, not {plan.name!r} "
+            f"on {plan.engine}",
+            fix="give the run's own --arm and --engine to resume it, or another --run-id",
+        )
+    return rec
+
+
+def measure(ctx: OneArm, run: RunPlan, rec: ArmRecord, *, warm: bool = False) -> ArmLife:
+    """Start the arm, replay its phases not yet complete, stop it (whatever happened); the
+    returned life's ``rec`` says what was done (``completed_steps``), ``result`` the last
+    load run's. ``warm``: no warm-up requests (``--no-warmup``)."""
+    from specpilot.backends.freeze import strategy_of
+
+    life = ArmLife(ctx, run, rec)
+    life.warm = warm
+    life.start()
+    try:
+        life.save(strategy=strategy_of(life.rec.manifest))  # as served: the draft's sha256
+        life.load()
+    finally:
+        life.stop()
+    return life
+
+
+__all__ = ["OneArm", "measure", "run_record"]
