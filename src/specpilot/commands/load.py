@@ -265,10 +265,8 @@ def _pilot(store: Any, args: argparse.Namespace, sched: Any, options: dict[str, 
 
 def run(args: argparse.Namespace) -> int:
     from specpilot.backends import BackendError
-    from specpilot.loadgen.phases import phase_starts_for
     from specpilot.pilot import armrun
     from specpilot.pilot.context import RunPlan
-    from specpilot.pilot.engines import engine_options, one_arm
     from specpilot.pilot.one_arm import OneArm, measure, run_record
     from specpilot.pilot.progress import PilotProgress
     from specpilot.store import Store
@@ -282,27 +280,10 @@ def run(args: argparse.Namespace) -> int:
     sched = _schedule(args)
     if not sched.select(args.phase, warmup=not args.no_warmup):
         raise ConfigError("the selection has no requests")
-    settings = _settings(args)
-    if args.start:  # one arm of a pilot file: the same checks, constructor and manifest
-        raw = engine_opts(args.engine_opt)
-        _refuse_unprepared(args.engine, engine_options(args.engine, raw))  # before any hashing
-        plan = one_arm(args.engine, args.arm, args.role, raw, model_name=args.model)
-    else:
-        url = args.url.rstrip("/").removesuffix("/v1")
-        plan = one_arm(
-            args.engine, args.arm or "baseline", args.role, {}, url=url, model_name=args.model
-        )
+    settings, plan = _settings(args), _plan(args)
     run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
-    options: dict[str, Any] = {
-        k: v
-        for k, v in vars(args).items()
-        if k != "func" and isinstance(v, (str, int, float, bool, list, type(None)))
-    }
-    present = {r.phase for r in sched.select(args.phase, warmup=not args.no_warmup)}
-    if settings.phase_timing == "schedule":
-        options["phase_starts"] = phase_starts_for(p for p in sched.phases if p.name in present)
     with Store(args.out) as store, PilotProgress(quiet=True if args.quiet else None) as progress:
-        pilot = _pilot(store, args, sched, options)
+        pilot = _pilot(store, args, sched, _options(args, sched, settings))
         rec = run_record(store, pilot.pilot_id, plan, run_id)
         store.add_pilot(pilot)
         store.add_arm(rec)
@@ -320,10 +301,9 @@ def run(args: argparse.Namespace) -> int:
             return 1
         status = "complete" if armrun.LOAD_STEP in rec.completed_steps else "interrupted"
         summary = result.summary.to_dict() if result is not None else rec.load_summary
-        rec = dataclasses.replace(
-            rec, status=status, finished_unix=time.time(), load_summary=summary
+        store.add_arm(
+            dataclasses.replace(rec, status=status, finished_unix=time.time(), load_summary=summary)
         )
-        store.add_arm(rec)
         pilot.status, pilot.finished_unix = status, time.time()
         store.add_pilot(pilot)
     if result is None:
@@ -331,6 +311,34 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _report(args, run_id, result)
     return 130 if result.summary.interrupted else 0
+
+
+def _plan(args: argparse.Namespace) -> Any:
+    """The arm, resolved as a pilot file's (``pilot.engines.one_arm``)."""
+    from specpilot.pilot.engines import engine_options, one_arm
+
+    if args.start:  # one arm of a pilot file: the same checks, constructor and manifest
+        raw = engine_opts(args.engine_opt)
+        _refuse_unprepared(args.engine, engine_options(args.engine, raw))  # before any hashing
+        return one_arm(args.engine, args.arm, args.role, raw, model_name=args.model)
+    url = args.url.rstrip("/").removesuffix("/v1")
+    name = args.arm or "baseline"
+    return one_arm(args.engine, name, args.role, {}, url=url, model_name=args.model)
+
+
+def _options(args: argparse.Namespace, sched: Any, settings: Any) -> dict[str, Any]:
+    """The run's options as the pilot record keeps them, with the phases' start times."""
+    from specpilot.loadgen.phases import phase_starts_for
+
+    options: dict[str, Any] = {
+        k: v
+        for k, v in vars(args).items()
+        if k != "func" and isinstance(v, (str, int, float, bool, list, type(None)))
+    }
+    if settings.phase_timing == "schedule":
+        present = {r.phase for r in sched.select(args.phase, warmup=not args.no_warmup)}
+        options["phase_starts"] = phase_starts_for(p for p in sched.phases if p.name in present)
+    return options
 
 
 def _phases(args: argparse.Namespace) -> tuple[str, ...] | None:
