@@ -248,3 +248,24 @@ def test_a_request_served_with_the_wrong_strategy_in_place_is_said():
     drill = dataclasses.replace(spec, phase="drill", request_id="drill-000001", served_k=0)
     ok = analyze(dataclasses.replace(data, pilot=pilot, requests=[*reqs[1:], drill]), CFG)
     assert not [n for n in ok.notes if "did not hold" in n]
+
+
+def test_where_processes_differ_more_episodes_are_not_promised_to_decide():
+    """Two pools whose processes differ by sd 30% (4 per arm): the kept process components do
+    not shrink with episodes (``analysis.celltest.process_floor``), so the undecided cells say
+    that more episodes alone would not decide them and how many processes would, and the
+    verdict repeats it, instead of an episode count scaled as 1/sqrt(episodes)."""
+    from specpilot.analysis.celltest import process_floor
+
+    a = analyze(_pilot(effect=0.05, planted=0.4, sd=0.3, seed=0), CFG)
+    cells = _pooled(a, "speculative").values()
+    assert cells and all(c.outcome == "insufficient" for c in cells)
+    for c in cells:
+        assert process_floor(c.episode_noise) > 0.01  # (25%)^2 / 4 and more
+        assert c.episodes_needed is None and c.processes_needed is not None
+        assert c.processes_needed > 4
+    assert "more episodes alone would not decide it" in a.verdicts[0].summary
+    # with the processes alike (sd 0.5%), the same cells are promised a number of episodes
+    b = analyze(_pilot(effect=0.05, planted=0.4, sd=0.005, seed=0), CFG)
+    near = [c for c in _pooled(b, "speculative").values() if c.outcome == "insufficient"]
+    assert all(c.processes_needed is None for c in near)

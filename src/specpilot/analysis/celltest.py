@@ -159,6 +159,20 @@ def episode_noise(est: EpisodeEstimate) -> dict[str, Any]:
     }
 
 
+def process_floor(noise: Mapping[str, Any] | None) -> float:
+    """The part of a cell's variance (log scale) that more episodes on the same processes do
+    not shrink: each kept process component over its processes (s_a^2 / m_c + s_b^2 / m_b; in
+    place the response to the switch, s_u^2 / m). None in one pool, whose offsets are fitted.
+
+        >>> round(process_floor({"process_sd": [0.1, 0.0], "processes": [4, 4], "design": "in_place"}), 6)
+        0.0025
+    """
+    if not noise or noise.get("design") == "one_pool":
+        return 0.0
+    (s_a, s_b), (m_c, m_b) = noise["process_sd"], noise["processes"]
+    return float(s_a) ** 2 / max(int(m_c), 1) + float(s_b) ** 2 / max(int(m_b), 1)
+
+
 def fingerprints_of(arms: Sequence[ArmRecord]) -> dict[str, float]:
     """Each process's log plain decode time per token (``pilot.fingerprint``, in its run's
     manifest), where it was measured with speculation off (``plain``): only those compare

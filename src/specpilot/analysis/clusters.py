@@ -108,6 +108,8 @@ def needs(
     fewest: int | None,
     both_ok: int,
     episodes_needed: int | None = None,
+    processes_needed: int | None = None,
+    episodic: bool = False,
 ) -> str:
     """What an insufficient cell lacks, in words (the verdict and the report both say it). In
     the episode design (``episodes_needed`` given, or ``clusters`` counting episodes) in
@@ -119,11 +121,25 @@ def needs(
     ('a decision needs about 24 both-ok pairs', 'a decision needs about 24 both-ok pairs')
     >>> needs(80, 12, 6, 40, episodes_needed=30)
     'about 30 episodes per level would decide it at the effect and spread measured (this cell has 12)'
+    >>> needs(80, 12, 6, 40, processes_needed=9, episodic=True)
+    'more episodes alone would not decide it: the processes differ, and that spread shrinks only with more of them; about 9 processes per arm (at the episodes each serves now) would'
     """
     if episodes_needed is not None:
         return (
             f"about {episodes_needed} episodes per level would decide it at the effect and "
             f"spread measured (this cell has {clusters})"
+        )
+    if processes_needed is not None:
+        return (
+            "more episodes alone would not decide it: the processes differ, and that spread "
+            f"shrinks only with more of them; about {processes_needed} processes per arm (at "
+            "the episodes each serves now) would"
+        )
+    if episodic:
+        return (
+            "no number of episodes decides it at the effect and spread measured (the effect "
+            "sits where neither a direction nor the equivalence margin can be shown, or the "
+            "processes' spread would need many more of them)"
         )
     if queued_short(clusters, fewest, both_ok):
         periods = "busy period" if clusters == 1 else "busy periods"

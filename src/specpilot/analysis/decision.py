@@ -226,7 +226,16 @@ def cell_text(c: PairedComparison) -> str:
 
 
 def _needs(c: PairedComparison) -> str:
-    return f" ({needs(c.pairs_needed, c.clusters, c.min_clusters, c.both_ok, c.episodes_needed)})"
+    why = needs(
+        c.pairs_needed,
+        c.clusters,
+        c.min_clusters,
+        c.both_ok,
+        c.episodes_needed,
+        c.processes_needed,
+        episodic=c.unit == "episode",
+    )
+    return f" ({why})"
 
 
 def _pct(x: float | None) -> str:
@@ -314,11 +323,15 @@ def undecided_text(mine: Sequence[PairedComparison]) -> str:
     if unit == "episode":
         now = max((c.clusters or 0 for c in mine), default=0)
         need_ep = [c.episodes_needed for c in mine if c.episodes_needed is not None]
+        need_m = [c.processes_needed for c in mine if c.processes_needed is not None]
         more = (
             f"; about {min(need_ep)} episodes per level would decide the closest level at the "
             "effect and spread measured"
             if need_ep
-            else "; its effect sits on the equivalence margin, where no number of episodes decides"
+            else f"; more episodes alone would not decide it (the processes differ), about "
+            f"{min(need_m)} processes per arm would"
+            if need_m
+            else "; no number of episodes decides it at the effect and spread measured"
         )
         held = " per level" if all(c.task_group == "*" for c in mine) else " that held its requests"
         return f"undecided: the pilot could not tell from {now} episodes{held}{more}"

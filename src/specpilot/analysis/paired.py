@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from specpilot.analysis import stats
-from specpilot.analysis.celltest import CellTest, episode_test
+from specpilot.analysis.celltest import CellTest, episode_test, process_floor
 from specpilot.analysis.clusters import busy_periods, cluster_sums, min_clusters
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import AnalysisConfig
@@ -141,6 +141,9 @@ class PairedComparison:
     # the episode design: episodes per level that would decide this undecided cell if its
     # estimate and spread stayed as measured (``stats.units_needed``; None: none would)
     episodes_needed: int | None = None
+    # where no number of episodes would (the processes' own spread): processes that would, at
+    # the episodes per process of this pilot (``_processes_needed``)
+    processes_needed: int | None = None
     # the episode design: the noise components measured in this cell and the design they were
     # measured on (``analysis.celltest.episode_noise``; the planner's prior for the next pilot)
     episode_noise: dict[str, Any] | None = None
@@ -377,6 +380,13 @@ def compare_arms(
                     if episodic and outcome == "insufficient"
                     else None
                 ),
+                processes_needed=(
+                    _processes_needed(tst, deciding, settings)
+                    if episodic
+                    and outcome == "insufficient"
+                    and _episodes_needed(tst, deciding, settings, None) is None
+                    else None
+                ),
                 episode_noise=tst.noise,
             )
         )
@@ -423,10 +433,24 @@ def _episodes_needed(
     if x.log_change is None or x.se is None or x.df is None or x.clusters < 2:
         return None
     margins = (float(np.log1p(st.min_gain)), float(np.log1p(st.equivalence_margin)))
-    n = stats.units_needed(x.log_change, x.se, x.clusters, x.df, level, margins)
+    floor = process_floor(x.noise)
+    n = stats.units_needed(x.log_change, x.se, x.clusters, x.df, level, margins, floor=floor)
     if n is None or not per_level or per_level <= x.clusters:
         return n
     return math.ceil(n * per_level / x.clusters)
+
+
+def _processes_needed(x: CellTest, level: float, st: CompareSettings) -> int | None:
+    """Where more episodes alone would not decide the cell (its processes' own components keep
+    the interval wide: ``process_floor``), the candidate's processes that would, each serving as
+    many episodes as now (every part of the variance then shrinks with them)."""
+    if x.log_change is None or x.se is None or x.df is None or not process_floor(x.noise):
+        return None
+    m = int((x.noise or {}).get("processes", [0])[0])
+    if m < 2:
+        return None
+    margins = (float(np.log1p(st.min_gain)), float(np.log1p(st.equivalence_margin)))
+    return stats.units_needed(x.log_change, x.se, m, x.df, level, margins, cap=8)
 
 
 def episode_labels(t: RequestTable, rows: np.ndarray) -> np.ndarray | None:

@@ -274,6 +274,7 @@ def units_needed(
     level: float,
     margins: tuple[float, float],
     cap: int = 50,
+    floor: float = 0.0,
 ) -> int | None:
     """How many independent units (episodes) would decide a cell whose log estimate and
     standard error stay as measured on ``units`` of them (the standard error shrinking as
@@ -281,18 +282,25 @@ def units_needed(
     at ``level`` lies beyond ``min_gain`` on the estimate's side or inside the equivalence
     margin; ``margins`` = (log1p(min_gain), log1p(equivalence_margin)). None when the estimate
     sits where neither can happen, or more than ``cap`` times the units would be needed.
+    ``floor``: the part of se^2 that more units do not shrink (the processes' own components,
+    ``analysis.celltest.process_floor``); with one, the degrees of freedom, bounded by the
+    processes, are not counted on to grow either.
 
         >>> units_needed(-0.10, 0.05, 12, 9.0, 0.995, (0.0, 0.0953))  # -9.5% on 12 episodes
         25
         >>> units_needed(0.0, 0.05, 12, 9.0, 0.995, (0.0, 0.0)) is None  # 0, and no margin
+        True
+        >>> units_needed(-0.10, 0.05, 12, 9.0, 0.995, (0.0, 0.0953), floor=0.04**2) is None
         True
     """
     gain, eq = margins
     room = max(abs(estimate) - gain, eq - abs(estimate))
     if not (room > 0 and se > 0 and units > 0 and math.isfinite(se)):
         return None
+    fixed = min(max(floor, 0.0), se * se)
     for n in range(units + 1, cap * units + 1):
-        if t_quantile(level, df + n - units) * se * math.sqrt(units / n) < room:
+        se_n = math.sqrt(fixed + (se * se - fixed) * units / n)
+        if t_quantile(level, df if fixed > 0 else df + n - units) * se_n < room:
             return n
     return None
 

@@ -73,12 +73,16 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
     short = [c for c in cells if c.outcome == "insufficient"]
     if short and short[0].unit == "episode":
         ep = [c.episodes_needed for c in short if c.episodes_needed is not None]
+        procs = [c.processes_needed for c in short if c.processes_needed is not None]
         out.append(
             f"{len(short)} of {len(cells)} cells (group x load level) undecided"
             + (
                 f"; about {min(ep)} episodes per level would decide the closest at the effect "
                 "and spread measured"
                 if ep
+                else f"; more episodes alone would not decide them (the processes differ), "
+                f"about {min(procs)} processes per arm would decide the closest"
+                if procs
                 else ""
             )
         )
