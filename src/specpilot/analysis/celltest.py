@@ -140,7 +140,7 @@ def _fitted(base: CellTest, lost: int, fit: Callable[[], EpisodeEstimate]) -> Ce
         clusters=est.n_episodes,
         p_design=est.p_design,
         processes=est.text,
-        noise=episode_noise(est),
+        noise={**episode_noise(est), "strata_df": lost},
     )
 
 

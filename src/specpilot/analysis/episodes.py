@@ -552,16 +552,18 @@ def _power_draws(
     alpha: float,
     fingerprint: bool,
     in_place: bool = False,
+    strata_df: int = 0,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Seeded draws of the test's critical half-width (log scale) and of the estimate's error
     under the model (``mde``); None when a component has no degree of freedom. ``m_base`` 0:
     one pool of ``m_cand`` processes serves both arms (``analysis.onepool``: the offsets
     fitted, E - m df, no process variance). ``in_place``: both arms of every episode on one of
     ``m_cand`` processes, ``s_a`` how processes differ in their response to the switch
-    (``analysis.inplace``)."""
+    (``analysis.inplace``). ``strata_df``: the episode noise's degrees of freedom the task
+    groups' strata take in a pooled cell (``analysis.stats.stratify``)."""
     m_cand, m_base, episodes = design
     if in_place:
-        return _switch_draws(s_a, s_xi, m_cand, episodes, alpha)
+        return _switch_draws(s_a, s_xi, m_cand, episodes, alpha, strata_df)
     if m_base == 0:
         dfe = episodes - m_cand
         if dfe <= 0:
@@ -572,7 +574,9 @@ def _power_draws(
         err = rng.standard_normal(MDE_DRAWS) * s_xi / math.sqrt(episodes)
         return q * np.sqrt(ms / episodes), err
     lost = 0.5 if fingerprint else 0.0
-    df = np.array([m_cand - 1 - lost, m_base - 1 - lost, episodes - m_cand - m_base + 1])
+    df = np.array(
+        [m_cand - 1 - lost, m_base - 1 - lost, episodes - m_cand - m_base + 1 - strata_df]
+    )
     if np.any(df <= 0):
         return None
     k = np.array([episodes / m_cand, episodes / m_base])  # episodes per process
@@ -595,11 +599,12 @@ def _power_draws(
 
 
 def _switch_draws(
-    s_u: float, s_xi: float, m: int, episodes: int, alpha: float
+    s_u: float, s_xi: float, m: int, episodes: int, alpha: float, strata_df: int = 0
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """``_power_draws`` of ``analysis.inplace``'s one-way test, balanced: MS_A on m - 1 df,
-    MSE on E - m, the sometimes-pool rule; kept: Var MS_A / E on m - 1 df."""
-    dfe = episodes - m
+    MSE on E - m less the task groups' strata, the sometimes-pool rule; kept: Var MS_A / E on
+    m - 1 df."""
+    dfe = episodes - m - strata_df
     if m < 2 or dfe <= 0:
         return None
     rng = np.random.default_rng([m, 1, episodes, 7])
@@ -609,12 +614,12 @@ def _switch_draws(
     var = (
         np.where(
             pooled,
-            (ms_a * (m - 1) + mse * dfe) / (episodes - 1),
+            (ms_a * (m - 1) + mse * dfe) / (dfe + m - 1),
             np.where(ms_a > mse, ms_a, mse),
         )
         / episodes
     )
-    dof = np.where(pooled, episodes - 1.0, np.where(ms_a > mse, m - 1.0, float(dfe)))
+    dof = np.where(pooled, dfe + m - 1.0, np.where(ms_a > mse, m - 1.0, float(dfe)))
     log_df, tq = _t_grid(1.0 - alpha / 2.0)
     half = np.interp(np.log(dof), log_df, tq) * np.sqrt(var)
     sd = math.sqrt(s_u**2 / m + s_xi**2 / episodes)
@@ -633,6 +638,7 @@ def mde(
     *,
     fingerprint: bool = False,
     in_place: bool = False,
+    strata_df: int = 0,
 ) -> float:
     """The smallest relative change this module's test detects with ``power`` (two-sided
     ``alpha``) in a balanced pilot: its power is computed exactly by a seeded Monte Carlo of
@@ -644,9 +650,18 @@ def mde(
     slightly optimistic). ``m_base`` 0: one pool of ``m_cand`` processes serves both arms
     (the planted arm; ``s_a`` and ``s_b`` do not enter). ``in_place``: both arms of every
     episode on one of ``m_cand`` processes (``analysis.inplace``; ``s_a`` how they differ in
-    their response to the switch, ``s_b`` and ``m_base`` do not enter)."""
+    their response to the switch, ``s_b`` and ``m_base`` do not enter). ``strata_df``: what a
+    pooled cell's task groups take from the episode noise (not in one pool: the planted arm is
+    not stratified)."""
     drawn = _power_draws(
-        s_a, s_b, s_xi, (m_cand, m_base, episodes), alpha, fingerprint, in_place=in_place
+        s_a,
+        s_b,
+        s_xi,
+        (m_cand, m_base, episodes),
+        alpha,
+        fingerprint,
+        in_place=in_place,
+        strata_df=strata_df,
     )
     if drawn is None:
         return math.inf
@@ -672,12 +687,20 @@ def half_width(
     alpha: float,
     *,
     in_place: bool = False,
+    strata_df: int = 0,
 ) -> tuple[float, float]:
     """The median and the 80th percentile of the interval's relative half-width the test will
     give (``mde``'s draws): what a "no difference" inside a margin needs, and how often a
     process component kept on its few df blows the interval up."""
     drawn = _power_draws(
-        s_a, s_b, s_xi, (m_cand, m_base, episodes), alpha, False, in_place=in_place
+        s_a,
+        s_b,
+        s_xi,
+        (m_cand, m_base, episodes),
+        alpha,
+        False,
+        in_place=in_place,
+        strata_df=strata_df,
     )
     if drawn is None:
         return math.inf, math.inf

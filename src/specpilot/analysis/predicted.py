@@ -76,6 +76,7 @@ def achieved_mde(c: PairedComparison, one_pool: bool) -> float | None:
         int(n["episodes"]),
         1.0 - c.deciding_level,
         in_place=n.get("design") == "in_place",
+        strata_df=int(n.get("strata_df") or 0),
     )
     return got if math.isfinite(got) else None
 

@@ -152,17 +152,25 @@ PRIOR_PROCESS_SD, PRIOR_EPISODE_SD = 0.02, 0.10
 
 
 def _predicted(
-    c: Mapping[str, float], m: int, mb: int, e: int, alpha: float, in_place: bool = False
+    c: Mapping[str, float],
+    m: int,
+    mb: int,
+    e: int,
+    alpha: float,
+    in_place: bool = False,
+    strata_df: int = 0,
 ) -> dict[str, Any]:
     """The planner's MDE and interval half-width (median, 80th percentile) at noise ``c``
-    (``in_place``: both arms on one process per episode, ``analysis.inplace``)."""
+    (``in_place``: both arms on one process per episode, ``analysis.inplace``; ``strata_df``:
+    the task groups' strata in the pooled cell)."""
     from specpilot.analysis.episodes import half_width, mde
 
-    hw = half_width(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha, in_place=in_place)
+    args = (c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha)
+    hw = half_width(*args, in_place=in_place, strata_df=strata_df)
     return {
         "m_base": mb,
         "episode_sd": c["s_xi"],
-        "mde": mde(c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha, in_place=in_place),
+        "mde": mde(*args, in_place=in_place, strata_df=strata_df),
         "half_width": hw[0],  # median; in 1 pilot of 5 above hw[1]
         "half_width_80": hw[1],
     }
@@ -203,11 +211,12 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
         got = components(entry, arm, kind) if entry else None
         c = got or {"s_a": s, "s_b": s, "s_xi": x}
         here = kind == "in_place"
-        row = _predicted(c, m, 0 if kind == "planted" else m, e, alpha, here)  # 0: one pool
+        strata = 0 if kind == "planted" else groups - 1  # the planted arm is not stratified
+        row = _predicted(c, m, 0 if kind == "planted" else m, e, alpha, here, strata)  # 0: one pool
         # per load level, where this machine measured that level (else the levels' mean)
         measured_at = {ph: components(entry, arm, kind, ph) if entry else None for ph in phases}
         by_level = {
-            ph: _predicted(lc, m, row["m_base"], e, alpha, here)
+            ph: _predicted(lc, m, row["m_base"], e, alpha, here, strata)
             for ph, lc in measured_at.items()
             if lc
         }
