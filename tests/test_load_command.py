@@ -60,7 +60,10 @@ def test_load_writes_a_one_arm_pilot_file(tmp_path, capsys):
         ("r2", "speculative", "speculative", 1),
     ]
     arm = data.arms[0]
-    assert arm.status == "complete" and arm.strategy.kind == "other"  # a URL: unknown engine
+    # by URL the strategy is the role's declaration, not verified (a pilot file's URL arm)
+    assert arm.status == "complete" and arm.strategy.kind == "none"
+    assert arm.strategy.params == {"declared_by_role": "baseline", "verified": False}
+    assert data.arms[1].strategy.kind == "other" and arm.manifest["load"]["cancel_fraction"] == 0.1
     assert arm.load_summary["scheduled"] == len(expected) and len(arm.manifest_sha256) == 64
     # phases on the schedule's timeline, with the clock anchor; snapshots at each edge
     phases = {p.phase: p for p in data.phases if p.run_id == "r1"}
@@ -120,6 +123,8 @@ def test_load_argument_errors(tmp_path, capsys):
         (["load", "--start", *base], "--start needs --engine"),
         (["load", "--start", "--engine", "llamacpp", "--engine-opt", "bogus=1", *base], "bogus"),
         (["load", "--start", "--engine", "builtin", "--engine-opt", "novalue", *base], "KEY=VALUE"),
+        (["load", "http://127.0.0.1:9", "--cancel-fraction", "2", *base], "--cancel-fraction:"),
+        (["load", "http://127.0.0.1:9", "--arm", "a b", *base], "--arm/--role"),
     ):
         assert main(argv) == 2, argv
         assert msg in capsys.readouterr().err, argv
@@ -166,6 +171,10 @@ def test_the_started_arm_is_resolved_as_a_pilot_files_arm(tmp_path, capsys):
     )  # fmt: skip
     plain = one_arm("builtin", "b1", None, {"threads": 1}, resolve_files=False)
     assert (plain.name, plain.role, plain.capacity["max_slots"]) == ("b1", "extra", 4)
+    # by URL a builtin server's options are unknown: any role, no frozen settings claimed
+    remote = one_arm("builtin", "speculative", None, {}, url="http://127.0.0.1:9")
+    assert (remote.role, remote.strategy.kind, remote.frozen) == ("speculative", "other", {})
+    assert "target" in remote.unknown and remote.spec.options is None
     wl = tmp_path / "w.yaml"
     wl.write_text(WORKLOAD)
     argv = ["load", "--start", "--engine", "builtin", "--engine-opt", "draft=truncate:0,1"]
@@ -256,7 +265,7 @@ def test_a_killed_load_resumes_by_its_run_id_as_a_pilot_does(tmp_path, capsys):
     wl.write_text(
         "name: cut\nseed: 3\ngroups: {code: {weight: 1}}\n"
         "phases:\n  - {name: first, duration_s: 1, arrival: {kind: constant, rate: 5}}\n"
-        "  - {name: second, duration_s: 8, arrival: {kind: constant, rate: 5}}\n"
+        "  - {name: second, duration_s: 12, arrival: {kind: constant, rate: 5}}\n"
     )
     out = tmp_path / "run.duckdb"
     base = ["load", "--workload", str(wl), "--out", str(out), "--no-warmup", "--quiet"]
@@ -266,14 +275,17 @@ def test_a_killed_load_resumes_by_its_run_id_as_a_pilot_does(tmp_path, capsys):
         deadline = time.monotonic() + 30
         while not out.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(4.5)  # the first phase (1 s) done, about a third of the second
+        time.sleep(5.5)  # the first phase (1 s) done, about a third of the second (12 s)
         p.send_signal(signal.SIGKILL)
         p.wait(10)
         cut = read_pilot(out)
         first = {r.request_id: r.done_t for r in cut.requests if r.phase == "first"}
         second = [r for r in cut.requests if r.phase == "second"]
-        assert len(first) == 5 and 1 <= len(second) < 40
+        assert len(first) == 5 and 1 <= len(second) < 60
         assert cut.arms[0].status == "running" and cut.arms[0].completed_steps == []
+        # the same run under other load settings is refused, and left resumable
+        assert main([*base, srv.url, "--run-id", "r1", "--cancel-fraction", "0.2"]) == 2
+        assert "other load settings (cancel_fraction" in capsys.readouterr().err
         assert main([*base, srv.url, "--run-id", "r1"]) == 0
         capsys.readouterr()
         assert main([*base, srv.url, "--run-id", "r1"]) == 2
@@ -285,14 +297,15 @@ def test_a_killed_load_resumes_by_its_run_id_as_a_pilot_does(tmp_path, capsys):
     # the complete phase untouched, the cut one replayed whole: one record per request
     assert {r.request_id: r.done_t for r in data.requests if r.phase == "first"} == first
     again = [r for r in data.requests if r.phase == "second"]
-    assert len(again) == 40 and {r.request_id for r in again} >= {r.request_id for r in second}
+    assert len(again) == 60 and {r.request_id for r in again} >= {r.request_id for r in second}
     assert min(r.sent_t for r in again) > max(r.done_t for r in second)  # all sent afresh
     assert {p.phase: p.status for p in data.phases} == {"first": "complete", "second": "complete"}
 
 
 def test_a_resumed_run_must_reach_the_engine_config_it_started_with(tmp_path):
     """The one-arm pilot's manifest check (``OneArm.manifest``): a run resumed on an engine
-    whose frozen settings hash differs is refused before anything is written."""
+    whose frozen settings hash differs is refused before anything is written (the same run's
+    other load settings: ``test_a_killed_load_resumes_by_its_run_id_as_a_pilot_does``)."""
     from specpilot.backends.openai import OpenAIBackend
     from specpilot.errors import ConfigError
     from specpilot.pilot.config import LoadSettings
@@ -309,8 +322,8 @@ def test_a_resumed_run_must_reach_the_engine_config_it_started_with(tmp_path):
         backend = OpenAIBackend(srv.url)
         ctx = OneArm(store, build_schedule(str(wl)), LoadSettings(), PilotProgress(quiet=True))
         man = ctx.manifest(backend, plan, {})
-        ctx.frozen_sha256 = man["frozen_sha256"]
+        ctx.resumed = man
         assert ctx.manifest(backend, plan, {})["frozen_sha256"] == man["frozen_sha256"]
-        ctx.frozen_sha256 = "0" * 64
+        ctx.resumed = {**man, "frozen_sha256": "0" * 64}
         with pytest.raises(ConfigError, match="another engine config"):
             ctx.manifest(backend, plan, {})

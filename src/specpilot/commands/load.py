@@ -56,6 +56,15 @@ from specpilot.errors import ConfigError
 from specpilot.records import ARM_ROLES, ENGINES
 
 START_TIMEOUT_S = 600.0  # specpilot.backends.START_TIMEOUT_S (not imported: keeps --help fast)
+URL_WAIT_S = 30.0  # an endpoint someone else runs: how long to wait for it to answer
+FLAGS = {  # LoadSettings field -> the option that sets it (errors name the option)
+    "timeout_s": "--timeout",
+    "max_concurrency": "--max-concurrency",
+    "lag_threshold_ms": "--lag-threshold-ms",
+    "start_timeout_s": "--start-timeout",
+    "cancel_fraction": "--cancel-fraction",
+    "cold_start_requests": "--cold-start",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -118,8 +127,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--start-timeout",
         type=float,
-        default=START_TIMEOUT_S,
-        help="seconds to wait for --start's engine",
+        default=None,
+        help=f"seconds to wait for --start's engine (default {START_TIMEOUT_S:g}) or for the "
+        f"endpoint to answer (default {URL_WAIT_S:g})",
     )
     p.add_argument(
         "--model",
@@ -212,7 +222,6 @@ def _settings(args: argparse.Namespace) -> Any:
     from pydantic import ValidationError
 
     from specpilot.pilot.config import LoadSettings
-    from specpilot.validation import format_errors
 
     try:
         return LoadSettings.model_validate(
@@ -222,7 +231,8 @@ def _settings(args: argparse.Namespace) -> Any:
                 "enforce_deadlines": args.enforce_deadlines,
                 "max_concurrency": args.max_concurrency,
                 "lag_threshold_ms": args.lag_threshold_ms,
-                "start_timeout_s": args.start_timeout,
+                "start_timeout_s": args.start_timeout
+                or (START_TIMEOUT_S if args.start else URL_WAIT_S),
                 "phase_timing": "back_to_back" if args.back_to_back else "schedule",
                 "cancel_fraction": args.cancel_fraction,
                 "cold_start_requests": args.cold_start,
@@ -230,8 +240,9 @@ def _settings(args: argparse.Namespace) -> Any:
                 "run_stages": not args.no_stages,
             },
         )
-    except ValidationError as exc:  # named by the setting: --cancel-fraction is cancel_fraction
-        raise ConfigError(format_errors(exc, "the load options", root=LoadSettings)) from None
+    except ValidationError as exc:  # each problem named by its option
+        lines = [f"{FLAGS.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError("; ".join(lines), fix="see specpilot load --help") from None
 
 
 def _pilot(store: Any, args: argparse.Namespace, sched: Any, options: dict[str, Any]) -> Any:
@@ -282,21 +293,30 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("the selection has no requests")
     settings, plan = _settings(args), _plan(args)
     run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
+    if args.start:
+        print(f"starting {args.engine} ...", file=sys.stderr, flush=True)
     with Store(args.out) as store, PilotProgress(quiet=True if args.quiet else None) as progress:
         pilot = _pilot(store, args, sched, _options(args, sched, settings))
         rec = run_record(store, pilot.pilot_id, plan, run_id)
+        resumed = rec.manifest if store.records("arms", run_id=run_id) else None
         store.add_pilot(pilot)
         store.add_arm(rec)
-        ctx = OneArm(store, sched, settings, progress, frozen_sha256=rec.manifest_sha256)
+        ctx = OneArm(store, sched, settings, progress, run=_run_facts(args, sched, settings))
+        ctx.resumed = resumed
         run = RunPlan(plan, 0, rec.run_order, run_id, phases=_phases(args))
         try:
             life = measure(ctx, run, rec, warm=args.no_warmup)
             result, rec = life.result, life.rec
         except armrun.Interrupted as exc:
             result, rec = exc.result, store.records("arms", run_id=run_id)[0]
-        except BackendError as exc:  # kept as the pilot keeps a run that did not start
-            rec = store.records("arms", run_id=run_id)[0]
-            store.add_arm(dataclasses.replace(rec, status="failed", error=str(exc)))
+        except BaseException as exc:  # a new run that failed is kept as failed, saying why
+            if resumed is None:  # (a resumed one keeps its state: it can be resumed again)
+                rec = store.records("arms", run_id=run_id)[0]
+                store.add_arm(dataclasses.replace(rec, status="failed", error=repr(exc)))
+                pilot.status, pilot.finished_unix = "failed", time.time()
+                store.add_pilot(pilot)
+            if not isinstance(exc, BackendError):
+                raise
             print(f"specpilot load: the {args.engine} engine did not start: {exc}", file=sys.stderr)
             return 1
         status = "complete" if armrun.LOAD_STEP in rec.completed_steps else "interrupted"
@@ -335,10 +355,25 @@ def _options(args: argparse.Namespace, sched: Any, settings: Any) -> dict[str, A
         for k, v in vars(args).items()
         if k != "func" and isinstance(v, (str, int, float, bool, list, type(None)))
     }
+    options["phase_starts"] = {}
     if settings.phase_timing == "schedule":
         present = {r.phase for r in sched.select(args.phase, warmup=not args.no_warmup)}
         options["phase_starts"] = phase_starts_for(p for p in sched.phases if p.name in present)
     return options
+
+
+def _run_facts(args: argparse.Namespace, sched: Any, settings: Any) -> dict[str, Any]:
+    """What a run replays and how, kept in its manifest (``load``): a resumed run must give
+    the same (``pilot.one_arm.OneArm.manifest``)."""
+    return {
+        **settings.model_dump(exclude={"start_timeout_s"}),
+        "seed": sched.seed,
+        "role": args.role,
+        "url": args.url,
+        "model": args.model,
+        "phases": sorted(args.phase) if args.phase else None,
+        "warmup": not args.no_warmup,
+    }
 
 
 def _phases(args: argparse.Namespace) -> tuple[str, ...] | None:

@@ -229,6 +229,9 @@ def run_drill(
         model,
         backend.response_extras,
         abort_after_connect_errors=None,
+        cold_start_requests=0,  # the drill's requests are compared with the baseline's as
+        cancel_fraction=0.0,  # they are: none marked cold, none cancelled on purpose, and
+        run_stages=True,  # its client-side stages run (a rollback's whole path)
     )
     events: list[dict[str, Any]] = []
     marks: dict[str, float] = {}

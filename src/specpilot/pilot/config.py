@@ -151,13 +151,18 @@ class LoadSettings(_Model):
         0.0, ge=0, le=1, description="of the requests closed mid-stream on purpose (R7)"
     )
     cold_start_requests: int = Field(
-        0, ge=0, description="the first N measured requests of a run are marked cold_start"
+        0,
+        ge=0,
+        description="the first N measured requests of each replay are marked cold_start (a "
+        "pilot replays each episode, or each phase of the interleaved design, apart; never the "
+        "drill)",
     )
     include_usage: bool = True  # ask for stream_options.include_usage
     run_stages: bool = Field(
-        True,
+        False,
         description="run the workload's client-side stages (retrieval, tool calls) before each "
-        "model call and measure them; false: the records keep their planned seconds",
+        "model call and measure them; false: the records keep their planned seconds (the "
+        "drill runs them either way; specpilot load runs them unless --no-stages)",
     )
 
 

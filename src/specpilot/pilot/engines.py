@@ -95,17 +95,17 @@ def one_arm(
         fields, model = {"url": url}, TypeAdapter(Arm)
     if model_name is not None:
         fields["model_name"] = model_name
+    root = ARM_MODELS.get(engine, OpenAIArm)
 
     def arm(n: str, r: str) -> BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm:
         try:
-            return cast(
-                "BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm",
-                _validate(model, {"name": n, "role": r, "engine": engine, **fields}),
-            )
+            a = _validate(model, {"name": n, "role": r, "engine": engine, **fields})
         except ValidationError as exc:
-            raise ConfigError(
-                format_errors(exc, "--arm/--role", root=ARM_MODELS.get(engine))
-            ) from None
+            raise ConfigError(format_errors(exc, "--arm/--role", root=root)) from None
+        # by URL its options are unknown, not the engine's defaults: no strategy, no frozen
+        # settings are claimed for it (pilot.arms.strategy_of, frozen_of)
+        a = a if url is None else a.model_copy(update={"options": None})
+        return cast("BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm", a)
 
     if name is None:
         plain = strategy_of(arm("arm", "extra")).kind == "none"

@@ -12,7 +12,7 @@ run is not run again, and a run whose engine config changed is refused.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot.backends.protocol import Backend
@@ -29,15 +29,18 @@ from specpilot.workload import Schedule
 
 @dataclass
 class OneArm:
-    """The ``ArmContext`` of a one-arm pilot (``pilot.context``). ``frozen_sha256``: the
-    manifest hash a resumed run was started with (its engine must be the same)."""
+    """The ``ArmContext`` of a one-arm pilot (``pilot.context``). ``run``: what the run replays
+    and how (the load settings, the schedule's seed, the endpoint and role), kept in its
+    manifest as ``load``; ``resumed``: the manifest a resumed run was started with (its engine
+    and its ``load`` must be the same)."""
 
     store: Store
     schedule: Schedule
     settings: LoadSettings
     progress: PilotProgress
     admin_token: str = ""
-    frozen_sha256: str | None = None
+    run: dict[str, Any] = field(default_factory=dict)
+    resumed: dict[str, Any] | None = None
 
     @property
     def load_settings(self) -> LoadSettings:
@@ -65,13 +68,23 @@ class OneArm:
     ) -> dict[str, Any]:
         from specpilot.pilot.arms import arm_manifest
 
-        man = arm_manifest(backend.describe().to_dict(), plan, overrides)
-        if self.frozen_sha256 and man["frozen_sha256"] != self.frozen_sha256:
+        man = {**arm_manifest(backend.describe().to_dict(), plan, overrides), "load": self.run}
+        was = self.resumed or {}
+        if was.get("frozen_sha256") and man["frozen_sha256"] != was["frozen_sha256"]:
             raise ConfigError(
                 f"the run was started with another engine config (frozen sha256 "
-                f"{self.frozen_sha256[:12]}, now {man['frozen_sha256'][:12]}): resuming it "
+                f"{was['frozen_sha256'][:12]}, now {man['frozen_sha256'][:12]}): resuming it "
                 "would mix two configs in one run",
                 fix="give the same --engine and --engine-opt, or another --run-id",
+            )
+        before = was.get("load") or {}
+        changed = sorted(k for k in set(before) | set(self.run) if before.get(k) != self.run.get(k))
+        if before and changed:
+            raise ConfigError(
+                f"the run was started with other load settings ({', '.join(changed)}: "
+                f"{', '.join(f'{before.get(k)!r} -> {self.run.get(k)!r}' for k in changed)}): "
+                "resuming it would mix two replays in one run",
+                fix="give the run's own options again, or another --run-id",
             )
         return man
 
@@ -118,7 +131,9 @@ def measure(ctx: OneArm, run: RunPlan, rec: ArmRecord, *, warm: bool = False) ->
     life.warm = warm
     life.start()
     try:
-        life.save(strategy=strategy_of(life.rec.manifest))  # as served: the draft's sha256
+        if run.arm.url is None:  # as served: the draft's sha256 (by URL: declared by role)
+            life.save(strategy=strategy_of(life.rec.manifest))
+        life.save(manifest={**life.rec.manifest, "model_sent": life.model})
         life.load()
     finally:
         life.stop()
