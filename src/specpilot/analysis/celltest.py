@@ -65,12 +65,10 @@ def episode_test(
     estimated by processes (one per arm, too few episodes) it is undecided, and says why. ``strata``: each pair's task group in
     a pooled cell: d relative to its group's mean (``analysis.stats.stratify``)."""
     fingerprints, physical = facts
-    stages = sum(t.client_stages.values(), np.zeros(len(t)))
-    tb, tc = t.e2e[b] + stages[b], t.e2e[c] + stages[c]
-    ok = np.isfinite(tb) & np.isfinite(tc) & (tb > 0) & (tc > 0)
+    ok, raw = task_log_ratios(t, b, c)
     if not np.any(ok):
         return base
-    d, lost = stats.stratify(np.log(tc[ok] / tb[ok]), None if strata is None else strata[ok])
+    d, lost = stats.stratify(raw, None if strata is None else strata[ok])
     phys_c = [physical.get(r, r) for r in t.run_id[c][ok]]
     phys_b = [physical.get(r, r) for r in t.run_id[b][ok]]
     if phys_c == phys_b:  # switched in place: each process's offset cancels in its episodes
@@ -87,7 +85,6 @@ def episode_test(
         # ratio alike, so the strata would only take G - 1 of its 6-10 df
         ids = np.unique(np.r_[phys_c, phys_b], return_inverse=True)[1]
         c_ids, b_ids = ids[: len(phys_c)], ids[len(phys_c) :]
-        raw = np.log(tc[ok] / tb[ok])
         return _fitted(base, 0, lambda: pool_effect(raw, episodes[ok], c_ids, b_ids, level=level))
     cand_runs, cand = np.unique(t.run_id[c][ok].astype(str), return_inverse=True)
     base_runs, bas = np.unique(t.run_id[b][ok].astype(str), return_inverse=True)
@@ -109,6 +106,14 @@ def episode_test(
             pool=pool,
         ),
     )
+
+
+def task_log_ratios(t: RequestTable, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which pairs have both task times (model call plus client stages), and their log ratio."""
+    stages = sum(t.client_stages.values(), np.zeros(len(t)))
+    tb, tc = t.e2e[b] + stages[b], t.e2e[c] + stages[c]
+    ok = np.isfinite(tb) & np.isfinite(tc) & (tb > 0) & (tc > 0)
+    return ok, np.log(tc[ok] / tb[ok])
 
 
 def _fitted(base: CellTest, lost: int, fit: Callable[[], EpisodeEstimate]) -> CellTest:

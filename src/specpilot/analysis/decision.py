@@ -248,24 +248,8 @@ def _rate(x: float | None) -> str:
 
 def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupVerdict:
     """Rules 1-4 of the module docstring for one group (``*`` = all groups pooled)."""
-    conds: list[Condition] = []
     gate = next((g for g in inp.gates if g.task_group == group), None)
-    if gate is not None:
-        conds.append(
-            Condition(
-                "quality_gate",
-                {"task_group": group},
-                "gates",
-                [gate.key_gate, gate.consistency_gate, gate.distribution_gate, gate.compat_gate],
-                "no fail",
-                "pass",
-                not gate.failed,
-                f"{group}: key checks {gate.key_gate}, consistency {gate.consistency_gate}, "
-                f"distribution {gate.distribution_gate}, compat {gate.compat_gate}"
-                + (f" ({'; '.join(gate.reasons)})" if gate.reasons else "")
-                + (f"; decided by {', '.join(gate.carried)}" if gate.carried else ""),
-            )
-        )
+    conds: list[Condition] = [] if gate is None else [_gate_condition(gate, group)]
     level_conds, levels = _level_conditions(inp, group, cfg)
     conds += level_conds
     if gate is not None and gate.failed:
@@ -313,6 +297,23 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
         pays_up_to_rps=w.pays_up_to_rps if w.stops_at_rps is not None else None,
         window=w.summary,
         levels=w.levels,
+    )
+
+
+def _gate_condition(gate: QualityGate, group: str) -> Condition:
+    """The quality gates' condition of one group (rule 1)."""
+    return Condition(
+        "quality_gate",
+        {"task_group": group},
+        "gates",
+        [gate.key_gate, gate.consistency_gate, gate.distribution_gate, gate.compat_gate],
+        "no fail",
+        "pass",
+        not gate.failed,
+        f"{group}: key checks {gate.key_gate}, consistency {gate.consistency_gate}, "
+        f"distribution {gate.distribution_gate}, compat {gate.compat_gate}"
+        + (f" ({'; '.join(gate.reasons)})" if gate.reasons else "")
+        + (f"; decided by {', '.join(gate.carried)}" if gate.carried else ""),
     )
 
 

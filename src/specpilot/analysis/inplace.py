@@ -69,27 +69,10 @@ def switch_effect(
         )
     means = np.bincount(p, weights=y, minlength=m) / n_p
     mu = float(means.mean())
-    grand = float(y.mean())
-    ms_a = float(n_p @ (means - grand) ** 2) / (m - 1)
+    ms_a = float(n_p @ (means - float(y.mean())) ** 2) / (m - 1)
     mse = float(np.sum((y - means[p]) ** 2)) / dfe
-    h = float(np.sum(1.0 / n_p)) / m**2  # Var(mu) per unit of episode variance
-    n0 = (n_ep - float(n_p @ n_p) / n_ep) / (m - 1)
     pooled = pool and ms_a < mse * stats.f_quantile(1.0 - POOL_ALPHA, m - 1.0, dfe)
-    if pooled:
-        df = dfe + m - 1
-        s2 = (ms_a * (m - 1) + mse * dfe) / df
-        var, s_u, s_xi = s2 * h, 0.0, math.sqrt(s2)
-    else:
-        a = 1.0 / (n0 * m)  # on MS_A; the rest of MSE's weight
-        b = max(h - a, 0.0)
-        s_u2 = (ms_a - mse) / n0
-        if s_u2 <= 0:  # truncated: no process term
-            var, df = mse * h, dfe
-        else:
-            var = a * ms_a + b * mse
-            den = (a * ms_a) ** 2 / (m - 1) + (b * mse) ** 2 / dfe
-            df = var * var / den if den > 0 else math.inf
-        s_u, s_xi = math.sqrt(max(s_u2, 0.0)), math.sqrt(mse)
+    var, df, s_u, s_xi = _variance(ms_a, mse, n_p, dfe, pooled)
     se = math.sqrt(max(var, 0.0))
     lo, hi = stats.t_interval(mu, se, df, level)
     p_model = stats.t_p(mu, se, df)
@@ -104,6 +87,28 @@ def switch_effect(
     return pool_estimate(
         (mu, se, df, level), (s_u, 0.0, s_xi), (n_pairs, n_ep, m), text, in_place=True
     )
+
+
+def _variance(
+    ms_a: float, mse: float, n_p: np.ndarray, dfe: float, pooled: bool
+) -> tuple[float, float, float, float]:
+    """Var(mu), its df, s_u and s_xi from the two mean squares (module docstring): pooled,
+    truncated (no process term) or kept (Satterthwaite)."""
+    m, n_ep = int(n_p.size), float(n_p.sum())
+    h = float(np.sum(1.0 / n_p)) / m**2  # Var(mu) per unit of episode variance
+    if pooled:
+        df = dfe + m - 1
+        s2 = (ms_a * (m - 1) + mse * dfe) / df
+        return s2 * h, df, 0.0, math.sqrt(s2)
+    n0 = (n_ep - float(n_p @ n_p) / n_ep) / (m - 1)
+    a = 1.0 / (n0 * m)  # on MS_A; the rest of MSE's weight
+    b = max(h - a, 0.0)
+    s_u2 = (ms_a - mse) / n0
+    if s_u2 <= 0:  # truncated: no process term
+        return mse * h, dfe, 0.0, math.sqrt(mse)
+    var = a * ms_a + b * mse
+    den = (a * ms_a) ** 2 / (m - 1) + (b * mse) ** 2 / dfe
+    return var, var * var / den if den > 0 else math.inf, math.sqrt(s_u2), math.sqrt(mse)
 
 
 def switch_held(data: PilotData) -> list[str]:

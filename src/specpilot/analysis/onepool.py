@@ -59,18 +59,8 @@ def pool_effect(
     c[e], b[e] = ci, bi
     if np.any(c[e] != ci) or np.any(b[e] != bi):
         raise ConfigError("an episode was served by more than one process of an arm")
-    contrast = np.zeros((n_ep, m))
-    rows = np.flatnonzero(c != b)
-    contrast[rows, c[rows]], contrast[rows, b[rows]] = 1.0, -1.0
-    x = np.column_stack([np.ones(n_ep), contrast])
-    rank_c = int(np.linalg.matrix_rank(contrast)) if contrast.any() else 0
-    rank = int(np.linalg.matrix_rank(x))
-    if rank != rank_c + 1:
-        raise ConfigError(
-            "the episodes tie every process contrast to the arm contrast: mu is not estimable",
-            fix="assign processes with pilot.design.crossed (each process in both roles)",
-        )
-    df = float(n_ep - rank - strata_df)
+    x, rank_c = _design(c, b, m)
+    df = float(n_ep - rank_c - 1 - strata_df)
     if df < 1:
         raise ConfigError(
             f"{n_ep} episodes for a pool of {m} processes leave no episode-noise df",
@@ -93,6 +83,24 @@ def pool_effect(
         f"episode sd {math.sqrt(s2):.1%})"
     )
     return pool_estimate((mu, se, df, level), (s_p, s_p, math.sqrt(s2)), (n_pairs, n_ep, m), text)
+
+
+def _design(c: np.ndarray, b: np.ndarray, m: int) -> tuple[np.ndarray, int]:
+    """The regression's design (an intercept, mu, and each episode's +1 / -1 on the processes
+    that served its candidate and its baseline) and the rank of the process contrasts; refused
+    where they tie every contrast to the arm contrast."""
+    n_ep = c.size
+    contrast = np.zeros((n_ep, m))
+    rows = np.flatnonzero(c != b)
+    contrast[rows, c[rows]], contrast[rows, b[rows]] = 1.0, -1.0
+    x = np.column_stack([np.ones(n_ep), contrast])
+    rank_c = int(np.linalg.matrix_rank(contrast)) if contrast.any() else 0
+    if int(np.linalg.matrix_rank(x)) != rank_c + 1:
+        raise ConfigError(
+            "the episodes tie every process contrast to the arm contrast: mu is not estimable",
+            fix="assign processes with pilot.design.crossed (each process in both roles)",
+        )
+    return x, rank_c
 
 
 __all__ = ["pool_effect"]

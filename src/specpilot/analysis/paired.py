@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from specpilot.analysis import stats
-from specpilot.analysis.celltest import CellTest, episode_test, process_floor
+from specpilot.analysis.celltest import CellTest, episode_test, process_floor, task_log_ratios
 from specpilot.analysis.clusters import busy_periods, cluster_sums, min_clusters
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import AnalysisConfig
@@ -214,29 +214,15 @@ def _task_test(
 ) -> CellTest:
     """The verdict's test of one cell (module docstring); ``labels``: each pair's cluster;
     ``strata``: each pair's task group in a pooled cell (``stats.stratify``)."""
-    stages = sum(t.client_stages.values(), np.zeros(len(t)))
-    tb, tc = t.e2e[b] + stages[b], t.e2e[c] + stages[c]
-    ok = np.isfinite(tb) & np.isfinite(tc) & (tb > 0) & (tc > 0)
-    d, lost = stats.stratify(np.log(tc[ok] / tb[ok]), None if strata is None else strata[ok])
+    ok, raw = task_log_ratios(t, b, c)
+    d, lost = stats.stratify(raw, None if strata is None else strata[ok])
     n = int(d.size)
     groups = np.unique(labels[ok], return_inverse=True)[1]
     g = int(groups.max()) + 1 if n else 0
-    on_b, on_c = t.on_time[b], t.on_time[c]
-    only_b, only_c = int(np.count_nonzero(on_b & ~on_c)), int(np.count_nonzero(on_c & ~on_b))
-    # on time, over every pair: the exact McNemar test, of whole clusters (the sign test of
-    # each cluster's net count of pairs on time in one arm only; McNemar itself when every
-    # pair is its own cluster): requests queued together are late together
-    net = cluster_sums(labels, on_c.astype(float) - on_b.astype(float))
-    net = net[net != 0]
-    if net.size <= SIGN_FLIP_MAX:
-        p_on, min_p_on = stats.sign_flip_p(net, rng), stats.sign_flip_min_p(int(net.size))
-    else:  # its normal limit (the exact one would draw 20,000 x net.size signs)
-        p_on, min_p_on = stats.t_p(float(net.sum()), float(np.sqrt(np.sum(net**2))), np.inf), 0.0
+    p_on, min_p_on, on_slower = _on_time_test(t, b, c, labels, rng)
     if n < 2 or g < 2:
         est = float(d.mean()) if n else None  # no sd: pairs of one cluster move together
-        return CellTest(
-            n, est, None, None, None, 1.0, 1.0, p_on, min_p_on, only_b > only_c, None, g
-        )
+        return CellTest(n, est, None, None, None, 1.0, 1.0, p_on, min_p_on, on_slower, None, g)
     mean, sd = (
         float(d.mean()),
         float(d.std(ddof=1)) * float(np.sqrt((n - 1) / max(n - 1 - lost, 1))),
@@ -262,10 +248,28 @@ def _task_test(
         stats.sign_flip_min_p(g) if g <= SIGN_FLIP_MAX else 0.0,
         p_on,
         min_p_on,
-        only_b > only_c,
+        on_slower,
         sd * float(np.sqrt(max(1.0, deff))),
         g,
     )
+
+
+def _on_time_test(
+    t: RequestTable, b: np.ndarray, c: np.ndarray, labels: np.ndarray, rng: np.random.Generator
+) -> tuple[float, float, bool]:
+    """On time, over every pair: the exact McNemar test, of whole clusters (the sign test of
+    each cluster's net count of pairs on time in one arm only; McNemar itself when every pair
+    is its own cluster): requests queued together are late together. (p, the smallest p this
+    many clusters can give, whether the candidate is on time less often.)"""
+    on_b, on_c = t.on_time[b], t.on_time[c]
+    only_b, only_c = int(np.count_nonzero(on_b & ~on_c)), int(np.count_nonzero(on_c & ~on_b))
+    net = cluster_sums(labels, on_c.astype(float) - on_b.astype(float))
+    net = net[net != 0]
+    if net.size <= SIGN_FLIP_MAX:
+        return stats.sign_flip_p(net, rng), stats.sign_flip_min_p(int(net.size)), only_b > only_c
+    # its normal limit (the exact one would draw 20,000 x net.size signs)
+    p = stats.t_p(float(net.sum()), float(np.sqrt(np.sum(net**2))), np.inf)
+    return p, 0.0, only_b > only_c
 
 
 SIGN_FLIP_MAX = 5000  # above this many pairs the t-test alone (the CLT holds there)

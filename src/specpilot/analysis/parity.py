@@ -81,20 +81,7 @@ def post_rollback(
 ) -> RollbackParity:
     """Pair the drill requests sent while the rollback was in force with the reference arm's
     requests for the same prompt and offset; see the module doc for the outcomes."""
-    ref = {
-        (_suffix(r.request_id), r.prompt_id): x
-        for r in reference
-        if r.phase != DRILL_PHASE and not r.warmup and (x := _e2e(r)) is not None
-    }
-    logs = []
-    for r in drill:
-        if r.phase != DRILL_PHASE or r.sent_t is None or in_force_t is None:
-            continue
-        if r.sent_t < in_force_t or (back_t is not None and (r.done_t or r.sent_t) > back_t):
-            continue
-        x, y = _e2e(r), ref.get((_suffix(r.request_id), r.prompt_id))
-        if x is not None and y is not None:
-            logs.append(math.log(x / y))
+    logs = _rolled_back_logs(drill, reference, in_force_t, back_t)
     n = len(logs)
     if n < 2:
         return RollbackParity(
@@ -132,6 +119,31 @@ def post_rollback(
         f"({1 - alpha:.0%} CI {ci[0]:.2f}-{ci[1]:.2f}, {n} pairs, sign-flip p {p:.3f}): {what}"
     )
     return RollbackParity(arm, reference_arm, n, ratio, ci, p, outcome, text)
+
+
+def _rolled_back_logs(
+    drill: Sequence[RequestRecord],
+    reference: Sequence[RequestRecord],
+    in_force_t: float | None,
+    back_t: float | None,
+) -> list[float]:
+    """log(E2E drill / E2E reference) of each drill request sent while the rollback was in
+    force (and done before the switch back), paired by prompt and offset."""
+    ref = {
+        (_suffix(r.request_id), r.prompt_id): x
+        for r in reference
+        if r.phase != DRILL_PHASE and not r.warmup and (x := _e2e(r)) is not None
+    }
+    logs = []
+    for r in drill:
+        if r.phase != DRILL_PHASE or r.sent_t is None or in_force_t is None:
+            continue
+        if r.sent_t < in_force_t or (back_t is not None and (r.done_t or r.sent_t) > back_t):
+            continue
+        x, y = _e2e(r), ref.get((_suffix(r.request_id), r.prompt_id))
+        if x is not None and y is not None:
+            logs.append(math.log(x / y))
+    return logs
 
 
 def weigh(

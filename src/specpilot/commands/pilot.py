@@ -143,20 +143,7 @@ def _print_plan(plan: dict[str, Any]) -> None:
         )
     )
     for a in plan["arms"]:
-        s = a["strategy"]
-        strat = (
-            "plain"
-            if s["kind"] == "none"
-            else f"{s['kind']} k={s['k']} {s.get('draft_id') or s.get('ngram_type') or ''}"
-        )
-        if (s.get("params") or {}).get("synth_rates"):
-            strat += f" SYNTHETIC acceptance {s['params']['synth_rates']} (invalid text by design)"
-        ref = f" vs {a['compared_with']}" if a["compared_with"] else ""
-        print(f"  {a['name']:<16} {a['role']:<11} {a['engine']:<8} {strat}{ref}")
-        if a["launch"]:
-            print("      " + " ".join(str(x) for x in a["launch"]))
-        elif a["url"]:
-            print(f"      endpoint {a['url']} (given by URL: not started, not drilled)")
+        _print_arm(a)
     sch = plan["schedule"]
     phases = ", ".join(
         f"{p['name']} {p['duration_s']:g}s x {p['offered_rate']:g}/s" for p in sch["phases"]
@@ -175,38 +162,66 @@ def _print_plan(plan: dict[str, Any]) -> None:
         print(f"    {phase:<12} {cells}, all {sum(groups.values())}")
     ep = plan.get("episodes")
     if ep:
+        _print_episodes(ep, plan.get("equivalence_margin"))
+    short = pairs["insufficient_by_design"]
+    if short:
         print(
-            (
-                f"  episodes: {ep['processes']} speculative processes serve both arms (the "
-                "baseline is each one switched off in place: the command line above is not "
-                f"started), {ep['per_level']} episodes per load level"
-                if ep.get("in_place")
-                else f"  episodes: {ep['processes']} processes per arm, {ep['per_level']} "
-                "episodes per load level"
-            )
-            + (f", a planted +{ep['planted']:.0%} that must be found" if ep["planted"] else "")
-            + f"; per pooled level, at the deciding level {ep['deciding_level']:.2%} "
-            f"(half of alpha over {ep['cells']} levels, the groups' cells have the other "
-            "half), 80% power:"
+            f"  {len(short)} cells cannot reach a direction by design (fewer pairs than "
+            f"{pairs['min_pairs']}): raise phase durations, rates or repetitions for a decision"
         )
-        margin = plan.get("equivalence_margin")
-        for r in ep["predicted"]:
-            noise = (
-                f"episode sd {r['episode_sd']:.1%}, process sd {r['process_sd'][0]:.1%}/"
-                f"{r['process_sd'][1]:.1%}, {r['source']}"
-            )
-            eq = (
-                f"; 'no difference' needs it under +-{margin:.0%}"
-                + (": out of reach" if r["half_width"] >= margin else "")
-                if margin
-                else ""
-            )
-            print(
-                f"    {r['arm']:<16} smallest effect found {r['mde']:.0%}; interval about "
-                f"+-{r['half_width']:.0%} (+-{r['half_width_80']:.0%} or wider in 1 pilot of 5)"
-                f"{eq} ({noise})"
-            )
-    if ep and (len(ep["looks"]) > 1 or ep.get("budget_min")):
+
+
+def _print_arm(a: dict[str, Any]) -> None:
+    s = a["strategy"]
+    strat = (
+        "plain"
+        if s["kind"] == "none"
+        else f"{s['kind']} k={s['k']} {s.get('draft_id') or s.get('ngram_type') or ''}"
+    )
+    if (s.get("params") or {}).get("synth_rates"):
+        strat += f" SYNTHETIC acceptance {s['params']['synth_rates']} (invalid text by design)"
+    ref = f" vs {a['compared_with']}" if a["compared_with"] else ""
+    print(f"  {a['name']:<16} {a['role']:<11} {a['engine']:<8} {strat}{ref}")
+    if a["launch"]:
+        print("      " + " ".join(str(x) for x in a["launch"]))
+    elif a["url"]:
+        print(f"      endpoint {a['url']} (given by URL: not started, not drilled)")
+
+
+def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:
+    """The episode design's size, each arm's predicted smallest effect and interval, the looks
+    and the budget."""
+    print(
+        (
+            f"  episodes: {ep['processes']} speculative processes serve both arms (the "
+            "baseline is each one switched off in place: the command line above is not "
+            f"started), {ep['per_level']} episodes per load level"
+            if ep.get("in_place")
+            else f"  episodes: {ep['processes']} processes per arm, {ep['per_level']} "
+            "episodes per load level"
+        )
+        + (f", a planted +{ep['planted']:.0%} that must be found" if ep["planted"] else "")
+        + f"; per pooled level, at the deciding level {ep['deciding_level']:.2%} "
+        f"(half of alpha over {ep['cells']} levels, the groups' cells have the other "
+        "half), 80% power:"
+    )
+    for r in ep["predicted"]:
+        noise = (
+            f"episode sd {r['episode_sd']:.1%}, process sd {r['process_sd'][0]:.1%}/"
+            f"{r['process_sd'][1]:.1%}, {r['source']}"
+        )
+        eq = (
+            f"; 'no difference' needs it under +-{margin:.0%}"
+            + (": out of reach" if r["half_width"] >= margin else "")
+            if margin
+            else ""
+        )
+        print(
+            f"    {r['arm']:<16} smallest effect found {r['mde']:.0%}; interval about "
+            f"+-{r['half_width']:.0%} (+-{r['half_width_80']:.0%} or wider in 1 pilot of 5)"
+            f"{eq} ({noise})"
+        )
+    if len(ep["looks"]) > 1 or ep.get("budget_min"):
         interim = ", ".join(str(x) for x in ep["looks"][:-1])
         print(
             (
@@ -221,12 +236,6 @@ def _print_plan(plan: dict[str, Any]) -> None:
                 if ep.get("budget_min")
                 else ""
             )
-        )
-    short = pairs["insufficient_by_design"]
-    if short:
-        print(
-            f"  {len(short)} cells cannot reach a direction by design (fewer pairs than "
-            f"{pairs['min_pairs']}): raise phase durations, rates or repetitions for a decision"
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from specpilot.errors import ConfigError
 
@@ -59,6 +60,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _prompts(args: argparse.Namespace, prompts: dict[str, Any]) -> dict[str, Any]:
+    """The groups ``--groups`` asks for (all without it)."""
+    if not args.groups:
+        return prompts
+    wanted = args.groups.split(",")
+    unknown = set(wanted) - set(prompts)
+    if unknown:
+        raise ConfigError(f"unknown groups {sorted(unknown)}; have {sorted(prompts)}")
+    return {g: prompts[g] for g in wanted}
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -86,13 +98,7 @@ def run(args: argparse.Namespace) -> int:
     apply_format(target.model, fmt, memo)
     for draft in candidates.values():
         apply_format(draft, fmt, memo)
-    prompts = group_prompts(args.split, args.per_group, target.tokenizer)
-    if args.groups:
-        wanted = args.groups.split(",")
-        unknown = set(wanted) - set(prompts)
-        if unknown:
-            raise ConfigError(f"unknown groups {sorted(unknown)}; have {sorted(prompts)}")
-        prompts = {g: prompts[g] for g in wanted}
+    prompts = _prompts(args, group_prompts(args.split, args.per_group, target.tokenizer))
     if args.replay:
         from specpilot.draft.screening import format_replay, replay_report
 

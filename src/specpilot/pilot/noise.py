@@ -176,6 +176,40 @@ def _predicted(
     }
 
 
+def _arm_prediction(
+    entry: Mapping[str, Any] | None,
+    arm: str,
+    kind: str,
+    size: tuple[int, int, float, int],
+    phases: Sequence[str],
+) -> dict[str, Any]:
+    """One arm's predicted MDE and half-width, from this machine's noise (``entry``) or the
+    prior, overall and per load level where the machine measured that level; ``size``:
+    processes, episodes per level, the deciding alpha, task groups."""
+    m, e, alpha, groups = size
+    got = components(entry, arm, kind) if entry else None
+    c = got or {"s_a": PRIOR_PROCESS_SD, "s_b": PRIOR_PROCESS_SD, "s_xi": PRIOR_EPISODE_SD}
+    here = kind == "in_place"
+    strata = 0 if kind == "planted" else groups - 1  # the planted arm is not stratified
+    row = _predicted(c, m, 0 if kind == "planted" else m, e, alpha, here, strata)  # 0: one pool
+    measured_at = {ph: components(entry, arm, kind, ph) if entry else None for ph in phases}
+    by_level = {
+        ph: _predicted(lc, m, row["m_base"], e, alpha, here, strata)
+        for ph, lc in measured_at.items()
+        if lc
+    }
+    return {
+        "arm": arm,
+        "kind": kind,
+        "source": f"measured here ({entry['pilot']})" if got and entry else "prior",
+        "process_sd": [c["s_a"], c["s_b"]],
+        **{k: v for k, v in row.items() if k != "m_base"},
+        "by_level": {
+            ph: {k: v for k, v in r.items() if k != "m_base"} for ph, r in by_level.items()
+        },
+    }
+
+
 def episode_plan(cfg: Any) -> dict[str, Any] | None:
     """The episode design's size and the smallest effect it can detect per pooled load level
     (80% power at the level that decides: the last look's alpha shared by Bonferroni over the
@@ -206,32 +240,8 @@ def episode_plan(cfg: Any) -> dict[str, Any] | None:
     rows = [("planted", "planted")] if ep.planted else []
     cand = "in_place" if ep.in_place else "candidate"  # the baseline on the candidate's processes
     rows += [(a.name, cand) for a in cfg.arms if a.role in ("speculative", "alternative")]
-    predicted = []
-    for arm, kind in rows:
-        got = components(entry, arm, kind) if entry else None
-        c = got or {"s_a": s, "s_b": s, "s_xi": x}
-        here = kind == "in_place"
-        strata = 0 if kind == "planted" else groups - 1  # the planted arm is not stratified
-        row = _predicted(c, m, 0 if kind == "planted" else m, e, alpha, here, strata)  # 0: one pool
-        # per load level, where this machine measured that level (else the levels' mean)
-        measured_at = {ph: components(entry, arm, kind, ph) if entry else None for ph in phases}
-        by_level = {
-            ph: _predicted(lc, m, row["m_base"], e, alpha, here, strata)
-            for ph, lc in measured_at.items()
-            if lc
-        }
-        predicted.append(
-            {
-                "arm": arm,
-                "kind": kind,
-                "source": f"measured here ({entry['pilot']})" if got and entry else "prior",
-                "process_sd": [c["s_a"], c["s_b"]],
-                **{k: v for k, v in row.items() if k != "m_base"},
-                "by_level": {
-                    ph: {k: v for k, v in r.items() if k != "m_base"} for ph, r in by_level.items()
-                },
-            }
-        )
+    size = (m, e, alpha, groups)
+    predicted = [_arm_prediction(entry, arm, kind, size, phases) for arm, kind in rows]
     return {
         "processes": m,
         "in_place": ep.in_place,

@@ -117,21 +117,8 @@ class Pilot:
 
         t0 = self.started = time.perf_counter()
         self.plans, self.level_schedule = self.prepare()
-        self.schedule, design = self.level_schedule, None
-        ep = self.cfg.episodes
-        if ep is not None:  # the episode design (pilot.design): each level cut into episodes
-            from specpilot.pilot.design import design_arms, design_record, split_schedule
-            from specpilot.pilot.noise import episode_plan
-            from specpilot.report.fmt import clean
-
-            self.schedule = split_schedule(self.level_schedule, ep.per_level)
-            arms = design_arms(self.plans, ep)
-            base = next(p.name for p in self.plans if p.role == "baseline")
-            alpha = 1.0 - self.cfg.analysis.ci_level  # the looks share it (analysis.sequential)
-            design = design_record(self.schedule, arms, base, ep.processes, ep, alpha)
-            # what the planner predicts from the noise measured before this pilot: the report
-            # sets it beside what the pilot achieved (analysis.predicted)
-            design["prediction"] = clean(episode_plan(self.cfg))  # JSON: no inf
+        self.schedule = self.level_schedule
+        design = self._design()  # the episode design: self.schedule cut into episodes
         self.gates = Gates(self.cfg, self.base_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / "pilot.duckdb"
@@ -139,18 +126,8 @@ class Pilot:
             self.store = store
             pilot = self._open_pilot(store, design)
             if design is not None:
-                from specpilot.pilot.episode_run import episode_runs, reopen_split
-
                 design = (pilot.schedule or {}).get("design", design)  # as stored
-                # the budget is this command's (--budget), not the design's: a rerun with
-                # another one resumes under it
-                design.setdefault("looks", {})["budget_min"] = ep.budget_min if ep else None
-                runs = episode_runs(self.plans, design, pilot.pilot_id)
-                reopen_split(self, runs, design)  # a resumed in-place pilot's split episodes
-                from specpilot.pilot.looks import looks_notes
-
-                for note in looks_notes(design):
-                    self.progress.note(note)
+                runs = self._episode_runs(design, pilot.pilot_id)
             else:
                 runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
             clock = self.progress.clock
@@ -176,6 +153,42 @@ class Pilot:
             summary=finish.summary(doc, failed, time.perf_counter() - t0),
             failed_arms=failed,
         )
+
+    def _design(self) -> dict[str, Any] | None:
+        """The episode design's record (``pilot.design``; None without episodes), each level of
+        ``self.schedule`` cut into its episodes."""
+        ep = self.cfg.episodes
+        if ep is None:
+            return None
+        from specpilot.pilot.design import design_arms, design_record, split_schedule
+        from specpilot.pilot.noise import episode_plan
+        from specpilot.report.fmt import clean
+
+        self.schedule = split_schedule(self.level_schedule, ep.per_level)
+        arms = design_arms(self.plans, ep)
+        base = next(p.name for p in self.plans if p.role == "baseline")
+        alpha = 1.0 - self.cfg.analysis.ci_level  # the looks share it (analysis.sequential)
+        design = design_record(self.schedule, arms, base, ep.processes, ep, alpha)
+        # what the planner predicts from the noise measured before this pilot: the report
+        # sets it beside what the pilot achieved (analysis.predicted)
+        design["prediction"] = clean(episode_plan(self.cfg))  # JSON: no inf
+        return design
+
+    def _episode_runs(self, design: dict[str, Any], pilot_id: str) -> list[RunPlan]:
+        """The episode design's runs, a resumed in-place pilot's split episodes reopened, the
+        looks said."""
+        from specpilot.pilot.episode_run import episode_runs, reopen_split
+        from specpilot.pilot.looks import looks_notes
+
+        ep = self.cfg.episodes
+        # the budget is this command's (--budget), not the design's: a rerun with another one
+        # resumes under it
+        design.setdefault("looks", {})["budget_min"] = ep.budget_min if ep else None
+        runs = episode_runs(self.plans, design, pilot_id)
+        reopen_split(self, runs, design)  # a resumed in-place pilot's split episodes
+        for note in looks_notes(design):
+            self.progress.note(note)
+        return runs
 
     def _open_pilot(self, store: Store, design: dict[str, Any] | None) -> PilotRecord:
         """A new pilot record, or the existing one when resuming the same config."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from specpilot import __version__
 from specpilot.analysis.pilot import PilotAnalysis
-from specpilot.records import PilotData
+from specpilot.records import PilotData, PilotRecord
 from specpilot.report.definitions import DEFINITIONS
 from specpilot.report.figures import figure_data
 from specpilot.report.fmt import clean
@@ -97,24 +97,14 @@ def _compat(a: PilotAnalysis) -> dict[str, Any]:
 
 
 def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The document of ``a``; ``simulation``: the simulator's section (``simulate.section``),
-    computed by the caller (the report renders, it runs nothing)."""
-    """The whole report as JSON-able data (sections in R9 order, then definitions and figures)."""
+    """The whole report of ``a`` as JSON-able data (sections in R9 order, then definitions and
+    figures); ``simulation``: the simulator's section (``simulate.section``), computed by the
+    caller (the report renders, it runs nothing)."""
     p = a.data.pilot
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generated_by": f"specpilot {__version__}",
-        "pilot": {
-            "pilot_id": p.pilot_id,
-            "name": p.name,
-            "status": p.status,
-            "created_unix": p.created_unix,
-            "finished_unix": p.finished_unix,
-            "config_sha256": p.config_sha256,
-            "specpilot_version": p.specpilot_version,
-            "notes": p.notes,
-            "config": clean(p.config),  # the pilot as given: re-run it after a model upgrade
-        },
+        "pilot": _pilot_section(p),
         "verdicts": [clean(v) for v in a.verdicts],
         "load_range": {"phases": _phases(a.data)},
         "hardware": {"summary": a.hardware, **clean(p.hardware)},
@@ -159,3 +149,17 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
     }
     doc["figures"] = figure_data(doc, a)
     return doc
+
+
+def _pilot_section(p: PilotRecord) -> dict[str, Any]:
+    return {
+        "pilot_id": p.pilot_id,
+        "name": p.name,
+        "status": p.status,
+        "created_unix": p.created_unix,
+        "finished_unix": p.finished_unix,
+        "config_sha256": p.config_sha256,
+        "specpilot_version": p.specpilot_version,
+        "notes": p.notes,
+        "config": clean(p.config),  # the pilot as given: re-run it after a model upgrade
+    }

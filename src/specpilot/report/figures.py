@@ -6,6 +6,7 @@ their role so the plots colour the baseline grey and the candidates in colour.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from specpilot.analysis.matrix import GroupMatrix
@@ -222,11 +223,50 @@ def forest_rows(doc: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "margin": margin}
 
 
+# every figure but the two whose caption or data come from the document: title, caption, data
+_STATIC: dict[str, tuple[str, str, Callable[[PilotAnalysis], Any]]] = {
+    "load_curves": (
+        "Goodput and p99 E2E vs offered load",
+        "All groups pooled; the vertical line marks the crossover load from which speculation stops paying.",
+        _load,
+    ),
+    "acceptance_position": (
+        "Acceptance per draft position",
+        "P(accepted >= i | proposed >= i) per candidate arm and task group, all phases.",
+        _acceptance_position,
+    ),
+    "acceptance_group": (
+        "Acceptance per task group",
+        "Mean acceptance length (bonus token included) and the per-request acceptance distribution.",
+        _acceptance_group,
+    ),
+    "group_matrix": (
+        "Group x metric matrix",
+        "Main candidate: mean acceptance length, decode speed-up (decode only), end-to-end speed-up of the task (worst load level), key-check pass rate.",
+        _matrix,
+    ),
+    "round_time_stack": (
+        "Decode time per committed token",
+        "Draft, verify and overhead milliseconds per committed token, per arm and task group (each batched round's time shared over its rows).",
+        _round_stack,
+    ),
+    "stage_decomposition": (
+        "Where task time goes",
+        "Mean seconds per stage for the baseline arm's completed requests: client stages, queue, prefill, decode, other.",
+        _stages,
+    ),
+    "verify_cost": (
+        "Verify-cost curve",
+        "Target forward time for n new tokens / for one token, per arm, source and batch size; it depends on the hardware.",
+        _verify,
+    ),
+}
+
+
 def figure_data(doc: dict[str, Any], a: PilotAnalysis) -> list[dict[str, Any]]:
     """Every plot's title, caption and data (in ``FIGURE_IDS`` order)."""
     from specpilot.report.fmt import clean
 
-    n_req = a.scheduled
     specs = {
         "forest": (
             "Every cell at a glance",
@@ -238,44 +278,10 @@ def figure_data(doc: dict[str, Any], a: PilotAnalysis) -> list[dict[str, Any]]:
         ),
         "latency_cdf": (
             "Latency CDFs per arm",
-            f"E2E and TTFT over every scheduled steady-state request ({n_req} records); failed requests never finish, so a curve stops short of 1 by its failed fraction.",
+            f"E2E and TTFT over every scheduled steady-state request ({a.scheduled} records); failed requests never finish, so a curve stops short of 1 by its failed fraction.",
             _latency,
         ),
-        "load_curves": (
-            "Goodput and p99 E2E vs offered load",
-            "All groups pooled; the vertical line marks the crossover load from which speculation stops paying.",
-            _load,
-        ),
-        "acceptance_position": (
-            "Acceptance per draft position",
-            "P(accepted >= i | proposed >= i) per candidate arm and task group, all phases.",
-            _acceptance_position,
-        ),
-        "acceptance_group": (
-            "Acceptance per task group",
-            "Mean acceptance length (bonus token included) and the per-request acceptance distribution.",
-            _acceptance_group,
-        ),
-        "group_matrix": (
-            "Group x metric matrix",
-            "Main candidate: mean acceptance length, decode speed-up (decode only), end-to-end speed-up of the task (worst load level), key-check pass rate.",
-            _matrix,
-        ),
-        "round_time_stack": (
-            "Decode time per committed token",
-            "Draft, verify and overhead milliseconds per committed token, per arm and task group (each batched round's time shared over its rows).",
-            _round_stack,
-        ),
-        "stage_decomposition": (
-            "Where task time goes",
-            "Mean seconds per stage for the baseline arm's completed requests: client stages, queue, prefill, decode, other.",
-            _stages,
-        ),
-        "verify_cost": (
-            "Verify-cost curve",
-            "Target forward time for n new tokens / for one token, per arm, source and batch size; it depends on the hardware.",
-            _verify,
-        ),
+        **_STATIC,
     }
     return [
         {
