@@ -327,3 +327,27 @@ def test_a_resumed_run_must_reach_the_engine_config_it_started_with(tmp_path):
         ctx.resumed = {**man, "frozen_sha256": "0" * 64}
         with pytest.raises(ConfigError, match="another engine config"):
             ctx.manifest(backend, plan, {})
+
+
+def test_a_run_of_phases_its_schedule_does_not_hold_is_an_error_not_an_empty_run(tmp_path):
+    """A run whose phases are not in the schedule it replays would replay nothing and be
+    recorded complete (a slip of this kind once left a pilot's episodes without a request):
+    ``armrun.phases_left`` says so instead."""
+    from specpilot.pilot.armrun import phases_left
+    from specpilot.pilot.config import LoadSettings
+    from specpilot.pilot.context import RunPlan
+    from specpilot.pilot.engines import one_arm
+    from specpilot.pilot.one_arm import OneArm
+    from specpilot.pilot.progress import PilotProgress
+    from specpilot.store import Store
+    from specpilot.workload import build_schedule
+
+    wl = tmp_path / "w.yaml"
+    wl.write_text(WORKLOAD)
+    sched = build_schedule(str(wl))
+    plan = one_arm("openai", "baseline", None, {}, url="http://127.0.0.1:9")
+    with Store(tmp_path / "x.duckdb") as store:
+        ctx = OneArm(store, sched, LoadSettings(), PilotProgress(quiet=True))
+        assert phases_left(ctx, RunPlan(plan, 0, 0, "r", phases=("peak",))) == ["peak"]
+        with pytest.raises(RuntimeError, match="phases peak~01 are not in the schedule"):
+            phases_left(ctx, RunPlan(plan, 0, 0, "r", phases=("peak", "peak~01")))

@@ -108,6 +108,11 @@ def phases_left(ctx: ArmContext, run: RunPlan) -> list[str]:
         if p.status == "complete" and not p.warmup
     }
     mine = set(run.phases) if run.phases is not None else None
+    missing = sorted((mine or set()) - {p.name for p in ctx.schedule.phases})
+    if missing:  # a run of phases its schedule does not hold would replay nothing, silently
+        raise RuntimeError(
+            f"run {run.run_id}: phases {', '.join(missing)} are not in the schedule it replays"
+        )
     return [
         p.name
         for p in ctx.schedule.phases
