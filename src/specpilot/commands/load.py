@@ -297,8 +297,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"starting {args.engine} ...", file=sys.stderr, flush=True)
     with Store(args.out) as store, PilotProgress(quiet=True if args.quiet else None) as progress:
         pilot = _pilot(store, args, sched, _options(args, sched, settings))
-        rec = run_record(store, pilot.pilot_id, plan, run_id)
-        resumed = rec.manifest if store.records("arms", run_id=run_id) else None
+        rec, again = run_record(store, pilot.pilot_id, plan, run_id)
+        resumed = rec.manifest if again else None
         store.add_pilot(pilot)
         store.add_arm(rec)
         ctx = OneArm(store, sched, settings, progress, run=_run_facts(args, sched, settings))

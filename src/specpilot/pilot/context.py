@@ -30,6 +30,21 @@ class RunPlan:
     phases: tuple[str, ...] | None = None  # the measured phases this run serves (None: all)
 
 
+def new_record(run: RunPlan, pilot_id: str) -> ArmRecord:
+    """The record of a run not yet in the pilot file (the pilot's and ``load``'s alike)."""
+    return ArmRecord(
+        pilot_id=pilot_id,
+        run_id=run.run_id,
+        arm=run.arm.name,
+        role=run.arm.role,
+        engine=run.arm.engine,
+        strategy=run.arm.strategy,
+        budget=run.arm.budget,
+        run_order=run.order,
+        repetition=run.repetition,
+    )
+
+
 class ArmContext(Protocol):
     """What an arm's start, its measured phases and its stop call on the pilot."""
 

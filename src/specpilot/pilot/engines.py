@@ -90,7 +90,7 @@ def one_arm(
 
     if url is None:
         fields: dict[str, Any] = {"options": engine_options(engine, raw)}
-        model: Any = ARM_MODELS[engine]
+        model: TypeAdapter[Any] = TypeAdapter(ARM_MODELS[engine])
     else:  # an endpoint someone else runs: a pilot file's arm with url:
         fields, model = {"url": url}, TypeAdapter(Arm)
     if model_name is not None:
@@ -99,7 +99,7 @@ def one_arm(
 
     def arm(n: str, r: str) -> BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm:
         try:
-            a = _validate(model, {"name": n, "role": r, "engine": engine, **fields})
+            a = model.validate_python({"name": n, "role": r, "engine": engine, **fields})
         except ValidationError as exc:
             raise ConfigError(format_errors(exc, "--arm/--role", root=root)) from None
         # by URL its options are unknown, not the engine's defaults: no strategy, no frozen
@@ -112,12 +112,6 @@ def one_arm(
         name = role or ("baseline" if plain else "speculative")
     chosen = role or (name if name in ARM_ROLES else "extra")
     return plan_arm(arm(name, chosen), resolve_files=resolve_files)
-
-
-def _validate(model: Any, data: dict[str, Any]) -> Any:
-    """An arm model's (or the arms' union's ``TypeAdapter``) validation of ``data``."""
-    check = getattr(model, "model_validate", None) or model.validate_python
-    return check(data)
 
 
 def make_backend(

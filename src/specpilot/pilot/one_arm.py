@@ -11,6 +11,7 @@ run is not run again, and a run whose engine config changed is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from specpilot.backends.protocol import Backend
 from specpilot.errors import ConfigError
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import LoadSettings
-from specpilot.pilot.context import RunPlan
+from specpilot.pilot.context import RunPlan, new_record
 from specpilot.pilot.progress import PilotProgress
 from specpilot.pilot.steps import ArmLife
 from specpilot.records import ArmRecord
@@ -89,23 +90,16 @@ class OneArm:
         return man
 
 
-def run_record(store: Store, pilot_id: str, plan: ArmPlan, run_id: str) -> ArmRecord:
-    """The run's record: the one in the file (resumed), or a new one (next in run order).
-    A complete run, or one of another arm, is refused with the field to change."""
+def run_record(store: Store, pilot_id: str, plan: ArmPlan, run_id: str) -> tuple[ArmRecord, bool]:
+    """The run's record and whether it is resumed: the one in the file, or a new one (next in
+    run order). A complete run, or one of another arm, is refused with the field to change."""
     found = store.records("arms", run_id=run_id)
     if not found:
-        return ArmRecord(
-            pilot_id=pilot_id,
-            run_id=run_id,
-            arm=plan.name,
-            role=plan.role,
-            engine=plan.engine,
-            strategy=plan.strategy,
-            budget=plan.budget,
-            run_order=len(store.records("arms")),
-            status="running",
-            started_unix=time.time(),
+        run = RunPlan(plan, 0, len(store.records("arms")), run_id)
+        rec = dataclasses.replace(
+            new_record(run, pilot_id), status="running", started_unix=time.time()
         )
+        return rec, False
     rec = found[0]
     if rec.status == "complete":
         raise ConfigError(
@@ -118,7 +112,7 @@ def run_record(store: Store, pilot_id: str, plan: ArmPlan, run_id: str) -> ArmRe
             f"on {plan.engine}",
             fix="give the run's own --arm and --engine to resume it, or another --run-id",
         )
-    return rec
+    return rec, True
 
 
 def measure(ctx: OneArm, run: RunPlan, rec: ArmRecord, *, warm: bool = False) -> ArmLife:
@@ -131,9 +125,11 @@ def measure(ctx: OneArm, run: RunPlan, rec: ArmRecord, *, warm: bool = False) ->
     life.warm = warm
     life.start()
     try:
-        if run.arm.url is None:  # as served: the draft's sha256 (by URL: declared by role)
-            life.save(strategy=strategy_of(life.rec.manifest))
-        life.save(manifest={**life.rec.manifest, "model_sent": life.model})
+        life.save(
+            manifest={**life.rec.manifest, "model_sent": life.model},
+            # as served: the draft's sha256 (by URL: as its role declares it)
+            strategy=strategy_of(life.rec.manifest) if run.arm.url is None else life.rec.strategy,
+        )
         life.load()
     finally:
         life.stop()

@@ -31,7 +31,7 @@ from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.assets import ASSET_STEPS, prepare
 from specpilot.pilot.config import LoadSettings, PilotConfig, PilotConfigError
-from specpilot.pilot.context import RunPlan
+from specpilot.pilot.context import RunPlan, new_record
 from specpilot.pilot.eta_plan import plan_for
 from specpilot.pilot.gates import Gates
 from specpilot.pilot.progress import PilotProgress
@@ -395,18 +395,7 @@ class Pilot:
         found = self.store.records("arms", run_id=run.run_id)
         if found:
             return found[0]
-        pilot_id = self.store.records("pilots")[0].pilot_id
-        return ArmRecord(
-            pilot_id=pilot_id,
-            run_id=run.run_id,
-            arm=run.arm.name,
-            role=run.arm.role,
-            engine=run.arm.engine,
-            strategy=run.arm.strategy,
-            budget=run.arm.budget,
-            run_order=run.order,
-            repetition=run.repetition,
-        )
+        return new_record(run, self.store.records("pilots")[0].pilot_id)
 
 
 def _sha256(path: Path) -> str:
