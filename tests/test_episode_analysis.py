@@ -160,12 +160,17 @@ def test_the_same_processes_switched_off_give_the_second_estimate_without_proces
     assert "-> faster" in v.within
 
 
-def _in_place_pilot(effect: float, *, seed: int, m: int = 6, sd: float = 0.3) -> PilotData:
+def _in_place_pilot(
+    effect: float, *, seed: int, m: int = 6, sd: float = 0.3, requests_sd: float = 0.0
+) -> PilotData:
     """``episodes.in_place``: the baseline's runs reach the speculative arm's processes (each
     switched off), the planted arm's runs the baseline's: every run's process is a speculative
     one, and the planted arm is crossed over them. Process offsets of ``sd`` (30%: far more
-    than two pools of 6 could tell from a -20% effect)."""
+    than two pools of 6 could tell from a -20% effect). ``requests_sd``: the speculative
+    effect differs between requests, each request's own for good (log sd; a draft that
+    predicts some answers better), drawn apart from the rest so the other draws stay put."""
     rng = np.random.default_rng(seed)
+    own = np.random.default_rng(seed + 100).normal(0.0, requests_sd, 1000)
     offset = rng.normal(0, sd, m)  # one per process, whichever arm it serves
     arms = {"baseline": 1.0, "speculative": 1.0 + effect, "planted": 1.15}
     reach = {"baseline": ("within", "speculative"), "planted": ("planted", "baseline")}
@@ -193,6 +198,7 @@ def _in_place_pilot(effect: float, *, seed: int, m: int = 6, sd: float = 0.3) ->
                 rid = f"p.{arm}.p{procs[arm]}"
                 phases.append(PhaseRecord(rid, arm, name, 0.0, 10.0, rate, n, status="complete"))
                 lat = base * factor * np.exp(offset[procs[arm]] + rng.normal(0, 0.05, n))
+                lat *= np.exp(own[index : index + n]) if arm == "speculative" else 1.0
                 records += _requests(rid, arm, name, k, index, lat)
             index += n
     pilot = PilotRecord("p", "episodes", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
@@ -211,6 +217,28 @@ def test_in_place_both_arms_share_each_process_and_its_offset_cancels():
         assert c.outcome == "slower" and c.episode_noise["design"] == "one_pool", c.episode_noise
     assert [r.found for r in a.planted] == [True, True]
     assert a.aa is not None and a.aa.directional == (), a.aa.text
+
+
+def test_a_candidates_own_spread_between_requests_is_told_from_the_measurements():
+    # every request's noise is 5% per arm (a pair's 7%); the speculative effect differs
+    # between requests by 40% besides: the planted arm's pairs spread by the 7% alone
+    a = analyze(_in_place_pilot(0.0, seed=5, requests_sd=0.4), CFG)
+    for c in _pooled(a, "speculative").values():
+        assert 0.3 < c.request_sd < 0.5, c.request_sd
+        assert c.episode_noise["pair_sd"] > c.request_sd
+        assert c.outcome == "insufficient", c.task_rel_change
+    for c in _pooled(a, "planted").values():
+        assert c.request_sd is None and 0.04 < c.episode_noise["pair_sd"] < 0.11
+    (v,) = [v for v in a.verdicts if v.candidate_arm == "speculative"]
+    said = f"{v.summary} {v.bottleneck}"
+    assert "its effect differs from request to request" in said, said
+    assert "a quieter machine would not narrow it, more requests would" in said
+    # the same pilot with one effect for every request: nothing of its spread is its own
+    a = analyze(_in_place_pilot(0.0, seed=5), CFG)
+    for c in _pooled(a, "speculative").values():
+        assert c.request_sd < 0.05, c.request_sd
+    (v,) = [v for v in a.verdicts if v.candidate_arm == "speculative"]
+    assert "differs from request to request" not in f"{v.summary} {v.bottleneck}"
 
 
 def test_a_levels_offered_rate_is_the_arms_whole_level_not_one_processes_episodes():

@@ -69,13 +69,14 @@ def episode_test(
     if not np.any(ok):
         return base
     d, lost = stats.stratify(raw, None if strata is None else strata[ok])
+    pair_sd = stats.within_sd(d, episodes[ok])
     phys_c = [physical.get(r, r) for r in t.run_id[c][ok]]
     phys_b = [physical.get(r, r) for r in t.run_id[b][ok]]
     if phys_c == phys_b:  # switched in place: each process's offset cancels in its episodes
         ids = np.unique(phys_c, return_inverse=True)[1]
         return _fitted(
             base,
-            lost,
+            (lost, pair_sd),
             lambda: switch_effect(d, episodes[ok], ids, level=level, strata_df=lost, pool=pool),
         )
     base_pool = {physical.get(r, r) for r in t.run_id[t.arm == t.arm[b[0]]].astype(str)}
@@ -85,7 +86,9 @@ def episode_test(
         # ratio alike, so the strata would only take G - 1 of its 6-10 df
         ids = np.unique(np.r_[phys_c, phys_b], return_inverse=True)[1]
         c_ids, b_ids = ids[: len(phys_c)], ids[len(phys_c) :]
-        return _fitted(base, 0, lambda: pool_effect(raw, episodes[ok], c_ids, b_ids, level=level))
+        return _fitted(
+            base, (0, pair_sd), lambda: pool_effect(raw, episodes[ok], c_ids, b_ids, level=level)
+        )
     cand_runs, cand = np.unique(t.run_id[c][ok].astype(str), return_inverse=True)
     base_runs, bas = np.unique(t.run_id[b][ok].astype(str), return_inverse=True)
     fp_c = {i: fingerprints[r] for i, r in enumerate(cand_runs) if r in fingerprints}
@@ -93,7 +96,7 @@ def episode_test(
     full = len(fp_c) == len(cand_runs) and len(fp_b) == len(base_runs)
     return _fitted(
         base,
-        lost,
+        (lost, pair_sd),
         lambda: episode_effect(
             d,
             episodes[ok],
@@ -116,9 +119,14 @@ def task_log_ratios(t: RequestTable, b: np.ndarray, c: np.ndarray) -> tuple[np.n
     return ok, np.log(tc[ok] / tb[ok])
 
 
-def _fitted(base: CellTest, lost: int, fit: Callable[[], EpisodeEstimate]) -> CellTest:
+def _fitted(
+    base: CellTest, took: tuple[int, float | None], fit: Callable[[], EpisodeEstimate]
+) -> CellTest:
     """``base`` with its task-time test replaced by ``fit``'s estimate; undecided, saying why,
-    where it cannot be fitted or leaves the episode noise too few degrees of freedom."""
+    where it cannot be fitted or leaves the episode noise too few degrees of freedom.
+    ``took``: the df the task-group strata took, and the pairs' spread inside their episodes
+    (``stats.within_sd``, kept in the noise for ``analysis.planted.request_spread``)."""
+    lost, pair_sd = took
     try:
         est = fit()
     except ConfigError as exc:
@@ -145,7 +153,7 @@ def _fitted(base: CellTest, lost: int, fit: Callable[[], EpisodeEstimate]) -> Ce
         clusters=est.n_episodes,
         p_design=est.p_design,
         processes=est.text,
-        noise={**episode_noise(est), "strata_df": lost},
+        noise={**episode_noise(est), "strata_df": lost, "pair_sd": pair_sd},
     )
 
 

@@ -31,6 +31,7 @@ Rules, in order, for a candidate arm and a group (thresholds in ``VerdictConfig`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -317,6 +318,26 @@ def _gate_condition(gate: QualityGate, group: str) -> Condition:
     )
 
 
+def _own(mine: Sequence[PairedComparison]) -> str:
+    """Where most of the spread between a candidate's pairs is its own effect differing between
+    requests (``PairedComparison.request_sd``, beyond the planted arm's, the measurement's), what
+    would narrow it and what would not; "" where it is not."""
+    cells = [c for c in mine if c.request_sd is not None and c.episode_noise]
+    if not cells:
+        return ""
+    c = max(cells, key=lambda c: c.request_sd or 0.0)
+    own, total = c.request_sd or 0.0, float((c.episode_noise or {}).get("pair_sd") or 0.0)
+    meas = math.sqrt(max(total**2 - own**2, 0.0))
+    if own <= meas:
+        return ""
+    return (
+        f". Most of that spread is the candidate's own, not the machine's: its effect differs "
+        f"from request to request (its pairs spread {total:.0%} inside an episode at {c.phase}, "
+        f"the planted arm's, one factor for every request, {meas:.0%}); a quieter machine would "
+        "not narrow it, more requests would (a longer level or a larger budget)"
+    )
+
+
 def undecided_text(mine: Sequence[PairedComparison]) -> str:
     """Why no load level was decided, and what a decision would take (in the episode design:
     how many episodes per level, at the effect and spread measured)."""
@@ -335,7 +356,8 @@ def undecided_text(mine: Sequence[PairedComparison]) -> str:
             else "; no number of episodes decides it at the effect and spread measured"
         )
         held = " per level" if all(c.task_group == "*" for c in mine) else " that held its requests"
-        return f"undecided: the pilot could not tell from {now} episodes{held}{more}"
+        own = _own(mine) if need_ep or not need_m else ""  # not where processes are the floor
+        return f"undecided: the pilot could not tell from {now} episodes{held}{more}{own}"
     need = max((c.pairs_needed or 0 for c in mine), default=0)
     most = max((c.both_ok for c in mine), default=0)
     pairs = "pair" if most == 1 else "pairs"

@@ -144,6 +144,9 @@ class PairedComparison:
     # where no number of episodes would (the processes' own spread): processes that would, at
     # the episodes per process of this pilot (``_processes_needed``)
     processes_needed: int | None = None
+    # with a planted arm: how far this arm's effect differs between requests, beyond the
+    # measurement's spread (``analysis.planted.request_spread``; log scale)
+    request_sd: float | None = None
     # the episode design: the noise components measured in this cell and the design they were
     # measured on (``analysis.celltest.episode_noise``; the planner's prior for the next pilot)
     episode_noise: dict[str, Any] | None = None

@@ -240,6 +240,7 @@ def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
     if rec is not None:
         factor = float(((rec.manifest or {}).get("planted") or {}).get("factor") or 0.0)
         a.planted = pl.planted_results(a.comparisons, rec.arm, factor)
+        a.comparisons = pl.request_spread(a.comparisons, rec.arm)
         if a.aa is None and a.plan.baseline:  # the planted arm less its dilation: the A/A
             shifted = pl.as_aa(a.comparisons, rec.arm, factor)
             a.aa = (

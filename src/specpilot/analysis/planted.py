@@ -94,6 +94,31 @@ def missed_levels(results: Sequence[PlantedResult]) -> frozenset[str]:
     return frozenset(r.phase for r in results if not r.found)
 
 
+def request_spread(comparisons: Sequence[PairedComparison], arm: str) -> list[PairedComparison]:
+    """Each comparison against the planted arm's baseline with ``request_sd``: how far its
+    effect differs between requests. Its pairs spread inside their episodes
+    (``episode_noise.pair_sd``) by the measurement and by that; the planted arm's pairs at the
+    same level and group by the measurement alone (one factor for every request), so the
+    difference of the two variances is the requests' own. None where either spread is missing.
+
+    A cell whose spread is mostly its requests' is not narrowed by a quieter machine, only by
+    more requests; ``benchmarks/effect_reproducibility.py`` measures, across pilots of one
+    schedule, how much of it each request brings back every time (then only *distinct*
+    requests narrow it, not the same ones replayed)."""
+    mine = [c for c in comparisons if c.candidate_arm == arm]
+    base = {c.baseline_arm for c in mine}
+    ref = {(c.phase, c.task_group): (c.episode_noise or {}).get("pair_sd") for c in mine}
+    out = []
+    for c in comparisons:
+        own = (c.episode_noise or {}).get("pair_sd")
+        meas = ref.get((c.phase, c.task_group))
+        if c.candidate_arm == arm or c.baseline_arm not in base or own is None or meas is None:
+            out.append(c)
+            continue
+        out.append(dataclasses.replace(c, request_sd=math.sqrt(max(own**2 - meas**2, 0.0))))
+    return out
+
+
 def as_aa(
     comparisons: Sequence[PairedComparison], arm: str, factor: float
 ) -> list[PairedComparison]:

@@ -321,6 +321,7 @@ __all__ = [
     "t_p",
     "t_quantile",
     "units_needed",
+    "within_sd",
 ]
 
 
@@ -341,3 +342,19 @@ def stratify(d: np.ndarray, strata: np.ndarray | None) -> tuple[np.ndarray, int]
         return d, 0
     means = np.bincount(k, weights=d) / np.bincount(k)
     return d - means[k] + float(d.mean()), int(labels.size) - 1
+
+
+def within_sd(x: np.ndarray, labels: np.ndarray) -> float | None:
+    """The pooled standard deviation of ``x`` about its own group's mean (groups by
+    ``labels``: the spread inside the groups, none of the spread between them), on n - groups
+    degrees of freedom; None where no group has two values.
+
+        >>> round(within_sd(np.array([1.0, 3.0, 10.0, 12.0, 7.0]), np.array([0, 0, 1, 1, 2])), 4)
+        1.4142
+    """
+    _, k = np.unique(labels, return_inverse=True)
+    df = x.size - (int(k.max()) + 1 if k.size else 0)
+    if df < 1:
+        return None
+    means = np.bincount(k, weights=x) / np.bincount(k)
+    return float(np.sqrt(np.sum((x - means[k]) ** 2) / df))
