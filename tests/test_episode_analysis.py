@@ -10,6 +10,8 @@ planted factor are known by construction.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -239,6 +241,30 @@ def test_a_candidates_own_spread_between_requests_is_told_from_the_measurements(
         assert c.request_sd < 0.05, c.request_sd
     (v,) = [v for v in a.verdicts if v.candidate_arm == "speculative"]
     assert "differs from request to request" not in f"{v.summary} {v.bottleneck}"
+
+
+def test_do_not_adopt_for_no_gain_still_names_the_level_left_open():
+    # no difference at off-peak; at peak the effect differs by 40% between requests: undecided
+    data = _in_place_pilot(0.0, seed=5)
+    own = np.random.default_rng(9).normal(0.0, 0.4, len(data.requests))
+    reqs = [
+        dataclasses.replace(r, done_t=r.sent_t + (r.done_t - r.sent_t) * float(np.exp(x)))
+        if r.arm == "speculative" and r.phase.startswith("peak")
+        else r
+        for r, x in zip(data.requests, own, strict=True)
+    ]
+    a = analyze(dataclasses.replace(data, requests=reqs), CFG)
+    cells = _pooled(a, "speculative")
+    assert cells["off_peak"].outcome == "no_difference", cells["off_peak"].task_rel_change
+    assert cells["peak"].outcome == "insufficient", cells["peak"].task_rel_change
+    (v,) = [v for v in a.verdicts if v.candidate_arm == "speculative"]
+    (g,) = [g for g in v.groups if g.task_group == "*"]
+    assert g.verdict == "DO_NOT_ADOPT", g
+    rate = {phase: f"{r:.3g} req/s" for phase, r, _ in g.levels}
+    assert f"no difference at off_peak ({rate['off_peak']}), " in g.bottleneck, g.bottleneck
+    assert "inside the +-10% margin" in g.bottleneck
+    needed = cells["peak"].episodes_needed
+    assert needed and f"undecided at peak ({rate['peak']}) (about {needed} episodes" in g.bottleneck
 
 
 def test_a_levels_offered_rate_is_the_arms_whole_level_not_one_processes_episodes():

@@ -469,10 +469,33 @@ def bottleneck(
             f"net slower end to end: task time {w.task_rel_change.estimate:+.0%} at {w.phase}; {why}",
             conds,
         )
-    return (
-        "the decode gain does not show end to end (task-time change within its confidence interval)",
-        conds,
-    )
+    return _not_shown(inp, group, levels), conds
+
+
+def _not_shown(inp: DecisionInputs, group: str, levels: Sequence[Level]) -> str:
+    """Decode gains (or is not split) and no level was decided faster or slower: what each
+    level showed, the undecided ones with what would decide them, so that "do not adopt now"
+    never hides a level still open."""
+    cells = {c.phase: c for c in inp.comparisons if c.task_group == group}
+    parts = []
+    for phase, rate, _ in levels:
+        c = cells.get(phase)
+        at = f"{phase} ({rate:.3g} req/s)"
+        if c is not None and c.outcome == "no_difference":
+            margin = (
+                f" inside the +-{c.equivalence_margin:.0%} margin" if c.equivalence_margin else ""
+            )
+            parts.append(f"no difference at {at}, {_pct(c.task_rel_change.estimate)}{margin}")
+        elif c is not None and c.outcome == "insufficient":
+            parts.append(
+                f"undecided at {at}"
+                + (
+                    f" (about {c.episodes_needed} episodes per level would decide it)"
+                    if c.episodes_needed
+                    else ""
+                )
+            )
+    return "the decode gain does not show end to end" + (f": {'; '.join(parts)}" if parts else "")
 
 
 def _decode_neck(inp: DecisionInputs, group: str, rs: RoundSummary) -> str:
