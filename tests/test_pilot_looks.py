@@ -202,6 +202,40 @@ def test_the_budget_is_left_out_of_the_config_hash_so_a_rerun_with_another_resum
     assert with_budget(cfg, 30.0).episodes.budget_min == 30.0
 
 
+def test_episodes_scales_the_levels_so_each_episode_keeps_its_length(tmp_path, capsys):
+    from specpilot.commands.pilot import with_episodes
+    from specpilot.pilot.config import load_pilot
+
+    cfg = load_pilot(_config(tmp_path))
+    wide = with_episodes(cfg, 40)
+    assert wide.episodes.per_level == 40 and cfg.episodes.per_level == 14
+    f = 40 / 14
+    assert wide.episodes.budget_min == pytest.approx(cfg.episodes.budget_min * f, abs=0.01)
+    for a, b in zip(cfg.workload_config().phases, wide.workload_config().phases, strict=True):
+        assert b.duration_s / 40 == pytest.approx(a.duration_s / 14, abs=1e-3)
+    assert wide.sha256() != cfg.sha256()  # other episodes: not a resume of this pilot
+    rc = main(["pilot", str(_config(tmp_path)), "--episodes", "40", "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "40 episodes per load level" in out, out[-2000:]
+    off = cfg.workload_config().phases[0]
+    assert f"{off.name} {off.duration_s * f:g}s x" in out, out[-2000:]
+    # the verdict's advice names the same bound the option has
+    from specpilot.analysis.decision import MOST_EPISODES
+    from specpilot.pilot.design import EpisodeSettings
+
+    le = [m.le for m in EpisodeSettings.model_fields["per_level"].metadata if hasattr(m, "le")]
+    assert le == [MOST_EPISODES]
+    # refused by name, before anything runs
+    for argv, said in (
+        (["--episodes", "150"], "--episodes 150: episodes.per_level: Input should be less"),
+        (["--episodes", "1"], "--episodes 1: episodes.per_level: Input should be greater"),
+        (["--quick", "--episodes", "20"], "--episodes 20: this pilot has no episode design"),
+    ):
+        rc = main(["pilot", *argv, "--dry-run"])
+        err = capsys.readouterr().err
+        assert rc == 2 and said in err and "Traceback" not in err, err
+
+
 def test_an_interrupted_runs_time_counts_against_the_budget(tmp_path):
     design = _design(per_level=8, processes=2, looks=[4], budget=2.0)
     design["looks"]["spent_s"] = 100.0  # the interrupted run took 100 s of the 120

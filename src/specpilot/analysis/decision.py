@@ -318,6 +318,20 @@ def _gate_condition(gate: QualityGate, group: str) -> Condition:
     )
 
 
+MOST_EPISODES = 99  # pilot.design.EpisodeSettings.per_level's bound
+
+
+def rerun(n: int) -> str:
+    """How to run the episodes a cell needs, each as long as now (``specpilot pilot --episodes``).
+
+    >>> rerun(40), rerun(150)
+    (': rerun the pilot with --episodes 40', ', more than one pilot runs (99 per level)')
+    """
+    if n > MOST_EPISODES:
+        return f", more than one pilot runs ({MOST_EPISODES} per level)"
+    return f": rerun the pilot with --episodes {n}"
+
+
 def _own(mine: Sequence[PairedComparison]) -> str:
     """Where most of the spread between a candidate's pairs is its own effect differing between
     requests (``PairedComparison.request_sd``, beyond the planted arm's, the measurement's), what
@@ -348,7 +362,7 @@ def undecided_text(mine: Sequence[PairedComparison]) -> str:
         need_m = [c.processes_needed for c in mine if c.processes_needed is not None]
         more = (
             f"; about {min(need_ep)} episodes per level would decide the closest level at the "
-            "effect and spread measured"
+            f"effect and spread measured{rerun(min(need_ep))}"
             if need_ep
             else f"; more episodes alone would not decide it (the processes differ), about "
             f"{min(need_m)} processes per arm would"
@@ -490,7 +504,8 @@ def _not_shown(inp: DecisionInputs, group: str, levels: Sequence[Level]) -> str:
             parts.append(
                 f"undecided at {at}"
                 + (
-                    f" (about {c.episodes_needed} episodes per level would decide it)"
+                    f" (about {c.episodes_needed} episodes per level would decide it"
+                    f"{rerun(c.episodes_needed)})"
                     if c.episodes_needed
                     else ""
                 )
