@@ -38,6 +38,7 @@ import numpy as np
 from specpilot.analysis.celltest import task_log_ratios
 from specpilot.analysis.paired import pair_rows
 from specpilot.analysis.requests import RequestTable
+from specpilot.records import level_of
 from specpilot.store.store import read_pilot
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -51,7 +52,7 @@ def ratios(table: RequestTable, baseline: str, cand: str) -> dict[str, dict[Key,
     b, c, _ = pair_rows(table, baseline, cand)
     ok, d = task_log_ratios(table, b, c)
     b = b[ok]
-    level = np.array([str(p).split("~")[0] for p in table.phase[b]])
+    level = np.array([level_of(str(p)) for p in table.phase[b]])
     out: dict[str, dict[Key, float]] = {}
     for lv in np.unique(level):
         m = level == lv

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from specpilot.analysis import AnalysisConfig, analyze
+from specpilot.analysis.paired import Interval, PairedComparison
+from specpilot.analysis.undecided import not_shown, request_share, rerun
 from specpilot.pilot.design import crossed
 from specpilot.records import (
     ArmRecord,
@@ -163,16 +165,24 @@ def test_the_same_processes_switched_off_give_the_second_estimate_without_proces
 
 
 def _in_place_pilot(
-    effect: float, *, seed: int, m: int = 6, sd: float = 0.3, requests_sd: float = 0.0
+    effect: float,
+    *,
+    seed: int,
+    m: int = 6,
+    sd: float = 0.3,
+    requests_sd: float = 0.0,
+    shock_sd: float = 0.0,
 ) -> PilotData:
     """``episodes.in_place``: the baseline's runs reach the speculative arm's processes (each
     switched off), the planted arm's runs the baseline's: every run's process is a speculative
     one, and the planted arm is crossed over them. Process offsets of ``sd`` (30%: far more
     than two pools of 6 could tell from a -20% effect). ``requests_sd``: the speculative
     effect differs between requests, each request's own for good (log sd; a draft that
-    predicts some answers better), drawn apart from the rest so the other draws stay put."""
+    predicts some answers better), drawn apart from the rest so the other draws stay put;
+    ``shock_sd``: each of its episodes shifted as one (the machine's moment), likewise."""
     rng = np.random.default_rng(seed)
     own = np.random.default_rng(seed + 100).normal(0.0, requests_sd, 1000)
+    shock = np.random.default_rng(seed + 200).normal(0.0, shock_sd, 100)
     offset = rng.normal(0, sd, m)  # one per process, whichever arm it serves
     arms = {"baseline": 1.0, "speculative": 1.0 + effect, "planted": 1.15}
     reach = {"baseline": ("within", "speculative"), "planted": ("planted", "baseline")}
@@ -200,7 +210,11 @@ def _in_place_pilot(
                 rid = f"p.{arm}.p{procs[arm]}"
                 phases.append(PhaseRecord(rid, arm, name, 0.0, 10.0, rate, n, status="complete"))
                 lat = base * factor * np.exp(offset[procs[arm]] + rng.normal(0, 0.05, n))
-                lat *= np.exp(own[index : index + n]) if arm == "speculative" else 1.0
+                lat *= (
+                    np.exp(own[index : index + n] + shock[index // n])
+                    if arm == "speculative"
+                    else 1.0
+                )
                 records += _requests(rid, arm, name, k, index, lat)
             index += n
     pilot = PilotRecord("p", "episodes", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
@@ -233,14 +247,25 @@ def test_a_candidates_own_spread_between_requests_is_told_from_the_measurements(
         assert c.request_sd is None and 0.04 < c.episode_noise["pair_sd"] < 0.11
     (v,) = [v for v in a.verdicts if v.candidate_arm == "speculative"]
     said = f"{v.summary} {v.bottleneck}"
-    assert "its effect differs from request to request" in said, said
-    assert "a quieter machine would not narrow it, more requests would" in said
+    assert "of the spread between its episodes is its requests differing from one" in said, said
+    assert "more requests per level narrow that part, whatever the machine" in said
     # the same pilot with one effect for every request: nothing of its spread is its own
     a = analyze(_in_place_pilot(0.0, seed=5), CFG)
     for c in _pooled(a, "speculative").values():
         assert c.request_sd < 0.05, c.request_sd
     (v,) = [v for v in a.verdicts if v.candidate_arm == "speculative"]
-    assert "differs from request to request" not in f"{v.summary} {v.bottleneck}"
+    assert "its requests differing" not in f"{v.summary} {v.bottleneck}"
+    # requests that differ a little, episodes that move a lot (the machine's moments): the
+    # requests' part of the episodes' spread is small and the headline does not name it
+    a = analyze(_in_place_pilot(0.0, seed=6, requests_sd=0.15, shock_sd=0.3), CFG)
+    spec = _pooled(a, "speculative")
+    assert all(c.outcome == "insufficient" and c.request_sd > 0.08 for c in spec.values())
+    assert all(request_share(c) < 0.25 for c in spec.values()), [
+        request_share(c) for c in spec.values()
+    ]
+    (v,) = [v for v in a.verdicts if v.candidate_arm == "speculative"]
+    said = f"{v.summary} {v.bottleneck}"
+    assert "episodes per level would decide" in said and "its requests differing" not in said, said
 
 
 def test_do_not_adopt_for_no_gain_still_names_the_level_left_open():
@@ -265,7 +290,41 @@ def test_do_not_adopt_for_no_gain_still_names_the_level_left_open():
     assert "inside the +-10% margin" in g.bottleneck
     needed = cells["peak"].episodes_needed
     assert needed and f"undecided at peak ({rate['peak']}) (about {needed} episodes" in g.bottleneck
-    assert f"--episodes {needed}" in g.bottleneck or needed > 99
+    assert (
+        needed <= 99
+        and f"would decide it: rerun the pilot with --episodes {needed})" in g.bottleneck
+    )
+
+
+def test_a_level_left_open_is_said_as_such_whatever_its_cell_reads():
+    iv = Interval(0.01, -0.04, 0.06)
+    none = Interval(None, None, None)
+
+    def cell(phase, outcome, **kw):
+        return PairedComparison(
+            "b", "s", phase, "*", 1.0, 40, 0, 40, iv, none, none, none, none, outcome, "",
+            equivalence_margin=0.1, unit="episode", **kw,
+        )  # fmt: skip
+
+    cells = [
+        cell("off", "no_difference"),
+        cell("mid", "no_difference"),
+        cell("peak", "insufficient", episodes_needed=30),
+        cell("burst", "insufficient", processes_needed=9),
+    ]
+    levels = [("off", 0.5, ""), ("mid", 1.0, ""), ("peak", 2.0, ""), ("burst", 3.0, "")]
+    text = not_shown(cells, "*", levels, planted_missed=frozenset({"mid"}), planned=14)
+    assert text == (
+        "the decode gain does not show end to end: no difference at off (0.5 req/s), +1.0% "
+        "inside the +-10% margin; not decided at mid (1 req/s) (the planted slowdown was not "
+        "found there); undecided at peak (2 req/s) (about 30 episodes per level would decide it: "
+        "rerun the pilot with --episodes 30); undecided at burst (3 req/s) (about 9 processes "
+        "per arm would decide it)"
+    )
+    # a budget that ran fewer than planned needs minutes, not more episodes; past one pilot's
+    # 99 per level the option cannot run them
+    assert rerun(12, planned=14).startswith(": rerun the pilot with a larger --budget")
+    assert rerun(150) == "; that is more than one pilot runs (99 per level)"
 
 
 def test_a_levels_offered_rate_is_the_arms_whole_level_not_one_processes_episodes():

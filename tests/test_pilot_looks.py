@@ -16,6 +16,7 @@ import yaml
 
 from specpilot.analysis.sequential import spent
 from specpilot.cli import main
+from specpilot.errors import ConfigError
 from specpilot.pilot.eta import EtaClock, Step, load_key
 from specpilot.pilot.looks import Looks, blocks, least
 from specpilot.records import HardwareFacts, PilotRecord
@@ -194,8 +195,7 @@ def test_an_episode_pilot_looks_after_its_first_block_and_reports_at_the_last_lo
 
 
 def test_the_budget_is_left_out_of_the_config_hash_so_a_rerun_with_another_resumes(tmp_path):
-    from specpilot.commands.pilot import with_budget
-    from specpilot.pilot.config import load_pilot
+    from specpilot.pilot.config import load_pilot, with_budget
 
     cfg = load_pilot(_config(tmp_path))
     assert with_budget(cfg, 30.0).sha256() == cfg.sha256() == with_budget(cfg, 5.0).sha256()
@@ -203,11 +203,10 @@ def test_the_budget_is_left_out_of_the_config_hash_so_a_rerun_with_another_resum
 
 
 def test_episodes_scales_the_levels_so_each_episode_keeps_its_length(tmp_path, capsys):
-    from specpilot.commands.pilot import with_episodes
-    from specpilot.pilot.config import load_pilot
+    from specpilot.pilot.config import load_pilot, with_episodes
 
     cfg = load_pilot(_config(tmp_path))
-    wide = with_episodes(cfg, 40)
+    wide = with_episodes(cfg, 40, tmp_path)
     assert wide.episodes.per_level == 40 and cfg.episodes.per_level == 14
     f = 40 / 14
     assert wide.episodes.budget_min == pytest.approx(cfg.episodes.budget_min * f, abs=0.01)
@@ -219,12 +218,28 @@ def test_episodes_scales_the_levels_so_each_episode_keeps_its_length(tmp_path, c
     assert rc == 0 and "40 episodes per load level" in out, out[-2000:]
     off = cfg.workload_config().phases[0]
     assert f"{off.name} {off.duration_s * f:g}s x" in out, out[-2000:]
-    # the verdict's advice names the same bound the option has
-    from specpilot.analysis.decision import MOST_EPISODES
-    from specpilot.pilot.design import EpisodeSettings
-
-    le = [m.le for m in EpisodeSettings.model_fields["per_level"].metadata if hasattr(m, "le")]
-    assert le == [MOST_EPISODES]
+    # where the phases cannot grow as asked, refused by what is in the way
+    data = yaml.safe_load(_config(tmp_path).read_text())
+    data["workload"]["phases"][0]["arrival"]["window"] = [0.0, 5.0]  # a trace window: 17 s
+    short = tmp_path / "short.yaml"
+    short.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"arrivals end at 17 s, before the 24.286 s") as exc:
+        with_episodes(load_pilot(short), 20, tmp_path)
+    assert "at most 14" in str(exc.value.fix)
+    del data["workload"]["phases"][0]["duration_s"]
+    short.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="takes its length from its arrivals"):
+        with_episodes(load_pilot(short), 20, tmp_path)
+    wl = tmp_path / "workload.yaml"
+    wl.write_text(yaml.safe_dump(yaml.safe_load(_config(tmp_path).read_text())["workload"]))
+    data = yaml.safe_load(_config(tmp_path).read_text())
+    data["workload"] = str(wl)
+    short.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="the workload is a file of its own"):
+        with_episodes(load_pilot(short), 20, tmp_path)
+    with pytest.raises(ConfigError, match=r"the drill's phase 'peak' would last 3\.14286 s"):
+        with_episodes(cfg, 2, tmp_path)  # 22 s x 2 / 14, under the drill's 3 + 5 + 4 s
+    assert with_episodes(cfg, 8, tmp_path).drill.replay_s == cfg.drill.replay_s == 14
     # refused by name, before anything runs
     for argv, said in (
         (["--episodes", "150"], "--episodes 150: episodes.per_level: Input should be less"),

@@ -76,8 +76,9 @@ def episode_test(
         ids = np.unique(phys_c, return_inverse=True)[1]
         return _fitted(
             base,
-            (lost, pair_sd),
+            lost,
             lambda: switch_effect(d, episodes[ok], ids, level=level, strata_df=lost, pool=pool),
+            pair_sd,
         )
     base_pool = {physical.get(r, r) for r in t.run_id[t.arm == t.arm[b[0]]].astype(str)}
     if set(phys_c) <= base_pool:
@@ -87,7 +88,7 @@ def episode_test(
         ids = np.unique(np.r_[phys_c, phys_b], return_inverse=True)[1]
         c_ids, b_ids = ids[: len(phys_c)], ids[len(phys_c) :]
         return _fitted(
-            base, (0, pair_sd), lambda: pool_effect(raw, episodes[ok], c_ids, b_ids, level=level)
+            base, 0, lambda: pool_effect(raw, episodes[ok], c_ids, b_ids, level=level), pair_sd
         )
     cand_runs, cand = np.unique(t.run_id[c][ok].astype(str), return_inverse=True)
     base_runs, bas = np.unique(t.run_id[b][ok].astype(str), return_inverse=True)
@@ -96,7 +97,7 @@ def episode_test(
     full = len(fp_c) == len(cand_runs) and len(fp_b) == len(base_runs)
     return _fitted(
         base,
-        (lost, pair_sd),
+        lost,
         lambda: episode_effect(
             d,
             episodes[ok],
@@ -108,6 +109,7 @@ def episode_test(
             strata_df=lost,
             pool=pool,
         ),
+        pair_sd,
     )
 
 
@@ -120,13 +122,12 @@ def task_log_ratios(t: RequestTable, b: np.ndarray, c: np.ndarray) -> tuple[np.n
 
 
 def _fitted(
-    base: CellTest, took: tuple[int, float | None], fit: Callable[[], EpisodeEstimate]
+    base: CellTest, lost: int, fit: Callable[[], EpisodeEstimate], pair_sd: float | None = None
 ) -> CellTest:
     """``base`` with its task-time test replaced by ``fit``'s estimate; undecided, saying why,
     where it cannot be fitted or leaves the episode noise too few degrees of freedom.
-    ``took``: the df the task-group strata took, and the pairs' spread inside their episodes
-    (``stats.within_sd``, kept in the noise for ``analysis.planted.request_spread``)."""
-    lost, pair_sd = took
+    ``lost``: the df the task-group strata took; ``pair_sd``: the pairs' spread inside their
+    episodes (``stats.within_sd``, kept in the noise for ``analysis.planted.request_spread``)."""
     try:
         est = fit()
     except ConfigError as exc:

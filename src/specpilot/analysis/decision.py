@@ -31,7 +31,6 @@ Rules, in order, for a candidate arm and a group (thresholds in ``VerdictConfig`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -45,6 +44,7 @@ from specpilot.analysis.leviathan import LeviathanGap
 from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.quality import QualityGate
 from specpilot.analysis.round_summary import RoundSummary
+from specpilot.analysis.undecided import not_shown, undecided_text
 from specpilot.analysis.window import (
     NOT_MEASURED,
     NOT_PAYING,
@@ -142,6 +142,8 @@ class DecisionInputs:
     # load levels where the pilot's planted slowdown was not found (analysis.planted): no
     # candidate gets a direction or an equivalence claim there
     planted_missed: frozenset[str] = frozenset()
+    # the episode design: the episodes per level it planned (a budget may have run fewer)
+    per_level: int | None = None
 
 
 def _level_conditions(
@@ -268,7 +270,7 @@ def group_verdict(inp: DecisionInputs, group: str, cfg: VerdictConfig) -> GroupV
             group, ADOPT, rng, None, (), None, tuple(conds), window=w.summary, levels=w.levels
         )
     if w.undecided:
-        neck = undecided_text([c for c in inp.comparisons if c.task_group == group])
+        neck = undecided_text([c for c in inp.comparisons if c.task_group == group], inp.per_level)
         return GroupVerdict(
             group,
             UNDECIDED,
@@ -315,80 +317,6 @@ def _gate_condition(gate: QualityGate, group: str) -> Condition:
         f"distribution {gate.distribution_gate}, compat {gate.compat_gate}"
         + (f" ({'; '.join(gate.reasons)})" if gate.reasons else "")
         + (f"; decided by {', '.join(gate.carried)}" if gate.carried else ""),
-    )
-
-
-MOST_EPISODES = 99  # pilot.design.EpisodeSettings.per_level's bound
-
-
-def rerun(n: int) -> str:
-    """How to run the episodes a cell needs, each as long as now (``specpilot pilot --episodes``).
-
-    >>> rerun(40), rerun(150)
-    (': rerun the pilot with --episodes 40', ', more than one pilot runs (99 per level)')
-    """
-    if n > MOST_EPISODES:
-        return f", more than one pilot runs ({MOST_EPISODES} per level)"
-    return f": rerun the pilot with --episodes {n}"
-
-
-def _own(mine: Sequence[PairedComparison]) -> str:
-    """Where most of the spread between a candidate's pairs is its own effect differing between
-    requests (``PairedComparison.request_sd``, beyond the planted arm's, the measurement's), what
-    would narrow it and what would not; "" where it is not."""
-    cells = [c for c in mine if c.request_sd is not None and c.episode_noise]
-    if not cells:
-        return ""
-    c = max(cells, key=lambda c: c.request_sd or 0.0)
-    own, total = c.request_sd or 0.0, float((c.episode_noise or {}).get("pair_sd") or 0.0)
-    meas = math.sqrt(max(total**2 - own**2, 0.0))
-    if own <= meas:
-        return ""
-    return (
-        f". Most of that spread is the candidate's own, not the machine's: its effect differs "
-        f"from request to request (its pairs spread {total:.0%} inside an episode at {c.phase}, "
-        f"the planted arm's, one factor for every request, {meas:.0%}); a quieter machine would "
-        "not narrow it, more requests would (a longer level or a larger budget)"
-    )
-
-
-def undecided_text(mine: Sequence[PairedComparison]) -> str:
-    """Why no load level was decided, and what a decision would take (in the episode design:
-    how many episodes per level, at the effect and spread measured)."""
-    unit = mine[0].unit if mine else "busy period"
-    if unit == "episode":
-        now = max((c.clusters or 0 for c in mine), default=0)
-        need_ep = [c.episodes_needed for c in mine if c.episodes_needed is not None]
-        need_m = [c.processes_needed for c in mine if c.processes_needed is not None]
-        more = (
-            f"; about {min(need_ep)} episodes per level would decide the closest level at the "
-            f"effect and spread measured{rerun(min(need_ep))}"
-            if need_ep
-            else f"; more episodes alone would not decide it (the processes differ), about "
-            f"{min(need_m)} processes per arm would"
-            if need_m
-            else "; no number of episodes decides it at the effect and spread measured"
-        )
-        held = " per level" if all(c.task_group == "*" for c in mine) else " that held its requests"
-        own = _own(mine) if need_ep or not need_m else ""  # not where processes are the floor
-        return f"undecided: the pilot could not tell from {now} episodes{held}{more}{own}"
-    need = max((c.pairs_needed or 0 for c in mine), default=0)
-    most = max((c.both_ok for c in mine), default=0)
-    pairs = "pair" if most == 1 else "pairs"
-    periods = max((c.clusters or 0 for c in mine), default=0)
-    short = any(
-        c.both_ok < (c.pairs_needed or 0) or (c.clusters or 0) < (c.min_clusters or 0) for c in mine
-    )
-    return (
-        "undecided: the pilot could not tell"
-        + (
-            f" (at most {most} both-ok {pairs} per load level"
-            + (f" in at most {periods} busy period{'s' * (periods != 1)}" if periods < most else "")
-            + ")"
-            if short or not need
-            else " (every interval spans both 0 and the equivalence margin)"
-        )
-        + (f"; a decision needs about {need} both-ok pairs per level" if need else "")
     )
 
 
@@ -483,34 +411,7 @@ def bottleneck(
             f"net slower end to end: task time {w.task_rel_change.estimate:+.0%} at {w.phase}; {why}",
             conds,
         )
-    return _not_shown(inp, group, levels), conds
-
-
-def _not_shown(inp: DecisionInputs, group: str, levels: Sequence[Level]) -> str:
-    """Decode gains (or is not split) and no level was decided faster or slower: what each
-    level showed, the undecided ones with what would decide them, so that "do not adopt now"
-    never hides a level still open."""
-    cells = {c.phase: c for c in inp.comparisons if c.task_group == group}
-    parts = []
-    for phase, rate, _ in levels:
-        c = cells.get(phase)
-        at = f"{phase} ({rate:.3g} req/s)"
-        if c is not None and c.outcome == "no_difference":
-            margin = (
-                f" inside the +-{c.equivalence_margin:.0%} margin" if c.equivalence_margin else ""
-            )
-            parts.append(f"no difference at {at}, {_pct(c.task_rel_change.estimate)}{margin}")
-        elif c is not None and c.outcome == "insufficient":
-            parts.append(
-                f"undecided at {at}"
-                + (
-                    f" (about {c.episodes_needed} episodes per level would decide it"
-                    f"{rerun(c.episodes_needed)})"
-                    if c.episodes_needed
-                    else ""
-                )
-            )
-    return "the decode gain does not show end to end" + (f": {'; '.join(parts)}" if parts else "")
+    return not_shown(inp.comparisons, group, levels, inp.planted_missed, inp.per_level), conds
 
 
 def _decode_neck(inp: DecisionInputs, group: str, rs: RoundSummary) -> str:

@@ -365,6 +365,8 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
     base = a.plan.baseline or ""
     rep = representative(data.pilot.config)
     unjudged = not_measured(data)
+    design = (data.pilot.schedule or {}).get("design") or {}
+    planned = int(design["per_level"]) if design.get("per_level") else None
     for b, c in a.plan.pairs:
         why = "; ".join(f"{x}: {unjudged[x]}" for x in (b, c) if x in unjudged)
         if why:  # a failed or cut arm gets no verdict and no rollback rules
@@ -397,6 +399,7 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
             baseline_lowest=_lowest_load(a, b),
             contended=contended(data.phases, [x for x in (b, c, alt) if x is not None]),
             planted_missed=pl.missed_levels(a.planted) if b == a.plan.baseline else frozenset(),
+            per_level=planned,
         )
         v = decide(inp, a.config.verdict)
         v = pl.beside(v, a.planted if b == a.plan.baseline else [], a.comparisons, a.plan.within)

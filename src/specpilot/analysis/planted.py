@@ -96,15 +96,14 @@ def missed_levels(results: Sequence[PlantedResult]) -> frozenset[str]:
 
 def request_spread(comparisons: Sequence[PairedComparison], arm: str) -> list[PairedComparison]:
     """Each comparison against the planted arm's baseline with ``request_sd``: how far its
-    effect differs between requests. Its pairs spread inside their episodes
-    (``episode_noise.pair_sd``) by the measurement and by that; the planted arm's pairs at the
-    same level and group by the measurement alone (one factor for every request), so the
-    difference of the two variances is the requests' own. None where either spread is missing.
-
-    A cell whose spread is mostly its requests' is not narrowed by a quieter machine, only by
-    more requests; ``benchmarks/effect_reproducibility.py`` measures, across pilots of one
-    schedule, how much of it each request brings back every time (then only *distinct*
-    requests narrow it, not the same ones replayed)."""
+    effect differs between requests beyond the baseline's own measurement noise. Its pairs
+    spread inside their episodes (``episode_noise.pair_sd``) by that noise and by the requests
+    differing; the planted arm's pairs at the same level and group by the noise alone (one
+    factor for every request; crossed over processes, which an episode's centring takes out),
+    so the difference of the two variances is the requests' part. An upper bound on what each
+    request brings back every time: the candidate's own timing noise (its rounds, its batches)
+    counts in it too; ``benchmarks/effect_reproducibility.py`` splits the two across pilots of
+    one schedule. None where either spread is missing."""
     mine = [c for c in comparisons if c.candidate_arm == arm]
     base = {c.baseline_arm for c in mine}
     ref = {(c.phase, c.task_group): (c.episode_noise or {}).get("pair_sd") for c in mine}

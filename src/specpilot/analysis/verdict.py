@@ -26,6 +26,7 @@ from specpilot.analysis.decision import (
     Verdict,
     group_verdict,
 )
+from specpilot.analysis.undecided import rerun
 
 BASELINE_ON_TIME_FLOOR = 0.5  # below this at the lowest load, the SLOs are not the service's
 
@@ -78,7 +79,7 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
             f"{len(short)} of {len(cells)} cells (group x load level) undecided"
             + (
                 f"; about {min(ep)} episodes per level would decide the closest at the effect "
-                "and spread measured"
+                f"and spread measured{rerun(min(ep), inp.per_level)}"
                 if ep
                 else f"; more episodes alone would not decide them (the processes differ), "
                 f"about {min(procs)} processes per arm would decide the closest"

@@ -271,82 +271,15 @@ def _named(path: Path) -> Iterator[None]:
         raise type(exc)(f"{at_line(str(path), lines, at)}: {exc.message}", fix=exc.fix) from None
 
 
-def with_budget(cfg: Any, minutes: float) -> Any:
-    """``cfg`` with ``--budget``: only the episode design can drop episodes to meet one."""
-    from specpilot.pilot.config import PilotConfigError
-
-    if cfg.episodes is None:
-        raise PilotConfigError(
-            f"--budget {minutes:g}: this pilot has no episode design, and only episodes can be "
-            "dropped to meet a budget -> add episodes: to the pilot file, or leave --budget out"
-        )
-    if not minutes > 0:
-        raise PilotConfigError(f"--budget {minutes:g}: give the wall minutes, above 0")
-    ep = cfg.episodes.model_copy(update={"budget_min": minutes})
-    return cfg.model_copy(update={"episodes": ep})
-
-
-def with_episodes(cfg: Any, n: int) -> Any:
-    """``cfg`` with ``--episodes N``: N episodes per level *as long as they are now* (each
-    measured phase's duration scaled by N / per_level, so every episode keeps its seconds of
-    arrivals and its share of requests; ``per_level`` alone would cut the same phase thinner)
-    and the budget scaled alike. The scaled config hashes differently: a pilot of other episodes
-    is not resumed by this one."""
-    from pydantic import ValidationError
-
-    from specpilot.pilot.config import PilotConfigError
-    from specpilot.pilot.design import EpisodeSettings
-
-    ep, flag = cfg.episodes, f"--episodes {n}"
-    if ep is None:
-        raise PilotConfigError(
-            f"{flag}: this pilot has no episode design -> add episodes: to the pilot file "
-            "(examples/pilot-default.yaml), or leave --episodes out"
-        )
-    if not isinstance(cfg.workload, dict):
-        raise PilotConfigError(
-            f"{flag}: the workload is a file of its own ({cfg.workload}), whose phases this "
-            "option does not rewrite -> write the workload inline in the pilot file, or set "
-            "episodes.per_level and each phase's duration_s there (scaled alike)"
-        )
-    f = n / ep.per_level
-    phases = []
-    for ph in cfg.workload.get("phases") or []:
-        if ph.get("duration_s") is None:
-            raise PilotConfigError(
-                f"{flag}: phase {ph.get('name')!r} takes its length from its arrivals (no "
-                "duration_s), so its episodes cannot be kept as long -> give it a duration_s"
-            )
-        phases.append({**ph, "duration_s": round(float(ph["duration_s"]) * f, 3)})
-    update: dict[str, Any] = {"per_level": n}
-    if ep.budget_min is not None:
-        update["budget_min"] = round(ep.budget_min * f, 2)
-    try:
-        new_ep = EpisodeSettings.model_validate({**ep.model_dump(), **update})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(x) for x in err["loc"]) or "looks"
-        raise PilotConfigError(
-            f"{flag}: episodes.{field}: {err['msg']}",
-            fix="give N between 2 and 99 (episodes.per_level's range) that the looks fit",
-        ) from None
-    out = cfg.model_copy(
-        update={"episodes": new_ep, "workload": {**cfg.workload, "phases": phases}}
-    )
-    out._workload = None
-    out.workload_config()  # parsed now: its errors before anything runs
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
-    from specpilot.pilot.config import default_pilot_path, load_pilot
+    from specpilot.pilot.config import default_pilot_path, load_pilot, with_budget, with_episodes
 
     # resolved: relative paths in a config (traces, workloads) are relative to the real file,
     # also when it is reached through a link (examples/pilot-default.yaml)
     path = (Path(args.config) if args.config else default_pilot_path()).resolve()
     cfg = load_pilot(path, quick=args.quick)
     if args.episodes is not None:
-        cfg = with_episodes(cfg, args.episodes)
+        cfg = with_episodes(cfg, args.episodes, path.parent)
     if args.budget is not None:
         cfg = with_budget(cfg, args.budget)
     if args.dry_run:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 
 from specpilot import validation
 from specpilot.analysis.config import AnalysisConfig
+from specpilot.analysis.undecided import MOST_EPISODES
 from specpilot.errors import ConfigError, InputFileError
 from specpilot.pilot.armrules import check_arms
 from specpilot.pilot.design import EpisodeSettings
@@ -524,3 +526,110 @@ def default_pilot_path() -> Path:
     from importlib import resources
 
     return Path(str(resources.files("specpilot").joinpath("data/pilots/default.yaml")))
+
+
+def with_budget(cfg: PilotConfig, minutes: float) -> PilotConfig:
+    """``cfg`` with ``--budget``: only the episode design can drop episodes to meet one."""
+    if cfg.episodes is None:
+        raise PilotConfigError(
+            f"--budget {minutes:g}: this pilot has no episode design, and only episodes can be "
+            "dropped to meet a budget -> add episodes: to the pilot file, or leave --budget out"
+        )
+    if not minutes > 0:
+        raise PilotConfigError(f"--budget {minutes:g}: give the wall minutes, above 0")
+    ep = cfg.episodes.model_copy(update={"budget_min": minutes})
+    return cfg.model_copy(update={"episodes": ep})
+
+
+def with_episodes(cfg: PilotConfig, n: int, pilot_dir: str | Path) -> PilotConfig:
+    """``cfg`` with ``--episodes N``: N episodes per level *as long as they are now*. Each
+    measured phase's ``duration_s`` is scaled by N / per_level, so every episode keeps its
+    seconds of arrivals and its share of requests (``per_level`` alone would cut the same
+    phase thinner); a budget grows alike (never shrinks: the starts and checks do not scale);
+    the drill keeps the seconds it replays. Refused, naming why, where the phases cannot grow:
+    a workload in a file of its own, a phase with no ``duration_s``, arrivals that end sooner
+    (a trace window, steps), a drill phase shorter than its switch window. The looks stay where
+    they are. The scaled config hashes differently: another pilot's episodes are not resumed."""
+    from specpilot.workload import build_schedule
+
+    ep, flag = cfg.episodes, f"--episodes {n}"
+    if ep is None:
+        raise PilotConfigError(
+            f"{flag}: this pilot has no episode design -> add episodes: to the pilot file "
+            "(examples/pilot-default.yaml), or leave --episodes out"
+        )
+    if not isinstance(cfg.workload, dict):
+        raise PilotConfigError(
+            f"{flag}: the workload is a file of its own ({cfg.workload}), whose phases this "
+            "option does not rewrite -> write the workload inline in the pilot file, or set "
+            "episodes.per_level and each phase's duration_s there (scaled alike)"
+        )
+    f = n / ep.per_level
+    now = build_schedule(cfg.workload_config(), base_dir=cfg.workload_dir(pilot_dir))
+    before = {p.name: p.duration_s for p in now.phases}  # as played: a trace may end sooner
+    phases = []
+    for ph in cfg.workload.get("phases") or []:
+        if ph.get("duration_s") is None:
+            raise PilotConfigError(
+                f"{flag}: phase {ph.get('name')!r} takes its length from its arrivals (no "
+                "duration_s), so its episodes cannot be kept as long -> give it a duration_s"
+            )
+        length = before.get(ph.get("name"), float(ph["duration_s"]))
+        phases.append({**ph, "duration_s": round(length * f, 3)})
+    update: dict[str, Any] = {"per_level": n}
+    if ep.budget_min is not None:
+        update["budget_min"] = round(ep.budget_min * max(f, 1.0), 2)
+    try:
+        new_ep = EpisodeSettings.model_validate({**ep.model_dump(), **update})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = f"episodes.{err['loc'][0]}: " if err["loc"] else ""
+        msg = str(err.get("ctx", {}).get("error") or err["msg"])
+        raise PilotConfigError(
+            f"{flag}: {where}{msg}",
+            fix=f"give N between 2 and {MOST_EPISODES} (episodes.per_level's range) that the "
+            "looks fit",
+        ) from None
+    out = cfg.model_copy(
+        update={
+            "episodes": new_ep,
+            "workload": {**cfg.workload, "phases": phases},
+            "drill": _drill_kept(cfg, before, f, ep.per_level, flag),
+        }
+    )
+    out._workload = None
+    wl = out.workload_config()  # parsed now: its errors before anything runs
+    got = build_schedule(wl, base_dir=out.workload_dir(pilot_dir))
+    asked = {p["name"]: p["duration_s"] for p in phases}
+    for ph in got.phases:
+        want, was = asked.get(ph.name), before.get(ph.name)
+        if want is not None and was and ph.duration_s < want - 1e-6:
+            raise PilotConfigError(
+                f"{flag}: phase {ph.name!r}'s arrivals end at {ph.duration_s:g} s, before the "
+                f"{want:g} s that {n} episodes as long as now need (a trace window or steps "
+                "that run out)",
+                fix=f"widen the phase's arrivals, or ask for fewer episodes (at most "
+                f"{int(ep.per_level * ph.duration_s / was)})",
+            )
+    return out
+
+
+def _drill_kept(
+    cfg: PilotConfig, before: dict[str, float], f: float, per_level: int, flag: str
+) -> Any:
+    """The drill with the seconds it replays kept as now (a phase replayed whole would grow
+    with it), refused where the scaled phase ends before the drill's switch back."""
+    d = cfg.drill
+    length = before.get(d.phase)
+    if not d.enabled or length is None:
+        return d
+    replay = d.replay_s if d.replay_s is not None else length
+    need = d.switch_after_s + d.hold_s + d.recovery_window_s
+    if length * f < min(replay, need):
+        raise PilotConfigError(
+            f"{flag}: the drill's phase {d.phase!r} would last {length * f:g} s, less than the "
+            f"drill's switch, hold and recovery ({need:g} s)",
+            fix=f"ask for at least {math.ceil(need / length * per_level)} "
+            "episodes, or shorten drill.hold_s",
+        )
+    return d.model_copy(update={"replay_s": replay})

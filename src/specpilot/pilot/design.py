@@ -40,6 +40,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from specpilot.analysis.episodes import arm_orders
+from specpilot.analysis.undecided import MOST_EPISODES
 from specpilot.records import EPISODE_SEP as SEP
 from specpilot.records import level_of
 from specpilot.validation import StrictModel
@@ -58,7 +59,9 @@ def within_arm(speculative: str) -> str:
 class EpisodeSettings(StrictModel):
     """``episodes:`` in a pilot file: the episode design (module docstring)."""
 
-    per_level: int = Field(8, ge=2, le=99, description="episodes each measured phase is cut into")
+    per_level: int = Field(
+        8, ge=2, le=MOST_EPISODES, description="episodes each measured phase is cut into"
+    )
     processes: int = Field(
         3, ge=1, le=16, description="engine processes per compared arm, all up at once"
     )
