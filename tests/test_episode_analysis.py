@@ -294,6 +294,14 @@ def test_do_not_adopt_for_no_gain_still_names_the_level_left_open():
         needed <= 99
         and f"would decide it: rerun the pilot with --episodes {needed})" in g.bottleneck
     )
+    # the design's planned episodes reach the advice: a level that ran fewer than planned is
+    # not told to run more
+    for planned, said in ((12, f"--episodes {needed})"), (99, "the pilot planned 99 per level")):
+        pilot = dataclasses.replace(data.pilot, schedule={"design": {"per_level": planned}})
+        a = analyze(dataclasses.replace(data, pilot=pilot, requests=reqs), CFG)
+        (v,) = [v for v in a.verdicts if v.candidate_arm == "speculative"]
+        (g,) = [g for g in v.groups if g.task_group == "*"]
+        assert said in g.bottleneck, (planned, g.bottleneck)
 
 
 def test_a_level_left_open_is_said_as_such_whatever_its_cell_reads():
@@ -323,7 +331,9 @@ def test_a_level_left_open_is_said_as_such_whatever_its_cell_reads():
     )
     # a budget that ran fewer than planned needs minutes, not more episodes; past one pilot's
     # 99 per level the option cannot run them
-    assert rerun(12, planned=14).startswith(": rerun the pilot with a larger --budget")
+    assert rerun(12, planned=14) == (
+        " (the pilot planned 14 per level and ran fewer here: its sequential looks say why)"
+    )
     assert rerun(150) == "; that is more than one pilot runs (99 per level)"
 
 

@@ -239,7 +239,24 @@ def test_episodes_scales_the_levels_so_each_episode_keeps_its_length(tmp_path, c
         with_episodes(load_pilot(short), 20, tmp_path)
     with pytest.raises(ConfigError, match=r"the drill's phase 'peak' would last 3\.14286 s"):
         with_episodes(cfg, 2, tmp_path)  # 22 s x 2 / 14, under the drill's 3 + 5 + 4 s
-    assert with_episodes(cfg, 8, tmp_path).drill.replay_s == cfg.drill.replay_s == 14
+    fewer = with_episodes(cfg, 8, tmp_path)
+    assert fewer.drill.replay_s == cfg.drill.replay_s == 14
+    assert fewer.episodes.budget_min == cfg.episodes.budget_min  # never shrunk
+    data = yaml.safe_load(_config(tmp_path).read_text())
+    data["drill"]["replay_s"] = None  # the whole phase: the seconds it replays now
+    del data["quick"]  # its phases are traces: steps here would not merge with them
+    steps = {"kind": "steps", "steps": [{"duration_s": 22, "rate": 2}]}
+    data["workload"]["phases"][1]["arrival"] = steps
+    short.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="arrives in steps"):
+        with_episodes(load_pilot(short), 40, tmp_path)
+    del data["workload"]["phases"][1]
+    data["drill"]["phase"] = "off_peak"
+    short.write_text(yaml.safe_dump(data))
+    assert with_episodes(load_pilot(short), 40, tmp_path).drill.replay_s == 44
+    # the embedded default, whose traces are relative to its own file
+    assert main(["pilot", "--episodes", "20", "--dry-run"]) == 0
+    assert "20 episodes per load level" in capsys.readouterr().out
     # refused by name, before anything runs
     for argv, said in (
         (["--episodes", "150"], "--episodes 150: episodes.per_level: Input should be less"),

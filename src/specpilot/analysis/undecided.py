@@ -4,7 +4,7 @@ them each as long as now), and how much of the spread is the candidate's own req
 differing from one another, which more requests narrow whatever the machine.
 
     >>> rerun(40), rerun(12, planned=14)
-    (': rerun the pilot with --episodes 40', ': rerun the pilot with a larger --budget (it planned 14 per level and ran fewer)')
+    (': rerun the pilot with --episodes 40', ' (the pilot planned 14 per level and ran fewer here: its sequential looks say why)')
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ OWN_SHARE = 0.25  # the requests' share of the episodes' variance worth naming
 
 def rerun(n: int, planned: int | None = None) -> str:
     """How to run the ``n`` episodes per level a cell needs, each as long as now; ``planned``:
-    the design's episodes per level (a budget that ran fewer needs more minutes, not more
-    episodes)."""
+    the design's episodes per level. Where the level ran fewer than planned (a budget, a look
+    that closed it, an interruption) more episodes are not what is missing, and the report's
+    sequential looks say which it was."""
     if planned is not None and n <= planned:
-        return f": rerun the pilot with a larger --budget (it planned {planned} per level and ran fewer)"
+        return f" (the pilot planned {planned} per level and ran fewer here: its sequential looks say why)"
     if n > MOST_EPISODES:
         return f"; that is more than one pilot runs ({MOST_EPISODES} per level)"
     return f": rerun the pilot with --episodes {n}"

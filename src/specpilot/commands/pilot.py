@@ -54,8 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help="N episodes per load level, each as long as now: episodes.per_level and every "
-        "measured phase's duration_s (and episodes.budget_min) scaled by N / per_level, so the "
-        "'about N episodes per level would decide it' of an undecided pilot can be run as said",
+        "measured phase's duration_s scaled by N / per_level (episodes.budget_min grown alike, "
+        "never shrunk; the drill replays the seconds it did), so the 'about N episodes per "
+        "level would decide it' of an undecided pilot can be run as said",
     )
     p.set_defaults(func=run)
 

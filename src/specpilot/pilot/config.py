@@ -545,10 +545,10 @@ def with_episodes(cfg: PilotConfig, n: int, pilot_dir: str | Path) -> PilotConfi
     """``cfg`` with ``--episodes N``: N episodes per level *as long as they are now*. Each
     measured phase's ``duration_s`` is scaled by N / per_level, so every episode keeps its
     seconds of arrivals and its share of requests (``per_level`` alone would cut the same
-    phase thinner); a budget grows alike (never shrinks: the starts and checks do not scale);
+    phase thinner); a budget grows alike, never shrinks (the starts and checks do not scale);
     the drill keeps the seconds it replays. Refused, naming why, where the phases cannot grow:
-    a workload in a file of its own, a phase with no ``duration_s``, arrivals that end sooner
-    (a trace window, steps), a drill phase shorter than its switch window. The looks stay where
+    a workload in a file of its own, a phase with no ``duration_s`` or arriving in steps,
+    arrivals that end sooner (a trace window), a drill phase shorter than its switch window. The looks stay where
     they are. The scaled config hashes differently: another pilot's episodes are not resumed."""
     from specpilot.workload import build_schedule
 
@@ -569,6 +569,12 @@ def with_episodes(cfg: PilotConfig, n: int, pilot_dir: str | Path) -> PilotConfi
     before = {p.name: p.duration_s for p in now.phases}  # as played: a trace may end sooner
     phases = []
     for ph in cfg.workload.get("phases") or []:
+        if (ph.get("arrival") or {}).get("kind") == "steps":
+            raise PilotConfigError(
+                f"{flag}: phase {ph.get('name')!r} arrives in steps, which end where their own "
+                "durations do -> scale its steps and duration_s in the pilot file, with "
+                "episodes.per_level"
+            )
         if ph.get("duration_s") is None:
             raise PilotConfigError(
                 f"{flag}: phase {ph.get('name')!r} takes its length from its arrivals (no "
@@ -625,7 +631,7 @@ def _drill_kept(
         return d
     replay = d.replay_s if d.replay_s is not None else length
     need = d.switch_after_s + d.hold_s + d.recovery_window_s
-    if length * f < min(replay, need):
+    if length * f < need:
         raise PilotConfigError(
             f"{flag}: the drill's phase {d.phase!r} would last {length * f:g} s, less than the "
             f"drill's switch, hold and recovery ({need:g} s)",
