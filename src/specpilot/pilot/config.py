@@ -548,8 +548,9 @@ def with_episodes(cfg: PilotConfig, n: int, pilot_dir: str | Path) -> PilotConfi
     phase thinner); a budget grows alike, never shrinks (the starts and checks do not scale);
     the drill keeps the seconds it replays. Refused, naming why, where the phases cannot grow:
     a workload in a file of its own, a phase with no ``duration_s`` or arriving in steps,
-    arrivals that end sooner (a trace window), a drill phase shorter than its switch window. The looks stay where
-    they are. The scaled config hashes differently: another pilot's episodes are not resumed."""
+    arrivals that end sooner (a trace window), a drill phase shorter than its switch window.
+    The looks stay where they are. The scaled config hashes differently: another pilot's
+    episodes are not resumed."""
     from specpilot.workload import build_schedule
 
     ep, flag = cfg.episodes, f"--episodes {n}"
@@ -567,21 +568,7 @@ def with_episodes(cfg: PilotConfig, n: int, pilot_dir: str | Path) -> PilotConfi
     f = n / ep.per_level
     now = build_schedule(cfg.workload_config(), base_dir=cfg.workload_dir(pilot_dir))
     before = {p.name: p.duration_s for p in now.phases}  # as played: a trace may end sooner
-    phases = []
-    for ph in cfg.workload.get("phases") or []:
-        if (ph.get("arrival") or {}).get("kind") == "steps":
-            raise PilotConfigError(
-                f"{flag}: phase {ph.get('name')!r} arrives in steps, which end where their own "
-                "durations do -> scale its steps and duration_s in the pilot file, with "
-                "episodes.per_level"
-            )
-        if ph.get("duration_s") is None:
-            raise PilotConfigError(
-                f"{flag}: phase {ph.get('name')!r} takes its length from its arrivals (no "
-                "duration_s), so its episodes cannot be kept as long -> give it a duration_s"
-            )
-        length = before.get(ph.get("name"), float(ph["duration_s"]))
-        phases.append({**ph, "duration_s": round(length * f, 3)})
+    phases = _scaled_phases(cfg.workload.get("phases") or [], before, f, flag)
     update: dict[str, Any] = {"per_level": n}
     if ep.budget_min is not None:
         update["budget_min"] = round(ep.budget_min * max(f, 1.0), 2)
@@ -617,6 +604,29 @@ def with_episodes(cfg: PilotConfig, n: int, pilot_dir: str | Path) -> PilotConfi
                 fix=f"widen the phase's arrivals, or ask for fewer episodes (at most "
                 f"{int(ep.per_level * ph.duration_s / was)})",
             )
+    return out
+
+
+def _scaled_phases(
+    phases: list[dict[str, Any]], before: dict[str, float], f: float, flag: str
+) -> list[dict[str, Any]]:
+    """The workload's phases (as written) with each ``duration_s`` its length as played times
+    ``f``; refused where a phase's length is not its own to scale."""
+    out = []
+    for ph in phases:
+        if (ph.get("arrival") or {}).get("kind") == "steps":
+            raise PilotConfigError(
+                f"{flag}: phase {ph.get('name')!r} arrives in steps, which end where their own "
+                "durations do -> scale its steps and duration_s in the pilot file, with "
+                "episodes.per_level"
+            )
+        if ph.get("duration_s") is None:
+            raise PilotConfigError(
+                f"{flag}: phase {ph.get('name')!r} takes its length from its arrivals (no "
+                "duration_s), so its episodes cannot be kept as long -> give it a duration_s"
+            )
+        length = before.get(str(ph.get("name")), float(ph["duration_s"]))
+        out.append({**ph, "duration_s": round(length * f, 3)})
     return out
 
 
