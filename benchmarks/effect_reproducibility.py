@@ -38,6 +38,7 @@ import numpy as np
 from specpilot.analysis.celltest import task_log_ratios
 from specpilot.analysis.paired import pair_rows
 from specpilot.analysis.requests import RequestTable
+from specpilot.analysis.stats import stratify
 from specpilot.records import level_of
 from specpilot.store.store import read_pilot
 
@@ -48,7 +49,8 @@ Key = tuple[str, str]  # (episode phase, request id)
 
 
 def ratios(table: RequestTable, baseline: str, cand: str) -> dict[str, dict[Key, float]]:
-    """Per load level: each paired request's log task-time ratio, less its task group's mean."""
+    """Per load level: each paired request's log task-time ratio, its task group's mean taken
+    out (``analysis.stats.stratify``: the level's own mean kept, which a pilot's column removes)."""
     b, c, _ = pair_rows(table, baseline, cand)
     ok, d = task_log_ratios(table, b, c)
     b = b[ok]
@@ -56,9 +58,7 @@ def ratios(table: RequestTable, baseline: str, cand: str) -> dict[str, dict[Key,
     out: dict[str, dict[Key, float]] = {}
     for lv in np.unique(level):
         m = level == lv
-        x, g = d[m].copy(), table.task_group[b][m]
-        for grp in np.unique(g):
-            x[g == grp] -= x[g == grp].mean()
+        x, _ = stratify(d[m], table.task_group[b][m])  # each group's own mean out
         keys = zip(table.phase[b][m].astype(str), table.request_id[b][m].astype(str), strict=True)
         out[str(lv)] = dict(zip(keys, x, strict=True))
     return out
