@@ -31,6 +31,7 @@ __all__ = [
     "FieldProblem",
     "StrictModel",
     "dotted",
+    "field_owners",
     "field_paths",
     "format_errors",
     "user_path",
@@ -73,6 +74,9 @@ FIXES = {
     "string_pattern_mismatch": "use letters, digits, '_', '-' or '.'",
     "float_parsing": "write a number",
     "int_parsing": "write a whole number",
+    "int_type": "write a whole number",
+    "float_type": "write a number",
+    "bool_type": "write true or false",
     "bool_parsing": "write true or false",
     "dict_type": "write a mapping (key: value)",
     "list_type": "write a list",
@@ -140,9 +144,10 @@ def _models_in(annotation: Any) -> list[tuple[type[BaseModel], str]]:
     return []
 
 
-def field_paths(root: type[BaseModel]) -> dict[str, set[str]]:
-    """Every field name of a config tree -> the dotted paths of the models that have it."""
-    out: dict[str, set[str]] = {}
+def field_owners(root: type[BaseModel]) -> dict[tuple[str, str], list[type[BaseModel]]]:
+    """(field name, dotted path of the models that have it) -> those models (several where a
+    union's members sit at one place: the arrival kinds of a phase)."""
+    out: dict[tuple[str, str], list[type[BaseModel]]] = {}
     seen: set[tuple[type[BaseModel], str]] = set()
 
     def walk(model: type[BaseModel], at: str) -> None:
@@ -150,7 +155,7 @@ def field_paths(root: type[BaseModel]) -> dict[str, set[str]]:
             return
         seen.add((model, at))
         for name, f in model.model_fields.items():
-            out.setdefault(name, set()).add(at or "(top level)")
+            out.setdefault((name, at or "(top level)"), []).append(model)
             for sub, suffix in _models_in(_resolve(f.annotation, model)):
                 walk(sub, (f"{at}.{name}" if at else name) + suffix)
 
@@ -158,11 +163,35 @@ def field_paths(root: type[BaseModel]) -> dict[str, set[str]]:
     return out
 
 
-def _unknown_fix(name: str, here: str, paths: Mapping[str, set[str]]) -> str | None:
+def field_paths(root: type[BaseModel]) -> dict[str, set[str]]:
+    """Every field name of a config tree -> the dotted paths of the models that have it."""
+    out: dict[str, set[str]] = {}
+    for name, at in field_owners(root):
+        out.setdefault(name, set()).add(at)
+    return out
+
+
+def _kinds(models: Iterable[type[BaseModel]]) -> list[str]:
+    """The tag values (``kind: trace``) of union members, where they have one."""
+    out = []
+    for m in models:
+        f = m.model_fields.get("kind")
+        if f is not None and typing.get_origin(f.annotation) is typing.Literal:
+            out += [str(v) for v in typing.get_args(f.annotation)]
+    return out
+
+
+def _unknown_fix(name: str, here: str, root: type[BaseModel]) -> str | None:
+    owners = field_owners(root)
+    paths = field_paths(root)
+    if here in paths.get(name, set()):  # a field of another member of the union at this place
+        kinds = _kinds(owners[(name, here)])
+        which = f"kind: {' or '.join(kinds)}" if kinds else "another form of this entry"
+        return f"{name!r} belongs to {which}, not to this one: fix the kind, or remove {name!r}"
     elsewhere = sorted(paths.get(name, set()) - {here})
     if elsewhere:
         return f"{name!r} is not a field here: it belongs under {' or '.join(elsewhere)}"
-    close = difflib.get_close_matches(name, sorted(paths), n=1)
+    close = difflib.get_close_matches(name, sorted(set(paths) - {name}), n=1)
     return f"did you mean {close[0]!r}?" if close else None
 
 
@@ -225,13 +254,12 @@ def format_errors(
     """One line per problem: ``where[:line]: path: message -> fix``. ``prefix`` is where the
     validated mapping sits in the file (``("workload",)`` for a pilot's inline workload);
     ``special(error)`` may return a (message, fix) of its own for an error."""
-    paths = field_paths(root) if root is not None else {}
     out = [f"{where}: {exc.error_count()} problem(s)"]
     for e in exc.errors():
         path, msg, fix = _explained(e, (*prefix, *user_path(e["loc"], tags)), fixes, special)
-        if e["type"] == "extra_forbidden" and path and paths:
+        if e["type"] == "extra_forbidden" and path and root is not None:
             here = _generic(path[len(prefix) : -1]) if len(path) > len(prefix) + 1 else ""
-            fix = _unknown_fix(str(path[-1]), here or "(top level)", paths) or fix
+            fix = _unknown_fix(str(path[-1]), here or "(top level)", root) or fix
         line = lines.line(path) if lines is not None else None
         at = f"{where}:{line}" if line is not None else where
         out.append(f"  {at}: {dotted(path)}: {msg}" + (f" -> {fix}" if fix else ""))

@@ -497,6 +497,7 @@ def load_pilot(path: str | Path, *, quick: bool = False) -> PilotConfig:
     """Read and validate a pilot YAML; a relative ``workload:`` path resolves against it, and
     every model file an arm names must exist (``pilot.files``)."""
     from specpilot.pilot.files import missing_model_lines
+    from specpilot.workload.config import missing_trace_lines
 
     p = Path(path)
     data, lines = read_pilot_yaml(p)
@@ -513,6 +514,12 @@ def load_pilot(path: str | Path, *, quick: bool = False) -> PilotConfig:
         cfg._workload = None
         cfg.workload_config()  # parsed now: its errors before anything runs
         _check_drill(cfg, [ph.name for ph in cfg.workload_config().phases], str(p), lines)
+    else:
+        # relative to the real file, as the pilot command reads it (through a link too)
+        real_dir = p.resolve().parent
+        traces = missing_trace_lines(cfg.workload_config(), real_dir, str(p), lines, ("workload",))
+        if traces:
+            raise PilotConfigError("\n".join(traces))
     missing = missing_model_lines(
         cfg, str(p), lambda path: at_line(str(p), lines, path), data.get("arms")
     )

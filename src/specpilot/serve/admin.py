@@ -22,46 +22,85 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from specpilot.errors import SpecpilotError
 from specpilot.serve.protocol import APIError, StrategyUpdate
-from specpilot.serve.state import ServerState, State
+from specpilot.serve.state import ServerConfig, ServerState, State
 from specpilot.serve.strategy import StrategyTable
 
 log = logging.getLogger("specpilot.serve")
 PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip", "via")
 
 
-def require_admin(request: Request, state: State) -> None:
-    cfg = state.cfg
-    host = request.client.host if request.client else ""
-    proxied = [h for h in PROXY_HEADERS if h in request.headers]
+def admin_refusal(cfg: ServerConfig, client: str, headers: Mapping[str, str]) -> APIError | None:
+    """Why an /admin request is refused (403: proxied, not loopback, no token configured; 401:
+    a missing or wrong token), or None when it may pass. Reads only the client and headers, so
+    :class:`AdminGate` decides before any body is read."""
+    proxied = [h for h in PROXY_HEADERS if h in headers]
     if proxied and not cfg.admin_trust_proxy:
-        raise APIError(
+        return APIError(
             403,
             f"admin endpoints refuse proxied requests ({', '.join(proxied)} present): the "
             "loopback check cannot see the real client behind a proxy; call /admin directly "
             "(or start the server with admin_trust_proxy)",
             type="permission_error",
         )
-    if host not in cfg.admin_hosts:
-        raise APIError(403, "admin endpoints answer loopback clients only", type="permission_error")
+    if client not in cfg.admin_hosts:
+        return APIError(
+            403, "admin endpoints answer loopback clients only", type="permission_error"
+        )
     if not cfg.admin_token:
-        raise APIError(
+        return APIError(
             403,
             "admin endpoints are disabled (start the server with an admin token)",
             type="permission_error",
         )
-    got = request.headers.get("authorization", "")
+    got = headers.get("authorization", "")
     if not hmac.compare_digest(got.encode(), f"Bearer {cfg.admin_token}".encode()):
-        raise APIError(
+        return APIError(
             401,
             "missing or wrong admin token (Authorization: Bearer ...)",
             type="authentication_error",
         )
+    return None
+
+
+def require_admin(request: Request, state: State) -> None:
+    """The routes' own fence (the same rule as :class:`AdminGate`, for a router mounted
+    without it)."""
+    host = request.client.host if request.client else ""
+    refusal = admin_refusal(state.cfg, host, request.headers)
+    if refusal is not None:
+        raise refusal
+
+
+class AdminGate:
+    """ASGI middleware in front of the body guard: an /admin request that may not pass is
+    answered (401/403) before its body is read, so an unauthenticated caller learns nothing
+    about how its body would be judged (too large, too deep, not JSON)."""
+
+    def __init__(self, app: ASGIApp, cfg: ServerConfig) -> None:
+        self.app, self.cfg = app, cfg
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        if scope["type"] == "http" and (path == "/admin" or path.startswith("/admin/")):
+            client = scope.get("client")
+            refusal = admin_refusal(self.cfg, client[0] if client else "", Headers(scope=scope))
+            if refusal is not None:
+                response = JSONResponse(
+                    refusal.body(), status_code=refusal.status, headers=refusal.headers
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])

@@ -72,7 +72,13 @@ def create_app(
     app = FastAPI(title="specpilot", version="0.1.0", lifespan=lifespan)
     app.state.server = state
     app.add_middleware(_InternalErrors)
-    app.add_middleware(BodyGuard, max_bytes=state.cfg.max_body_bytes)
+    app.add_middleware(
+        BodyGuard,
+        max_bytes=state.cfg.max_body_bytes,
+        max_depth=state.cfg.max_json_depth,
+        max_values=state.cfg.max_json_values,
+    )
+    app.add_middleware(admin.AdminGate, cfg=state.cfg)  # outermost: auth before any body
     _error_handlers(app, state)
     app.include_router(routes.router)
     app.include_router(admin.router)

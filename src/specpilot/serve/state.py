@@ -25,6 +25,7 @@ from fastapi import Depends, Request
 from specpilot.engine.generate import Engine
 from specpilot.engine.scheduler import Scheduler, SchedulerConfig
 from specpilot.errors import ConfigError
+from specpilot.serve.body import MAX_JSON_DEPTH, MAX_JSON_VALUES
 from specpilot.serve.metrics import ServerMetrics
 from specpilot.serve.protocol import APIError
 from specpilot.serve.strategy import StrategySwitch
@@ -50,6 +51,9 @@ class ServerConfig:
     # a request body larger than this is refused (413) before it is read whole: a 20 MB chat
     # prompt used to hold the event loop for 22 s in templating before its 400
     max_body_bytes: int = 4 << 20
+    # nesting and value count past which a body is refused before it is parsed (serve.body)
+    max_json_depth: int = MAX_JSON_DEPTH
+    max_json_values: int = MAX_JSON_VALUES
     # prompt text (characters) per context token allowed into templating and tokenising; a
     # token is rarely under 1 character, so more characters than this x the context cannot fit
     max_prompt_chars_per_token: int = 8

@@ -425,6 +425,30 @@ def parse_workload(
         raise WorkloadError(format_errors(exc, where, lines=lines, prefix=prefix)) from None
 
 
+def missing_trace_lines(
+    cfg: WorkloadConfig, base_dir: Path, where: str, lines: Any, prefix: tuple[Any, ...] = ()
+) -> list[str]:
+    """One line per trace arrival whose file is not there, at its ``path:`` line (empty: none),
+    so a missing trace is refused when the file is read, not when its phase is built."""
+    out = []
+    for i, phase in enumerate(cfg.phases):
+        a = phase.arrival
+        if not isinstance(a, TraceArrival):
+            continue
+        file = Path(a.path) if Path(a.path).is_absolute() else base_dir / a.path
+        if file.is_file():
+            continue
+        path = (*prefix, "phases", i, "arrival", "path")
+        line = lines.line(path) if lines is not None else None
+        at = f"{where}:{line}" if line is not None else where
+        out.append(
+            f"  {at}: {validation.dotted(path)}: trace not found: {file} -> fix the path: a "
+            f"relative path starts at {base_dir} (the workload's directory), or give an "
+            "absolute one"
+        )
+    return [f"{where}: {len(out)} trace file(s) missing", *out] if out else []
+
+
 def load_workload(path: str | Path) -> WorkloadConfig:
     """Read and validate a workload YAML (the file may also be a pilot YAML with ``workload:``)."""
     p = Path(path)
@@ -442,4 +466,9 @@ def load_workload(path: str | Path) -> WorkloadConfig:
     prefix: tuple[str, ...] = ()
     if isinstance(data, dict) and "workload" in data and "phases" not in data:
         data, prefix = data["workload"], ("workload",)
-    return parse_workload(data, str(p), lines=LineMap.from_text(text), prefix=prefix)
+    lines = LineMap.from_text(text)
+    cfg = parse_workload(data, str(p), lines=lines, prefix=prefix)
+    missing = missing_trace_lines(cfg, p.parent, str(p), lines, prefix)
+    if missing:
+        raise WorkloadError("\n".join(missing))
+    return cfg
