@@ -8,6 +8,12 @@ held the loop for hours at that size, 5 s at 24 KB), 4 Mi brackets, 1.4 million 
 (json.loads took 0.2-0.9 s on them, all on the loop) and the same escapes in UTF-16. A machine
 that pauses the process for a while (a shared VM) can spoil one attempt: the best of three is
 kept; a guard that holds the loop fails all three.
+
+The stream's own pace is a token step of the tiny model (22-26 ms on the AMD EPYC AVX2-only
+kind, under 10 ms on the AVX-512 kind), so its gaps are read against the worst gap the same
+stream showed in the 0.3 s before the bodies: the loop may add at most 50 ms to it. A valid
+4 MiB string costs ``json.loads`` 8-21 ms there, on the loop as in every FastAPI server (vLLM's
+too), and is not a guard's to remove.
 """
 
 from __future__ import annotations
@@ -136,21 +142,24 @@ def test_hostile_bodies_do_not_hold_health_or_a_stream(url: str, tmp_path: Path)
     attempts = []
     for _ in range(3):
         with Watch(url) as w:
+            q0 = time.perf_counter()
+            time.sleep(0.3)
             t0 = time.perf_counter()
             answers = {name: _curl(url, f) for name, f in files.items()}
             t1 = time.perf_counter()
             time.sleep(0.05)
         assert all('"error"' in a for a in answers.values()), answers  # each one refused
+        _, quiet, _ = w.worst(q0, t0 - 0.03)  # the stream's own pace, before the bodies
         health, gap, polls = w.worst(t0, t1)
-        attempts.append((max(health, gap), health, gap, polls, t1 - t0))
-        if max(health, gap) <= LIMIT_S:
+        attempts.append((max(health, gap - quiet), health, gap, quiet, polls, t1 - t0))
+        if max(health, gap - quiet) <= LIMIT_S:
             break
     best = min(attempts)
     print(f"best of {len(attempts)}: {best}")
-    _, health, gap, polls, took = best
+    _, health, gap, quiet, polls, took = best
     assert polls >= 5, f"too few /health probes overlapped the hostile bodies: {attempts}"
-    assert health <= LIMIT_S and gap <= LIMIT_S, (
+    assert health <= LIMIT_S and gap - quiet <= LIMIT_S, (
         f"while {len(HOSTILE)} hostile bodies were checked ({took:.2f} s), /health took up to "
-        f"{health * 1000:.0f} ms and the stream paused {gap * 1000:.0f} ms (best of "
-        f"{len(attempts)}: {attempts})"
+        f"{health * 1000:.0f} ms and the stream paused {gap * 1000:.0f} ms against "
+        f"{quiet * 1000:.0f} ms before them (best of {len(attempts)}: {attempts})"
     )
