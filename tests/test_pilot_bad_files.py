@@ -258,3 +258,33 @@ def test_a_run_built_in_code_is_stopped_before_engines_start(tmp_path, monkeypat
     assert "arm 'speculative': target models/t.gguf does not exist" in str(err.value)
     assert err.value.fix and "default target" in err.value.fix
     assert not started and not out.exists()
+
+
+DEFAULT = Path(__file__).resolve().parent.parent / "src" / "specpilot" / "data" / "pilots"
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_level_too_thin_for_its_episodes_is_refused_at_its_line(
+    tmp_path, capsys, dry_run
+) -> None:
+    """The embedded default with its off-peak level slowed to 0.02 req/s (about 1 request in
+    its 44 s) for 14 episodes: refused before any engine starts, naming the phase, its request
+    count, and the duration and rate that would give each episode 2 requests."""
+    text = (DEFAULT / "default.yaml").read_text()
+    traces = (DEFAULT.parent / "traces").as_posix()
+    text = text.replace("../traces/", traces + "/")
+    old = "target_rate: 1.0, use_lengths: none}"
+    assert text.count(old) == 1
+    text = text.replace(old, "target_rate: 0.02, use_lengths: none}")
+    f = tmp_path / "thin.yaml"
+    f.write_text(text)
+    args = ["pilot", str(f), "--out", str(tmp_path / "out")] + (["--dry-run"] if dry_run else [])
+    rc = main(args)
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err, err
+    line = _line_of(text, "- name: off_peak") + 1  # the phase's duration_s
+    assert f"{f}:{line}:" in err, err
+    assert "phase 'off_peak'" in err and "14 episodes need at least 2 each (28)" in err, err
+    assert re.search(r"duration_s to at least \d+ s or its rate to at least [\d.]+ req/s", err)
+    assert "'peak'" not in err  # the peak level is fine
+    assert not (tmp_path / "out" / "pilot.duckdb").exists()  # nothing was measured

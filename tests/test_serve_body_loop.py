@@ -18,11 +18,8 @@ too), and is not a guard's to remove.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +28,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from test_server import MODEL, free_port
+from test_server import MODEL
+from tiny_server import running
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
 LIMIT_S = 0.050
@@ -45,29 +43,8 @@ HOSTILE = {
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    port = free_port()
-    server = Path(__file__).parent / "tiny_server.py"
-    env = {**os.environ, "SPECPILOT_CALIBRATION": "skip"}
-    proc = subprocess.Popen(
-        [sys.executable, str(server), str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the tiny server did not come up in 60 s")
+    with running() as base:
         yield base
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 class Watch:

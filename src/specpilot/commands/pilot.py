@@ -1,5 +1,5 @@
-"""``specpilot pilot [PILOT.yaml] [--quick] [--out DIR] [--dry-run] [--budget MIN] [--episodes N]``:
-the whole pilot.
+"""``specpilot pilot [PILOT.yaml] [--quick] [--out DIR] [--dry-run] [--budget MIN] [--episodes N]
+[--capacity RPS]``: the whole pilot.
 
 Runs every arm of the pilot on one schedule (baseline, one speculative strategy, the
 equal-budget alternative, any extra arms), gates quality, drills the rollback, then writes the
@@ -10,6 +10,11 @@ embedded default (SmolLM2-135M + the shipped draft on the builtin engine, llama.
 ``--dry-run`` checks the config (one switch at a time between arms), prints the arms, what
 each is compared with, the exact launch commands and the schedule, and starts nothing.
 Running the same command again with the same ``--out`` resumes an interrupted pilot.
+
+A phase may give its load as ``target_utilization`` (a fraction of what the baseline sustains
+on this machine): the pilot then probes the baseline's capacity first (``pilot.capacity``), and
+``--dry-run`` plans those phases at ``--capacity RPS`` where given (without it, it says the
+rates wait for the probe). ``--capacity RPS`` on a run uses that figure instead of probing.
 
     specpilot pilot --quick --out runs/quick          # the embedded default, quick profile
     specpilot pilot examples/pilot-vllm-gpu.yaml --dry-run
@@ -58,11 +63,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "never shrunk; the drill replays the seconds it did), so the 'about N episodes per "
         "level would decide it' of an undecided pilot can be run as said",
     )
+    p.add_argument(
+        "--capacity",
+        type=float,
+        default=None,
+        metavar="RPS",
+        help="the baseline's sustainable rate in requests/s, given instead of probed: "
+        "target_utilization phases run (or, with --dry-run, are planned) at that fraction of "
+        "it; the report says it was given, not measured",
+    )
     p.set_defaults(func=run)
 
 
-def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
-    """What ``--dry-run`` prints: arms, references, strategies, frozen settings, commands."""
+def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) -> dict[str, Any]:
+    """What ``--dry-run`` prints: arms, references, strategies, frozen settings, commands; the
+    schedule and its pairs where its rates are known (``target_utilization`` phases need
+    ``capacity_rps``, else the probe at the pilot's start sets them)."""
     from specpilot.backends.llamacpp import LlamaCppBackend
     from specpilot.pilot import noise
     from specpilot.pilot.arms import check_one_switch, plan_arms
@@ -71,7 +87,18 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
 
     plans = plan_arms(cfg)
     check_one_switch(plans)
-    schedule = build_schedule(cfg.workload_config(), base_dir=cfg.workload_dir(base_dir))
+    wl = cfg.workload_config()
+    waits = wl.utilization_phases() if capacity_rps is None else []
+    schedule = (
+        None
+        if waits
+        else build_schedule(wl, base_dir=cfg.workload_dir(base_dir), capacity_rps=capacity_rps)
+    )
+    if cfg.episodes is not None and schedule is not None:  # a level too thin: refused here too
+        from specpilot.pilot.design import refuse_short_levels
+
+        names = [ph.name for ph in wl.phases]
+        refuse_short_levels(schedule, cfg.episodes.per_level, names)
     arms = []
     for p in plans:
         backend = make_backend(p)
@@ -101,8 +128,9 @@ def plan_summary(cfg: Any, base_dir: Path) -> dict[str, Any]:
         "repetitions": cfg.repetitions,
         "design": cfg.design,
         "arms": arms,
-        "schedule": schedule.summary(),
-        "pairs": pairs_per_cell(schedule, cfg),
+        "schedule": schedule.summary() if schedule is not None else None,
+        "pairs": pairs_per_cell(schedule, cfg) if schedule is not None else None,
+        "capacity": {"given_rps": capacity_rps, "waits_for_probe": waits},
         "episodes": noise.episode_plan(cfg),
         "equivalence_margin": cfg.analysis.verdict.equivalence_margin,
     }
@@ -157,6 +185,18 @@ def _print_plan(plan: dict[str, Any]) -> None:
     for a in plan["arms"]:
         _print_arm(a)
     sch = plan["schedule"]
+    if sch is None:
+        print(
+            f"  schedule: phases {', '.join(plan['capacity']['waits_for_probe'])} give "
+            "target_utilization, so their rates come from the capacity probe at the pilot's "
+            "start (--capacity RPS plans them at a figure)"
+        )
+        if plan.get("episodes"):
+            _print_episodes(plan["episodes"], plan.get("equivalence_margin"))
+        return
+    given = plan["capacity"]["given_rps"]
+    if given is not None:
+        print(f"  capacity: {given:g} req/s as given (--capacity), not measured")
     phases = ", ".join(
         f"{p['name']} {p['duration_s']:g}s x {p['offered_rate']:g}/s" for p in sch["phases"]
     )
@@ -285,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = with_budget(cfg, args.budget)
     if args.dry_run:
         with _named(path):
-            plan = plan_summary(cfg, path.parent)
+            plan = plan_summary(cfg, path.parent, args.capacity)
         if args.json:
             print(json.dumps(plan, indent=2, default=str))
         else:
@@ -302,7 +342,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out_dir()
     progress = PilotProgress(quiet=True if args.quiet else None)
     with progress, _named(path):
-        result = Pilot(cfg, out, base_dir=path.parent, progress=progress).run()
+        pilot = Pilot(cfg, out, base_dir=path.parent, progress=progress, capacity_rps=args.capacity)
+        result = pilot.run()
     print(result.summary)
     for kind, f in sorted(result.files.items()):
         print(f"{kind:>6}: {f}")

@@ -87,6 +87,8 @@ class _ArmBase(_Model):
     name: str = Field(pattern=NAME_PATTERN)
     role: Literal["baseline", "speculative", "alternative", "control", "extra"]
     url: str | None = None  # an endpoint someone else runs: no start, no drill, partial manifest
+    # a baseline by URL may take the capacity probe's load (target_utilization needs it)
+    probe: bool = False
     compare_to: str | None = None
     budget: BudgetModel = Field(default_factory=lambda: BudgetModel())
     drill: bool | None = None  # None: drill the speculative arm
@@ -160,6 +162,12 @@ class LoadSettings(_Model):
         "drill)",
     )
     include_usage: bool = True  # ask for stream_options.include_usage
+    capacity_probe: bool | None = Field(
+        None,
+        description="measure the baseline's sustainable rate before the episodes (pilot."
+        "capacity): None runs it where a phase gives target_utilization; true also states "
+        "what absolute rates mean on this machine; false refuses target_utilization",
+    )
     run_stages: bool = Field(
         False,
         description="run the workload's client-side stages (retrieval, tool calls) before each "

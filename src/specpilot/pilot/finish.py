@@ -73,10 +73,28 @@ def _group_why(g: dict[str, Any]) -> str:
     return f" ({held[0]})" if held else ""
 
 
+def _levels_line(doc: dict[str, Any]) -> str:
+    """The load levels with the utilization each meant here (the capacity probe's figure)."""
+    probe = (doc.get("capacity") or {}).get("probe")
+    parts = [
+        f"{lv['level']} {lv['offered_rps']:.3g} req/s"
+        + (f" ({lv['utilization']:.2f} of capacity)" if lv["utilization"] is not None else "")
+        for lv in (doc.get("capacity") or {}).get("levels") or []
+        if lv["offered_rps"] is not None
+    ]
+    cap = (
+        f"capacity {probe['sustainable_rps']:.3g} req/s (probed)"
+        if probe
+        else "capacity not probed"
+    )
+    return f"load: {'; '.join(parts) or 'no measured level'}; {cap}"
+
+
 def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
     """The verdict on one screen: per candidate the verdict, its groups and the main conditions."""
     hw = doc.get("hardware", {}).get("summary", "")
-    lines = [f"pilot {doc['pilot']['name']} on {hw}", ""]
+    lines = [f"pilot {doc['pilot']['name']} on {hw}"]
+    lines += [_levels_line(doc), ""]
     for v in doc.get("verdicts", []):
         flag = " [PILOT_HYPOTHESIS]" if v.get("pilot_hypothesis") else ""
         lines.append(f"{v['verdict']}{flag}: {v['candidate_arm']} vs {v['baseline_arm']}")

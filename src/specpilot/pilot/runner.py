@@ -30,6 +30,7 @@ from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.assets import ASSET_STEPS, prepare
+from specpilot.pilot.capacity import capacity_note, over_capacity, wants_probe
 from specpilot.pilot.config import LoadSettings, PilotConfig, PilotConfigError
 from specpilot.pilot.context import RunPlan, new_record
 from specpilot.pilot.eta_plan import plan_for
@@ -68,8 +69,10 @@ class Pilot:
         *,
         base_dir: str | Path | None = None,
         progress: PilotProgress | None = None,
+        capacity_rps: float | None = None,
     ) -> None:
         self.cfg = cfg
+        self.capacity_given = capacity_rps  # --capacity: the figure instead of the probe
         self.out_dir = Path(out_dir)
         self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
         self.progress = progress or PilotProgress()
@@ -93,7 +96,8 @@ class Pilot:
         plans = plan_arms(self.cfg)
         check_one_switch(plans)
         wl = self.cfg.workload_config()
-        schedule = build_schedule(wl, base_dir=self.cfg.workload_dir(self.base_dir))
+        base_dir = self.cfg.workload_dir(self.base_dir)
+        self.capacity: dict[str, Any] | None = None
         for p in plans:  # the files each engine needs prepared (backends.adapter.Asset)
             a = adapter_of(p.engine)
             if a is None or p.url is not None or p.spec.options is None:
@@ -106,7 +110,56 @@ class Pilot:
             draft = Path(got["draft"]) if "draft" in got else None
             if draft is not None and draft.is_file():
                 p.strategy.draft_sha256 = _sha256(draft)
+        if wants_probe(self.cfg, wl):  # the rates a fraction of it need it first
+            self.capacity = self._capacity(plans, wl, base_dir)
+        rps = self.capacity["sustainable_rps"] if self.capacity else None
+        schedule = build_schedule(wl, base_dir=base_dir, capacity_rps=rps)
+        if rps is not None:
+            for note in over_capacity(schedule, rps):
+                self.progress.note(note)
         return plans, schedule
+
+    def _capacity(self, plans: list[ArmPlan], wl: Any, base_dir: Path) -> dict[str, Any]:
+        """The capacity probe's figures (``pilot.capacity``): the stored ones when resuming the
+        same pilot (its schedule is rebuilt at the same rate), else measured now."""
+        from specpilot.pilot.capacity import (
+            NoSustainableRate,
+            baseline_probe,
+            given_capacity,
+            refuse_unprobed,
+        )
+        from specpilot.workload import build_schedule
+
+        stored = self._stored_capacity()
+        if stored is not None:
+            return stored
+        base = next(p for p in plans if p.role == "baseline")
+        if self.capacity_given is not None:
+            return given_capacity(self.capacity_given, base.name)
+        refuse_unprobed(self.cfg, base)
+        provisional = build_schedule(wl, base_dir=base_dir, capacity_rps=1.0)  # its requests
+        try:
+            figures = baseline_probe(self, base, provisional)
+        except NoSustainableRate as exc:
+            raise PilotConfigError(
+                f"capacity probe of arm {base.name!r}: no sustainable rate, it misses an SLO "
+                f"even unloaded: {exc}",
+                fix="raise that group's slo.deadline_s, shorten its output, or give the phases "
+                "rates (rate:, target_rate:) to measure an overload on purpose",
+            ) from None
+        self.progress.note(capacity_note(figures))
+        return figures
+
+    def _stored_capacity(self) -> dict[str, Any] | None:
+        """The capacity a resumed pilot measured when it started (None: a new pilot)."""
+        path = self.out_dir / "pilot.duckdb"
+        if not path.is_file():
+            return None
+        with Store(path) as store:
+            old = store.records("pilots")
+        if not old or old[0].config_sha256 != self.cfg.sha256():
+            return None
+        return (old[0].schedule or {}).get("capacity")
 
     # -- running -------------------------------------------------------------------------
     def run(self) -> PilotResult:
@@ -160,10 +213,17 @@ class Pilot:
         ep = self.cfg.episodes
         if ep is None:
             return None
-        from specpilot.pilot.design import design_arms, design_record, split_schedule
+        from specpilot.pilot.design import (
+            design_arms,
+            design_record,
+            refuse_short_levels,
+            split_schedule,
+        )
         from specpilot.pilot.noise import episode_plan
         from specpilot.report.fmt import clean
 
+        names = [ph.name for ph in self.cfg.workload_config().phases]
+        refuse_short_levels(self.level_schedule, ep.per_level, names)  # before any start
         self.schedule = split_schedule(self.level_schedule, ep.per_level)
         arms = design_arms(self.plans, ep)
         base = next(p.name for p in self.plans if p.role == "baseline")
@@ -224,7 +284,11 @@ class Pilot:
             specpilot_version=__version__,
             created_unix=time.time(),
             hardware=hardware_facts(),
-            schedule={**self.schedule.to_dict(), **({"design": design} if design else {})},
+            schedule={
+                **self.schedule.to_dict(),
+                **({"design": design} if design else {}),
+                **({"capacity": self.capacity} if self.capacity else {}),
+            },
             notes=self._notes(),
         )
         store.add_pilot(pilot)

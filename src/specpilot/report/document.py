@@ -17,6 +17,7 @@ from typing import Any
 
 from specpilot import __version__
 from specpilot.analysis.pilot import PilotAnalysis
+from specpilot.analysis.utilization import capacity_rps, levels, utilization
 from specpilot.records import PilotData, PilotRecord
 from specpilot.report.definitions import DEFINITIONS
 from specpilot.report.figures import figure_data
@@ -34,6 +35,7 @@ SCHEMA_VERSION = 1
 
 
 def _phases(data: PilotData) -> list[dict[str, Any]]:
+    cap = capacity_rps(data.pilot.schedule)
     out = []
     for p in sorted(data.phases, key=lambda p: (p.arm, p.planned_start_s, p.phase)):
         actual = None
@@ -45,6 +47,7 @@ def _phases(data: PilotData) -> list[dict[str, Any]]:
                 "run_id": p.run_id,
                 "phase": p.phase,
                 "offered_rps": p.offered_rate,
+                "utilization": utilization(p.offered_rate, cap),
                 "scheduled": p.scheduled,
                 "planned_s": p.planned_end_s - p.planned_start_s,
                 "actual_s": actual,
@@ -133,6 +136,9 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
             "amdahl_checks": clean(a.amdahl_checks),
         },
         "capacity": {
+            # what the baseline sustains on this machine (pilot.capacity), None: not probed
+            "probe": clean(probe) if (probe := (p.schedule or {}).get("capacity")) else None,
+            "levels": levels(p.schedule),
             "arms": [clean(c) for c in a.capacities],
             "crossover": [clean(c) for c in a.crossovers],
         },

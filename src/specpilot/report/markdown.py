@@ -21,13 +21,16 @@ from specpilot.report.fmt import (
     simulated_for,
 )
 from specpilot.report.sections_load import (
+    LEVEL_HEAD,
     LOOKS_NOTE,
     PREDICTION_HEAD,
     PREDICTION_NOTE,
+    level_rows,
     looks_lines,
     method_of,
     outcome_text,
     prediction_rows,
+    probe_text,
 )
 
 
@@ -115,6 +118,21 @@ def _load(doc: dict[str, Any]) -> list[str]:
     return ["## Load (all groups)", "", md_table(LOAD_HEAD, rows), ""]
 
 
+def _levels(doc: dict[str, Any]) -> list[str]:
+    """The load levels and what each meant on this machine (the capacity probe)."""
+    rows = level_rows(doc)
+    if not rows:
+        return []
+    return [
+        "## Load levels on this machine",
+        "",
+        probe_text(doc),
+        "",
+        md_table(LEVEL_HEAD, rows),
+        "",
+    ]
+
+
 def _pairs(doc: dict[str, Any]) -> list[str]:
     comps = [c for c in doc["comparisons"] if c["task_group"] != "*"]
     if not comps:
@@ -157,7 +175,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out += ["No verdict: " + no_verdict_reason(doc), ""]
     for v in doc["verdicts"]:
         out += _verdict(v, simulated_for(doc, v))
-    out += _load(doc) + _pairs(doc)
+    out += _levels(doc) + _load(doc) + _pairs(doc)
     sim = doc.get("simulation") or {}
     if sim.get("validations") or sim.get("crossovers"):
         out += [

@@ -356,7 +356,53 @@ def end_to_end(doc: Doc, svgs: Svgs) -> str:
     return section("end-to-end", "End to end: stages and decode share", body)
 
 
+LEVEL_HEAD = ["level", "offered req/s", "requests", "seconds", "given as", "utilization here"]
+
+
+def probe_text(doc: Doc) -> str:
+    """The capacity probe's result in one sentence (``report.json``'s ``capacity.probe``), or
+    why there is none."""
+    f = (doc.get("capacity") or {}).get("probe")
+    if not f:
+        return (
+            "Capacity not probed: the load levels are absolute rates, and what they mean on "
+            "this machine was not measured (load.capacity_probe: true measures it)."
+        )
+    if f.get("given"):
+        return (
+            f"Capacity of {f.get('arm', 'the baseline')}: {f['sustainable_rps']:.3g} req/s as "
+            "given on the command line (--capacity), not measured by this pilot."
+        )
+    unloaded = ", ".join(f"{g} {v:.2f} s" for g, v in (f.get("unloaded_s") or {}).items())
+    text = (
+        f"Capacity of {f.get('arm', 'the baseline')} on this machine: "
+        f"{f['sustainable_rps']:.3g} req/s sustained (every group's p90 task time within "
+        f"min(its SLO, {f.get('factor', 2):g}x unloaded)); {f['sync_rps']:.3g} req/s one at a "
+        f"time, {f['max_rps']:.3g} req/s saturated; unloaded {unloaded}. Method: "
+        f"{f['method']}; {f['probe_s'] + f.get('start_s', 0.0):.0f} s."
+    )
+    return text + (f" {f['note']}." if f.get("note") else "")
+
+
+def level_rows(doc: Doc) -> list[list[str]]:
+    """One row a load level: its rate, and the fraction of the measured capacity it meant."""
+    return [
+        [
+            lv["level"],
+            num(lv["offered_rps"]),
+            str(lv["requests"]),
+            num(lv["duration_s"]),
+            f"{lv['target_utilization']:g} of capacity"
+            if lv["target_utilization"] is not None
+            else "a rate",
+            "not measured" if lv["utilization"] is None else f"{lv['utilization']:.2f}",
+        ]
+        for lv in (doc.get("capacity") or {}).get("levels") or []
+    ]
+
+
 def capacity(doc: Doc, svgs: Svgs) -> str:
+    probe = f"<p>{escape(probe_text(doc))}</p>" + html_table(LEVEL_HEAD, level_rows(doc))
     caps = html_table(
         ["arm", "group", "requests per load level", "capacity req/s", "limited at"],
         [
@@ -386,7 +432,9 @@ def capacity(doc: Doc, svgs: Svgs) -> str:
         ],
     )
     return section(
-        "capacity", "Capacity and crossover", caps + cross + figure(doc, svgs, "load_curves")
+        "capacity",
+        "Capacity and crossover",
+        probe + caps + cross + figure(doc, svgs, "load_curves"),
     )
 
 

@@ -260,19 +260,41 @@ class BM25StageModel(_Model):
 StageModel = Annotated[SimulatedStageModel | BM25StageModel, Field(discriminator="kind")]
 
 
-class ConstantArrival(_Model):
+# A load level as a fraction of what the baseline sustains on this machine (the pilot's
+# capacity probe measures it before the episodes): 0.3 is off-peak, 0.8 near peak; above 1 an
+# overload by intent, past 1.5 a queue that only grows (refused).
+UTILIZATION = Field(
+    None, gt=0, le=1.5, description="fraction of the measured sustainable rate (capacity probe)"
+)
+
+
+class _RateArrival(_Model):
+    """An arrival at ``rate`` requests/s or at ``target_utilization`` of the measured capacity:
+    exactly one of the two."""
+
+    rate: float | None = Field(None, gt=0)
+    target_utilization: float | None = UTILIZATION
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> _RateArrival:
+        if (self.rate is None) == (self.target_utilization is None):
+            raise ValueError(
+                "give exactly one of rate (requests/s) and target_utilization (a fraction of "
+                "the measured capacity, e.g. 0.3)"
+            )
+        return self
+
+
+class ConstantArrival(_RateArrival):
     kind: Literal["constant"]
-    rate: float = Field(gt=0)
 
 
-class PoissonArrival(_Model):
+class PoissonArrival(_RateArrival):
     kind: Literal["poisson"]
-    rate: float = Field(gt=0)
 
 
-class GammaArrival(_Model):
+class GammaArrival(_RateArrival):
     kind: Literal["gamma"]
-    rate: float = Field(gt=0)
     cv: float = Field(2.0, gt=0, description="burstiness: coefficient of variation of the gaps")
 
 
@@ -299,11 +321,21 @@ class TraceArrival(_Model):
     context_s: float = Field(120.0, gt=0)
     time_scale: float = Field(1.0, gt=0)
     target_rate: float | None = Field(None, gt=0)
+    target_utilization: float | None = UTILIZATION
     length_scale: float = Field(1.0, gt=0)
     max_input_tokens: int | None = Field(None, ge=1)
     max_output_tokens: int | None = Field(None, ge=1)
     use_lengths: Literal["none", "output", "both"] = "output"
     ignore_eos: bool = False
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> TraceArrival:
+        if self.target_rate is not None and self.target_utilization is not None:
+            raise ValueError(
+                "give at most one of target_rate (requests/s) and target_utilization (a "
+                "fraction of the measured capacity)"
+            )
+        return self
 
 
 ArrivalModel = Annotated[
@@ -367,6 +399,11 @@ class WorkloadConfig(_Model):
                         f"stage {s!r} names group {gname!r}, which is not under groups"
                     )
         return self
+
+    def utilization_phases(self) -> list[str]:
+        """The phases whose rate is a fraction of the measured capacity (``target_utilization``):
+        their schedule needs a capacity (``build_schedule(capacity_rps=...)``)."""
+        return [p.name for p in self.phases if getattr(p.arrival, "target_utilization", None)]
 
     def sha256(self) -> str:
         """Hash of the validated config (independent of YAML formatting and key order)."""

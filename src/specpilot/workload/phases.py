@@ -79,9 +79,26 @@ def _positive(weights: dict[str, float]) -> dict[str, float]:
 class ArrivalPlanner:
     """Arrivals of each phase of one workload (traces are read once and shared)."""
 
-    def __init__(self, cfg: WorkloadConfig, seed: int, base_dir: Path) -> None:
+    def __init__(
+        self, cfg: WorkloadConfig, seed: int, base_dir: Path, capacity_rps: float | None = None
+    ) -> None:
         self.cfg, self.seed, self.base_dir = cfg, seed, base_dir
+        self.capacity_rps = capacity_rps  # what target_utilization is a fraction of
         self._traces: dict[Path, Trace] = {}
+
+    def rate(self, phase: str, rate: float | None, utilization: float | None) -> float | None:
+        """The phase's rate: ``rate`` as given, else ``utilization`` x the measured capacity
+        (None when neither is set: a trace phase replayed at its own pace)."""
+        if utilization is None:
+            return rate
+        if self.capacity_rps is None:
+            raise ConfigError(
+                f"phase {phase!r}: target_utilization {utilization:g} is a fraction of the "
+                "baseline's measured capacity, and no capacity was given",
+                fix="run it in a pilot (its capacity probe measures the capacity first), or "
+                "give the rate itself (rate:, or target_rate: for a trace)",
+            )
+        return utilization * self.capacity_rps
 
     def arrivals(self, plan: PhasePlan) -> PhaseArrivals:
         if plan.model is None:
@@ -98,13 +115,15 @@ class ArrivalPlanner:
             duration = p.duration_s or st.total_s
             return PhaseArrivals(plan, st, duration, st.times(duration))
         assert p.duration_s is not None  # the config validator enforces it
+        at = self.rate(p.name, a.rate, a.target_utilization)
+        assert at is not None  # the config validator enforces one of the two
         proc: ArrivalProcess
         if a.kind == "constant":
-            proc = Constant(a.rate)
+            proc = Constant(at)
         elif a.kind == "poisson":
-            proc = Poisson(a.rate, seed)
+            proc = Poisson(at, seed)
         else:
-            proc = Gamma(a.rate, a.cv, seed)
+            proc = Gamma(at, a.cv, seed)
         return PhaseArrivals(plan, proc, p.duration_s, proc.times(p.duration_s))
 
     def _replay(self, plan: PhasePlan, p: PhaseModel, a: TraceArrival) -> PhaseArrivals:
@@ -117,7 +136,7 @@ class ArrivalPlanner:
             tr,
             time_scale=a.time_scale,
             length_scale=a.length_scale,
-            target_rate=a.target_rate,
+            target_rate=self.rate(p.name, a.target_rate, a.target_utilization),
             max_input_tokens=a.max_input_tokens,
             max_output_tokens=a.max_output_tokens,
             window=window,

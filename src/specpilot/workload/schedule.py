@@ -211,16 +211,29 @@ class Schedule:
 # -- building -------------------------------------------------------------------------
 
 
+def _described(arrival: dict[str, Any], plan: Any, capacity_rps: float | None) -> dict[str, Any]:
+    """The arrival's description, with the utilization it was given and the capacity that
+    made its rate (only where the phase gives ``target_utilization``: an unchanged schedule
+    keeps its JSON, so pilots started before this field resume)."""
+    u = getattr(plan.model.arrival, "target_utilization", None) if plan.model else None
+    if u is None or capacity_rps is None:
+        return arrival
+    return {**arrival, "target_utilization": u, "capacity_rps": round(float(capacity_rps), 6)}
+
+
 def build_schedule(
     config: WorkloadConfig | dict[str, Any] | str | Path,
     *,
     seed: int | None = None,
     base_dir: str | Path | None = None,
+    capacity_rps: float | None = None,
 ) -> Schedule:
     """Build the schedule of a workload (a config, a dict, or a YAML path).
 
     ``seed`` overrides the config's seed; ``base_dir`` resolves relative paths (default: the
-    YAML's directory, or the current directory for a config object). The concerns live in
+    YAML's directory, or the current directory for a config object); ``capacity_rps``, the
+    baseline's measured sustainable rate, turns each ``target_utilization`` into a rate (a
+    phase that gives one needs it). The concerns live in
     their own modules: groups (:mod:`.resolve`), arrivals per phase (:mod:`.phases`), prompts
     and lengths per request (:mod:`.assign`), client stages (:mod:`.stages`).
     """
@@ -230,7 +243,7 @@ def build_schedule(
     cycles = prompt_cycles(cfg, groups, seed)
     stage_specs = {n: s.model_dump(mode="json") for n, s in cfg.stages.items()}
     factory = RequestFactory(cfg, groups, cycles, seed, StagePlanner(stage_specs, base))
-    arrivals = ArrivalPlanner(cfg, seed, base)
+    arrivals = ArrivalPlanner(cfg, seed, base, capacity_rps)
     requests: list[ScheduledRequest] = []
     phases: list[PhaseInfo] = []
     start = 0.0
@@ -246,7 +259,7 @@ def build_schedule(
                 start_s=round(start, 6),
                 duration_s=round(float(arr.duration_s), 6),
                 requests=len(new),
-                arrival=arr.process.describe(),
+                arrival=_described(arr.process.describe(), plan, capacity_rps),
                 groups=dict(plan.weights),
                 warmup=plan.warmup,
                 window=arr.window,

@@ -1,0 +1,350 @@
+"""The capacity probe: what the baseline sustains on this machine, measured before the episodes.
+
+A pilot whose phases give ``target_utilization`` (a fraction of the sustainable rate, e.g. 0.3
+off-peak and 0.8 peak) needs that rate before its schedule exists, and the schedule comes
+before the design, the plan and the budget check. So the probe runs on a baseline process of
+its own, started and stopped before the first episode process (the episodes' processes then
+serve nothing but the pilot), in three parts on the workload's own requests (its groups, its
+prompts, its output lengths):
+
+1. one warm-up request (the first request of a fresh process pays its first-call costs);
+2. the synchronous pass: ``per_group`` requests of every group, one after another;
+3. the saturating burst: ``2 x slots`` requests at once.
+
+``simulate.sustain`` turns these into the sustainable rate (the highest Poisson rate at which
+every group's 90th-percentile task time stays within its SLO and within 2x its unloaded
+latency); a short open-loop segment at that rate confirms it: where the measured 90th
+percentile overshoots a limit by more than ``TOLERANCE``, the rate is lowered in proportion and
+the report says so. On the AMD EPYC AVX-512 kind the whole probe of the default pilot takes
+about 30 s, the engine start included (``docs/MEASUREMENTS.md``).
+
+A baseline that misses a group's SLO unloaded has no sustainable rate: the pilot is refused
+with the latency measured and the deadline it missed. An arm by URL is probed only where its
+file says ``probe: true`` (the probe sends load to a service someone else may be using).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from specpilot.records import RequestRecord, ScheduledRequest
+from specpilot.simulate.sustain import FACTOR, QUANTILE, Sample, sustainable
+
+PER_GROUP = 2  # requests of each group in the synchronous pass
+CONFIRM_S = 12.0  # seconds of the open-loop segment at the rate found
+TOLERANCE = 1.25  # the confirmation's 90th percentile may overshoot a limit by this much
+METHOD = (
+    "synchronous pass + saturating burst (GuideLLM's sweep ends), the sustainable rate from the "
+    "simulator calibrated on both, confirmed by an open-loop segment"
+)
+
+
+# replays requests on the baseline open-loop (max concurrency or None) and returns every record
+Run = Callable[[list[ScheduledRequest], int | None], list[RequestRecord]]
+
+
+class NoSustainableRate(ValueError):
+    """The baseline misses a group's SLO even unloaded."""
+
+
+def pick(
+    requests: Sequence[ScheduledRequest], per_group: int = PER_GROUP
+) -> list[ScheduledRequest]:
+    """``per_group`` measured requests of every group, the first ones in schedule order
+    (deterministic: a resumed or repeated probe sends the same)."""
+    out: list[ScheduledRequest] = []
+    seen: dict[str, int] = {}
+    for r in requests:
+        if r.warmup or seen.get(r.group, 0) >= per_group:
+            continue
+        seen[r.group] = seen.get(r.group, 0) + 1
+        out.append(r)
+    return out
+
+
+def _as(
+    reqs: Sequence[ScheduledRequest], phase: str, times: Sequence[float]
+) -> list[ScheduledRequest]:
+    return [
+        dataclasses.replace(r, phase=phase, index=i, send_t=float(t), deadline_s=None)
+        for i, (r, t) in enumerate(zip(reqs, times, strict=True))
+    ]
+
+
+def _samples(records: Sequence[RequestRecord], t0: float | None = None) -> list[Sample]:
+    out = []
+    for r in records:
+        if r.status != "ok" or r.sent_t is None or r.done_t is None or not r.output_tokens:
+            continue
+        start = r.sent_t if t0 is None else t0
+        first = r.first_content_t if r.first_content_t is not None else r.done_t
+        out.append(
+            Sample(
+                r.task_group,
+                int(r.output_tokens),
+                int(r.prompt_tokens or 0),
+                first - start,
+                r.done_t - start,
+            )
+        )
+    return out
+
+
+def unloaded_misses(unloaded: dict[str, float], deadlines: dict[str, float]) -> list[str]:
+    """The groups whose unloaded median misses their SLO deadline, in words (empty: none).
+
+    >>> unloaded_misses({"code": 3.1, "chat": 0.4}, {"code": 2.0, "chat": 5.0})
+    ["group 'code': unloaded task time 3.10 s (median of the synchronous pass) > its slo.deadline_s 2 s"]
+    """
+    return [
+        f"group {g!r}: unloaded task time {u:.2f} s (median of the synchronous pass) > its "
+        f"slo.deadline_s {deadlines[g]:g} s"
+        for g, u in unloaded.items()
+        if g in deadlines and u > deadlines[g]
+    ]
+
+
+def probe(
+    run: Run,
+    requests: Sequence[ScheduledRequest],
+    *,
+    slots: int,
+    deadlines: dict[str, float],
+    factor: float = FACTOR,
+    confirm_s: float = CONFIRM_S,
+) -> dict[str, Any]:
+    """The probe's figures (``report.json``'s ``capacity.probe``): ``run(requests,
+    max_concurrency)`` replays requests on the baseline open-loop and returns every record.
+    Raises :class:`NoSustainableRate` when the baseline misses an SLO unloaded."""
+    t0 = time.perf_counter()
+    chosen = pick(requests)
+    if not chosen:
+        raise ValueError("the capacity probe needs measured requests in the schedule")
+    run(_as(chosen[:1], "probe_warmup", [0.0]), None)
+    sync = _samples(run(_as(chosen, "probe_sync", [0.0] * len(chosen)), 1))
+    n = 2 * max(slots, 1)
+    burst_reqs = [chosen[i % len(chosen)] for i in range(n)]
+    recs = run(_as(burst_reqs, "probe_burst", [0.0] * n), None)
+    sent = [r.sent_t for r in recs if r.sent_t is not None]
+    done = [r.done_t for r in recs if r.done_t is not None and r.status == "ok"]
+    if len(sync) < len(chosen) or len(done) < n or not sent:
+        bad = [r for r in recs if r.status != "ok"]
+        why = f"{bad[0].status}: {bad[0].error}" if bad else "requests not answered"
+        raise RuntimeError(f"capacity probe: the baseline did not answer every request ({why})")
+    burst = _samples(recs, min(sent))
+    span = max(done) - min(sent)
+    unloaded = {
+        g: statistics.median(s.e2e_s for s in sync if s.group == g)
+        for g in dict.fromkeys(s.group for s in sync)
+    }
+    missed = unloaded_misses(unloaded, deadlines)
+    if missed:
+        raise NoSustainableRate("; ".join(missed))
+    est = sustainable(
+        sync, burst, burst_span_s=span, slots=slots, factor=factor, deadlines=deadlines
+    )
+    figures: dict[str, Any] = {
+        "method": METHOD,
+        "factor": factor,
+        "quantile": QUANTILE,
+        **est.to_dict(),
+        "simulated_rps": round(est.sustainable_rps, 4),
+    }
+    rate = est.sustainable_rps
+    confirm = _confirm(run, chosen, rate, confirm_s, est.limit_s) if rate > 0 else None
+    if confirm is not None:
+        figures["confirm"] = confirm
+        worst = max(confirm["over_limit"].values(), default=1.0)
+        if worst > TOLERANCE:
+            rate = rate / worst
+            figures["note"] = (
+                f"the open-loop segment at {est.sustainable_rps:.3g} req/s overshot a limit "
+                f"{worst:.2f}x: the rate lowered to {rate:.3g} req/s"
+            )
+    figures["sustainable_rps"] = round(rate, 4)
+    figures["unloaded_s_all"] = round(statistics.median(s.e2e_s for s in sync), 4)
+    figures["probe_s"] = round(time.perf_counter() - t0, 2)
+    return figures
+
+
+def _confirm(
+    run: Run,
+    chosen: Sequence[ScheduledRequest],
+    rate: float,
+    seconds: float,
+    limits: dict[str, float],
+) -> dict[str, Any]:
+    rng = np.random.default_rng(len(chosen))
+    n = max(round(rate * seconds), 2 * len(chosen))
+    gaps = rng.exponential(1.0 / rate, n)
+    times = np.concatenate([[0.0], np.cumsum(gaps[:-1])])  # the first at once
+    reqs = [chosen[i % len(chosen)] for i in range(n)]
+    got = _samples(run(_as(reqs, "probe_confirm", times.tolist()), None))
+    p90 = {
+        g: float(np.quantile([s.e2e_s for s in got if s.group == g], QUANTILE))
+        for g in dict.fromkeys(s.group for s in got)
+    }
+    return {
+        "rate_rps": round(rate, 4),
+        "requests": n,
+        "answered": len(got),
+        "p90_s": {g: round(v, 4) for g, v in p90.items()},
+        "over_limit": {g: round(v / limits[g], 3) for g, v in p90.items() if g in limits},
+    }
+
+
+def replayer(url: str, model: str, s: Any, arm: str, response_extras: Any = None) -> Run:
+    """``run(requests, max_concurrency)`` for :func:`probe`: the load generator replays the
+    requests open-loop against ``url`` with the pilot's load settings ``s`` and returns every
+    record (the probe's runs are not stored: they serve no arm's comparison)."""
+    from specpilot.loadgen import LoadConfig, LoadRunner
+
+    def run(reqs: list[ScheduledRequest], cap: int | None) -> list[RequestRecord]:
+        cfg = LoadConfig.build(
+            url,
+            api=s.api,
+            model=model,
+            run_id="capacity-probe",
+            arm=arm,
+            timeout_s=s.timeout_s,
+            max_concurrency=cap,
+            include_usage=s.include_usage,
+            response_extras=response_extras,
+            progress=False,
+        )
+        return LoadRunner(reqs, cfg).run().records
+
+    return run
+
+
+def slots_of(plan: Any, described: dict[str, Any]) -> int:
+    """Sequences the engine batches at once: the arm's capacity settings (``max_slots``,
+    ``n_parallel``, ...), else what the engine describes, else 8."""
+    from specpilot.analysis.capacity import SLOT_KEYS
+
+    for caps in (plan.capacity or {}, described.get("capacity") or {}):
+        for k in SLOT_KEYS:
+            v = caps.get(k)
+            if isinstance(v, int | float) and v > 0:
+                return int(v)
+    return 8
+
+
+def slo_deadlines(schedule: Any) -> dict[str, float]:
+    """Each group's SLO deadline (seconds) from the schedule's groups, where it has one."""
+    return {
+        n: float(g["slo"]["deadline_s"])
+        for n, g in schedule.groups.items()
+        if (g.get("slo") or {}).get("deadline_s")
+    }
+
+
+def baseline_probe(pilot: Any, plan: Any, schedule: Any) -> dict[str, Any]:
+    """Start the baseline ``plan`` on a process of its own (``pilot``: the ``Pilot``; a
+    baseline by URL is only reached), probe it on ``schedule``'s measured requests, stop it;
+    the figures, with the engine start's seconds (``start_s``)."""
+    from specpilot.loadgen.client import served_model
+    from specpilot.pilot.engines import make_backend
+
+    backend = make_backend(plan, files=pilot.files.get(plan.name, {}))
+    pilot.progress.step(plan.name, "capacity probe: starting a baseline process")
+    t0 = time.perf_counter()
+    backend.start(pilot.load_settings.start_timeout_s)
+    start_s = time.perf_counter() - t0
+    try:
+        url = backend.endpoint
+        model = plan.spec.model_name or served_model(url)
+        slots = slots_of(plan, backend.describe().to_dict())
+        run = replayer(url, model, pilot.load_settings, plan.name, backend.response_extras)
+        pilot.progress.step(plan.name, "capacity probe: synchronous pass, burst, confirmation")
+        figures = probe(run, schedule.requests, slots=slots, deadlines=slo_deadlines(schedule))
+    finally:
+        backend.stop()
+    return {
+        **figures,
+        "start_s": round(start_s, 2),
+        "arm": plan.name,
+        "by_url": plan.url is not None,
+    }
+
+
+def wants_probe(cfg: Any, wl: Any) -> bool:
+    """Whether the pilot probes capacity (``load.capacity_probe``; None: where a phase gives
+    ``target_utilization``). ``false`` with such a phase is refused (``PilotConfigError``)."""
+    from specpilot.pilot.config import PilotConfigError
+
+    want = cfg.load.capacity_probe
+    needs = wl.utilization_phases()
+    if want is False and needs:
+        raise PilotConfigError(
+            f"load.capacity_probe is false, and phase {needs[0]!r} gives target_utilization, a "
+            "fraction of the capacity the probe measures",
+            fix="remove capacity_probe: false, or give that phase a rate (rate:, target_rate:)",
+            at=("load", "capacity_probe"),
+        )
+    return bool(needs) if want is None else want
+
+
+def refuse_unprobed(cfg: Any, base: Any) -> None:
+    """A baseline by URL is probed only where its arm says ``probe: true``."""
+    from specpilot.pilot.config import PilotConfigError
+
+    if base.url is None or getattr(base.spec, "probe", False):
+        return
+    i = [a.name for a in cfg.arms].index(base.name)
+    raise PilotConfigError(
+        f"arm {base.name!r} is given by URL ({base.url}), and the capacity probe would send it "
+        f"a synchronous pass, a burst of requests and an open-loop segment (about a minute of "
+        "load) to measure what target_utilization is a fraction of",
+        fix=f"add 'probe: true' to arm {base.name!r} to allow that load, or give the phases "
+        "rates (rate:, target_rate:)",
+        at=("arms", i, "url"),
+    )
+
+
+def capacity_note(f: dict[str, Any]) -> str:
+    """The probe's result in one line for the terminal."""
+    if f.get("given"):
+        return f"capacity of {f['arm']}: {f['sustainable_rps']:.3g} req/s as given (--capacity)"
+    return (
+        f"capacity of {f['arm']}: {f['sustainable_rps']:.3g} req/s sustained (unloaded "
+        f"{f['unloaded_s_all']:.2f} s a request; {f['sync_rps']:.3g} req/s one at a time, "
+        f"{f['max_rps']:.3g} req/s saturated), measured in {f['probe_s'] + f['start_s']:.0f} s"
+    )
+
+
+def over_capacity(schedule: Any, capacity_rps: float) -> list[str]:
+    """One note per measured phase offered more than the capacity: kept (an overload may be
+    meant), said before the first episode."""
+    return [
+        f"phase {p.name}: {p.offered_rate:.3g} req/s is {p.offered_rate / capacity_rps:.2f}x "
+        f"the capacity measured ({capacity_rps:.3g} req/s): kept as an overload by intent, "
+        "its requests will queue"
+        for p in schedule.phases
+        if not p.warmup and capacity_rps > 0 and p.offered_rate > capacity_rps
+    ]
+
+
+def given_capacity(rps: float, arm: str) -> dict[str, Any]:
+    """The capacity record of a figure given on the command line (``--capacity``): stated as
+    given, with nothing measured beside it."""
+    from specpilot.pilot.config import PilotConfigError
+
+    if not rps > 0:
+        raise PilotConfigError(
+            f"--capacity {rps:g}: the baseline's sustainable rate must be above 0 requests/s",
+            fix="give the rate a previous pilot's report states (capacity.probe), or leave "
+            "--capacity out to measure it",
+        )
+    return {
+        "method": "given on the command line (--capacity), not measured",
+        "sustainable_rps": round(float(rps), 4),
+        "arm": arm,
+        "given": True,
+    }
