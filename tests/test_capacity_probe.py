@@ -75,7 +75,7 @@ def test_a_utilization_without_a_capacity_names_the_phase_and_the_fix() -> None:
     [
         ("target_utilization: 2.0", "less than or equal to 1.5"),
         ("target_utilization: 0", "greater than 0"),
-        ("rate: 0.5, target_utilization: 0.3", "give exactly one of rate"),
+        ("rate: 0.5, target_utilization: 0.3", "rate and target_utilization both given"),
     ],
 )
 def test_a_bad_utilization_is_refused_at_its_line(tmp_path, capsys, arrival, said) -> None:
@@ -303,3 +303,90 @@ def test_without_a_probe_utilization_is_not_measured_never_guessed() -> None:
     assert all(lv["utilization"] is None for lv in doc["capacity"]["levels"])
     assert "Capacity not probed" in render_markdown(doc)
     assert "capacity not probed" in summary(doc, [], 60.0)
+
+
+DEFAULT = Path(__file__).resolve().parent.parent / "src" / "specpilot" / "data" / "pilots"
+
+
+def test_more_episodes_of_utilization_phases_need_the_capacity(tmp_path, capsys) -> None:
+    """``--episodes N`` scales each phase by the seconds its arrivals play, which for a
+    utilization depend on the capacity: asked for without one, then planned with one."""
+    text = (DEFAULT / "default.yaml").read_text()
+    text = text.replace("../traces/", (DEFAULT.parent / "traces").as_posix() + "/")
+    text = text[: text.index("\nquick:")] + "\n"  # its quick profile gives rates
+    text = text.replace("target_rate: 1.0,", "target_utilization: 0.6,")
+    text = text.replace("target_rate: 2.0,", "target_utilization: 1.0,")
+    f = tmp_path / "u.yaml"
+    f.write_text(text)
+    assert main(["pilot", str(f), "--dry-run", "--episodes", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "phase 'off_peak' gives target_utilization" in err and "--capacity RPS" in err, err
+    args = ["pilot", str(f), "--dry-run", "--json", "--episodes", "20", "--capacity", "3"]
+    assert main(args) == 0
+    plan = json.loads(capsys.readouterr().out)
+    off = next(p for p in plan["schedule"]["phases"] if p["name"] == "off_peak")
+    assert off["duration_s"] == pytest.approx(44 * 20 / 14, abs=0.1)
+    assert plan["episodes"]["per_level"] == 20
+
+
+def _util_example(tmp_path: Path) -> Path:
+    text = EXAMPLE.read_text().replace(
+        "arrival: {kind: poisson, rate: 0.5}", "arrival: {kind: poisson, target_utilization: 0.5}"
+    )
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    return f
+
+
+@pytest.mark.parametrize("given", ["0", "-1"])
+def test_a_capacity_not_above_zero_is_refused_naming_the_option(tmp_path, capsys, given) -> None:
+    f = _util_example(tmp_path)
+    assert main(["pilot", str(f), "--dry-run", "--capacity", given]) == 2
+    err = capsys.readouterr().err
+    assert f"--capacity {float(given):g}" in err and "above 0" in err and "Traceback" not in err
+
+
+def test_the_dry_run_refuses_what_the_run_refuses(tmp_path, capsys) -> None:
+    """capacity_probe: false beside a utilization: refused by --dry-run too, at its line."""
+    f = _util_example(tmp_path)
+    text = f.read_text().replace("\nload: {", "\nload: {capacity_probe: false, ", 1)
+    f.write_text(text)
+    assert main(["pilot", str(f), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "capacity_probe is false" in err and "Traceback" not in err, err
+
+
+def test_a_resumed_pilot_keeps_the_capacity_it_measured(tmp_path) -> None:
+    """The schedule of a resumed pilot is rebuilt at the capacity stored when it started (the
+    probe is not rerun: a second figure would give another schedule); another config's
+    figure is never taken."""
+    from specpilot.pilot.config import load_pilot
+    from specpilot.pilot.runner import Pilot
+    from specpilot.store import Store
+
+    cfg = load_pilot(_util_example(tmp_path))
+    out = tmp_path / "out"
+    out.mkdir()
+    stored = {"method": "probe", "sustainable_rps": 1.7, "arm": "baseline"}
+    with Store(out / "pilot.duckdb") as store:
+        store.add_pilot(
+            PilotRecord("p1", cfg.name, {}, cfg.sha256(), "0", 0.0, schedule={"capacity": stored})
+        )
+    assert Pilot(cfg, out)._stored_capacity() == stored
+    other = tmp_path / "other"
+    other.mkdir()
+    with Store(other / "pilot.duckdb") as store:
+        store.add_pilot(
+            PilotRecord("p2", cfg.name, {}, "0" * 64, "0", 0.0, schedule={"capacity": stored})
+        )
+    assert Pilot(cfg, other)._stored_capacity() is None
+
+
+def test_a_given_capacity_is_said_to_be_given_not_probed() -> None:
+    given = {"method": "given on the command line (--capacity), not measured",
+             "sustainable_rps": 2.0, "arm": "baseline", "given": True}  # fmt: skip
+    doc = to_document(analyze(_pilot(given)))
+    assert validate(doc) == []
+    text = summary(doc, [], 60.0)
+    assert "capacity 2 req/s (given, not measured)" in text and "probed" not in text
+    assert "as given on the command line (--capacity), not measured" in render_markdown(doc)

@@ -268,8 +268,8 @@ def test_a_level_too_thin_for_its_episodes_is_refused_at_its_line(
     tmp_path, capsys, dry_run
 ) -> None:
     """The embedded default with its off-peak level slowed to 0.02 req/s (about 1 request in
-    its 44 s) for 14 episodes: refused before any engine starts, naming the phase, its request
-    count, and the duration and rate that would give each episode 2 requests."""
+    its 44 s) for 14 episodes on 5 processes: refused before any engine starts, naming the
+    phase, its request count, and the duration and rate that would give each episode one."""
     text = (DEFAULT / "default.yaml").read_text()
     traces = (DEFAULT.parent / "traces").as_posix()
     text = text.replace("../traces/", traces + "/")
@@ -284,7 +284,8 @@ def test_a_level_too_thin_for_its_episodes_is_refused_at_its_line(
     assert rc == 2 and "Traceback" not in err, err
     line = _line_of(text, "- name: off_peak") + 1  # the phase's duration_s
     assert f"{f}:{line}:" in err, err
-    assert "phase 'off_peak'" in err and "14 episodes need at least 2 each (28)" in err, err
+    assert "phase 'off_peak'" in err and "fewer than the 10 episodes the design needs" in err
+    assert "(14 planned)" in err, err
     assert re.search(r"duration_s to at least \d+ s or its rate to at least [\d.]+ req/s", err)
     assert "'peak'" not in err  # the peak level is fine
     assert not (tmp_path / "out" / "pilot.duckdb").exists()  # nothing was measured

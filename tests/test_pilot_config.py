@@ -387,7 +387,7 @@ def test_a_workload_file_is_parsed_once_at_load_and_its_errors_name_it(tmp_path,
     wl = tmp_path / "wl.yaml"
     wl.write_text(
         "name: w\ngroups:\n  code: {weight: 1}\n"
-        "phases:\n  - {name: peak, duration_s: 4, arrival: {kind: poisson, rate: 1}}\n"
+        "phases:\n  - {name: peak, duration_s: 12, arrival: {kind: poisson, rate: 1}}\n"
     )
     pilot = tmp_path / "pilot.yaml"
     pilot.write_text(

@@ -163,7 +163,7 @@ def test_phase_group_weights_and_split_override(tmp_path):
     [
         (
             {"phases": [{"name": "p", "duration_s": 5, "arrival": {"kind": "poisson"}}]},
-            "phases[0].arrival.rate: Field required -> add it",
+            "phases[0].arrival: rate missing -> add rate: (requests/s), or target_utilization:",
         ),
         (
             {"phases": [{"name": "p", "duration_s": 5, "arrival": {"kind": "poison", "rate": 1}}]},

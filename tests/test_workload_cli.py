@@ -50,7 +50,10 @@ def test_schedule_reports_a_bad_file_without_a_traceback(tmp_path, capsys):
     )
     assert main(["schedule", str(f)]) == 2
     err = capsys.readouterr().err
-    assert "phases[0].arrival.rate: Field required -> add it" in err and "Traceback" not in err
+    assert (
+        "phases[0].arrival: rate missing -> add rate: (requests/s), or target_utilization:" in err
+        and "Traceback" not in err
+    )
 
 
 def test_trace_windows(tmp_path, capsys):

@@ -82,23 +82,26 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
     from specpilot.backends.llamacpp import LlamaCppBackend
     from specpilot.pilot import noise
     from specpilot.pilot.arms import check_one_switch, plan_arms
+    from specpilot.pilot.capacity import refuse_unprobed, wants_probe
     from specpilot.pilot.engines import make_backend
     from specpilot.workload import build_schedule
 
     plans = plan_arms(cfg)
     check_one_switch(plans)
     wl = cfg.workload_config()
+    if wants_probe(cfg, wl) and capacity_rps is None:  # refused here as the run refuses it
+        refuse_unprobed(cfg, next(p for p in plans if p.role == "baseline"))
     waits = wl.utilization_phases() if capacity_rps is None else []
     schedule = (
         None
         if waits
         else build_schedule(wl, base_dir=cfg.workload_dir(base_dir), capacity_rps=capacity_rps)
     )
-    if cfg.episodes is not None and schedule is not None:  # a level too thin: refused here too
-        from specpilot.pilot.design import refuse_short_levels
+    thin: list[str] = []
+    if schedule is not None:  # a level too thin for its episodes: refused here too
+        from specpilot.pilot.config import refuse_short_levels
 
-        names = [ph.name for ph in wl.phases]
-        refuse_short_levels(schedule, cfg.episodes.per_level, names)
+        thin = refuse_short_levels(cfg, schedule)
     arms = []
     for p in plans:
         backend = make_backend(p)
@@ -131,6 +134,7 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
         "schedule": schedule.summary() if schedule is not None else None,
         "pairs": pairs_per_cell(schedule, cfg) if schedule is not None else None,
         "capacity": {"given_rps": capacity_rps, "waits_for_probe": waits},
+        "thin_levels": thin,
         "episodes": noise.episode_plan(cfg),
         "equivalence_margin": cfg.analysis.verdict.equivalence_margin,
     }
@@ -194,6 +198,8 @@ def _print_plan(plan: dict[str, Any]) -> None:
         if plan.get("episodes"):
             _print_episodes(plan["episodes"], plan.get("equivalence_margin"))
         return
+    for note in plan.get("thin_levels") or []:
+        print(f"  note: {note}")
     given = plan["capacity"]["given_rps"]
     if given is not None:
         print(f"  capacity: {given:g} req/s as given (--capacity), not measured")
@@ -319,8 +325,12 @@ def run(args: argparse.Namespace) -> int:
     # also when it is reached through a link (examples/pilot-default.yaml)
     path = (Path(args.config) if args.config else default_pilot_path()).resolve()
     cfg = load_pilot(path, quick=args.quick)
+    if args.capacity is not None:
+        from specpilot.pilot.capacity import given_capacity
+
+        given_capacity(args.capacity, "baseline")  # above 0, or refused with the fix
     if args.episodes is not None:
-        cfg = with_episodes(cfg, args.episodes, path.parent)
+        cfg = with_episodes(cfg, args.episodes, path.parent, args.capacity)
     if args.budget is not None:
         cfg = with_budget(cfg, args.budget)
     if args.dry_run:

@@ -39,6 +39,7 @@ from specpilot.simulate.sustain import FACTOR, QUANTILE, Sample, sustainable
 PER_GROUP = 2  # requests of each group in the synchronous pass
 CONFIRM_S = 12.0  # seconds of the open-loop segment at the rate found
 TOLERANCE = 1.25  # the confirmation's 90th percentile may overshoot a limit by this much
+FAILED_OVER = 2.0  # a group with an unanswered request in the confirmation: its rate halved
 METHOD = (
     "synchronous pass + saturating burst (GuideLLM's sweep ends), the sustainable rate from the "
     "simulator calibrated on both, confirmed by an open-loop segment"
@@ -149,6 +150,12 @@ def probe(
     est = sustainable(
         sync, burst, burst_span_s=span, slots=slots, factor=factor, deadlines=deadlines
     )
+    if est.sustainable_rps <= 0:  # the p90 misses a limit at a tenth of the saturated rate
+        raise NoSustainableRate(
+            "at any rate the simulator tried, a group's p90 task time exceeds its limit ("
+            + ", ".join(f"{g} limit {v:.2f} s" for g, v in est.limit_s.items())
+            + f"; unloaded medians {', '.join(f'{g} {v:.2f} s' for g, v in unloaded.items())})"
+        )
     figures: dict[str, Any] = {
         "method": METHOD,
         "factor": factor,
@@ -190,12 +197,19 @@ def _confirm(
         g: float(np.quantile([s.e2e_s for s in got if s.group == g], QUANTILE))
         for g in dict.fromkeys(s.group for s in got)
     }
+    over = {g: round(v / limits[g], 3) for g, v in p90.items() if g in limits}
+    # a request that failed or timed out is the slowest of all: a group missing answers is
+    # over its limit by at least FAILED_OVER, never left out
+    for g in dict.fromkeys(r.group for r in reqs):
+        sent = sum(r.group == g for r in reqs)
+        if sum(s.group == g for s in got) < sent:
+            over[g] = max(over.get(g, 0.0), FAILED_OVER)
     return {
         "rate_rps": round(rate, 4),
         "requests": n,
         "answered": len(got),
         "p90_s": {g: round(v, 4) for g, v in p90.items()},
-        "over_limit": {g: round(v / limits[g], 3) for g, v in p90.items() if g in limits},
+        "over_limit": over,
     }
 
 

@@ -36,7 +36,7 @@ from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.undecided import MOST_EPISODES
 from specpilot.errors import ConfigError, InputFileError
 from specpilot.pilot.armrules import check_arms
-from specpilot.pilot.design import EpisodeSettings
+from specpilot.pilot.design import LEAST_PER_PROCESS, EpisodeSettings, short_levels
 from specpilot.pilot.options import (
     OPTIONS,
     BudgetModel,
@@ -556,7 +556,9 @@ def with_budget(cfg: PilotConfig, minutes: float) -> PilotConfig:
     return cfg.model_copy(update={"episodes": ep})
 
 
-def with_episodes(cfg: PilotConfig, n: int, pilot_dir: str | Path) -> PilotConfig:
+def with_episodes(
+    cfg: PilotConfig, n: int, pilot_dir: str | Path, capacity_rps: float | None = None
+) -> PilotConfig:
     """``cfg`` with ``--episodes N``: N episodes per level *as long as they are now*. Each
     measured phase's ``duration_s`` is scaled by N / per_level, so every episode keeps its
     seconds of arrivals and its share of requests (``per_level`` alone would cut the same
@@ -581,7 +583,19 @@ def with_episodes(cfg: PilotConfig, n: int, pilot_dir: str | Path) -> PilotConfi
             "episodes.per_level and each phase's duration_s there (scaled alike)"
         )
     f = n / ep.per_level
-    now = build_schedule(cfg.workload_config(), base_dir=cfg.workload_dir(pilot_dir))
+    waits = cfg.workload_config().utilization_phases()
+    if waits and capacity_rps is None:  # a trace's phases are scaled as played, at their rate
+        raise PilotConfigError(
+            f"{flag}: phase {waits[0]!r} gives target_utilization, and the seconds its "
+            "arrivals play (what N episodes as long as now scale) depend on the capacity "
+            "measured at the pilot's start",
+            fix="add --capacity RPS (the capacity.probe.sustainable_rps of a pilot of this "
+            "file on this machine), or set episodes.per_level and each phase's duration_s in "
+            "the file",
+        )
+    now = build_schedule(
+        cfg.workload_config(), base_dir=cfg.workload_dir(pilot_dir), capacity_rps=capacity_rps
+    )
     before = {p.name: p.duration_s for p in now.phases}  # as played: a trace may end sooner
     phases = _scaled_phases(cfg.workload.get("phases") or [], before, f, flag)
     update: dict[str, Any] = {"per_level": n}
@@ -607,7 +621,7 @@ def with_episodes(cfg: PilotConfig, n: int, pilot_dir: str | Path) -> PilotConfi
     )
     out._workload = None
     wl = out.workload_config()  # parsed now: its errors before anything runs
-    got = build_schedule(wl, base_dir=out.workload_dir(pilot_dir))
+    got = build_schedule(wl, base_dir=out.workload_dir(pilot_dir), capacity_rps=capacity_rps)
     asked = {p["name"]: p["duration_s"] for p in phases}
     for ph in got.phases:
         want, was = asked.get(ph.name), before.get(ph.name)
@@ -664,3 +678,20 @@ def _drill_kept(
             "episodes, or shorten drill.hold_s",
         )
     return d.model_copy(update={"replay_s": replay})
+
+
+def refuse_short_levels(cfg: PilotConfig, schedule: Any) -> list[str]:
+    """Raise ``PilotConfigError`` at the first level too thin for the least episode design
+    (``pilot.design.short_levels``), before any engine starts and in ``--dry-run``; the notes
+    for levels that will run fewer episodes than planned."""
+    ep = cfg.episodes
+    if ep is None:
+        return []
+    refused, said = short_levels(schedule, ep.per_level, LEAST_PER_PROCESS * ep.processes)
+    if refused:
+        names = [ph.name for ph in cfg.workload_config().phases]
+        first = refused[0].split("'")[1]
+        inline = isinstance(cfg.workload, dict) and first in names
+        at = ("workload", "phases", names.index(first), "duration_s") if inline else None
+        raise PilotConfigError("; ".join(refused), at=at)
+    return said

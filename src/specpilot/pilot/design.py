@@ -142,54 +142,46 @@ def split_schedule(schedule: Schedule, per_level: int) -> Schedule:
     return dataclasses.replace(schedule, phases=phases, requests=requests)
 
 
-# Requests an episode needs at least: one request is no mean, and an episode of one arm's
-# pair says nothing of the spread inside it (a level of 1 request in 40 s across 10 episodes
-# ran 10 empty episodes and reported the planted slowdown "not found" after 9.5 minutes).
-LEAST_REQUESTS = 2
-
-
-def short_levels(schedule: Schedule, per_level: int, need: int = LEAST_REQUESTS) -> list[str]:
-    """Why each measured phase of ``schedule`` (one level, before it is cut) that holds fewer
-    than ``need`` requests per episode cannot be cut into ``per_level`` episodes, with the
-    duration or rate that would fill them; empty: every level can.
+def short_levels(schedule: Schedule, per_level: int, least: int) -> tuple[list[str], list[str]]:
+    """The measured phases of ``schedule`` (one level each, before it is cut) too thin for
+    their ``per_level`` episodes: (refusals, notes). A level with fewer requests than the
+    ``least`` episodes the design needs (2 per process) cannot be cut into them, and is
+    refused with the duration or rate that gives every episode one request (a level of 1
+    request in 40 s across 10 episodes ran them empty and reported the planted slowdown "not
+    found" after 9.5 minutes); one with fewer than ``per_level`` runs fewer episodes (an empty
+    slice is merged into the next), and is said.
 
         >>> from specpilot.workload.schedule import PhaseInfo, Schedule
         >>> s = Schedule("w", 0, "", [PhaseInfo("off", 0.0, 40.0, 1, {}, {})], {}, {}, [])
-        >>> print(short_levels(s, 10)[0])
-        phase 'off': its schedule holds 1 request in 40 s (0.025 req/s), and 10 episodes need at least 2 each (20) -> set its duration_s to at least 800 s or its rate to at least 0.5 req/s, or episodes.per_level to at most 0 (at least 2)
+        >>> print(short_levels(s, 10, 4)[0][0])
+        phase 'off': its schedule holds 1 request in 40 s (0.025 req/s), fewer than the 4 episodes the design needs at least, each with a request (10 planned) -> set its duration_s to at least 400 s or its rate to at least 0.25 req/s
     """
-    out = []
+    refused, said = [], []
     for p in schedule.phases:
-        if p.warmup or p.requests >= need * per_level:
+        if p.warmup or p.requests >= per_level:
             continue
-        want = need * per_level
-        rate = p.offered_rate
-        longer = f"{p.duration_s * want / p.requests:.0f} s" if p.requests else "longer"
-        faster = f"{want / p.duration_s:.3g} req/s"
-        out.append(
+        head = (
             f"phase {p.name!r}: its schedule holds {p.requests} request"
-            f"{'' if p.requests == 1 else 's'} in {p.duration_s:.0f} s ({rate:.3g} req/s), "
-            f"and {per_level} episodes need at least {need} each ({want}) -> set its "
-            f"duration_s to at least {longer} or its rate to at least {faster}, or "
-            f"episodes.per_level to at most {p.requests // need} (at least 2)"
+            f"{'' if p.requests == 1 else 's'} in {p.duration_s:.0f} s ({p.offered_rate:.3g} "
+            "req/s)"
         )
-    return out
-
-
-def refuse_short_levels(schedule: Schedule, per_level: int, phases: Sequence[str]) -> None:
-    """Raise ``PilotConfigError`` at the first short level's line (``phases``: the workload's
-    phase names in file order) when :func:`short_levels` finds any: before any engine starts,
-    and in ``--dry-run``."""
-    from specpilot.pilot.config import PilotConfigError
-
-    short = short_levels(schedule, per_level)
-    if not short:
-        return
-    first = short[0].split("'")[1]
-    at = (
-        ("workload", "phases", list(phases).index(first), "duration_s") if first in phases else None
-    )
-    raise PilotConfigError("; ".join(short), at=at)
+        if p.requests >= least:
+            said.append(
+                f"{head} for {per_level} episodes: empty slices merge, so it runs about "
+                f"{p.requests}"
+            )
+            continue
+        faster = f"its rate to at least {per_level / p.duration_s:.3g} req/s"
+        fix = (
+            f"duration_s to at least {p.duration_s * per_level / p.requests:.0f} s or {faster}"
+            if p.requests
+            else faster + " (it drew no request: a longer duration_s alone may not help)"
+        )
+        refused.append(
+            f"{head}, fewer than the {least} episodes the design needs at least, each with a "
+            f"request ({per_level} planned) -> set its {fix}"
+        )
+    return refused, said
 
 
 def _slices(duration: float, n: int, times: Sequence[float]) -> list[tuple[float, float]]:

@@ -82,10 +82,9 @@ def _levels_line(doc: dict[str, Any]) -> str:
         for lv in (doc.get("capacity") or {}).get("levels") or []
         if lv["offered_rps"] is not None
     ]
+    how = "given, not measured" if (probe or {}).get("given") else "probed"
     cap = (
-        f"capacity {probe['sustainable_rps']:.3g} req/s (probed)"
-        if probe
-        else "capacity not probed"
+        f"capacity {probe['sustainable_rps']:.3g} req/s ({how})" if probe else "capacity not probed"
     )
     return f"load: {'; '.join(parts) or 'no measured level'}; {cap}"
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +148,12 @@ class Pilot:
                 fix="raise that group's slo.deadline_s, shorten its output, or give the phases "
                 "rates (rate:, target_rate:) to measure an overload on purpose",
             ) from None
+        except (RuntimeError, statistics.StatisticsError) as exc:  # unanswered, no tokens
+            raise PilotConfigError(
+                f"capacity probe of arm {base.name!r} failed: {exc}",
+                fix="check that arm's engine answers the workload's requests (its log), raise "
+                "load.timeout_s, or give the phases rates (rate:, target_rate:) or --capacity",
+            ) from None
         self.progress.note(capacity_note(figures))
         return figures
 
@@ -213,17 +220,13 @@ class Pilot:
         ep = self.cfg.episodes
         if ep is None:
             return None
-        from specpilot.pilot.design import (
-            design_arms,
-            design_record,
-            refuse_short_levels,
-            split_schedule,
-        )
+        from specpilot.pilot.config import refuse_short_levels
+        from specpilot.pilot.design import design_arms, design_record, split_schedule
         from specpilot.pilot.noise import episode_plan
         from specpilot.report.fmt import clean
 
-        names = [ph.name for ph in self.cfg.workload_config().phases]
-        refuse_short_levels(self.level_schedule, ep.per_level, names)  # before any start
+        for note in refuse_short_levels(self.cfg, self.level_schedule):  # before any start
+            self.progress.note(note)
         self.schedule = split_schedule(self.level_schedule, ep.per_level)
         arms = design_arms(self.plans, ep)
         base = next(p.name for p in self.plans if p.role == "baseline")

@@ -277,10 +277,15 @@ class _RateArrival(_Model):
 
     @model_validator(mode="after")
     def _one_rate(self) -> _RateArrival:
-        if (self.rate is None) == (self.target_utilization is None):
+        if self.rate is None and self.target_utilization is None:
             raise ValueError(
-                "give exactly one of rate (requests/s) and target_utilization (a fraction of "
-                "the measured capacity, e.g. 0.3)"
+                "rate missing -> add rate: (requests/s), or target_utilization: (a fraction of "
+                "the baseline's capacity, measured by the pilot's probe, e.g. 0.3)"
+            )
+        if self.rate is not None and self.target_utilization is not None:
+            raise ValueError(
+                "rate and target_utilization both given -> keep one: rate (requests/s) or "
+                "target_utilization (a fraction of the measured capacity)"
             )
         return self
 
