@@ -281,6 +281,15 @@ def test_the_report_states_capacity_and_utilization_of_every_level() -> None:
         "probe_s": 30.0,
         "start_s": 4.0,
         "arm": "baseline",
+        "predicted_p90_s": {"code": 2.0},
+        "confirm": {
+            "rate_rps": 2.0,
+            "requests": 16,
+            "answered": 15,
+            "p90_s": {"code": 2.4},
+            "over_limit": {"code": 2.0},
+        },
+        "note": "the open-loop segment at 2 req/s overshot a limit 2.00x",
     }
     doc = to_document(analyze(_pilot(probe_fig)))
     assert validate(doc) == []
@@ -292,6 +301,9 @@ def test_the_report_states_capacity_and_utilization_of_every_level() -> None:
     assert levels["peak"]["utilization"] == 0.8 and levels["peak"]["target_utilization"] is None
     md = render_markdown(doc)
     assert "2 req/s sustained" in md and "| off | 0.6 |" in md
+    assert "Cross-check: 15 of 16 requests open-loop at 2 req/s" in md
+    assert "at worst 2.00x its limit (simulated p90 code 2.00 s; measured code 2.40 s)" in md
+    assert "overshot a limit 2.00x" in md
     assert "capacity 2 req/s (probed)" in summary(doc, [], 60.0)
     assert "off 0.6 req/s (0.30 of capacity)" in summary(doc, [], 60.0)
 

@@ -381,6 +381,24 @@ def probe_text(doc: Doc) -> str:
         f"time, {f['max_rps']:.3g} req/s saturated; unloaded {unloaded}. Method: "
         f"{f['method']}; {f['probe_s'] + f.get('start_s', 0.0):.0f} s."
     )
+    c = f.get("confirm") or {}
+    if c.get("over_limit"):
+        worst = max(c["over_limit"].values())
+        sim = f.get("predicted_p90_s") or {}
+        text += (
+            f" Cross-check: {c['answered']} of {c['requests']} requests open-loop at "
+            f"{c['rate_rps']:.3g} req/s, measured p90 at worst {worst:.2f}x its limit"
+            + (
+                " (simulated p90 "
+                + ", ".join(f"{g} {v:.2f} s" for g, v in sim.items())
+                + "; measured "
+                + ", ".join(f"{g} {v:.2f} s" for g, v in (c.get("p90_s") or {}).items())
+                + ")"
+                if sim
+                else ""
+            )
+            + "."
+        )
     return text + (f" {f['note']}." if f.get("note") else "")
 
 
