@@ -169,3 +169,60 @@ def test_log_prob_tests_are_left_out_when_the_candidate_log_probs_are_broken():
     assert _logprobs_broken(bad, "other") == ""
     v = gate([], [], bad, baseline_arm="base", candidate_arm="cand")
     assert any("log-prob distribution tests left out" in n for n in v.notes)
+
+
+def _sampled_pair(shift: float, sharpen: float, seed: int = 5):  # type: ignore[no-untyped-def]
+    """Seeded sampled outputs of a baseline and a candidate over one 5-token target: the
+    candidate samples ``p ** sharpen`` (1: the target itself) and reports the target's
+    log-probs plus ``shift`` (an engine that reports its log-probs otherwise)."""
+    import numpy as np
+
+    from specpilot.records import OutputRecord
+
+    vocab = ["a", "b", "c", "d", "e"]
+    p = np.array([0.4, 0.25, 0.15, 0.12, 0.08])
+    rng = np.random.default_rng(seed)
+    out = []
+    for arm, q, add in (("base", p, 0.0), ("cand", p**sharpen / (p**sharpen).sum(), shift)):
+        for prompt in range(4):
+            for i in range(24):
+                toks = [vocab[j] for j in rng.choice(5, size=8, p=q)]
+                lps = [float(np.log(p[vocab.index(t)])) + add for t in toks]
+                tops = [[["a", float(np.log(0.4)) + add], ["b", float(np.log(0.25)) + add]]] * 8
+                out.append(
+                    OutputRecord(
+                        "r", arm, "g", f"p{prompt}", i, i, 0.8, "".join(toks), toks, lps, tops
+                    )
+                )
+    return out
+
+
+def test_shifted_log_probs_pass_when_not_comparable_and_a_biased_sampler_fails():
+    """The gate tests the outputs: a candidate that samples the target's distribution but
+    reports shifted log-probs passes where its log-probs are not known to be comparable (its
+    engine not known to report the target's, its logprobs check not run), and fails where
+    they are taken as comparable (the log-prob test has teeth); a sampler that is truly
+    biased fails on its emitted tokens alone."""
+    from specpilot.quality.summary import gate
+    from specpilot.records import CompatRecord
+
+    shifted = _sampled_pair(shift=0.5, sharpen=1.0)
+    v = gate([], shifted, baseline_arm="base", candidate_arm="cand", target_logprobs=False)
+    assert v.passed, v.reasons
+    assert any("not comparable" in n and "was not run" in n for n in v.notes), v.notes
+    assert {t.test for t in v.distribution} == {"token@0", "token@1"}
+    v = gate([], shifted, baseline_arm="base", candidate_arm="cand", target_logprobs=True)
+    assert not v.passed and any("mean_logprob" in r for r in v.reasons), v.reasons
+    passed = [CompatRecord("r", "cand", "logprobs", "pass")]
+    v = gate([], shifted, passed, baseline_arm="base", candidate_arm="cand", target_logprobs=False)
+    assert not v.passed  # a check that passed makes them comparable: the shift is seen
+    biased = _sampled_pair(shift=0.0, sharpen=2.0)
+    v = gate([], biased, baseline_arm="base", candidate_arm="cand", target_logprobs=False)
+    assert not v.passed and any("token@" in r for r in v.reasons), v.reasons
+
+
+def test_only_the_builtin_engine_is_known_to_report_the_target_log_probs():
+    from specpilot.backends.adapters import ADAPTERS
+
+    known = {name for name, a in ADAPTERS.items() if a.target_logprobs}
+    assert known == {"builtin"}

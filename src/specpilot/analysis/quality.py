@@ -132,6 +132,10 @@ def quality_gates(
     """The candidate's gates per group, from ``quality.summary.gate`` (module docstring)."""
     if cfg is None:
         cfg = QualityConfig.model_validate(dict(data.pilot.config or {}).get("quality") or {})
+    from specpilot.backends.adapters import adapter_of
+
+    arm = next((a for a in data.arms if a.arm == candidate), None)
+    engine = adapter_of(arm.engine) if arm is not None else None
     v = gate(
         data.quality,
         data.outputs,
@@ -140,6 +144,7 @@ def quality_gates(
         candidate_arm=candidate,
         cfg=cfg,
         pilot_id=data.pilot.pilot_id,
+        target_logprobs=engine is not None and engine.target_logprobs,
         consistency=[c for c in data.consistency if c.baseline_arm == baseline]
         if data.consistency
         else None,

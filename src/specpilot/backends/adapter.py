@@ -53,6 +53,11 @@ class EngineAdapter:
     switch: ClassVar[str] = "restart"
     # seconds from start to healthy, until this machine has measured its own (pilot.eta)
     start_prior_s: ClassVar[float] = 30.0
+    # whether, under speculation, every token's reported log-prob is the target's own as it
+    # is without speculation (True: the builtin engine, tests/test_quality_sampled.py); where
+    # not known, the quality gate compares log-probs between arms only after the candidate's
+    # passed the compatibility suite's logprobs check (quality.summary.gate)
+    target_logprobs: ClassVar[bool] = False
     # frozen setting -> the option that sets it, where the names differ (the R6 error's fix)
     option_of: ClassVar[dict[str, str]] = {"target": "model", "tokenizer_sha256": "model"}
 

@@ -61,6 +61,7 @@ class BuiltinAdapter(EngineAdapter):
     options = BuiltinOptions
     switch = "runtime_switch"  # the admin API sets k = 0 for new requests, same process
     start_prior_s = 10.0  # 8-22 s from a warm weight-format cache on the 2-core machines
+    target_logprobs = True  # the verify pass's target distribution, the same sampling math
     option_of: ClassVar[dict[str, str]] = {
         "context_limit": "max_seq_len",
         "tokenizer_sha256": "target",

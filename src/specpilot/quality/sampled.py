@@ -220,8 +220,11 @@ def distribution_tests(
     alpha: float = 0.05,
     permutations: int = 2000,
     seed: int = 0,
+    logprob_tests: bool = True,
 ) -> list[DistributionTest]:
-    """Two-sample tests of the sampled outputs (temperature > 0) of two arms, per group."""
+    """Two-sample tests of the sampled outputs (temperature > 0) of two arms, per group;
+    ``logprob_tests`` False: the emitted-token tests only (Holm over those), for arms whose
+    reported log-probs are not comparable (``quality.summary.gate``)."""
     cells: dict[str, dict[str, list[tuple[int, dict[str, object]]]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -238,7 +241,8 @@ def distribution_tests(
     out: list[DistributionTest] = []
     for group in sorted(cells):
         prompts = cells[group]
-        names = [f"token@{p}" for p in positions] + ["mean_logprob", "top1_rate"]
+        names = [f"token@{p}" for p in positions]
+        names += ["mean_logprob", "top1_rate"] if logprob_tests else []
         results = []
         for i, name in enumerate(names):
             strata = []

@@ -110,6 +110,23 @@ def _logprobs_broken(records: Sequence[CompatRecord], arm: str) -> str:
     return r.evidence if r is not None and r.status == "fail" else ""
 
 
+def not_comparable(records: Sequence[CompatRecord], arm: str, target_logprobs: bool) -> str:
+    """Why ``arm``'s reported log-probs cannot be compared with the baseline's (empty: they
+    can): its logprobs compatibility check failed, or it was not run (or not passed) on an
+    engine not known to report the target's own log-probs under speculation."""
+    broken = _logprobs_broken(records, arm)
+    if broken:
+        return f"{arm}'s log-probs fail the compatibility check ({broken})"
+    r = next((c for c in records if c.arm == arm and c.feature == "logprobs"), None)
+    if target_logprobs or (r is not None and r.status == "pass"):
+        return ""
+    state = "was not run" if r is None else f"ended {r.status}"
+    return (
+        f"{arm}'s engine is not known to report the target's own log-probs under speculation, "
+        f"and its logprobs compatibility check {state} (add logprobs to compat.features)"
+    )
+
+
 def gate(
     quality: Sequence[QualityRecord],
     outputs: Sequence[OutputRecord],
@@ -120,9 +137,13 @@ def gate(
     cfg: QualityConfig | None = None,
     pilot_id: str = "",
     consistency: Sequence[ConsistencyRecord] | None = None,
+    target_logprobs: bool = True,
 ) -> QualityVerdict:
     """``consistency``: the pair's greedy comparisons already computed (the pilot stores them,
-    made by the same ``greedy_consistency``); None: computed here from ``outputs``."""
+    made by the same ``greedy_consistency``); None: computed here from ``outputs``;
+    ``target_logprobs``: the candidate's engine reports the target's own log-probs under
+    speculation (``EngineAdapter.target_logprobs``), else its log-prob tests need its
+    logprobs compatibility check passed."""
     cfg = cfg or QualityConfig()
     v = QualityVerdict(baseline_arm, candidate_arm, True)
     arms = (baseline_arm, candidate_arm)
@@ -143,6 +164,9 @@ def gate(
                     f"{g.task_group}: greedy defect on {r.prompt_id} at token {r.divergence_index} "
                     f"({r.baseline_token!r} -> {r.candidate_token!r}, margin {m} > {cfg.greedy_threshold})",
                 )
+    # the log-prob statistics assume both arms report the target's log-probs alike: where
+    # that is not known, they measure the engine's reporting, not the outputs
+    why = not_comparable(compat, candidate_arm, target_logprobs)
     v.distribution = distribution_tests(
         outputs,
         baseline_arm,
@@ -152,14 +176,13 @@ def gate(
         cfg.alpha,
         cfg.permutations,
         cfg.seed,
+        logprob_tests=not why,
     )
-    broken = _logprobs_broken(compat, candidate_arm)
-    if broken:  # the log-prob statistics assume both arms report the target's log-probs
-        v.distribution = [t for t in v.distribution if t.test.startswith("token@")]
+    if why:
         v.note(
             "*",
-            f"log-prob distribution tests left out: {candidate_arm}'s log-probs fail the "
-            f"compatibility check ({broken}); the emitted-token tests stand",
+            f"log-prob distribution tests left out, not comparable: {why}; the "
+            "emitted-token tests stand",
         )
     for t in v.distribution:
         if t.differs:
