@@ -224,6 +224,7 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
         gates=NS(plan=lambda: [NS(temperature=0.0)] + [NS(temperature=0.7)] * 5),
         arm_record=lambda run: records[run.run_id],
         store=NS(records=lambda table, run_id: [p for p in phases if p.run_id == run_id]),
+        capacity=None,
     )  # fmt: skip
     plan = eta_plan.plan_for(ctx, runs)
     assert [s.key for s in plan] == [
@@ -241,6 +242,11 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
     ctx.cfg.design = "sequential"
     seq = {s.key: s for s in eta_plan.plan_for(ctx, runs)}
     assert seq["ctl:load:off,peak"].drains == 3 and "plain:load:peak" in seq
+    assert all(s.drain_s is None for s in seq.values())  # no probe: the learned drains
+    # with the capacity probe's figures the loads are planned at their simulated drains
+    ctx.capacity = {"step_s": [0.05, 0.08], "slots": 4, "prefill_s": 0.1}
+    sim = {s.key: s for s in eta_plan.plan_for(ctx, runs)}
+    assert sim["ctl:load:off,peak"].drain_s is not None and sim["ctl:load:off,peak"].drain_s > 0
 
 
 def test_a_failed_arm_takes_its_steps_out_of_the_eta():
@@ -308,3 +314,34 @@ def test_an_interleaved_arm_that_fails_leaves_the_rotation_and_the_eta():
     it._each([good, bad], "start")
     assert it.failed == ["s"] and it.steps == [good] and failures == ["s"]
     assert not any(s.run_id == "s" for s in clock.plan)
+
+
+def test_simulated_drains_plan_the_loads_and_the_measured_ones_rescale_the_rest():
+    """With the capacity probe's figures each load is planned at its simulated drain; once a
+    load is measured, the others are scaled by how far its simulation was off."""
+    tt = Timetable(
+        arrivals={"off~01": 3.0, "off~02": 2.0},
+        warmup_s=0.0,
+        warmup_first_only=True,
+        drain_s={"off~01": 1.5, "off~02": 4.0, "warmup": 0.5},
+        warmup_name="warmup",
+    )
+    run = RunLeft("r", "builtin", ("off~01", "off~02"), None, 0, 0)
+    loads = [s for s in eta.run_steps(run, tt) if s.kind == "load"]
+    assert [s.drain_s for s in loads] == [2.0, 4.0]  # the first call warms up: its drain too
+    assert eta.eta_s(loads, {}) == pytest.approx(3.0 + 2.0 + 2.0 + 4.0)
+    measured = {loads[0].key: 3.0 + 4.0}  # took twice its simulated drain
+    assert eta.eta_s(loads, measured) == pytest.approx(2.0 + 2 * 4.0)
+    without = Timetable(arrivals={"off~01": 3.0, "off~02": 2.0}, warmup_s=0.0)
+    assert all(s.drain_s is None for s in eta.run_steps(run, without))
+
+
+def test_a_phase_drain_is_simulated_from_the_probe_figures():
+    from specpilot.simulate.sustain import phase_drains
+
+    f = {"step_s": [0.02, 0.06], "slots": 4, "prefill_s": 0.05}
+    alone = phase_drains({"p": [(0.0, 10, 21)]}, f)["p"]
+    assert alone == pytest.approx(0.05 + 20 * 0.02)
+    crowd = phase_drains({"p": [(0.0, 10, 21)] * 4}, f)["p"]
+    assert crowd > 2 * alone  # four at once: every step costs the batch's
+    assert phase_drains({"p": [(0.0, 10, 21)]}, {"sustainable_rps": 1.0}) == {}  # given only

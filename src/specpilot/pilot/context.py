@@ -80,6 +80,7 @@ class PilotContext(ArmContext, Protocol):
     plans: list[ArmPlan]
     gates: Gates
     started: float  # perf_counter at the pilot's start (the budget counts from it)
+    capacity: dict[str, Any] | None  # the capacity probe's figures (None: not probed)
 
     def record_failure(self, run: RunPlan, exc: BaseException) -> None: ...
 

@@ -52,6 +52,7 @@ PRIOR_PER_UNIT_S = {
     "report": 1.5,  # per arm run the analysis covers
 }
 UNIT_KINDS = tuple(PRIOR_PER_UNIT_S)
+PREDICTED = "load/simulated"  # learned: measured over simulated drains of the loads so far
 # engine restarts a drill costs: the builtin server switches at run time, the others restart
 DRILL_RESTARTS = {e: a.drill_restarts for e, a in ADAPTERS.items()}
 
@@ -70,6 +71,9 @@ class Step:
     units: float = 1.0  # quality rounds, compat checks, answers, arm runs (UNIT_KINDS)
     restarts: int = 0  # engine restarts inside the step (a drill by restart: 2)
     hold_s: float = 0.0  # a drill: switch_after_s + hold_s, the switch's own timetable
+    # a load: the seconds after its last arrival simulated from the capacity probe's figures
+    # (None: the learned mean drain per phase); measured loads scale the rest (``learn``)
+    drain_s: float | None = None
 
 
 def start_key(run_id: str) -> str:
@@ -91,6 +95,8 @@ def step_key(run_id: str, kind: str) -> str:
 def sample(step: Step, seconds: float) -> float:
     """What a measured step teaches about the others of its kind: a load's drain per phase,
     a unit kind's seconds per unit, else the step's seconds."""
+    if step.kind == "load" and step.drain_s:  # how far the simulated drain was off
+        return max(0.0, seconds - step.sched_s) / step.drain_s
     if step.kind == "load":
         return max(0.0, seconds - step.sched_s) / max(1, step.drains)
     if step.kind in UNIT_KINDS:
@@ -105,8 +111,9 @@ def learn(plan: Sequence[Step], done: Mapping[str, float]) -> dict[tuple[str, st
     for s in plan:
         if s.key in done:
             x = sample(s, done[s.key])
-            got.setdefault((s.kind, s.engine), []).append(x)
-            got.setdefault((s.kind, "*"), []).append(x)
+            kind = PREDICTED if s.kind == "load" and s.drain_s else s.kind
+            got.setdefault((kind, s.engine), []).append(x)
+            got.setdefault((kind, "*"), []).append(x)
     return {k: sum(v) / len(v) for k, v in got.items()}
 
 
@@ -117,6 +124,9 @@ def estimate(step: Step, learned: Mapping[tuple[str, str], float]) -> float:
     drain = learned.get(("load", step.engine), PRIOR_DRAIN_S)
     if step.kind == "start":
         return start
+    if step.kind == "load" and step.drain_s is not None:
+        scale = learned.get((PREDICTED, step.engine), learned.get((PREDICTED, "*"), 1.0))
+        return step.sched_s + step.drain_s * scale
     if step.kind == "load":
         return step.sched_s + step.drains * drain
     if step.kind == "drill":
@@ -178,6 +188,9 @@ class Timetable:
     warmup_first_only: bool = False  # episodes: one call per episode, the first one warms up
     drill_phase: str = ""
     drill_hold_s: float = 0.0  # switch_after_s + hold_s
+    # phase (the warm-up's name included) -> its simulated drain (``simulate.sustain``)
+    drain_s: dict[str, float] = field(default_factory=dict)
+    warmup_name: str | None = None
 
 
 def run_steps(run: RunLeft, tt: Timetable) -> list[Step]:
@@ -190,7 +203,11 @@ def run_steps(run: RunLeft, tt: Timetable) -> list[Step]:
     for i, phases in enumerate(calls if run.phases else []):
         w = warm if (i == 0 or not tt.warmup_first_only) else 0
         sched = w * (tt.warmup_s or 0.0) + sum(tt.arrivals.get(p, 0.0) for p in phases)
-        out.append(Step(load_key(rid, phases), "load", eng, rid, sched, w + len(phases)))
+        step = Step(load_key(rid, phases), "load", eng, rid, sched, w + len(phases))
+        drained = [*phases, *([tt.warmup_name] if w and tt.warmup_name else [])]
+        if tt.drain_s and all(p in tt.drain_s for p in drained):
+            step = replace(step, drain_s=sum(tt.drain_s[p] for p in drained))
+        out.append(step)
     if run.drill_restarts is not None:
         sched = tt.arrivals.get(tt.drill_phase, 0.0)
         drill = Step(step_key(rid, "drill"), "drill", eng, rid, sched_s=sched, drains=1)

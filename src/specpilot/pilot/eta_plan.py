@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from specpilot.pilot.armrun import LOAD_STEP, phases_left
 from specpilot.pilot.context import PilotContext, RunPlan
@@ -12,10 +13,14 @@ from specpilot.pilot.eta import (
     DRILL_RESTARTS,
     RunLeft,
     Step,
+    Timetable,
     plan_steps,
     quality_rounds,
     timetable,
 )
+
+if TYPE_CHECKING:
+    from specpilot.workload import Schedule
 
 
 def run_left(ctx: PilotContext, run: RunPlan, rounds: int, checks: int) -> RunLeft | None:
@@ -68,8 +73,25 @@ def plan_for(ctx: PilotContext, runs: Sequence[RunPlan]) -> list[Step]:
         last = last if cfg.drill.replay_s is None else min(last, cfg.drill.replay_s)
         arrivals = {**tt.arrivals, cfg.drill.phase: last}
         tt = replace(tt, arrivals=arrivals, warmup_first_only=True)
+    tt = with_drains(tt, ctx.schedule, ctx.capacity)
     measured = sum(1 for r in ctx.schedule.requests if not r.warmup)
     # per arm, not per run: the episode design's processes of one arm share its episodes
     arms = len({(r.arm.name, r.repetition) for r in runs})
     answers = (measured + len(quality)) * arms
     return plan_steps(left, tt, answers, arms)
+
+
+def with_drains(tt: Timetable, schedule: Schedule, capacity: dict[str, Any] | None) -> Timetable:
+    """``tt`` with each phase's drain simulated from the capacity probe's figures (the plan's
+    load times from this machine's measured steps, not a prior), where a probe ran."""
+    from specpilot.simulate.sustain import phase_drains
+
+    if not capacity:
+        return tt
+    reqs: dict[str, list[tuple[float, int, int]]] = {}
+    for r in schedule.requests:
+        prompt = r.input_tokens_target or 0
+        reqs.setdefault(r.phase, []).append((r.send_t, prompt, r.max_tokens or 1))
+    drains = phase_drains(reqs, capacity)
+    warm = next((p.name for p in schedule.phases if p.warmup), None)
+    return replace(tt, drain_s=drains, warmup_name=warm) if drains else tt

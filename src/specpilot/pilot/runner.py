@@ -74,6 +74,7 @@ class Pilot:
     ) -> None:
         self.cfg = cfg
         self.capacity_given = capacity_rps  # --capacity: the figure instead of the probe
+        self.capacity: dict[str, Any] | None = None  # the probe's figures, once prepared
         self.out_dir = Path(out_dir)
         self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
         self.progress = progress or PilotProgress()
@@ -98,7 +99,7 @@ class Pilot:
         check_one_switch(plans)
         wl = self.cfg.workload_config()
         base_dir = self.cfg.workload_dir(self.base_dir)
-        self.capacity: dict[str, Any] | None = None
+        self.capacity = None
         for p in plans:  # the files each engine needs prepared (backends.adapter.Asset)
             a = adapter_of(p.engine)
             if a is None or p.url is not None or p.spec.options is None:

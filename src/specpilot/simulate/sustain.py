@@ -30,8 +30,9 @@ on a seeded arrival stream, so the same measurements give the same rate.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +68,7 @@ class Sustained:
     slots: int
     sustainable_rps: float
     predicted_p90_s: dict[str, float] = field(default_factory=dict)  # at the sustainable rate
+    prefill_s: float = 0.0  # median time to first token, alone
 
     def to_dict(self) -> dict[str, object]:
         r = 4
@@ -79,6 +81,7 @@ class Sustained:
             "slots": self.slots,
             "sustainable_rps": round(self.sustainable_rps, r),
             "predicted_p90_s": {g: round(v, r) for g, v in self.predicted_p90_s.items()},
+            "prefill_s": round(self.prefill_s, 5),
         }
 
 
@@ -181,4 +184,41 @@ def sustainable(
     rate = lo
     sync_rps = 1.0 / statistics.mean(s.e2e_s for s in sync)
     p90 = _p90s(sync, rate, step, prefill, slots) if rate > 0 else {}
-    return Sustained(unloaded, limit, sync_rps, max_rps, (s1, ss), slots, rate, p90)
+    return Sustained(unloaded, limit, sync_rps, max_rps, (s1, ss), slots, rate, p90, prefill)
+
+
+def phase_drains(
+    phases: Mapping[str, Sequence[tuple[float, int, int]]], figures: Mapping[str, Any]
+) -> dict[str, float]:
+    """Seconds each phase's requests take after its last arrival on the probed engine (the
+    pilot's ETA before it has measured an episode): ``phases`` maps a phase to its requests as
+    (send time from the phase's start, prompt tokens, output tokens); ``figures``: the
+    probe's (``step_s`` at 1 and at ``slots``, ``prefill_s``). Empty where the figures lack
+    them (a capacity given on the command line, a pilot probed before they were kept).
+
+        >>> f = {"step_s": [0.02, 0.03], "slots": 2, "prefill_s": 0.05}
+        >>> phase_drains({"one": [(0.0, 10, 11)], "two": [(0.0, 10, 11), (0.0, 10, 11)]}, f)
+        {'one': 0.25, 'two': 0.4}
+    """
+    try:
+        s1, ss = (float(x) for x in figures["step_s"])
+        slots, prefill = int(figures["slots"]), float(figures["prefill_s"])
+    except (KeyError, TypeError, ValueError):
+        return {}
+    step = _linear(s1, ss, slots)
+    out = {}
+    for name, reqs in phases.items():
+        if not reqs:
+            continue
+        order = sorted(reqs)
+        t = np.array([r[0] for r in order])
+        res = simulate(
+            t,
+            np.array([r[1] for r in order]),
+            np.array([max(r[2] - 1, 0) for r in order]),
+            step_s=step,
+            prefill_s=lambda _n: prefill,
+            slots=slots,
+        )
+        out[name] = round(float(np.max(t + res.e2e) - t[-1]), 6)
+    return out
