@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +19,7 @@ from specpilot.analysis.sequential import spent
 from specpilot.cli import main
 from specpilot.errors import ConfigError
 from specpilot.pilot.eta import EtaClock, Step, load_key
-from specpilot.pilot.looks import Looks, blocks, least
+from specpilot.pilot.looks import BELOW_LEAST, Looks, blocks, least
 from specpilot.records import HardwareFacts, PilotRecord
 from specpilot.store import Store
 
@@ -79,8 +80,9 @@ def _looks(tmp_path: Path, design: dict, spent_s: float = 0.0):
     with Store(tmp_path / "p.duckdb") as store:
         rec = PilotRecord("p", "p", {}, "", "0", 0.0, hardware=HardwareFacts(cpu_model="x"))
         store.add_pilot(PilotRecord(**{**rec.__dict__, "schedule": {"design": design}}))
+        notes: list[str] = []
         ctx = SimpleNamespace(
-            progress=SimpleNamespace(clock=clock, note=lambda text: None),
+            progress=SimpleNamespace(clock=clock, note=notes.append, notes=notes),
             started=time.perf_counter() - spent_s,
             store=store,
             cfg=SimpleNamespace(analysis=SimpleNamespace(ci_level=0.95)),
@@ -97,7 +99,7 @@ def _design(per_level: int, processes: int, looks: list[int], budget: float | No
     }
 
 
-def test_the_budget_drops_the_last_episodes_first_never_the_least(tmp_path):
+def test_the_budget_drops_past_the_least_first_then_holds_with_the_least_too(tmp_path):
     design = _design(per_level=8, processes=2, looks=[4], budget=2.0)
     order = [n for b in blocks(design) for n in b]
     assert order[:4] == ["off~01", "peak~01", "off~02", "peak~02"]  # levels interleaved
@@ -113,11 +115,17 @@ def test_the_budget_drops_the_last_episodes_first_never_the_least(tmp_path):
                 ctx.started -= 20.0
             if i == 0:  # the ETA from priors says 350 s of 120, but nothing is dropped early
                 assert not looks.skipped
-        # 120 s budget, 30 spent: the least, 2 x 2 episodes per level, runs; the rest is dropped
-        assert len(kept) == 2 * least(design)
+        # 120 s budget (+10%: 132 s), 30 spent, 20 s an episode: the least, 6 episodes per
+        # level, would take 270 s, so 5 of its 12 run (130 s) and the note names the budget
+        # the least needs here; every episode past the least is dropped first
+        assert len(kept) == 5 and 2 * least(design) == 12
         assert kept == order[: len(kept)]  # the last dropped first, the levels alike
         assert set(looks.skipped) == set(order[len(kept) :])
-        assert set(looks.skipped.values()) == {"budget"}
+        assert {n for n, why in looks.skipped.items() if why == BELOW_LEAST} == set(order[5:12])
+        assert {n for n, why in looks.skipped.items() if why == "budget"} == set(order[12:])
+        assert looks.lk["least_needs_min"] == pytest.approx(4.5, abs=0.05)
+        notes = ctx.progress.notes
+        assert any(re.search(r"--budget 4\.[56] runs it", n) for n in notes), notes
         assert clock.eta_s() == 0.0  # out of the ETA too
         stored = store.records("pilots")[0].schedule["design"]["looks"]
         assert stored["skipped"] == looks.skipped  # in the pilot file as it happens

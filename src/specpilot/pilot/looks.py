@@ -9,8 +9,9 @@ pilot **looks**: the whole analysis over the records so far at the look's nomina
 level whose pooled cells are all decided gets no more episodes. Before every episode the
 **budget** (``episodes.budget_min``, ``--budget``) is checked against the time spent plus the
 ETA of every step left (an interrupted run's time included): episodes are dropped from the end of the run order until the rest fits,
-never one of the first ``least(design)`` of a level (what a pooled cell needs to decide), and only once the
-next episode is one of them. The clock stops a
+first those past the first ``least(design)`` of a level (what a pooled cell needs to decide), and
+only once the next episode is one of them; where even the least runs past the budget by more than
+10% at the costs measured, its last episodes go too (the note says the budget it needs here). The clock stops a
 pilot, never the data, so the last look spends what is left of the error rate whenever it
 comes. Every look, every episode not run and why, and the last look are written into the
 design record as they happen; a resumed pilot keeps them.
@@ -32,6 +33,9 @@ from specpilot.pilot.config import PilotConfigError
 from specpilot.pilot.context import PilotContext
 from specpilot.pilot.design import LEAST_PER_PROCESS
 from specpilot.pilot.eta import Step, eta_s
+
+SLACK = 0.10  # the least design may run past the budget by this share before it is cut
+BELOW_LEAST = "budget, below the least design"
 
 
 def blocks(design: dict[str, Any]) -> list[list[str]]:
@@ -138,19 +142,41 @@ class Looks:
         """Before episode ``ahead[0]`` (``ahead``: those not run yet, in run order): when the
         time spent plus the ETA is past the budget, the episodes to drop are the last
         droppable ones whose expected time covers the excess; they are dropped once the next
-        episode is among them, so an ETA from priors early on drops nothing too soon."""
+        episode is among them, so an ETA from priors early on drops nothing too soon. Where
+        the least design itself runs past the budget by more than ``SLACK`` at the costs
+        measured (a machine slower than the plan), its last episodes go too, the levels
+        alike: the budget holds, those levels stay undecided, and the note says the budget
+        the least design needs here."""
         budget = self.lk.get("budget_min")
         if not budget or not ahead:
             return
         clock = self.p.progress.clock
-        excess = self.spent_s() + (clock.eta_s() or 0.0) - budget * 60.0
-        drop, tail = droppable(self.design), []
-        for name in reversed([n for n in ahead if self.runs(n) and n in drop]):
+        spent, eta = self.spent_s(), clock.eta_s() or 0.0
+        excess = spent + eta - budget * 60.0
+        drop, tail, below = droppable(self.design), [], []
+        left = [n for n in ahead if self.runs(n)]
+        for name in reversed([n for n in left if n in drop]):
             if excess <= 0:
                 break
             tail.append(name)
             excess -= clock.estimate_s(self.keys_of(name))
-        if ahead[0] in tail:
+        over = excess - SLACK * budget * 60.0
+        least_s = spent + eta - sum(clock.estimate_s(self.keys_of(n)) for n in tail)
+        for name in reversed([n for n in left if n not in drop]):
+            if over <= 0:
+                break
+            below.append(name)
+            over -= clock.estimate_s(self.keys_of(name))
+        if ahead[0] in below:
+            self.p.progress.note(
+                f"budget {budget:g} min: the least design ({least(self.design)} episodes per "
+                f"level) takes about {least_s / 60:.1f} min at the costs measured here; its "
+                f"last {len(below)} episodes are dropped to hold the budget, so their levels "
+                f"stay undecided -> --budget {math.ceil(least_s / 6.0) / 10.0:g} runs it"
+            )
+            self.lk["least_needs_min"] = round(least_s / 60.0, 1)
+            self.skip(below, BELOW_LEAST)
+        if ahead[0] in tail or ahead[0] in below:
             self.skip(tail, "budget")
 
     def look(self, j: int, done: Sequence[str], ahead: Sequence[str]) -> None:
