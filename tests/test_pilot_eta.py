@@ -345,3 +345,13 @@ def test_a_phase_drain_is_simulated_from_the_probe_figures():
     crowd = phase_drains({"p": [(0.0, 10, 21)] * 4}, f)["p"]
     assert crowd > 2 * alone  # four at once: every step costs the batch's
     assert phase_drains({"p": [(0.0, 10, 21)]}, {"sustainable_rps": 1.0}) == {}  # given only
+
+
+def test_simulated_loads_also_teach_the_drill_its_drain():
+    """A drill is planned from the seconds per drain the loads measured, simulated or not."""
+    load = Step("a:load:off~01", "load", "builtin", "a", sched_s=3.0, drains=1, drain_s=1.0)
+    drill = Step("a:drill", "drill", "builtin", "a", sched_s=10.0, drains=1, hold_s=0.0)
+    before = eta.eta_s([load, drill], {})
+    assert before == pytest.approx(1.0 * 0 + 3.0 + 1.0 + 10.0 + PRIOR_DRAIN_S)
+    after = eta.eta_s([load, drill], {load.key: 3.0 + 8.0})  # 8 s after its last arrival
+    assert after == pytest.approx(10.0 + 8.0)

@@ -287,3 +287,23 @@ def test_an_interrupted_runs_time_counts_against_the_budget(tmp_path):
         looks.save()
         stored = ctx.store.records("pilots")[0].schedule["design"]["looks"]
         assert stored["spent_s"] >= 100.0  # carried to the next resume
+
+
+def test_the_least_is_cut_only_at_measured_costs_and_every_level_keeps_an_episode(tmp_path):
+    """A pilot already past its budget before its first episode (slow starts): nothing is
+    dropped on priors alone; once an episode is measured the least's last episodes go, but
+    never a level's first, so every level keeps one."""
+    design = _design(per_level=8, processes=2, looks=[4], budget=2.0)
+    order = [n for b in blocks(design) for n in b]
+    with _looks(tmp_path, design, spent_s=500.0) as (looks, ctx, _):
+        clock, kept = ctx.progress.clock, []
+        for i, name in enumerate(order):
+            looks.trim(order[i:])
+            if i == 0:
+                assert not looks.skipped  # the ETA is priors only: nothing measured yet
+            if looks.runs(name):
+                kept.append(name)
+                clock.done.update({load_key(r, [name]): 10.0 for r in "ab"})
+                ctx.started -= 20.0
+        assert kept == ["off~01", "peak~01"]  # each level's first episode, nothing else
+        assert looks.skipped["off~02"] == BELOW_LEAST and looks.skipped["off~08"] == "budget"

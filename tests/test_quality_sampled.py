@@ -111,6 +111,17 @@ def test_a_wrong_acceptance_rule_is_caught_and_the_right_one_is_not(quality_pass
     assert not any(t.differs for t in right.values()), right
     # the first token comes from prefill in both: no rule touches it
     assert not broken["token@0"].differs
-    v = gate([], outs, baseline_arm="baseline", candidate_arm="broken", cfg=cfg)
+    # the builtin engine reports the target's own log-probs (EngineAdapter.target_logprobs)
+    v = gate(
+        [], outs, baseline_arm="baseline", candidate_arm="broken", cfg=cfg, target_logprobs=True
+    )
     assert not v.passed and any("samples differ" in r for r in v.reasons)
-    assert gate([], outs, baseline_arm="baseline", candidate_arm="speculative", cfg=cfg).passed
+    right_gate = gate(
+        [],
+        outs,
+        baseline_arm="baseline",
+        candidate_arm="speculative",
+        cfg=cfg,
+        target_logprobs=True,
+    )
+    assert right_gate.passed

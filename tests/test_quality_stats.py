@@ -226,3 +226,14 @@ def test_only_the_builtin_engine_is_known_to_report_the_target_log_probs():
 
     known = {name for name, a in ADAPTERS.items() if a.target_logprobs}
     assert known == {"builtin"}
+
+
+def test_the_report_and_the_quality_command_know_the_engine_alike():
+    from specpilot.analysis.quality import reports_target_logprobs
+    from specpilot.records import ArmRecord, PilotData, PilotRecord
+
+    arms = [ArmRecord("p", "r1", "spec", "speculative", "builtin"),
+            ArmRecord("p", "r2", "ngram", "extra", "llamacpp")]  # fmt: skip
+    data = PilotData(PilotRecord("p", "x", {}, "", "0", 0.0), arms=arms)
+    assert reports_target_logprobs(data, "spec") and not reports_target_logprobs(data, "ngram")
+    assert not reports_target_logprobs(data, "absent")

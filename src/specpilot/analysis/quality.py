@@ -126,16 +126,23 @@ KEY_GATE = {
 }
 
 
+def reports_target_logprobs(data: PilotData, arm: str) -> bool:
+    """Whether ``arm``'s engine is known to report the target's own log-probs under
+    speculation (``EngineAdapter.target_logprobs``): the gate then compares them without the
+    compatibility suite's logprobs check."""
+    from specpilot.backends.adapters import adapter_of
+
+    rec = next((a for a in data.arms if a.arm == arm), None)
+    engine = adapter_of(rec.engine) if rec is not None else None
+    return engine is not None and engine.target_logprobs
+
+
 def quality_gates(
     data: PilotData, baseline: str, candidate: str, cfg: QualityConfig | None = None
 ) -> list[QualityGate]:
     """The candidate's gates per group, from ``quality.summary.gate`` (module docstring)."""
     if cfg is None:
         cfg = QualityConfig.model_validate(dict(data.pilot.config or {}).get("quality") or {})
-    from specpilot.backends.adapters import adapter_of
-
-    arm = next((a for a in data.arms if a.arm == candidate), None)
-    engine = adapter_of(arm.engine) if arm is not None else None
     v = gate(
         data.quality,
         data.outputs,
@@ -144,7 +151,7 @@ def quality_gates(
         candidate_arm=candidate,
         cfg=cfg,
         pilot_id=data.pilot.pilot_id,
-        target_logprobs=engine is not None and engine.target_logprobs,
+        target_logprobs=reports_target_logprobs(data, candidate),
         consistency=[c for c in data.consistency if c.baseline_arm == baseline]
         if data.consistency
         else None,

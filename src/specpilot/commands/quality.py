@@ -43,6 +43,7 @@ def _read(path: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specpilot.analysis.quality import reports_target_logprobs
     from specpilot.quality.config import QualityConfig
     from specpilot.quality.recheck import recheck, resolve_groups
     from specpilot.quality.summary import gate
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
                         baseline_arm=baseline,
                         candidate_arm=arm,
                         cfg=qcfg,
+                        target_logprobs=reports_target_logprobs(data, arm),
                     )
                 )
     if args.write:

@@ -111,9 +111,12 @@ def learn(plan: Sequence[Step], done: Mapping[str, float]) -> dict[tuple[str, st
     for s in plan:
         if s.key in done:
             x = sample(s, done[s.key])
-            kind = PREDICTED if s.kind == "load" and s.drain_s else s.kind
-            got.setdefault((kind, s.engine), []).append(x)
-            got.setdefault((kind, "*"), []).append(x)
+            if s.kind == "load" and s.drain_s:  # its ratio, and its seconds per drain (a drill)
+                got.setdefault((PREDICTED, s.engine), []).append(x)
+                got.setdefault((PREDICTED, "*"), []).append(x)
+                s, x = replace(s, drain_s=None), sample(replace(s, drain_s=None), done[s.key])
+            got.setdefault((s.kind, s.engine), []).append(x)
+            got.setdefault((s.kind, "*"), []).append(x)
     return {k: sum(v) / len(v) for k, v in got.items()}
 
 

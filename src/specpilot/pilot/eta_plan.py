@@ -91,7 +91,8 @@ def with_drains(tt: Timetable, schedule: Schedule, capacity: dict[str, Any] | No
     reqs: dict[str, list[tuple[float, int, int]]] = {}
     for r in schedule.requests:
         prompt = r.input_tokens_target or 0
-        reqs.setdefault(r.phase, []).append((r.send_t, prompt, r.max_tokens or 1))
+        sent = r.send_t + sum(r.client_stages.values())  # sent after its client stages
+        reqs.setdefault(r.phase, []).append((sent, prompt, r.max_tokens or 1))
     drains = phase_drains(reqs, capacity)
     warm = next((p.name for p in schedule.phases if p.warmup), None)
     return replace(tt, drain_s=drains, warmup_name=warm) if drains else tt

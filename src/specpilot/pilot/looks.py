@@ -162,7 +162,12 @@ class Looks:
             excess -= clock.estimate_s(self.keys_of(name))
         over = excess - SLACK * budget * 60.0
         least_s = spent + eta - sum(clock.estimate_s(self.keys_of(n)) for n in tail)
-        for name in reversed([n for n in left if n not in drop]):
+        # only at costs measured (an episode ran), never a level's first episode
+        levels = self.design["levels"].values()
+        measured = any(k in clock.done for ns in levels for n in ns for k in self.keys_of(n))
+        firsts = {names[0] for names in levels if names}
+        least_left = [n for n in left if n not in drop and n not in firsts]
+        for name in reversed(least_left if measured else []):
             if over <= 0:
                 break
             below.append(name)

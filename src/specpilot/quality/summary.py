@@ -137,7 +137,7 @@ def gate(
     cfg: QualityConfig | None = None,
     pilot_id: str = "",
     consistency: Sequence[ConsistencyRecord] | None = None,
-    target_logprobs: bool = True,
+    target_logprobs: bool = False,
 ) -> QualityVerdict:
     """``consistency``: the pair's greedy comparisons already computed (the pilot stores them,
     made by the same ``greedy_consistency``); None: computed here from ``outputs``;
