@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -156,14 +156,19 @@ def _max(snaps: Sequence[MetricSnapshot], attr: str) -> int | None:
 SLOT_KEYS = ("max_slots", "n_parallel", "max_num_seqs", "max_running_requests")
 
 
-def target_slots(arm: ArmRecord | None) -> int | None:
-    """Sequences the arm's engine holds at once, from its manifest's ``capacity``."""
-    cap = ((arm.manifest or {}).get("capacity") or {}) if arm is not None else {}
+def slots_in(capacity: Mapping[str, Any]) -> int | None:
+    """Sequences an engine holds at once, from its capacity settings (``max_slots``,
+    ``n_parallel``, ``max_num_seqs``, ``max_running_requests``); None: none given."""
     for k in SLOT_KEYS:
-        v = cap.get(k)
+        v = capacity.get(k)
         if isinstance(v, int | float) and v > 0:
             return int(v)
     return None
+
+
+def target_slots(arm: ArmRecord | None) -> int | None:
+    """Sequences the arm's engine holds at once, from its manifest's ``capacity``."""
+    return slots_in(((arm.manifest or {}).get("capacity") or {}) if arm is not None else {})
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.analysis.capacity import slots_in
+from specpilot.pilot.config import PilotConfigError
 from specpilot.records import RequestRecord, ScheduledRequest
-from specpilot.simulate.sustain import FACTOR, QUANTILE, Sample, sustainable
+from specpilot.simulate.sustain import FACTOR, QUANTILE, Sample, sustainable, unloaded_medians
 
 PER_GROUP = 2  # requests of each group in the synchronous pass
 CONFIRM_S = 12.0  # seconds of the open-loop segment at the rate found
@@ -129,6 +131,10 @@ def probe(
         raise ValueError("the capacity probe needs measured requests in the schedule")
     run(_as(chosen[:1], "probe_warmup", [0.0]), None)
     sync = _samples(run(_as(chosen, "probe_sync", [0.0] * len(chosen)), 1))
+    unloaded = unloaded_medians(sync) if len(sync) == len(chosen) else {}
+    missed = unloaded_misses(unloaded, deadlines)
+    if missed:  # before the burst: no load for a baseline that misses unloaded
+        raise NoSustainableRate("; ".join(missed))
     n = 2 * max(slots, 1)
     burst_reqs = [chosen[i % len(chosen)] for i in range(n)]
     recs = run(_as(burst_reqs, "probe_burst", [0.0] * n), None)
@@ -140,13 +146,6 @@ def probe(
         raise RuntimeError(f"capacity probe: the baseline did not answer every request ({why})")
     burst = _samples(recs, min(sent))
     span = max(done) - min(sent)
-    unloaded = {
-        g: statistics.median(s.e2e_s for s in sync if s.group == g)
-        for g in dict.fromkeys(s.group for s in sync)
-    }
-    missed = unloaded_misses(unloaded, deadlines)
-    if missed:
-        raise NoSustainableRate("; ".join(missed))
     est = sustainable(
         sync, burst, burst_span_s=span, slots=slots, factor=factor, deadlines=deadlines
     )
@@ -240,13 +239,10 @@ def replayer(url: str, model: str, s: Any, arm: str, response_extras: Any = None
 def slots_of(plan: Any, described: dict[str, Any]) -> int:
     """Sequences the engine batches at once: the arm's capacity settings (``max_slots``,
     ``n_parallel``, ...), else what the engine describes, else 8."""
-    from specpilot.analysis.capacity import SLOT_KEYS
-
     for caps in (plan.capacity or {}, described.get("capacity") or {}):
-        for k in SLOT_KEYS:
-            v = caps.get(k)
-            if isinstance(v, int | float) and v > 0:
-                return int(v)
+        got = slots_in(caps)
+        if got is not None:
+            return got
     return 8
 
 
@@ -291,8 +287,6 @@ def baseline_probe(pilot: Any, plan: Any, schedule: Any) -> dict[str, Any]:
 def wants_probe(cfg: Any, wl: Any) -> bool:
     """Whether the pilot probes capacity (``load.capacity_probe``; None: where a phase gives
     ``target_utilization``). ``false`` with such a phase is refused (``PilotConfigError``)."""
-    from specpilot.pilot.config import PilotConfigError
-
     want = cfg.load.capacity_probe
     needs = wl.utilization_phases()
     if want is False and needs:
@@ -307,8 +301,6 @@ def wants_probe(cfg: Any, wl: Any) -> bool:
 
 def refuse_unprobed(cfg: Any, base: Any) -> None:
     """A baseline by URL is probed only where its arm says ``probe: true``."""
-    from specpilot.pilot.config import PilotConfigError
-
     if base.url is None or getattr(base.spec, "probe", False):
         return
     i = [a.name for a in cfg.arms].index(base.name)
@@ -348,8 +340,6 @@ def over_capacity(schedule: Any, capacity_rps: float) -> list[str]:
 def given_capacity(rps: float, arm: str) -> dict[str, Any]:
     """The capacity record of a figure given on the command line (``--capacity``): stated as
     given, with nothing measured beside it."""
-    from specpilot.pilot.config import PilotConfigError
-
     if not rps > 0:
         raise PilotConfigError(
             f"--capacity {rps:g}: the baseline's sustainable rate must be above 0 requests/s",

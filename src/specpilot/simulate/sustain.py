@@ -143,6 +143,14 @@ def _p90s(
     return out
 
 
+def unloaded_medians(sync: Sequence[Sample]) -> dict[str, float]:
+    """Each group's median task time in the synchronous pass (its unloaded latency)."""
+    return {
+        g: statistics.median(s.e2e_s for s in sync if s.group == g)
+        for g in dict.fromkeys(s.group for s in sync)
+    }
+
+
 def sustainable(
     sync: Sequence[Sample],
     burst: Sequence[Sample],
@@ -156,10 +164,7 @@ def sustainable(
     docstring); ``deadlines``: each group's SLO deadline (seconds), where it has one."""
     if not sync or not burst or burst_span_s <= 0:
         raise ValueError("the probe needs a synchronous pass and a burst with a span")
-    unloaded = {
-        g: statistics.median(s.e2e_s for s in sync if s.group == g)
-        for g in dict.fromkeys(s.group for s in sync)
-    }
+    unloaded = unloaded_medians(sync)
     limit = {
         g: min(factor * u, (deadlines or {}).get(g, float("inf"))) for g, u in unloaded.items()
     }
