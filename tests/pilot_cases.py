@@ -381,3 +381,24 @@ def compare(t, base, cand, *, offered_rates=None, drift=None, **settings):
 
     st = dataclasses.replace(CompareSettings.of(AnalysisConfig()), **settings)
     return compare_arms(t, base, cand, st, drift=drift, offered_rates=offered_rates)
+
+
+# -- the embedded default at fixed rates (the tests of looks, budgets and memory) -------------
+BUILTIN_DEADLINES = {"zh_business": 20.0, "code": 25.0, "structured": 12.0, "longform": 60.0}
+
+
+def at_fixed_rates(data: dict, off_rate: float = 1.0, peak_rate: float = 2.0) -> dict:
+    """The default pilot's mapping with its levels at absolute rates (44 s and 22 s) and the
+    builtin groups' deadlines: nothing waits for the capacity probe, so a test of what comes
+    after it (the design, the looks, the budget) starts no probe engine."""
+    data["episodes"] = {**data["episodes"], "fit_budget": False}
+    for p, rate, dur in zip(
+        data["workload"]["phases"], (off_rate, peak_rate), (44, 22), strict=True
+    ):
+        p["duration_s"] = dur
+        p["arrival"].pop("target_utilization", None)
+        p["arrival"]["target_rate"] = rate
+    for name, g in data["workload"]["groups"].items():
+        g["slo"] = {**g["slo"], "deadline_s": BUILTIN_DEADLINES[name]}
+        g["slo"].pop("unloaded_x", None)
+    return data

@@ -326,8 +326,7 @@ def test_more_episodes_of_utilization_phases_need_the_capacity(tmp_path, capsys)
     text = (DEFAULT / "default.yaml").read_text()
     text = text.replace("../traces/", (DEFAULT.parent / "traces").as_posix() + "/")
     text = text[: text.index("\nquick:")] + "\n"  # its quick profile gives rates
-    text = text.replace("target_rate: 1.0,", "target_utilization: 0.6,")
-    text = text.replace("target_rate: 2.0,", "target_utilization: 1.0,")
+    text = text.replace("fit_budget: true", "fit_budget: false")  # the file's lengths, scaled
     f = tmp_path / "u.yaml"
     f.write_text(text)
     assert main(["pilot", str(f), "--dry-run", "--episodes", "20"]) == 2
@@ -337,7 +336,7 @@ def test_more_episodes_of_utilization_phases_need_the_capacity(tmp_path, capsys)
     assert main(args) == 0
     plan = json.loads(capsys.readouterr().out)
     off = next(p for p in plan["schedule"]["phases"] if p["name"] == "off_peak")
-    assert off["duration_s"] == pytest.approx(44 * 20 / 14, abs=0.1)
+    assert off["duration_s"] == pytest.approx(600 * 20 / 14, abs=0.1)
     assert plan["episodes"]["per_level"] == 20
 
 

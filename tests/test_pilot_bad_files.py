@@ -273,9 +273,13 @@ def test_a_level_too_thin_for_its_episodes_is_refused_at_its_line(
     text = (DEFAULT / "default.yaml").read_text()
     traces = (DEFAULT.parent / "traces").as_posix()
     text = text.replace("../traces/", traces + "/")
-    old = "target_rate: 1.0, use_lengths: none}"
+    old = "target_utilization: 0.3, use_lengths: none}"
     assert text.count(old) == 1
     text = text.replace(old, "target_rate: 0.02, use_lengths: none}")
+    text = text.replace("duration_s: 600", "duration_s: 44", 1)
+    # absolute rates and deadlines: nothing waits for the capacity probe
+    text = text.replace("target_utilization: 0.8,", "target_rate: 2.0,")
+    text = text.replace("unloaded_x: 2.0", "deadline_s: 20").replace("fit_budget: true", "")
     f = tmp_path / "thin.yaml"
     f.write_text(text)
     args = ["pilot", str(f), "--out", str(tmp_path / "out")] + (["--dry-run"] if dry_run else [])

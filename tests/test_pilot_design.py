@@ -5,6 +5,7 @@ whole design is one record made before anything runs."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter
 
 import pytest
@@ -20,7 +21,7 @@ from specpilot.pilot.design import (
     split_schedule,
 )
 from specpilot.pilot.episode_run import episode_runs
-from specpilot.records import episode_of, level_of
+from specpilot.records import level_of
 from specpilot.workload import build_schedule, parse_workload
 
 WORKLOAD = {
@@ -34,7 +35,7 @@ WORKLOAD = {
 }
 
 
-def test_episodes_are_slices_of_each_level_with_every_request_once():
+def test_episodes_are_cut_at_the_widest_gaps_with_their_own_gaps_kept():
     s = build_schedule(parse_workload(WORKLOAD))
     e = split_schedule(s, 5)
     measured = [r for r in s.requests if not r.warmup]
@@ -44,12 +45,37 @@ def test_episodes_are_slices_of_each_level_with_every_request_once():
         f"{lv}~{k:02d}" for lv in ("off_peak", "peak") for k in range(1, 6)
     ]
     by_index = {r.index: r for r in measured}
-    for r in split:  # the same request, its time re-based to its episode's start
-        k, width = episode_of(r.phase), (8.0 if level_of(r.phase) == "off_peak" else 4.0)
-        assert level_of(r.phase) == by_index[r.index].phase
-        assert r.send_t == pytest.approx(by_index[r.index].send_t - (k - 1) * width)
-        assert 0 <= r.send_t < width + 1e-9 or k == 5
-    assert sum(p.duration_s for p in e.phases if not p.warmup) == pytest.approx(60.0)
+    for lv in ("off_peak", "peak"):
+        n = sum(r.phase == lv for r in measured)
+        counts = [p.requests for p in e.phases if level_of(p.name) == lv]
+        assert sum(counts) == n and min(counts) >= n // 10  # none under half its share
+        inside, cut = [], []
+        for k in range(1, 6):
+            mine = sorted((r for r in split if r.phase == f"{lv}~{k:02d}"), key=lambda r: r.index)
+            assert mine[0].send_t == 0.0  # the episode starts at its first arrival
+            was = [by_index[r.index].send_t for r in mine]
+            assert [r.send_t for r in mine] == pytest.approx([t - was[0] for t in was])
+            assert [r.index for r in mine] == sorted(r.index for r in mine)  # consecutive
+            inside += [b - a for a, b in itertools.pairwise(was)]
+            if k < 5:
+                nxt = min(by_index[r.index].send_t for r in split if r.phase == f"{lv}~{k + 1:02d}")
+                cut.append(nxt - was[-1])
+        # the silence between episodes (not played) is more than even counts would cut
+        times = sorted(r.send_t for r in measured if r.phase == lv)
+        even = [times[round(k * n / 5)] - times[round(k * n / 5) - 1] for k in range(1, 5)]
+        assert sum(cut) > sum(even) and max(cut) >= max(inside)
+        # the episodes' shares are the level's time: its offered rate is kept
+        assert sum(p.duration_s for p in e.phases if level_of(p.name) == lv) == pytest.approx(
+            40.0 if lv == "off_peak" else 20.0
+        )
+
+
+def test_a_level_of_fewer_requests_than_episodes_runs_one_episode_a_request():
+    s = build_schedule(parse_workload(WORKLOAD))
+    keep = [r for r in s.requests if r.warmup or r.phase != "peak" or r.index % 7 == 0]
+    n = sum(r.phase == "peak" for r in keep)
+    e = split_schedule(dataclasses.replace(s, requests=keep), n + 3)
+    assert [p.requests for p in e.phases if level_of(p.name) == "peak"] == [1] * n
 
 
 @pytest.mark.parametrize("arms", [["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]])

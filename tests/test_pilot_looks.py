@@ -15,6 +15,7 @@ import duckdb
 import pytest
 import yaml
 
+from pilot_cases import at_fixed_rates
 from specpilot.analysis.sequential import spent
 from specpilot.cli import main
 from specpilot.errors import ConfigError
@@ -27,7 +28,7 @@ DEFAULT = Path(__file__).resolve().parent.parent / "examples" / "pilot-default.y
 
 
 def _config(tmp_path: Path, **episodes) -> Path:
-    data = yaml.safe_load(DEFAULT.read_text())
+    data = at_fixed_rates(yaml.safe_load(DEFAULT.read_text()))
     data["episodes"] = {**data["episodes"], **episodes}
     for p in data["workload"]["phases"]:  # the traces relative to the example
         p["arrival"]["path"] = str((DEFAULT.resolve().parent / p["arrival"]["path"]).resolve())

@@ -11,6 +11,7 @@ import psutil
 import pytest
 import yaml
 
+from pilot_cases import at_fixed_rates
 from specpilot.cli import main
 
 DEFAULT = Path(__file__).resolve().parent.parent / "examples" / "pilot-default.yaml"
@@ -23,7 +24,7 @@ GIB = 2**30
     reason="32 builtin processes of ~0.9 GiB fit in this machine's memory: nothing to refuse",
 )
 def test_more_processes_than_memory_holds_are_refused_naming_the_largest_that_fit(tmp_path, capsys):
-    data = yaml.safe_load(DEFAULT.read_text())
+    data = at_fixed_rates(yaml.safe_load(DEFAULT.read_text()))
     # no look and no budget: the memory refusal is the one under test
     # each arm on processes of its own (not in place): 32 processes
     data["episodes"] = {**data["episodes"], "processes": 16, "per_level": 17, "looks": [],

@@ -92,11 +92,30 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
     if wants_probe(cfg, wl) and capacity_rps is None:  # refused here as the run refuses it
         refuse_unprobed(cfg, next(p for p in plans if p.role == "baseline"))
     waits = wl.utilization_phases() if capacity_rps is None else []
-    schedule = (
-        None
-        if waits
-        else build_schedule(wl, base_dir=cfg.workload_dir(base_dir), capacity_rps=capacity_rps)
-    )
+    wdir = cfg.workload_dir(base_dir)
+    schedule = None if waits else build_schedule(wl, base_dir=wdir, capacity_rps=capacity_rps)
+    fitted: dict[str, list[float]] = {}
+    ep = cfg.episodes
+    if schedule is not None and ep is not None and ep.fit_budget and capacity_rps is not None:
+        from specpilot.pilot.fit import least_s
+
+        # planned at their least here: the run lengthens them by what its budget leaves
+        fitted = {
+            p.name: [
+                least_s(
+                    [r.send_t for r in schedule.requests if r.phase == p.name],
+                    ep.per_level,
+                    p.duration_s,
+                ),
+                p.duration_s,
+            ]
+            for p in schedule.phases
+            if p.name in wl.utilization_phases()
+        }
+        least = {n: v[0] for n, v in fitted.items()}
+        schedule = build_schedule(
+            wl.with_durations(least), base_dir=wdir, capacity_rps=capacity_rps
+        )
     thin: list[str] = []
     if schedule is not None:  # a level too thin for its episodes: refused here too
         from specpilot.pilot.config import refuse_short_levels
@@ -134,6 +153,8 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
         "schedule": schedule.summary() if schedule is not None else None,
         "pairs": pairs_per_cell(schedule, cfg) if schedule is not None else None,
         "capacity": {"given_rps": capacity_rps, "waits_for_probe": waits},
+        "fitted_s": fitted,
+        "slo_from_probe": wl.unloaded_slo_groups(),
         "thin_levels": thin,
         "episodes": noise.episode_plan(cfg),
         "equivalence_margin": cfg.analysis.verdict.equivalence_margin,
@@ -207,6 +228,18 @@ def _print_plan(plan: dict[str, Any]) -> None:
         f"{p['name']} {p['duration_s']:g}s x {p['offered_rate']:g}/s" for p in sch["phases"]
     )
     print(f"  schedule: {sch['requests']} requests per arm: {phases}")
+    slo = plan.get("slo_from_probe") or {}
+    if slo:
+        print(
+            f"  deadlines: groups {', '.join(sorted(slo))} take a multiple of the baseline's "
+            "unloaded task time (slo.unloaded_x), measured by the probe at the pilot's start "
+            "(a run given --capacity has none, and is refused)"
+        )
+    for name, (least, most) in (plan.get("fitted_s") or {}).items():
+        print(
+            f"  {name}: planned here at its least ({least:.0f} s, a request an episode); the "
+            f"run lengthens it up to {most:g} s by what its budget leaves (episodes.fit_budget)"
+        )
     pairs = plan["pairs"]
     print(
         "  pairs per cell (the episodes, not the pairs, are the units; see below):"

@@ -121,6 +121,7 @@ def probe(
     deadlines: dict[str, float],
     factor: float = FACTOR,
     confirm_s: float = CONFIRM_S,
+    unloaded_x: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The probe's figures (``report.json``'s ``capacity.probe``): ``run(requests,
     max_concurrency)`` replays requests on the baseline open-loop and returns every record.
@@ -132,6 +133,9 @@ def probe(
     run(_as(chosen[:1], "probe_warmup", [0.0]), None)
     sync = _samples(run(_as(chosen, "probe_sync", [0.0] * len(chosen)), 1))
     unloaded = unloaded_medians(sync) if len(sync) == len(chosen) else {}
+    # the deadlines given as multiples of the unloaded task time (slo.unloaded_x), in seconds
+    derived = {g: round(x * unloaded[g], 3) for g, x in (unloaded_x or {}).items() if g in unloaded}
+    deadlines = {**deadlines, **derived}
     missed = unloaded_misses(unloaded, deadlines)
     if missed:  # before the burst: no load for a baseline that misses unloaded
         raise NoSustainableRate("; ".join(missed))
@@ -161,6 +165,7 @@ def probe(
         "quantile": QUANTILE,
         **est.to_dict(),
         "simulated_rps": round(est.sustainable_rps, 4),
+        **({"deadlines_s": derived} if derived else {}),
     }
     rate = est.sustainable_rps
     confirm = _confirm(run, chosen, rate, confirm_s, est.limit_s) if rate > 0 else None
@@ -255,10 +260,13 @@ def slo_deadlines(schedule: Any) -> dict[str, float]:
     }
 
 
-def baseline_probe(pilot: Any, plan: Any, schedule: Any) -> dict[str, Any]:
+def baseline_probe(
+    pilot: Any, plan: Any, schedule: Any, unloaded_x: dict[str, float] | None = None
+) -> dict[str, Any]:
     """Start the baseline ``plan`` on a process of its own (``pilot``: the ``Pilot``; a
     baseline by URL is only reached), probe it on ``schedule``'s measured requests, stop it;
-    the figures, with the engine start's seconds (``start_s``)."""
+    the figures, with the engine start's seconds (``start_s``); ``unloaded_x``: the groups
+    whose deadline is that multiple of their unloaded task time (``deadlines_s`` then)."""
     from specpilot.loadgen.client import served_model
     from specpilot.pilot.engines import make_backend
 
@@ -273,7 +281,13 @@ def baseline_probe(pilot: Any, plan: Any, schedule: Any) -> dict[str, Any]:
         slots = slots_of(plan, backend.describe().to_dict())
         run = replayer(url, model, pilot.load_settings, plan.name, backend.response_extras)
         pilot.progress.step(plan.name, "capacity probe: synchronous pass, burst, confirmation")
-        figures = probe(run, schedule.requests, slots=slots, deadlines=slo_deadlines(schedule))
+        figures = probe(
+            run,
+            schedule.requests,
+            slots=slots,
+            deadlines=slo_deadlines(schedule),
+            unloaded_x=unloaded_x,
+        )
     finally:
         backend.stop()
     return {
@@ -289,6 +303,14 @@ def wants_probe(cfg: Any, wl: Any) -> bool:
     ``target_utilization``). ``false`` with such a phase is refused (``PilotConfigError``)."""
     want = cfg.load.capacity_probe
     needs = wl.utilization_phases()
+    slo = sorted(wl.unloaded_slo_groups())
+    if want is False and slo:
+        raise PilotConfigError(
+            f"load.capacity_probe is false, and group {slo[0]!r} gives slo.unloaded_x, a "
+            "multiple of the unloaded task time the probe measures",
+            fix="remove capacity_probe: false, or give that group slo.deadline_s (seconds)",
+            at=("load", "capacity_probe"),
+        )
     if want is False and needs:
         raise PilotConfigError(
             f"load.capacity_probe is false, and phase {needs[0]!r} gives target_utilization, a "
@@ -296,7 +318,7 @@ def wants_probe(cfg: Any, wl: Any) -> bool:
             fix="remove capacity_probe: false, or give that phase a rate (rate:, target_rate:)",
             at=("load", "capacity_probe"),
         )
-    return bool(needs) if want is None else want
+    return bool(needs or slo) if want is None else want
 
 
 def refuse_unprobed(cfg: Any, base: Any) -> None:

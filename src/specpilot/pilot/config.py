@@ -584,6 +584,8 @@ def with_episodes(
         )
     f = n / ep.per_level
     waits = cfg.workload_config().utilization_phases()
+    if ep.fit_budget and waits:  # the fit sizes those levels (pilot.fit): the budget grows
+        return _fitted_episodes(cfg, n, f, flag)
     if waits and capacity_rps is None:  # a trace's phases are scaled as played, at their rate
         raise PilotConfigError(
             f"{flag}: phase {waits[0]!r} gives target_utilization, and the seconds its "
@@ -634,6 +636,26 @@ def with_episodes(
                 f"{int(ep.per_level * ph.duration_s / was)})",
             )
     return out
+
+
+def _fitted_episodes(cfg: PilotConfig, n: int, f: float, flag: str) -> PilotConfig:
+    """``--episodes N`` on a pilot whose levels are fitted to its budget: N episodes, the
+    budget grown by N / per_level (never shrunk), the levels' lengths left to the fit."""
+    ep = cfg.episodes
+    assert ep is not None and ep.budget_min is not None
+    try:
+        new_ep = EpisodeSettings.model_validate(
+            {**ep.model_dump(), "per_level": n, "budget_min": round(ep.budget_min * max(f, 1.0), 2)}
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = f"episodes.{err['loc'][0]}: " if err["loc"] else ""
+        raise PilotConfigError(
+            f"{flag}: {where}{err.get('ctx', {}).get('error') or err['msg']}",
+            fix=f"give N between 2 and {MOST_EPISODES} (episodes.per_level's range) that the "
+            "looks fit",
+        ) from None
+    return cfg.model_copy(update={"episodes": new_ep})
 
 
 def _scaled_phases(

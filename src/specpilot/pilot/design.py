@@ -92,9 +92,19 @@ class EpisodeSettings(StrictModel):
         description="wall minutes for the whole pilot (--budget): episodes that would end it "
         "later are not run, the last first; null: no budget",
     )
+    fit_budget: bool = False
+    """the levels given as ``target_utilization`` take the length ``budget_min`` holds at the
+    capacity measured (``pilot.fit``): each at least ``per_level`` requests, each phase's
+    ``duration_s`` its most; the same experiment on a slow CPU and a GPU, with the requests
+    (and so the power) the machine affords in the budget"""
 
     @model_validator(mode="after")
     def _looks(self) -> EpisodeSettings:
+        if self.fit_budget and self.budget_min is None:
+            raise ValueError(
+                "episodes.fit_budget: the levels are fitted to a budget, and none is set -> add "
+                "episodes.budget_min (wall minutes), or remove fit_budget"
+            )
         at = self.looks
         if any(b <= a for a, b in itertools.pairwise(at)):
             raise ValueError(f"episodes.looks {at}: list them in increasing order")
@@ -116,30 +126,70 @@ class EpisodeSettings(StrictModel):
 
 
 def split_schedule(schedule: Schedule, per_level: int) -> Schedule:
-    """Each measured phase as ``per_level`` consecutive slices of equal duration (episode
-    phases ``level~01`` ...); requests keep their index (so ids stay unique), their send time
-    re-based to the slice's start. The warm-up phase is kept as it is."""
+    """Each measured phase as ``per_level`` consecutive episodes cut at its widest gaps
+    (``_parts``; episode phases ``level~01`` ...; a level of fewer requests runs one episode
+    per request).
+    Requests keep their index (so ids stay unique) and their gaps; each episode's send times are
+    re-based to its first arrival: the engine is drained and idle when an episode starts, so the
+    silence before its first request measures nothing (at 0.3 of capacity it was most of an
+    episode). An episode's ``duration_s`` is its share of the level's time (from its first
+    arrival to the next episode's), so its offered rate is the level's. The warm-up phase is
+    kept as it is."""
     phases: list[PhaseInfo] = []
     requests = []
     start = 0.0
     for p in schedule.phases:
-        mine = [r for r in schedule.requests if r.phase == p.name]
+        mine = sorted((r for r in schedule.requests if r.phase == p.name), key=lambda r: r.send_t)
         if p.warmup:
             phases.append(dataclasses.replace(p, start_s=start))
             requests += mine
             start += p.duration_s
             continue
-        for k, (lo, hi) in enumerate(_slices(p.duration_s, per_level, [r.send_t for r in mine])):
-            part = [r for r in mine if lo <= r.send_t < hi]
+        parts = _parts(mine, per_level)
+        edges = [0.0] + [q[0].send_t for q in parts[1:]]
+        edges.append(max(p.duration_s, mine[-1].send_t) if mine else p.duration_s)
+        for k, part in enumerate(parts):
             name = f"{p.name}{SEP}{k + 1:02d}"
+            share = max(edges[k + 1] - edges[k], 1e-6)
             phases.append(
                 dataclasses.replace(
-                    p, name=name, start_s=start, duration_s=hi - lo, requests=len(part)
+                    p, name=name, start_s=start, duration_s=share, requests=len(part)
                 )
             )
-            requests += [dataclasses.replace(r, phase=name, send_t=r.send_t - lo) for r in part]
-            start += hi - lo
+            first = part[0].send_t
+            requests += [dataclasses.replace(r, phase=name, send_t=r.send_t - first) for r in part]
+            start += share
     return dataclasses.replace(schedule, phases=phases, requests=requests)
+
+
+def _parts(reqs: Sequence[Any], n: int) -> list[list[Any]]:
+    """``reqs`` (in send order) in ``n`` consecutive runs cut at the ``n - 1`` widest gaps
+    between arrivals (one run a request where there are fewer than ``n``). An episode drains
+    to idle before the next, so a cut removes whatever queue the next request would have met:
+    at the widest gaps that is least (at 0.3 of capacity the engine is idle at every one of
+    them), and their silence, which would idle inside an episode, is not played at all. A cut
+    that would leave a run under half its even share is passed over; equal gaps are cut
+    nearest the even shares."""
+    size = len(reqs)
+    n = min(n, size)
+    if n <= 1:
+        return [list(reqs)] if reqs else []
+    least = max(1, size // (2 * n))
+    even = [k * size / n for k in range(1, n)]
+    gaps = [
+        (reqs[i + 1].send_t - reqs[i].send_t, -min(abs(i + 1 - e) for e in even), i)
+        for i in range(size - 1)
+    ]
+    cuts: list[int] = []  # a cut after index i
+    for _gap, _near, i in sorted(gaps, reverse=True):
+        left = max((c for c in cuts if c < i), default=-1)
+        right = min((c for c in cuts if c > i), default=size - 1)
+        if i - left >= least and right - i >= least:
+            cuts.append(i)
+            if len(cuts) == n - 1:
+                break
+    edges = [-1, *sorted(cuts), size - 1]
+    return [list(reqs[a + 1 : b + 1]) for a, b in itertools.pairwise(edges)]
 
 
 def short_levels(schedule: Schedule, per_level: int, least: int) -> tuple[list[str], list[str]]:
@@ -148,8 +198,8 @@ def short_levels(schedule: Schedule, per_level: int, least: int) -> tuple[list[s
     ``least`` episodes the design needs (2 per process) cannot be cut into them, and is
     refused with the duration or rate that gives every episode one request (a level of 1
     request in 40 s across 10 episodes ran them empty and reported the planted slowdown "not
-    found" after 9.5 minutes); one with fewer than ``per_level`` runs fewer episodes (an empty
-    slice is merged into the next), and is said.
+    found" after 9.5 minutes); one with fewer than ``per_level`` runs one episode per request,
+    fewer than planned, and is said.
 
         >>> from specpilot.workload.schedule import PhaseInfo, Schedule
         >>> s = Schedule("w", 0, "", [PhaseInfo("off", 0.0, 40.0, 1, {}, {})], {}, {}, [])
@@ -166,10 +216,7 @@ def short_levels(schedule: Schedule, per_level: int, least: int) -> tuple[list[s
             "req/s)"
         )
         if p.requests >= least:
-            said.append(
-                f"{head} for {per_level} episodes: empty slices merge, so it runs about "
-                f"{p.requests}"
-            )
+            said.append(f"{head} for {per_level} episodes: it runs {p.requests}, one request each")
             continue
         faster = f"its rate to at least {per_level / p.duration_s:.3g} req/s"
         fix = (
@@ -182,25 +229,6 @@ def short_levels(schedule: Schedule, per_level: int, least: int) -> tuple[list[s
             f"request ({per_level} planned) -> set its {fix}"
         )
     return refused, said
-
-
-def _slices(duration: float, n: int, times: Sequence[float]) -> list[tuple[float, float]]:
-    """``n`` equal slices of [0, duration), a slice with no request merged into the next (the
-    last into the one before): every episode has something to measure."""
-    edges = [duration * k / n for k in range(n + 1)]
-    edges[-1] = max(duration, max(times, default=0.0) + 1e-9)
-    cuts = [(edges[k], edges[k + 1]) for k in range(n)]
-    out: list[tuple[float, float]] = []
-    start = cuts[0][0]
-    for lo, hi in cuts:
-        if any(lo <= t < hi for t in times):
-            out.append((start, hi))
-            start = hi
-    if not out:
-        return [(0.0, edges[-1])]
-    if start < edges[-1]:  # trailing empty slices: into the last episode
-        out[-1] = (out[-1][0], edges[-1])
-    return out
 
 
 def crossed(episodes: int, m: int, arms: int, seed: int) -> list[list[int]]:

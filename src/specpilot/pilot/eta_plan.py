@@ -23,12 +23,19 @@ if TYPE_CHECKING:
     from specpilot.workload import Schedule
 
 
-def run_left(ctx: PilotContext, run: RunPlan, rounds: int, checks: int) -> RunLeft | None:
-    """What the pilot file says ``run`` has left (None: complete)."""
-    rec = ctx.arm_record(run)
-    if rec.status == "complete":
-        return None
-    plan, done = run.arm, set(rec.completed_steps)
+def run_left(
+    ctx: PilotContext, run: RunPlan, rounds: int, checks: int, fresh: bool = False
+) -> RunLeft | None:
+    """What the pilot file says ``run`` has left (None: complete); ``fresh``: all of it (a plan
+    made before the pilot file exists)."""
+    if fresh:
+        done: set[str] = set()
+    else:
+        rec = ctx.arm_record(run)
+        if rec.status == "complete":
+            return None
+        done = set(rec.completed_steps)
+    plan = run.arm
     restarts = None  # no drill, or one that only records why not (pilot.armrun.run_drill)
     if plan.strategy.kind != "none" and "drill" not in done and plan.drill and plan.url is None:
         restarts = DRILL_RESTARTS.get(plan.engine)
@@ -45,22 +52,32 @@ def run_left(ctx: PilotContext, run: RunPlan, rounds: int, checks: int) -> RunLe
         run.run_id,
         # an arm that reaches another's processes starts nothing: a URL's start
         "url" if plan.url is not None or reaches else plan.engine,
-        () if LOAD_STEP in done else tuple(phases_left(ctx, run)),
+        () if LOAD_STEP in done else tuple(_phases(ctx, run, fresh)),
         restarts,
         rounds if own and "quality" not in done else 0,
         checks if own and ctx.cfg.compat.enabled and "compat" not in done else 0,
     )
 
 
-def plan_for(ctx: PilotContext, runs: Sequence[RunPlan]) -> list[Step]:
-    """The plan of a pilot about to run ``runs`` (a resumed one: only what is not done)."""
+def _phases(ctx: PilotContext, run: RunPlan, fresh: bool) -> list[str]:
+    if not fresh:
+        return list(phases_left(ctx, run))
+    mine = set(run.phases) if run.phases is not None else None
+    return [
+        p.name for p in ctx.schedule.phases if not p.warmup and (mine is None or p.name in mine)
+    ]
+
+
+def plan_for(ctx: PilotContext, runs: Sequence[RunPlan], fresh: bool = False) -> list[Step]:
+    """The plan of a pilot about to run ``runs`` (a resumed one: only what is not done;
+    ``fresh``: all of it, before the pilot file exists)."""
     from specpilot.quality.compat import FEATURES
 
     cfg = ctx.cfg
     quality = ctx.gates.plan()
     rounds = quality_rounds([q.temperature for q in quality], cfg.quality.concurrency)
     checks = len(cfg.compat.features or FEATURES)
-    left = [r for r in (run_left(ctx, run, rounds, checks) for run in runs) if r is not None]
+    left = [r for r in (run_left(ctx, run, rounds, checks, fresh) for run in runs) if r is not None]
     tt = timetable(
         ctx.schedule,
         cfg.design == "interleaved" and cfg.episodes is None,

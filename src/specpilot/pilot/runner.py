@@ -115,11 +115,72 @@ class Pilot:
         if wants_probe(self.cfg, wl):  # the rates a fraction of it need it first
             self.capacity = self._capacity(plans, wl, base_dir)
         rps = self.capacity["sustainable_rps"] if self.capacity else None
+        if wl.unloaded_slo_groups():
+            wl = self._measured_deadlines(wl)
+        self.wl = wl
         schedule = build_schedule(wl, base_dir=base_dir, capacity_rps=rps)
         if rps is not None:
             for note in over_capacity(schedule, rps):
                 self.progress.note(note)
         return plans, schedule
+
+    def _measured_deadlines(self, wl: Any) -> Any:
+        """``wl`` with each ``slo.unloaded_x`` made seconds from the probe's unloaded task
+        times; refused where no probe measured them (``--capacity``)."""
+        got = (self.capacity or {}).get("deadlines_s")
+        groups = wl.unloaded_slo_groups()
+        if not got or set(got) != set(groups):
+            raise PilotConfigError(
+                f"group {sorted(groups)[0]!r} gives slo.unloaded_x, a multiple of the "
+                "baseline's unloaded task time, and no capacity probe measured it "
+                + ("(--capacity gives a rate only)" if self.capacity_given else ""),
+                fix="leave --capacity out so the probe measures it, or give that group "
+                "slo.deadline_s (seconds)",
+            )
+        for g, sec in got.items():
+            self.progress.note(
+                f"group {g}: deadline {sec:.2f} s ({groups[g]:g}x the baseline's unloaded "
+                "task time, measured by the probe)"
+            )
+        return wl.with_deadlines(got)
+
+    def _fitted(self, t0: float) -> Schedule:
+        """The schedule with the levels given as fractions of capacity fitted to the budget
+        (``pilot.fit``): planned at their least, then lengthened by what the budget leaves; a
+        resumed pilot keeps the lengths it started with."""
+        from specpilot.pilot.episode_run import episode_runs
+        from specpilot.pilot.eta import eta_s
+        from specpilot.pilot.fit import fit, fit_note, least_s
+        from specpilot.workload import build_schedule
+
+        ep = self.cfg.episodes
+        assert ep is not None and ep.budget_min is not None and self.capacity is not None
+        base_dir = self.cfg.workload_dir(self.base_dir)
+        rps = self.capacity["sustainable_rps"]
+        names = set(self.wl.utilization_phases())
+        rates = {p.name: p.offered_rate for p in self.level_schedule.phases if p.name in names}
+        most = {p.name: float(p.duration_s) for p in self.level_schedule.phases}
+        fitted = self.capacity.get("fitted_s")
+        if fitted is None:
+            times = {
+                n: [r.send_t for r in self.level_schedule.requests if r.phase == n] for n in rates
+            }
+            least = {n: least_s(times[n], ep.per_level, most[n]) for n in rates}
+            spent = time.perf_counter() - t0
+
+            def planned(seconds: dict[str, float]) -> float:
+                self.level_schedule = build_schedule(
+                    self.wl.with_durations(seconds), base_dir=base_dir, capacity_rps=rps
+                )
+                design = self._design(quiet=True)
+                assert design is not None
+                plan = plan_for(self, episode_runs(self.plans, design, "fit"), fresh=True)
+                return spent + eta_s(plan, {})
+
+            fitted = fit({n: (least[n], most[n]) for n in rates}, planned, ep.budget_min * 60.0)
+            self.capacity = {**self.capacity, "fitted_s": fitted}
+        self.progress.note(fit_note(fitted, rates, ep.per_level, ep.budget_min))
+        return build_schedule(self.wl.with_durations(fitted), base_dir=base_dir, capacity_rps=rps)
 
     def _capacity(self, plans: list[ArmPlan], wl: Any, base_dir: Path) -> dict[str, Any]:
         """The capacity probe's figures (``pilot.capacity``): the stored ones when resuming the
@@ -141,7 +202,7 @@ class Pilot:
         refuse_unprobed(self.cfg, base)
         provisional = build_schedule(wl, base_dir=base_dir, capacity_rps=1.0)  # its requests
         try:
-            figures = baseline_probe(self, base, provisional)
+            figures = baseline_probe(self, base, provisional, wl.unloaded_slo_groups())
         except NoSustainableRate as exc:
             raise PilotConfigError(
                 f"capacity probe of arm {base.name!r}: no sustainable rate, it misses an SLO "
@@ -179,8 +240,11 @@ class Pilot:
         t0 = self.started = time.perf_counter()
         self.plans, self.level_schedule = self.prepare()
         self.schedule = self.level_schedule
-        design = self._design()  # the episode design: self.schedule cut into episodes
         self.gates = Gates(self.cfg, self.base_dir)
+        ep = self.cfg.episodes
+        if ep is not None and ep.fit_budget and self.capacity and self.wl.utilization_phases():
+            self.level_schedule = self.schedule = self._fitted(t0)
+        design = self._design()  # the episode design: self.schedule cut into episodes
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / "pilot.duckdb"
         with Store(path) as store:
@@ -215,9 +279,9 @@ class Pilot:
             failed_arms=failed,
         )
 
-    def _design(self) -> dict[str, Any] | None:
+    def _design(self, quiet: bool = False) -> dict[str, Any] | None:
         """The episode design's record (``pilot.design``; None without episodes), each level of
-        ``self.schedule`` cut into its episodes."""
+        ``self.schedule`` cut into its episodes (``quiet``: a trial, its notes not said)."""
         ep = self.cfg.episodes
         if ep is None:
             return None
@@ -227,7 +291,8 @@ class Pilot:
         from specpilot.report.fmt import clean
 
         for note in refuse_short_levels(self.cfg, self.level_schedule):  # before any start
-            self.progress.note(note)
+            if not quiet:
+                self.progress.note(note)
         self.schedule = split_schedule(self.level_schedule, ep.per_level)
         arms = design_arms(self.plans, ep)
         base = next(p.name for p in self.plans if p.role == "baseline")
@@ -235,7 +300,7 @@ class Pilot:
         design = design_record(self.schedule, arms, base, ep.processes, ep, alpha)
         # what the planner predicts from the noise measured before this pilot: the report
         # sets it beside what the pilot achieved (analysis.predicted)
-        design["prediction"] = clean(episode_plan(self.cfg))  # JSON: no inf
+        design["prediction"] = clean(episode_plan(self.cfg)) if not quiet else {}
         return design
 
     def _episode_runs(self, design: dict[str, Any], pilot_id: str) -> list[RunPlan]:

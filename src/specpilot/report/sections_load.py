@@ -372,7 +372,7 @@ def probe_text(doc: Doc) -> str:
         return (
             f"Capacity of {f.get('arm', 'the baseline')}: {f['sustainable_rps']:.3g} req/s as "
             "given on the command line (--capacity), not measured by this pilot."
-        )
+        ) + _derived_text(f)
     unloaded = ", ".join(f"{g} {v:.2f} s" for g, v in (f.get("unloaded_s") or {}).items())
     text = (
         f"Capacity of {f.get('arm', 'the baseline')} on this machine: "
@@ -399,7 +399,27 @@ def probe_text(doc: Doc) -> str:
             )
             + "."
         )
-    return text + (f" {f['note']}." if f.get("note") else "")
+    text += f" {f['note']}." if f.get("note") else ""
+    return text + _derived_text(f)
+
+
+def _derived_text(f: Doc) -> str:
+    """What the pilot set from the probe: deadlines (``slo.unloaded_x``) and the levels' lengths
+    fitted to its budget (``episodes.fit_budget``)."""
+    out = ""
+    if f.get("deadlines_s"):
+        out += (
+            " Deadlines set from it (slo.unloaded_x): "
+            + ", ".join(f"{g} {v:.2f} s" for g, v in f["deadlines_s"].items())
+            + "."
+        )
+    if f.get("fitted_s"):
+        out += (
+            " Levels fitted to the budget at this capacity (episodes.fit_budget): "
+            + ", ".join(f"{g} {v:g} s" for g, v in f["fitted_s"].items())
+            + "; a slower machine plays fewer requests in the same budget, a faster one more."
+        )
+    return out
 
 
 def level_rows(doc: Doc) -> list[list[str]]:

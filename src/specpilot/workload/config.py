@@ -66,7 +66,24 @@ class SamplingModel(_Model):
 
 class SLOModel(_Model):
     ttft_s: float = Field(gt=0)
-    deadline_s: float = Field(gt=0)
+    deadline_s: float | None = Field(None, gt=0)
+    unloaded_x: float | None = Field(
+        None,
+        gt=1.0,
+        le=100.0,
+        description="the deadline as this multiple of the baseline's unloaded task time, "
+        "measured by a pilot's capacity probe (2: as good as the current service unloaded, "
+        "with room for a queue that doubles it)",
+    )
+
+    @model_validator(mode="after")
+    def _one_deadline(self) -> SLOModel:
+        if (self.deadline_s is None) == (self.unloaded_x is None):
+            raise ValueError(
+                "give one deadline: deadline_s (seconds), or unloaded_x (a multiple of the "
+                "baseline's unloaded task time, measured by a pilot's capacity probe)"
+            )
+        return self
 
 
 class SourceModel(_Model):
@@ -409,6 +426,30 @@ class WorkloadConfig(_Model):
         """The phases whose rate is a fraction of the measured capacity (``target_utilization``):
         their schedule needs a capacity (``build_schedule(capacity_rps=...)``)."""
         return [p.name for p in self.phases if getattr(p.arrival, "target_utilization", None)]
+
+    def unloaded_slo_groups(self) -> dict[str, float]:
+        """group -> its ``slo.unloaded_x``: the deadlines a pilot's capacity probe sets."""
+        return {n: g.slo.unloaded_x for n, g in self.groups.items() if g.slo and g.slo.unloaded_x}
+
+    def with_deadlines(self, seconds: dict[str, float]) -> WorkloadConfig:
+        """A copy whose named groups' SLO deadlines are ``seconds`` (their ``unloaded_x`` made
+        seconds from the baseline's measured unloaded task time)."""
+        groups = {}
+        for n, g in self.groups.items():
+            if n in seconds and g.slo is not None:
+                slo = g.slo.model_copy(update={"deadline_s": float(seconds[n]), "unloaded_x": None})
+                g = g.model_copy(update={"slo": slo})
+            groups[n] = g
+        return self.model_copy(update={"groups": groups})
+
+    def with_durations(self, seconds: dict[str, float]) -> WorkloadConfig:
+        """A copy whose named phases play for ``seconds`` (a pilot's levels fitted to its
+        budget, ``pilot.fit``); the other phases as they are."""
+        phases = [
+            p.model_copy(update={"duration_s": float(seconds[p.name])}) if p.name in seconds else p
+            for p in self.phases
+        ]
+        return self.model_copy(update={"phases": phases})
 
     def sha256(self) -> str:
         """Hash of the validated config (independent of YAML formatting and key order)."""

@@ -114,7 +114,7 @@ class SLO:
     """The group's service objectives: time to first content, and the end-to-end deadline."""
 
     ttft_s: float
-    deadline_s: float
+    deadline_s: float | None  # None: ``slo.unloaded_x``, until a pilot's probe measures it
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def resolve_group(name: str, g: GroupModel, base_dir: Path) -> TaskGroup:
             prompts=tuple(prompts),
             output=LengthSpec(**g.output.model_dump()),
             sampling=Sampling(),
-            slo=SLO(**g.slo.model_dump()),
+            slo=SLO(g.slo.ttft_s, g.slo.deadline_s),
         )
     else:
         base = load_group(name)
@@ -71,7 +71,7 @@ def resolve_group(name: str, g: GroupModel, base_dir: Path) -> TaskGroup:
             if g.sampling
             else base.sampling
         ),
-        slo=SLO(**g.slo.model_dump()) if g.slo else base.slo,
+        slo=SLO(g.slo.ttft_s, g.slo.deadline_s) if g.slo else base.slo,
         input_tokens=base.input_tokens,
         quality_checks=base.quality_checks,
         checks=base.checks,
