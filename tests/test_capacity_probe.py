@@ -234,6 +234,17 @@ def test_the_probe_measures_a_real_engine(tiny: str) -> None:
     assert f["probe_s"] > 0
 
 
+def test_deadlines_from_the_unloaded_task_time_are_set_by_the_probe(tiny: str) -> None:
+    """``slo.unloaded_x``: the group's deadline is that multiple of its unloaded median, in
+    seconds, and bounds the sustainable rate where it is tighter than the factor."""
+    run = replayer(tiny, MODEL, LoadSettings(), "baseline")
+    f = probe(run, _requests(), slots=2, deadlines={}, confirm_s=2.0, unloaded_x={"code": 1.5})
+    u = f["unloaded_s"]["code"]
+    assert f["deadlines_s"] == {"code": pytest.approx(1.5 * u, abs=2e-3)}
+    assert f["limit_s"]["code"] == pytest.approx(1.5 * u, abs=2e-3)  # tighter than 2x
+    assert f["limit_s"]["chat"] == pytest.approx(2 * f["unloaded_s"]["chat"], abs=2e-4)
+
+
 def test_a_baseline_that_misses_its_slo_unloaded_has_no_sustainable_rate(tiny: str) -> None:
     run = replayer(tiny, MODEL, LoadSettings(), "baseline")
     with pytest.raises(NoSustainableRate) as err:

@@ -261,22 +261,34 @@ def slo_deadlines(schedule: Any) -> dict[str, float]:
 
 
 def baseline_probe(
-    pilot: Any, plan: Any, schedule: Any, unloaded_x: dict[str, float] | None = None
+    pilot: Any,
+    plan: Any,
+    schedule: Any,
+    unloaded_x: dict[str, float] | None = None,
+    in_place: Any = None,
 ) -> dict[str, Any]:
     """Start the baseline ``plan`` on a process of its own (``pilot``: the ``Pilot``; a
     baseline by URL is only reached), probe it on ``schedule``'s measured requests, stop it;
     the figures, with the engine start's seconds (``start_s``); ``unloaded_x``: the groups
-    whose deadline is that multiple of their unloaded task time (``deadlines_s`` then)."""
+    whose deadline is that multiple of their unloaded task time (``deadlines_s`` then).
+    ``in_place``: the speculative arm whose processes serve the baseline in the episodes
+    (``episodes.in_place``): the probe starts one of those, speculation switched off, so it
+    measures the baseline exactly as the episodes serve it, and the weight-format calibration
+    of a fresh machine runs once, for the probe and the episodes alike."""
     from specpilot.loadgen.client import served_model
+    from specpilot.pilot.drill import RuntimeSwitch
     from specpilot.pilot.engines import make_backend
 
-    backend = make_backend(plan, files=pilot.files.get(plan.name, {}))
+    start = in_place if in_place is not None else plan
+    backend = make_backend(start, files=pilot.files.get(start.name, {}))
     pilot.progress.step(plan.name, "capacity probe: starting a baseline process")
     t0 = time.perf_counter()
     backend.start(pilot.load_settings.start_timeout_s)
     start_s = time.perf_counter() - t0
     try:
         url = backend.endpoint
+        if in_place is not None:  # the baseline: the same process with speculation off
+            RuntimeSwitch(url, pilot.admin_token).off()
         model = plan.spec.model_name or served_model(url)
         slots = slots_of(plan, backend.describe().to_dict())
         run = replayer(url, model, pilot.load_settings, plan.name, backend.response_extras)
@@ -295,6 +307,7 @@ def baseline_probe(
         "start_s": round(start_s, 2),
         "arm": plan.name,
         "by_url": plan.url is not None,
+        **({"process_of": start.name} if in_place is not None else {}),
     }
 
 
@@ -340,8 +353,13 @@ def capacity_note(f: dict[str, Any]) -> str:
     """The probe's result in one line for the terminal."""
     if f.get("given"):
         return f"capacity of {f['arm']}: {f['sustainable_rps']:.3g} req/s as given (--capacity)"
+    where = (
+        f" (on a {f['process_of']} process with speculation off, as the episodes serve it)"
+        if f.get("process_of")
+        else ""
+    )
     return (
-        f"capacity of {f['arm']}: {f['sustainable_rps']:.3g} req/s sustained (unloaded "
+        f"capacity of {f['arm']}{where}: {f['sustainable_rps']:.3g} req/s sustained (unloaded "
         f"{f['unloaded_s_all']:.2f} s a request; {f['sync_rps']:.3g} req/s one at a time, "
         f"{f['max_rps']:.3g} req/s saturated), measured in {f['probe_s'] + f['start_s']:.0f} s"
     )

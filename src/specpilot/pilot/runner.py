@@ -202,7 +202,9 @@ class Pilot:
         refuse_unprobed(self.cfg, base)
         provisional = build_schedule(wl, base_dir=base_dir, capacity_rps=1.0)  # its requests
         try:
-            figures = baseline_probe(self, base, provisional, wl.unloaded_slo_groups())
+            figures = baseline_probe(
+                self, base, provisional, wl.unloaded_slo_groups(), self._in_place_arm(plans)
+            )
         except NoSustainableRate as exc:
             raise PilotConfigError(
                 f"capacity probe of arm {base.name!r}: no sustainable rate, it misses an SLO "
@@ -218,6 +220,18 @@ class Pilot:
             ) from None
         self.progress.note(capacity_note(figures))
         return figures
+
+    def _in_place_arm(self, plans: list[ArmPlan]) -> ArmPlan | None:
+        """The speculative arm whose processes serve the baseline in place (None: the baseline
+        runs on processes of its own, or by URL)."""
+        from specpilot.pilot.design import design_arms, in_place_of
+
+        ep = self.cfg.episodes
+        if ep is None or not ep.in_place:
+            return None
+        base = next(p.name for p in plans if p.role == "baseline")
+        name = in_place_of(design_arms(plans, ep), base)
+        return next((p for p in plans if p.name == name and p.url is None), None)
 
     def _stored_capacity(self) -> dict[str, Any] | None:
         """The capacity a resumed pilot measured when it started (None: a new pilot)."""

@@ -374,8 +374,13 @@ def probe_text(doc: Doc) -> str:
             "given on the command line (--capacity), not measured by this pilot."
         ) + _derived_text(f)
     unloaded = ", ".join(f"{g} {v:.2f} s" for g, v in (f.get("unloaded_s") or {}).items())
+    where = (
+        f" (on a {f['process_of']} process with speculation switched off, as the episodes serve it)"
+        if f.get("process_of")
+        else ""
+    )
     text = (
-        f"Capacity of {f.get('arm', 'the baseline')} on this machine: "
+        f"Capacity of {f.get('arm', 'the baseline')}{where} on this machine: "
         f"{f['sustainable_rps']:.3g} req/s sustained (every group's p90 task time within "
         f"min(its SLO, {f.get('factor', 2):g}x unloaded)); {f['sync_rps']:.3g} req/s one at a "
         f"time, {f['max_rps']:.3g} req/s saturated; unloaded {unloaded}. Method: "
