@@ -49,6 +49,8 @@ def _prediction(episode_sd: float) -> dict:
                 "arm": "planted",
                 "kind": "planted",
                 "source": "test",
+                "episode_sd": episode_sd,
+                "process_sd": [PROCESS_SD, PROCESS_SD],
                 "mde": mde(PROCESS_SD, PROCESS_SD, episode_sd, M, 0, E, alpha),
                 "half_width": hw[0],
                 "half_width_80": hw[1],
@@ -78,6 +80,25 @@ def test_a_prediction_from_half_the_noise_is_flagged_as_not_carrying():
     assert np.mean([r.within is False for r in rows]) >= 0.8
     flagged = next(r for r in rows if r.within is False)
     assert "off by more than x1.5" in flagged.text and flagged.ratio < 1 / 1.5
+
+
+def test_a_prediction_off_names_the_noise_component_it_under_estimated():
+    """The planner used half the true episode noise (the process spread right): the flagged
+    cells name the episode noise as under-estimated, and the pilot's terminal says it."""
+    from specpilot.pilot.finish import summary
+
+    pred = _prediction(EPISODE_SD / 2)
+    rows = [prediction_checks(pred, [_cell(s)], "planted")[0] for s in range(100)]
+    flagged = [r for r in rows if r.within is False]
+    named = [r.off_component[0] for r in flagged if r.off_component]
+    assert named.count("episode noise") >= 0.8 * len(flagged)
+    r = next(r for r in flagged if r.off_component and r.off_component[0] == "episode noise")
+    assert r.off_component[1] == EPISODE_SD / 2 and r.off_component[2] > EPISODE_SD / 2
+    assert "(its episode noise: 5% used," in r.text and "under-estimated)" in r.text
+    assert all(r.off_component is None for r in rows if r.within)
+    doc = {"pilot": {"name": "p"}, "prediction": [r.to_dict() for r in rows[:20]]}
+    lines = [x for x in summary(doc, [], 60.0).splitlines() if x.startswith("planner: ")]
+    assert len(lines) == sum(r.within is False for r in rows[:20]) >= 1
 
 
 def test_a_levels_own_prediction_is_used_where_the_machine_measured_that_level():

@@ -50,6 +50,9 @@ class PredictionCheck:
     ratio: float | None  # predicted / achieved MDE
     within: bool | None  # ratio inside [1/FACTOR, FACTOR]; None: nothing to compare
     text: str
+    # the noise component the planner was furthest off on: (name, used, measured); None where
+    # the prediction held or nothing compares
+    off_component: tuple[str, float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: _finite(v) for k, v in asdict(self).items()}
@@ -114,8 +117,16 @@ def prediction_checks(
                 f"{arm} at {c.phase}: predicted to find {_pct(pred)} (interval about "
                 f"+-{_pct(p.get('half_width'))}), achieved {_pct(got)} (interval +-{_pct(hw)})"
             )
+            off = None if within in (None, True) else worst_component(p, c.episode_noise)
             if within is not None:
                 text += ": as planned" if within else f": off by more than x{FACTOR:g}"
+            if off is not None:
+                name, used, measured = off
+                text += (
+                    f" (its {name}: {_pct(used)} used, {_pct(measured)} measured: "
+                    + ("under-estimated" if measured > used else "over-estimated")
+                    + ")"
+                )
             out.append(
                 PredictionCheck(
                     arm=arm,
@@ -130,13 +141,51 @@ def prediction_checks(
                     ratio=ratio,
                     within=within,
                     text=text,
+                    off_component=off,
                 )
             )
     return out
+
+
+def worst_component(
+    predicted: Mapping[str, Any], noise: Mapping[str, Any] | None
+) -> tuple[str, float, float] | None:
+    """The noise component whose measured value is furthest (as a ratio) from what the planner
+    used: the episode noise, or either arm's process spread. None where nothing compares.
+
+        >>> worst_component({"episode_sd": 0.10, "process_sd": [0.02, 0.02]},
+        ...                 {"episode_sd": 0.18, "process_sd": [0.03, 0.02]})
+        ('episode noise', 0.1, 0.18)
+    """
+    if not noise:
+        return None
+    pairs = [("episode noise", predicted.get("episode_sd"), noise.get("episode_sd"))]
+    used_p = list(predicted.get("process_sd") or [])
+    got_p = list(noise.get("process_sd") or [])
+    names = ("candidate's process spread", "baseline's process spread")
+    pairs += [(n, u, g) for n, u, g in zip(names, used_p, got_p, strict=False)]
+    best: tuple[float, tuple[str, float, float]] | None = None
+    for name, used, got in pairs:
+        if used is None or got is None:
+            continue
+        u, g = float(used), float(got)
+        if not (math.isfinite(u) and math.isfinite(g)) or max(u, g) < 0.005:
+            continue  # both under half a percent: nothing to tell apart
+        far = abs(math.log(max(g, 1e-4) / max(u, 1e-4)))
+        if best is None or far > best[0]:
+            best = (far, (name, u, g))
+    return best[1] if best else None
 
 
 def _pct(x: Any) -> str:
     return "n/a" if x is None or not math.isfinite(float(x)) else f"{float(x):.0%}"
 
 
-__all__ = ["FACTOR", "PredictionCheck", "achieved_mde", "half_width", "prediction_checks"]
+__all__ = [
+    "FACTOR",
+    "PredictionCheck",
+    "achieved_mde",
+    "half_width",
+    "prediction_checks",
+    "worst_component",
+]

@@ -317,20 +317,20 @@ def wants_probe(cfg: Any, wl: Any) -> bool:
     want = cfg.load.capacity_probe
     needs = wl.utilization_phases()
     slo = sorted(wl.unloaded_slo_groups())
-    if want is False and slo:
-        raise PilotConfigError(
-            f"load.capacity_probe is false, and group {slo[0]!r} gives slo.unloaded_x, a "
-            "multiple of the unloaded task time the probe measures",
-            fix="remove capacity_probe: false, or give that group slo.deadline_s (seconds)",
-            at=("load", "capacity_probe"),
-        )
-    if want is False and needs:
-        raise PilotConfigError(
-            f"load.capacity_probe is false, and phase {needs[0]!r} gives target_utilization, a "
-            "fraction of the capacity the probe measures",
-            fix="remove capacity_probe: false, or give that phase a rate (rate:, target_rate:)",
-            at=("load", "capacity_probe"),
-        )
+    waiting = [
+        (slo, "group", "slo.unloaded_x, a multiple of the unloaded task time",
+         "give that group slo.deadline_s (seconds)"),
+        (needs, "phase", "target_utilization, a fraction of the capacity",
+         "give that phase a rate (rate:, target_rate:)"),
+    ]  # fmt: skip
+    for names, kind, what, fix in waiting:
+        if want is False and names:
+            raise PilotConfigError(
+                f"load.capacity_probe is false, and {kind} {names[0]!r} gives {what} the probe "
+                "measures",
+                fix=f"remove capacity_probe: false, or {fix}",
+                at=("load", "capacity_probe"),
+            )
     return bool(needs or slo) if want is None else want
 
 

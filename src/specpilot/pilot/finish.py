@@ -129,6 +129,9 @@ def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
         else:
             lines.append(f"rollback drill {d['arm']}: {d.get('status')} ({d.get('reason', '')})")
     lines += [f"looks: {x}" for x in (doc.get("sequential") or {}).get("lines") or []]
+    lines += [
+        f"planner: {p['text']}" for p in doc.get("prediction") or [] if p.get("within") is False
+    ]
     if failed:
         lines.append(f"FAILED ARMS: {', '.join(failed)} (see the report's arms section)")
     lines.append(f"wall time {elapsed_s / 60:.1f} min")
