@@ -308,3 +308,31 @@ def test_the_least_is_cut_only_at_measured_costs_and_every_level_keeps_an_episod
                 ctx.started -= 20.0
         assert kept == ["off~01", "peak~01"]  # each level's first episode, nothing else
         assert looks.skipped["off~02"] == BELOW_LEAST and looks.skipped["off~08"] == "budget"
+
+
+def test_the_check_before_the_run_allows_the_least_design_the_runs_own_slack():
+    """The least design (2 processes: 4 episodes a level, 2 levels, runs a and b at 10 s each:
+    160 s) over a budget by 5% runs (the run itself lets it past by up to 10%, then cuts); by
+    15% it is refused, naming the budget that holds it with that slack."""
+    from specpilot.pilot.eta import eta_s
+    from specpilot.pilot.looks import SLACK, check_budget
+
+    design = {**_design(per_level=8, processes=2, looks=[], budget=None), "per_level": 8}
+    order = [n for b in blocks(design) for n in b]
+    plan = [Step(load_key(r, [n]), "load", "builtin", r, sched_s=10.0) for n in order for r in "ab"]
+    kept = [s for s in plan if s.key.rsplit(":", 1)[-1] not in set(order) - _least(design)]
+    need = eta_s(kept, {})
+    for over, refused in ((1.05, False), (1.15, True)):
+        design["looks"]["budget_min"] = need / over / 60.0
+        if not refused:
+            check_budget(design, plan, 0.0)
+            continue
+        with pytest.raises(ConfigError, match=r"set episodes\.budget_min \(or --budget\)") as e:
+            check_budget(design, plan, 0.0)
+        smallest = float(re.search(r"at least ([\d.]+)", str(e.value)).group(1))
+        assert smallest * 60.0 * (1 + SLACK) >= need - 6.0
+
+
+def _least(design: dict) -> set[str]:
+    n = least({**design, "in_place": False})
+    return {names[k] for names in design["levels"].values() for k in range(n)}
