@@ -12,9 +12,10 @@ the file's ``duration_s`` (its most); the largest ``t`` whose plan fits ``budget
 ``MARGIN`` is found by bisection.
 
 Equal seconds, not equal requests: a request at 0.3 of capacity costs 2.7x one at 0.8, and the
-low level's requests mostly find the engine idle either way (the report states the requests
-each episode holds). A machine too slow for even the least length keeps it, and the budget's
-own rule (``pilot.looks``) drops the last episodes, or refuses the pilot, as for any pilot.
+low level's requests mostly find the engine idle either way (the terminal's fit line states the
+requests each episode holds). A machine too slow for even the least length keeps it, and the
+budget's own rule (``pilot.looks``) drops the last episodes, or refuses the pilot, as for any
+pilot.
 
     >>> cost = lambda s: 300.0 + 3 * sum(s.values())   # 3 arms replay every second
     >>> fit({"off": (50.0, 600.0), "peak": (20.0, 300.0)}, cost, budget_s=800.0)
