@@ -132,8 +132,8 @@ class Pilot:
         if not got or set(got) != set(groups):
             raise PilotConfigError(
                 f"group {sorted(groups)[0]!r} gives slo.unloaded_x, a multiple of the "
-                "baseline's unloaded task time, and no capacity probe measured it "
-                + ("(--capacity gives a rate only)" if self.capacity_given else ""),
+                "baseline's unloaded task time, and no capacity probe measured it"
+                + (" (--capacity gives a rate only)" if self.capacity_given else ""),
                 fix="leave --capacity out so the probe measures it, or give that group "
                 "slo.deadline_s (seconds)",
             )
