@@ -35,6 +35,7 @@ from specpilot.analysis.episodes import mde
 from specpilot.analysis.paired import PairedComparison
 
 FACTOR = 1.5  # a prediction within this factor of the achieved value is "as planned"
+FLOOR = 0.01  # components under 1% are told apart by nothing these pilots measure
 
 
 @dataclass(frozen=True)
@@ -150,12 +151,17 @@ def prediction_checks(
 def worst_component(
     predicted: Mapping[str, Any], noise: Mapping[str, Any] | None
 ) -> tuple[str, float, float] | None:
-    """The noise component whose measured value is furthest (as a ratio) from what the planner
-    used: the episode noise, or either arm's process spread. None where nothing compares.
+    """The noise component whose measured value is furthest (as a ratio, each floored at
+    ``FLOOR``: a process spread pooled into the episode noise is measured as 0) from what the
+    planner used: the episode noise, or either arm's process spread. None where nothing
+    compares.
 
         >>> worst_component({"episode_sd": 0.10, "process_sd": [0.02, 0.02]},
         ...                 {"episode_sd": 0.18, "process_sd": [0.03, 0.02]})
         ('episode noise', 0.1, 0.18)
+        >>> worst_component({"episode_sd": 0.10, "process_sd": [0.02, 0.02]},   # a process
+        ...                 {"episode_sd": 0.02, "process_sd": [0.0, 0.02]})    # pooled: 0
+        ('episode noise', 0.1, 0.02)
     """
     if not noise:
         return None
@@ -169,9 +175,9 @@ def worst_component(
         if used is None or got is None:
             continue
         u, g = float(used), float(got)
-        if not (math.isfinite(u) and math.isfinite(g)) or max(u, g) < 0.005:
+        if not (math.isfinite(u) and math.isfinite(g)) or max(u, g) < FLOOR:
             continue  # both under half a percent: nothing to tell apart
-        far = abs(math.log(max(g, 1e-4) / max(u, 1e-4)))
+        far = abs(math.log(max(g, FLOOR) / max(u, FLOOR)))
         if best is None or far > best[0]:
             best = (far, (name, u, g))
     return best[1] if best else None
