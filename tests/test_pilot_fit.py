@@ -51,8 +51,18 @@ def test_the_fit_stays_between_the_least_and_the_most() -> None:
     assert got["off"] == 30.0 and got["peak"] > 10.0
 
 
+def test_a_length_is_never_rounded_below_an_arrival_it_holds() -> None:
+    """A 14th arrival at 77.3025 s: the least is 77.4 (77.35 rounded to a tenth would have
+    been 77.3, cutting it), and the fit at its least keeps it."""
+    least = least_s([77.3025] + [float(i) for i in range(13)], 14, 600.0)
+    assert least > 77.3025
+    got = fit({"off": (least, 600.0)}, lambda s: 1e9, budget_s=1.0)  # nothing more fits
+    assert got["off"] >= least
+
+
 def test_the_least_length_holds_the_first_arrivals_each_episode_needs() -> None:
-    assert least_s([5.0, 1.0, 9.0, 2.0], 3, 600.0) == 5.05
+    assert least_s([5.0, 1.0, 9.0, 2.0], 3, 600.0) == 5.1  # past the 3rd, rounded up
+    assert least_s([1.0, 2.0, 3.0], 3, 600.0) == 3.1  # exactly enough arrivals: shortened
     assert least_s([1.0, 2.0], 3, 600.0) == 600.0  # fewer arrivals than episodes: the most
     assert least_s([1.0, 2.0, 3.0, 900.0], 3, 2.5) == 2.5
 

@@ -175,8 +175,8 @@ def worst_component(
         if used is None or got is None:
             continue
         u, g = float(used), float(got)
-        if not (math.isfinite(u) and math.isfinite(g)) or max(u, g) < FLOOR:
-            continue  # both under half a percent: nothing to tell apart
+        if not (math.isfinite(u) and math.isfinite(g)) or max(u, g) < FLOOR or g == 0.0:
+            continue  # both under 1%, or a process spread pooled into the episode noise
         far = abs(math.log(max(g, FLOOR) / max(u, FLOOR)))
         if best is None or far > best[0]:
             best = (far, (name, u, g))

@@ -133,8 +133,8 @@ def split_schedule(schedule: Schedule, per_level: int) -> Schedule:
     re-based to its first arrival: the engine is drained and idle when an episode starts, so the
     silence before its first request measures nothing (at 0.3 of capacity it was most of an
     episode). An episode's ``duration_s`` is its share of the level's time (from its first
-    arrival to the next episode's), so its offered rate is the level's. The warm-up phase is
-    kept as it is."""
+    arrival to the next episode's; the first's from the level's start), so the shares sum to
+    the level and its offered rate is the level's. The warm-up phase is kept as it is."""
     phases: list[PhaseInfo] = []
     requests = []
     start = 0.0

@@ -23,11 +23,12 @@ pilot.
     >>> fit({"off": (50.0, 600.0)}, cost, budget_s=300.0)
     {'off': 50.0}
     >>> least_s([0.0, 4.0, 9.0, 30.0], 3, 600.0), least_s([0.0, 4.0], 3, 600.0)
-    (9.05, 600.0)
+    (9.1, 600.0)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 MARGIN = 0.05  # the share of the budget the fit leaves unplanned (the ETA's own error)
@@ -39,7 +40,7 @@ def least_s(times: Sequence[float], per_level: int, most: float) -> float:
     its send times at its most length; a trace's or a seeded process's arrivals are the same
     in a shorter play); ``most`` where it holds fewer."""
     t = sorted(times)
-    return most if len(t) <= per_level else min(most, round(t[per_level - 1] + 0.05, 2))
+    return most if len(t) < per_level else min(most, math.ceil((t[per_level - 1] + 0.05) * 10) / 10)
 
 
 def fit(
@@ -56,7 +57,8 @@ def fit(
     drains that grow with the queue)."""
 
     def at(t: float) -> dict[str, float]:
-        return {n: round(min(most, least + t), 1) for n, (least, most) in levels.items()}
+        # rounded up, never below the least: arrivals are kept while before the length
+        return {n: _up(min(most, least + t)) for n, (least, most) in levels.items()}
 
     goal = budget_s * (1.0 - MARGIN)
     lo, hi = 0.0, max((most - least for least, most in levels.values()), default=0.0)
@@ -68,6 +70,11 @@ def fit(
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if planned(at(mid)) <= goal else (lo, mid)
     return at(lo)
+
+
+def _up(seconds: float) -> float:
+    """``seconds`` rounded up to a tenth (a level's length never cuts an arrival it holds)."""
+    return math.ceil(round(seconds * 10, 6)) / 10
 
 
 def fit_note(

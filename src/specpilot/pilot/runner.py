@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
@@ -127,16 +129,19 @@ class Pilot:
     def _measured_deadlines(self, wl: Any) -> Any:
         """``wl`` with each ``slo.unloaded_x`` made seconds from the probe's unloaded task
         times; refused where no probe measured them (``--capacity``)."""
-        got = (self.capacity or {}).get("deadlines_s")
+        got = (self.capacity or {}).get("deadlines_s") or {}
         groups = wl.unloaded_slo_groups()
-        if not got or set(got) != set(groups):
+        if not got:
+            first = sorted(groups)[0]
             raise PilotConfigError(
-                f"group {sorted(groups)[0]!r} gives slo.unloaded_x, a multiple of the "
-                "baseline's unloaded task time, and no capacity probe measured it"
+                f"group {first!r} gives slo.unloaded_x, a multiple of the baseline's unloaded "
+                "task time, and no capacity probe measured it"
                 + (" (--capacity gives a rate only)" if self.capacity_given else ""),
-                fix="leave --capacity out so the probe measures it, or give that group "
-                "slo.deadline_s (seconds)",
+                fix="leave --capacity out so the probe measures it, or replace that group's "
+                "slo.unloaded_x with slo.deadline_s (seconds)",
             )
+        for g in sorted(set(groups) - set(got)):  # none of its requests in the schedule
+            self.progress.note(f"group {g}: no request to measure, so no deadline (unloaded_x)")
         for g, sec in got.items():
             self.progress.note(
                 f"group {g}: deadline {sec:.2f} s ({groups[g]:g}x the baseline's unloaded "
@@ -212,11 +217,13 @@ class Pilot:
                 fix="raise that group's slo.deadline_s, shorten its output, or give the phases "
                 "rates (rate:, target_rate:) to measure an overload on purpose",
             ) from None
-        except (RuntimeError, statistics.StatisticsError) as exc:  # unanswered, no tokens
+        except (RuntimeError, statistics.StatisticsError, httpx.HTTPError) as exc:
+            # unanswered, no tokens, or the in-place switch refused
+            given = "" if wl.unloaded_slo_groups() else " or --capacity"
             raise PilotConfigError(
                 f"capacity probe of arm {base.name!r} failed: {exc}",
                 fix="check that arm's engine answers the workload's requests (its log), raise "
-                "load.timeout_s, or give the phases rates (rate:, target_rate:) or --capacity",
+                f"load.timeout_s, or give the phases rates (rate:, target_rate:){given}",
             ) from None
         self.progress.note(capacity_note(figures))
         return figures
