@@ -97,21 +97,11 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
     fitted: dict[str, list[float]] = {}
     ep = cfg.episodes
     if schedule is not None and ep is not None and ep.fit_budget and capacity_rps is not None:
-        from specpilot.pilot.fit import least_s
+        from specpilot.pilot.fit import lengths
 
         # planned at their least here: the run lengthens them by what its budget leaves
-        fitted = {
-            p.name: [
-                least_s(
-                    [r.send_t for r in schedule.requests if r.phase == p.name],
-                    ep.per_level,
-                    p.duration_s,
-                ),
-                p.duration_s,
-            ]
-            for p in schedule.phases
-            if p.name in wl.utilization_phases()
-        }
+        got = lengths(schedule, wl.utilization_phases(), ep.per_level)
+        fitted = {n: [least, most] for n, (least, most) in got.items()}
         least = {n: v[0] for n, v in fitted.items()}
         schedule = build_schedule(
             wl.with_durations(least), base_dir=wdir, capacity_rps=capacity_rps

@@ -107,6 +107,12 @@ def phases_left(ctx: ArmContext, run: RunPlan) -> list[str]:
         for p in ctx.store.records("phases", run_id=run.run_id)
         if p.status == "complete" and not p.warmup
     }
+    return phases_of(ctx, run, done)
+
+
+def phases_of(ctx: Any, run: RunPlan, done: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """The run's measured phases less ``done``, in schedule order (a plan made before the
+    pilot file exists: none done)."""
     mine = set(run.phases) if run.phases is not None else None
     missing = sorted((mine or set()) - {p.name for p in ctx.schedule.phases})
     if missing:  # a run of phases its schedule does not hold would replay nothing, silently

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from specpilot.pilot.armrun import LOAD_STEP, phases_left
+from specpilot.pilot.armrun import LOAD_STEP, phases_left, phases_of
 from specpilot.pilot.context import PilotContext, RunPlan
 from specpilot.pilot.eta import (
     DRILL_RESTARTS,
@@ -60,12 +60,7 @@ def run_left(
 
 
 def _phases(ctx: PilotContext, run: RunPlan, fresh: bool) -> list[str]:
-    if not fresh:
-        return list(phases_left(ctx, run))
-    mine = set(run.phases) if run.phases is not None else None
-    return [
-        p.name for p in ctx.schedule.phases if not p.warmup and (mine is None or p.name in mine)
-    ]
+    return phases_of(ctx, run) if fresh else phases_left(ctx, run)
 
 
 def plan_for(ctx: PilotContext, runs: Sequence[RunPlan], fresh: bool = False) -> list[Step]:

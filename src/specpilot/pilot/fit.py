@@ -29,7 +29,8 @@ pilot.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 MARGIN = 0.05  # the share of the budget the fit leaves unplanned (the ETA's own error)
 STEPS = 10  # bisection steps: the common extra seconds to 1/1024 of the widest range
@@ -41,6 +42,22 @@ def least_s(times: Sequence[float], per_level: int, most: float) -> float:
     in a shorter play); ``most`` where it holds fewer."""
     t = sorted(times)
     return most if len(t) < per_level else min(most, math.ceil((t[per_level - 1] + 0.05) * 10) / 10)
+
+
+def lengths(schedule: Any, names: Iterable[str], per_level: int) -> dict[str, tuple[float, float]]:
+    """Each named level of ``schedule`` (built at its most lengths) -> (its least, its most
+    seconds): what ``fit`` ranges over, in the run and in ``--dry-run`` alike."""
+    keep = set(names)
+    return {
+        p.name: (
+            least_s(
+                [r.send_t for r in schedule.requests if r.phase == p.name], per_level, p.duration_s
+            ),
+            float(p.duration_s),
+        )
+        for p in schedule.phases
+        if p.name in keep
+    }
 
 
 def fit(

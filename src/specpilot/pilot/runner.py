@@ -155,7 +155,7 @@ class Pilot:
         resumed pilot keeps the lengths it started with."""
         from specpilot.pilot.episode_run import episode_runs
         from specpilot.pilot.eta import eta_s
-        from specpilot.pilot.fit import fit, fit_note, least_s
+        from specpilot.pilot.fit import fit, fit_note, lengths
         from specpilot.workload import build_schedule
 
         ep = self.cfg.episodes
@@ -164,13 +164,9 @@ class Pilot:
         rps = self.capacity["sustainable_rps"]
         names = set(self.wl.utilization_phases())
         rates = {p.name: p.offered_rate for p in self.level_schedule.phases if p.name in names}
-        most = {p.name: float(p.duration_s) for p in self.level_schedule.phases}
         fitted = self.capacity.get("fitted_s")
         if fitted is None:
-            times = {
-                n: [r.send_t for r in self.level_schedule.requests if r.phase == n] for n in rates
-            }
-            least = {n: least_s(times[n], ep.per_level, most[n]) for n in rates}
+            levels = lengths(self.level_schedule, names, ep.per_level)
             spent = time.perf_counter() - t0
 
             def planned(seconds: dict[str, float]) -> float:
@@ -182,7 +178,7 @@ class Pilot:
                 plan = plan_for(self, episode_runs(self.plans, design, "fit"), fresh=True)
                 return spent + eta_s(plan, {})
 
-            fitted = fit({n: (least[n], most[n]) for n in rates}, planned, ep.budget_min * 60.0)
+            fitted = fit(levels, planned, ep.budget_min * 60.0)
             self.capacity = {**self.capacity, "fitted_s": fitted}
         self.progress.note(fit_note(fitted, rates, ep.per_level, ep.budget_min))
         return build_schedule(self.wl.with_durations(fitted), base_dir=base_dir, capacity_rps=rps)
