@@ -48,10 +48,12 @@ def _check(arms, **kw):
 def test_the_embedded_default_and_its_quick_profile_validate():
     full = load_pilot(default_pilot_path())
     quick = load_pilot(default_pilot_path(), quick=True)
-    # the default is the episode design; --quick the interleaved one through every engine
+    # both in the episode design: the default decides, --quick passes through every engine at
+    # its smallest (one process an arm, two episodes a level)
     assert [a.role for a in full.arms] == ["baseline", "speculative"]
-    assert full.episodes is not None and full.episodes.processes >= 3 and full.episodes.planted
-    assert quick.episodes is None
+    assert full.episodes.processes >= 3 and full.episodes.planted and full.episodes.in_place
+    assert (quick.episodes.processes, quick.episodes.per_level) == (1, 2)
+    assert not quick.episodes.in_place and quick.episodes.planted is None
     assert [a.role for a in quick.arms][:4] == ["baseline", "speculative", "alternative", "control"]
     assert "llamacpp-ngram" in [a.name for a in quick.arms]
     assert quick.profile == "quick" and full.profile == "full"
@@ -228,7 +230,7 @@ def test_the_gpu_example_parses_and_launches_exactly_these_commands():
     assert tail(cmds["baseline"]) == [
         "serve", model, "--host", "127.0.0.1", "--port", "8000", "--dtype", "bfloat16",
         "--enable-per-request-metrics", "--max-model-len", "8192",
-        "--max-num-seqs", "128", "--gpu-memory-utilization", "0.85",
+        "--max-num-seqs", "128", "--gpu-memory-utilization", "0.28",
     ]  # fmt: skip
     spec = tail(cmds["speculative"])
     sc = json.loads(spec[spec.index("--speculative-config") + 1])
@@ -240,7 +242,7 @@ def test_the_gpu_example_parses_and_launches_exactly_these_commands():
     assert spec[spec.index("--per-request-spec-decode-metrics") + 1] == "detailed"
     alt = tail(cmds["alternative"])
     assert alt[alt.index("--max-num-seqs") + 1] == "192"
-    assert alt[alt.index("--gpu-memory-utilization") + 1] == "0.95"
+    assert alt[alt.index("--gpu-memory-utilization") + 1] == "0.31"  # + the draft's weights
     assert "--speculative-config" not in alt
     assert {p.name: p.reference for p in plans} == {
         "baseline": None,
@@ -413,3 +415,25 @@ def test_a_workload_file_is_parsed_once_at_load_and_its_errors_name_it(tmp_path,
     wl.write_text(wl.read_text().replace("rate: -1", "rate: 1").replace("name: peak", "name: p2"))
     with pytest.raises(PilotConfigError, match="'peak' is not a phase of the workload"):
         load_pilot(pilot)
+
+
+def test_every_pilot_runs_the_episode_design_and_the_retired_designs_are_refused():
+    """A file without ``episodes:`` gets the design's defaults (1 process an arm where an arm
+    is by URL: specpilot cannot start more of an endpoint); ``design:`` and ``repetitions:``
+    name the retired designs and are refused with the fix, never run."""
+    arms = _arms()[:2]
+    plain = parse_pilot({"workload": "w.yaml", "arms": arms})
+    assert (plain.episodes.processes, plain.episodes.per_level) == (3, 8)
+    assert plain.episodes.planted == 0.15
+    remote = [arms[0], {k: v for k, v in arms[1].items() if k != "options"}]
+    remote[1] |= {"engine": "openai", "url": "http://h:1/v1"}
+    by_url = parse_pilot({"workload": "w.yaml", "arms": remote})
+    assert by_url.episodes.processes == 1
+    for key, value, fix in (
+        ("design", "sequential", "remove design:"),
+        ("design", "interleaved", "remove design:"),
+        ("repetitions", 3, "episodes.processes"),
+    ):
+        with pytest.raises(PilotConfigError) as exc:
+            parse_pilot({"workload": "w.yaml", "arms": arms, key: value})
+        assert "retired" in exc.value.message and fix in str(exc.value.fix)

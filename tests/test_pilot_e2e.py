@@ -1,8 +1,9 @@
 """``specpilot pilot --quick`` end to end on the real models (the embedded default's quick
-profile: the three builtin arms, the A/A control and llama.cpp plain / n-gram, interleaved:
-every engine up at once, each phase replayed on every arm in turn), killed once in the middle
-of the first phase's rotation and run again: the second run resumes from the file without
-redoing the finished phase, and the pilot ends with every scheduled request of every arm
+profile: the three builtin arms, the A/A control and llama.cpp plain / n-gram, in the episode
+design at its smallest: every engine up at once, one process an arm, each level cut into two
+episodes replayed on every arm in a seeded balanced order), killed once in the middle of the
+first episode's rotation and run again: the second run resumes from the file without redoing
+the finished arm-episode, and the pilot ends with every scheduled request of every arm
 accounted for, the drill recorded, the hardware in the manifests and a report whose verdict
 block and A/A line are there.
 """
@@ -57,9 +58,11 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
 
     out = tmp_path / "run"
     env = _env(tmp_path)
-    # killed in the first phase's rotation: the baseline's off-peak finished, the next arm's
-    # running (every engine was started before the first phase: the interleaved design)
-    _kill_when(_pilot(out), env, "baseline: phase off_peak complete", after_s=1.5)
+    # killed in the first episode's rotation: one arm's off_peak~01 finished, the next arm's
+    # running (every engine was started before the first episode)
+    first = "off_peak~01"
+    seen = _kill_when(_pilot(out), env, f": phase {first} complete", after_s=0.5)
+    arm0 = next(ln for ln in seen.splitlines() if f": phase {first} complete" in ln).split(":")[0]
 
     cut = read_pilot(out / "pilot.duckdb")
     status = {a.arm: a.status for a in cut.arms}
@@ -69,17 +72,15 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
         for p in cut.phases
         if p.status == "complete" and not p.warmup
     }
-    assert [k[1] for k in done] == ["off_peak"]
-    # the baseline's finished phase, by arm: the next arm's cut phase may already have stored
-    # requests of the same schedule slots (the same request ids), read after the baseline's
-    # (records come ordered by arm), and they are dropped and run again on the resume
-    kept = {
-        r.request_id: r.sent_t
-        for r in cut.requests
-        if r.arm == "baseline" and r.phase == "off_peak"
-    }
-    assert kept and all(r.phase in ("warmup", "off_peak", "peak") for r in cut.requests)
-    cut_arms = {r.arm for r in cut.requests if r.phase == "off_peak"} - {"baseline"}
+    assert done and {k[1] for k in done} == {first}, done
+    done_arms = {a.arm for a in cut.arms if (a.run_id, first) in done}
+    assert arm0 in done_arms
+    # the finished arm-episode, by arm: the next arm's cut one may already have stored
+    # requests of the same schedule slots (the same request ids), and they are dropped and run
+    # again on the resume
+    kept = {r.request_id: r.sent_t for r in cut.requests if r.arm == arm0 and r.phase == first}
+    assert kept and all(r.phase in ("warmup", first) for r in cut.requests)
+    cut_arms = {r.arm for r in cut.requests if r.phase == first} - done_arms
 
     t0 = time.perf_counter()
     res = subprocess.run(_pilot(out), capture_output=True, text=True, env=env, timeout=1200)
@@ -88,35 +89,35 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     # the status line's ETA follows the measured steps (it once read one guess all run long)
     etas = [line.rsplit("ETA", 1)[1].strip() for line in res.stderr.splitlines() if " ETA " in line]
     assert len(set(etas)) > 3, etas
-    # the engines are started and warmed up again; the finished phase is not run again, the
-    # cut one is, and the rotation goes on phase by phase
-    assert "baseline: phases peak" in res.stderr, res.stderr[-3000:]
-    assert "baseline: phase off_peak complete" not in res.stderr
-    assert "speculative: phase off_peak complete" in res.stderr
-    assert "measurement design: interleaved" in " ".join(
-        read_pilot(out / "pilot.duckdb").pilot.notes
-    )
+    # the engines are started and warmed up again; the finished arm-episode is not run again,
+    # the cut ones are, and the rotation goes on episode by episode
+    assert f"{arm0}: phases peak~01" in res.stderr, res.stderr[-3000:]
+    assert f"{arm0}: phase {first} complete" not in res.stderr
+    for arm in set(status) - done_arms:
+        assert f"{arm}: phase {first} complete" in res.stderr, arm
+    notes = " ".join(read_pilot(out / "pilot.duckdb").pilot.notes)
+    assert "measurement design: episodes (1 engine process per arm" in notes, notes
     print(f"resumed run: {time.perf_counter() - t0:.0f} s")
 
     data = read_pilot(out / "pilot.duckdb")
     after = {(p.run_id, p.phase): p.actual_start_t for p in data.phases}
     assert all(after[k] == t for k, t in done.items())  # the same phase record, same start
     assert {
-        r.request_id: r.sent_t
-        for r in data.requests
-        if r.arm == "baseline" and r.phase == "off_peak"
+        r.request_id: r.sent_t for r in data.requests if r.arm == arm0 and r.phase == first
     } == kept
-    # the cut phase's stored requests were dropped and sent again: every other arm's off-peak
-    # record is from the resumed run (sent_t is time.perf_counter(), the system's monotonic
-    # clock, the same in this process)
-    rerun = [r for r in data.requests if r.arm != "baseline" and r.phase == "off_peak"]
+    # the cut arm-episodes' stored requests were dropped and sent again: every other arm's
+    # record of that episode is from the resumed run (sent_t is time.perf_counter(), the
+    # system's monotonic clock, the same in this process)
+    rerun = [r for r in data.requests if r.arm not in done_arms and r.phase == first]
     assert rerun and all(r.sent_t is not None and r.sent_t > t0 for r in rerun), sorted(cut_arms)
-    print(f"arms with cut off-peak requests at the kill: {sorted(cut_arms)}")
+    print(f"arms with cut {first} requests at the kill: {sorted(cut_arms)}")
 
     # every scheduled request of every arm ends as exactly one record
     schedule = data.pilot.schedule
     assert schedule is not None
-    planned = Counter(r["phase"] for r in schedule["requests"])
+    # (the warm-up is played only where a process is not warm already: each process's
+    # fingerprint warms it up, in the episode design)
+    planned = Counter(r["phase"] for r in schedule["requests"] if r["phase"] != "warmup")
     arms = {a.arm for a in data.arms}
     assert arms == {
         "baseline",
@@ -128,7 +129,9 @@ def test_quick_pilot_resumes_after_a_kill_and_accounts_for_every_request(tmp_pat
     }
     assert all(a.status == "complete" for a in data.arms), [(a.arm, a.error) for a in data.arms]
     for arm in arms:
-        got = Counter(r.phase for r in data.requests if r.arm == arm and r.phase != "drill")
+        got = Counter(
+            r.phase for r in data.requests if r.arm == arm and r.phase not in ("drill", "warmup")
+        )
         assert got == planned, (arm, got, planned)
         ids = [r.request_id for r in data.requests if r.arm == arm]
         assert len(ids) == len(set(ids))

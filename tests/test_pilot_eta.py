@@ -17,7 +17,8 @@ in the few seconds per step the plan leaves out (engine stops, phase-edge scrape
   within 30 s of the real one (5 m 59 s - 6 m 15 s against 6 m 28 s). The interleaved design
   measures quality passes and compat suites only at the end (an engine not yet measured
   takes the other engines' time), so an engine much slower there than the first ones keeps
-  the ETA short until it is measured itself.
+  the ETA short until it is measured itself. (Measured in the interleaved design, retired
+  since for the episode design, which plans and runs the checks the same way.)
 - The ETA never counts below the steps left: a step that overruns its estimate holds the
   ETA at the rest of the plan until it ends.
 """
@@ -45,7 +46,7 @@ from specpilot.pilot.eta import (
 
 
 def _plan() -> list[Step]:
-    """Two builtin arms and a llama.cpp one, two phases, interleaved (the warm-up each time)."""
+    """Two builtin arms and a llama.cpp one, two episodes each (the first call warms up)."""
     tt = Timetable({"off": 20.0, "peak": 10.0}, warmup_s=1.0, drill_phase="peak", drill_hold_s=4)
     runs = [
         RunLeft("b", "builtin", ("off", "peak"), None, 6, 3),
@@ -58,7 +59,7 @@ def _plan() -> list[Step]:
 def _by_hand() -> float:
     """The same plan's steps at their priors, summed by hand."""
     starts = 2 * PRIOR_START_S["builtin"] + PRIOR_START_S["llamacpp"]
-    loads = 3 * ((1 + 20 + 2 * PRIOR_DRAIN_S) + (1 + 10 + 2 * PRIOR_DRAIN_S))
+    loads = 3 * ((1 + 20 + 2 * PRIOR_DRAIN_S) + (10 + PRIOR_DRAIN_S))
     drills = max(10 + PRIOR_DRAIN_S, 4.0) + max(
         10 + PRIOR_DRAIN_S, 4 + 2 * PRIOR_START_S["llamacpp"]
     )
@@ -91,17 +92,17 @@ def test_a_step_measured_longer_moves_the_finish_by_exactly_the_difference():
     first = {"b:start": PRIOR_START_S["builtin"] + 4.0}
     before = eta_s(plan, {})
     assert eta_s(plan, first) == pytest.approx(before - PRIOR_START_S["builtin"] + 4.0)
-    # a load's drain: 2 s more than planned over its 2 drains -> 1 s more per drain for the
-    # builtin loads still to come (3 of them, 2 drains each) and the builtin drill's replay
-    # (1 drain), the llama.cpp ones unchanged
+    # a load's drain: 2 s more than planned over its 2 drains (the warm-up's and its own) ->
+    # 1 s more per drain for the builtin loads still to come (b's peak: 1 drain; s's off-peak,
+    # warmed up: 2; s's peak: 1) and the builtin drill's replay (1 drain), llama.cpp's unchanged
     load = next(s for s in plan if s.key == "b:load:off")
     measured = {load.key: eta.estimate(load, {}) + 2.0}
     grown = eta_s(plan, measured) - (before - eta.estimate(load, {}))
-    assert grown == pytest.approx(3 * 2 * 1.0 + 1.0)
+    assert grown == pytest.approx((1 + 2 + 1) * 1.0 + 1.0)
 
 
 def test_a_quality_pass_not_yet_measured_on_an_engine_takes_the_other_engines_time():
-    """The interleaved design runs the quality passes and compat suites at the end, builtin
+    """The episode design runs the quality passes and compat suites at the end, builtin
     arms first: llama.cpp's wait at the builtin arms' measured time, not at the prior."""
     plan = _plan()
     by = {s.key: s for s in plan}
@@ -217,10 +218,11 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
     }
     phases = [_phase("plain", "off"), _phase("plain", "peak", "cut")]
     ctx = NS(
-        cfg=NS(design="interleaved", episodes=None, compat=NS(enabled=True, features=["streaming", "eos"]),
+        cfg=NS(episodes=NS(in_place=False), compat=NS(enabled=True, features=["streaming", "eos"]),
                quality=NS(concurrency=4),
-               drill=NS(phase="peak", switch_after_s=1.0, hold_s=2.0)),
+               drill=NS(phase="peak", switch_after_s=1.0, hold_s=2.0, replay_s=None)),
         schedule=schedule,
+        level_schedule=schedule,
         gates=NS(plan=lambda: [NS(temperature=0.0)] + [NS(temperature=0.7)] * 5),
         arm_record=lambda run: records[run.run_id],
         store=NS(records=lambda table, run_id: [p for p in phases if p.run_id == run_id]),
@@ -238,15 +240,13 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
     assert by["plain:load:peak"].sched_s == pytest.approx(last_peak)  # the warm-up at t = 0
     assert by["plain:load:peak"].drains == 2 and by["spec:quality"].units == 1 + 2
     assert by["plain:compat"].units == 2 and by["report"].units == 4
-    # the sequential design: one load call per run over its phases left, one warm-up
-    ctx.cfg.design = "sequential"
-    seq = {s.key: s for s in eta_plan.plan_for(ctx, runs)}
-    assert seq["ctl:load:off,peak"].drains == 3 and "plain:load:peak" in seq
-    assert all(s.drain_s is None for s in seq.values())  # no probe: the learned drains
+    # a run's first call warms its process up, the later ones do not
+    assert by["ctl:load:off"].drains == 2 and by["ctl:load:peak"].drains == 1
+    assert all(s.drain_s is None for s in plan)  # no probe: the learned drains
     # with the capacity probe's figures the loads are planned at their simulated drains
     ctx.capacity = {"step_s": [0.05, 0.08], "slots": 4, "prefill_s": 0.1}
     sim = {s.key: s for s in eta_plan.plan_for(ctx, runs)}
-    assert sim["ctl:load:off,peak"].drain_s is not None and sim["ctl:load:off,peak"].drain_s > 0
+    assert sim["ctl:load:off"].drain_s is not None and sim["ctl:load:off"].drain_s > 0
 
 
 def test_a_failed_arm_takes_its_steps_out_of_the_eta():
@@ -290,8 +290,8 @@ def test_the_status_line_reads_the_eta_at_each_redraw(capsys):
     ]
 
 
-def test_an_interleaved_arm_that_fails_leaves_the_rotation_and_the_eta():
-    from specpilot.pilot.interleave import Interleaved
+def test_an_arm_that_fails_to_start_leaves_the_rotation_and_the_eta():
+    from specpilot.pilot.episode_run import EpisodeRun
 
     clock = EtaClock(plan=_plan())
 
@@ -309,10 +309,13 @@ def test_an_interleaved_arm_that_fails_leaves_the_rotation_and_the_eta():
         failures.append(run.run_id)
         clock.drop_run(run.run_id)
 
-    it = Interleaved(NS(record_failure=record_failure), [])
-    it.steps = [good, bad]
-    it._each([good, bad], "start")
-    assert it.failed == ["s"] and it.steps == [good] and failures == ["s"]
+    it = EpisodeRun(
+        NS(record_failure=record_failure, arm_record=lambda run: NS(status="running")), [], {}
+    )
+    it.steps = {("b", 0): good, ("s", 0): bad}
+    for key in list(it.steps):
+        it._call(key, "start")
+    assert it.failed == ["s"] and list(it.steps.values()) == [good] and failures == ["s"]
     assert not any(s.run_id == "s" for s in clock.plan)
 
 
@@ -322,7 +325,6 @@ def test_simulated_drains_plan_the_loads_and_the_measured_ones_rescale_the_rest(
     tt = Timetable(
         arrivals={"off~01": 3.0, "off~02": 2.0},
         warmup_s=0.0,
-        warmup_first_only=True,
         drain_s={"off~01": 1.5, "off~02": 4.0, "warmup": 0.5},
         warmup_name="warmup",
     )

@@ -47,10 +47,10 @@ def test_a_budget_too_small_for_the_least_pilot_is_refused_before_any_start(tmp_
     assert con.execute("select count(*) from arms").fetchall() == [(0,)]  # nothing started
 
 
-def test_budget_needs_the_episode_design(capsys):
+def test_every_pilot_takes_a_budget_even_its_quick_profile(capsys):
     rc = main(["pilot", "--quick", "--budget", "5", "--dry-run"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "--budget 5: this pilot has no episode design" in err
+    out = capsys.readouterr().out
+    assert rc == 0 and "budget 5 min: the last episodes are dropped" in out
 
 
 @pytest.mark.parametrize(
@@ -263,14 +263,15 @@ def test_episodes_scales_the_levels_so_each_episode_keeps_its_length(tmp_path, c
     data["drill"]["phase"] = "off_peak"
     short.write_text(yaml.safe_dump(data))
     assert with_episodes(load_pilot(short), 40, tmp_path).drill.replay_s == 44
-    # the embedded default, whose traces are relative to its own file
+    # the embedded default, whose traces are relative to its own file, and its quick profile
     assert main(["pilot", "--episodes", "20", "--dry-run"]) == 0
     assert "20 episodes per load level" in capsys.readouterr().out
+    assert main(["pilot", "--quick", "--episodes", "20", "--dry-run"]) == 0
+    assert "1 process per arm, 20 episodes per load level" in capsys.readouterr().out
     # refused by name, before anything runs
     for argv, said in (
         (["--episodes", "150"], "--episodes 150: episodes.per_level: Input should be less"),
         (["--episodes", "1"], "--episodes 1: episodes.per_level: Input should be greater"),
-        (["--quick", "--episodes", "20"], "--episodes 20: this pilot has no episode design"),
     ):
         rc = main(["pilot", *argv, "--dry-run"])
         err = capsys.readouterr().err

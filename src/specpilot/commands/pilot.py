@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,8 +138,6 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
         "name": cfg.name,
         "profile": cfg.profile,
         "config_sha256": cfg.sha256(),
-        "repetitions": cfg.repetitions,
-        "design": cfg.design,
         "arms": arms,
         "schedule": schedule.summary() if schedule is not None else None,
         "pairs": pairs_per_cell(schedule, cfg) if schedule is not None else None,
@@ -166,7 +165,7 @@ def _check_llamacpp(arm: str, cfg: Any) -> None:
 
 
 def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
-    """The sample-size plan: pairs each (phase, group) cell will have (schedule x repetitions)
+    """The sample-size plan: pairs each (phase, group) cell will have
     against the pairs a direction needs (``analysis.verdict.min_pairs``) and the busy periods
     (``analysis.clusters.min_clusters``: known only once the requests have run)."""
     from specpilot.analysis.clusters import min_clusters
@@ -176,7 +175,7 @@ def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
     for r in schedule.requests:
         if not r.warmup:
             cell = counts.setdefault(r.phase, {})
-            cell[r.group] = cell.get(r.group, 0) + cfg.repetitions
+            cell[r.group] = cell.get(r.group, 0) + 1
     need = acfg.verdict.min_pairs
     short = sorted(f"{p}/{g}" for p, gs in counts.items() for g, n in gs.items() if n < need)
     return {
@@ -189,14 +188,6 @@ def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
 
 def _print_plan(plan: dict[str, Any]) -> None:
     print(f"pilot {plan['name']} ({plan['profile']}), config sha256 {plan['config_sha256'][:12]}")
-    print(
-        f"  design: {plan['design']}"
-        + (
-            " (every engine up at once; each phase replayed on every arm in turn)"
-            if plan["design"] == "interleaved"
-            else " (one arm after the other)"
-        )
-    )
     for a in plan["arms"]:
         _print_arm(a)
     sch = plan["schedule"]
@@ -248,7 +239,7 @@ def _print_plan(plan: dict[str, Any]) -> None:
     if short:
         print(
             f"  {len(short)} cells cannot reach a direction by design (fewer pairs than "
-            f"{pairs['min_pairs']}): raise phase durations, rates or repetitions for a decision"
+            f"{pairs['min_pairs']}): raise phase durations or rates for a decision"
         )
 
 
@@ -278,7 +269,8 @@ def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:
             "baseline is each one switched off in place: the command line above is not "
             f"started), {ep['per_level']} episodes per load level"
             if ep.get("in_place")
-            else f"  episodes: {ep['processes']} processes per arm, {ep['per_level']} "
+            else f"  episodes: {ep['processes']} process{'es' if ep['processes'] > 1 else ''} "
+            f"per arm, {ep['per_level']} "
             "episodes per load level"
         )
         + (f", a planted +{ep['planted']:.0%} that must be found" if ep["planted"] else "")
@@ -286,6 +278,12 @@ def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:
         f"(half of alpha over {ep['cells']} levels, the groups' cells have the other "
         "half), 80% power:"
     )
+    if ep["processes"] == 1:
+        print(
+            "    one process per arm: the episodes' noise alone; how two processes of one "
+            "config differ (7-20% on these CPUs) is not separable from the effect, and is not "
+            "in these intervals"
+        )
     for r in ep["predicted"]:
         noise = (
             f"episode sd {r['episode_sd']:.1%}, process sd {r['process_sd'][0]:.1%}/"
@@ -297,6 +295,13 @@ def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:
             if margin
             else ""
         )
+        if not math.isfinite(r["mde"]):  # no degrees of freedom left for the episodes' noise
+            print(
+                f"    {r['arm']:<16} no interval: {ep['per_level']} episodes per level on "
+                f"{ep['processes']} process(es) leave its noise no degrees of freedom -> more "
+                f"episodes.per_level or processes for a decision ({noise})"
+            )
+            continue
         print(
             f"    {r['arm']:<16} smallest effect found {r['mde']:.0%}; interval about "
             f"+-{r['half_width']:.0%} (+-{r['half_width_80']:.0%} or wider in 1 pilot of 5)"

@@ -158,8 +158,7 @@ class LoadSettings(_Model):
         0,
         ge=0,
         description="the first N measured requests of each replay are marked cold_start (a "
-        "pilot replays each episode, or each phase of the interleaved design, apart; never the "
-        "drill)",
+        "pilot replays each episode apart; never the drill)",
     )
     include_usage: bool = True  # ask for stream_options.include_usage
     capacity_probe: bool | None = Field(
@@ -230,20 +229,29 @@ class PilotConfig(_Model):
     workload: dict[str, Any] | str
     _workload: WorkloadConfig | None = PrivateAttr(default=None)  # ``workload_config``
     arms: list[Arm] = Field(min_length=2)
-    repetitions: int = Field(1, ge=1)
-    # interleaved: every arm's engine up at once and each phase replayed on every arm in turn
-    # (pilot.interleave), so machine drift hits all arms alike; sequential: one arm after the
-    # other (when the engines do not fit in memory together, e.g. several vLLM servers on one GPU)
-    design: Literal["sequential", "interleaved"] = "sequential"
     representative_traffic: bool = False  # True only when arrivals/prompts are the service's own
     load: LoadSettings = Field(default_factory=lambda: LoadSettings())
     quality: QualityConfig = Field(default_factory=lambda: QualityConfig())
     analysis: AnalysisConfig = Field(default_factory=lambda: AnalysisConfig())
     drill: DrillSettings = Field(default_factory=lambda: DrillSettings())
     compat: CompatSettings = Field(default_factory=lambda: CompatSettings())
-    episodes: EpisodeSettings | None = None  # processes and episodes as units (pilot.design)
+    # every pilot's measurement design: processes and episodes as units (pilot.design); a file
+    # without episodes: gets EpisodeSettings' defaults (1 process an arm where an arm is by URL)
+    episodes: EpisodeSettings = Field(default_factory=lambda: EpisodeSettings())
     quick: dict[str, Any] | None = None  # overrides applied by --quick
     profile: Literal["full", "quick"] = "full"  # set by --quick, recorded with the pilot
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_process_by_url(cls, data: Any) -> Any:
+        """A file without ``episodes:`` whose arms include one by URL: 1 process an arm (an
+        endpoint is one process; specpilot starts no more of it)."""
+        arms = data.get("arms") if isinstance(data, dict) else None
+        if not isinstance(arms, list) or data.get("episodes") is not None:
+            return data
+        if any(isinstance(a, dict) and a.get("url") is not None for a in arms):
+            return {**data, "episodes": {"processes": 1}}
+        return data
 
     @model_validator(mode="after")
     def _arms(self) -> PilotConfig:
@@ -251,14 +259,8 @@ class PilotConfig(_Model):
         return self._episodes()
 
     def _episodes(self) -> PilotConfig:
+        url = [a.name for a in self.arms if a.url is not None]
         ep = self.episodes
-        if ep is None:
-            return self
-        if self.repetitions > 1:
-            raise ValueError(
-                "episodes and repetitions are two ways to repeat engine processes: set "
-                "episodes.processes and leave repetitions at 1"
-            )
         if "planted" in {a.name for a in self.arms} and ep.planted:
             raise ValueError(
                 "arm name 'planted' is the planted arm's (episodes.planted): rename it"
@@ -268,7 +270,6 @@ class PilotConfig(_Model):
                 "load.phase_timing: schedule: the episode design drains every episode before "
                 "the next; set load.phase_timing: back_to_back (the default)"
             )
-        url = [a.name for a in self.arms if a.url is not None]
         if url and ep.processes > 1:
             raise ValueError(
                 f"episodes.processes {ep.processes}: arm {url[0]!r} is given by URL, and "
@@ -296,7 +297,7 @@ class PilotConfig(_Model):
                 f"processes, and {what} -> keep one baseline and one speculative arm, or set "
                 "episodes.in_place: false"
             )
-        if self.episodes is not None and self.episodes.processes < 2:
+        if self.episodes.processes < 2:
             raise ValueError(
                 "episodes.in_place with 1 process: how processes respond to the switch cannot "
                 "be told from the effect -> set episodes.processes to at least 2"
@@ -458,7 +459,27 @@ def _not_a_mapping(data: Any, where: str, lines: LineMap | None) -> PilotConfigE
     )
 
 
+# keys of the measurement designs retired for the episode design (issue 47): each with its fix
+RETIRED = {
+    "design": "every pilot runs the episode design (pilot.design): every arm's processes up at "
+    "once, each load level cut into episodes replayed on every arm in a balanced order -> remove "
+    "design:, and size the design with episodes: {per_level, processes} (examples/pilot-"
+    "default.yaml); arms whose engines cannot be up together (several servers on one GPU) fit "
+    "with a smaller memory share each (vLLM's gpu_memory_utilization), or by url: on devices of "
+    "their own",
+    "repetitions": "the episode design repeats engine processes as episodes.processes -> "
+    "remove repetitions: and set episodes.processes",
+}
+
+
 def _validate(data: dict[str, Any], where: str, lines: Any) -> PilotConfig:
+    for key, fix in RETIRED.items():
+        if key in data:
+            raise PilotConfigError(
+                f"{at_line(where, lines, (key,))}: {key}: {data[key]!r} names a measurement "
+                "design that was retired",
+                fix=fix,
+            )
     try:
         cfg = PilotConfig.model_validate(data)
     except ValidationError as exc:
@@ -544,12 +565,7 @@ def default_pilot_path() -> Path:
 
 
 def with_budget(cfg: PilotConfig, minutes: float) -> PilotConfig:
-    """``cfg`` with ``--budget``: only the episode design can drop episodes to meet one."""
-    if cfg.episodes is None:
-        raise PilotConfigError(
-            f"--budget {minutes:g}: this pilot has no episode design, and only episodes can be "
-            "dropped to meet a budget -> add episodes: to the pilot file, or leave --budget out"
-        )
+    """``cfg`` with ``--budget``: episodes that would end the pilot later are dropped."""
     if not minutes > 0:
         raise PilotConfigError(f"--budget {minutes:g}: give the wall minutes, above 0")
     ep = cfg.episodes.model_copy(update={"budget_min": minutes})
@@ -571,11 +587,6 @@ def with_episodes(
     from specpilot.workload import build_schedule
 
     ep, flag = cfg.episodes, f"--episodes {n}"
-    if ep is None:
-        raise PilotConfigError(
-            f"{flag}: this pilot has no episode design -> add episodes: to the pilot file "
-            "(examples/pilot-default.yaml), or leave --episodes out"
-        )
     if not isinstance(cfg.workload, dict):
         raise PilotConfigError(
             f"{flag}: the workload is a file of its own ({cfg.workload}), whose phases this "

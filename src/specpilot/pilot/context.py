@@ -1,4 +1,4 @@
-"""The pilot seam, typed: what one arm's steps (``steps``, ``armrun``, ``interleave``) call on
+"""The pilot seam, typed: what one arm's steps (``steps``, ``armrun``, ``episode_run``) call on
 the pilot that runs them (``runner.Pilot``; mypy checks it against ``PilotContext``), what the
 start and the measured phases alone need (``ArmContext``: ``specpilot load``'s one-arm pilot,
 ``pilot.one_arm``, is the other implementation), and the unit of execution, ``RunPlan``."""

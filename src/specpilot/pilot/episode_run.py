@@ -30,6 +30,7 @@ from specpilot.pilot.planted import (
     WithinSteps,
     owner_of,
 )
+from specpilot.pilot.runplans import matched_after
 from specpilot.pilot.steps import ArmSteps
 from specpilot.records import StrategySpec
 
@@ -57,9 +58,12 @@ def episode_runs(plans: Sequence[ArmPlan], design: dict[str, Any], pilot_id: str
     # the arms that reach another's processes after that arm: in place, the baseline reaches
     # the speculative arm's, and the planted arm the baseline's
     first = design.get("in_place") or base.name
-    arms = sorted(
-        design["arms"],
-        key=lambda a: (a != first, a == PLANTED, a.endswith(K0) or a == base.name),
+    arms = matched_after(
+        sorted(
+            design["arms"],
+            key=lambda a: (a != first, a == PLANTED, a.endswith(K0) or a == base.name),
+        ),
+        by_name,
     )
     out: list[RunPlan] = []
     for arm in arms:

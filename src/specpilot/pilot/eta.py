@@ -187,8 +187,6 @@ class Timetable:
 
     arrivals: dict[str, float]  # measured phase -> its last scheduled arrival (s from its start)
     warmup_s: float | None = None  # the warm-up's last arrival; None: no warm-up phase
-    warmup_each: bool = True  # interleaved: every load call replays the warm-up first
-    warmup_first_only: bool = False  # episodes: one call per episode, the first one warms up
     drill_phase: str = ""
     drill_hold_s: float = 0.0  # switch_after_s + hold_s
     # phase (the warm-up's name included) -> its simulated drain (``simulate.sustain``)
@@ -201,10 +199,8 @@ def run_steps(run: RunLeft, tt: Timetable) -> list[Step]:
     rid, eng = run.run_id, run.engine
     out = [Step(start_key(rid), "start", eng, rid)]
     warm = 0 if tt.warmup_s is None else 1
-    each = tt.warmup_each or tt.warmup_first_only
-    calls = [[p] for p in run.phases] if each else [list(run.phases)]
-    for i, phases in enumerate(calls if run.phases else []):
-        w = warm if (i == 0 or not tt.warmup_first_only) else 0
+    for i, phases in enumerate([[p] for p in run.phases]):  # one call an episode
+        w = warm if i == 0 else 0  # the first one warms the process up
         sched = w * (tt.warmup_s or 0.0) + sum(tt.arrivals.get(p, 0.0) for p in phases)
         step = Step(load_key(rid, phases), "load", eng, rid, sched, w + len(phases))
         drained = [*phases, *([tt.warmup_name] if w and tt.warmup_name else [])]
@@ -304,7 +300,7 @@ class EtaClock:
 # -- reading the plan from a pilot about to run -------------------------------------------------
 
 
-def timetable(schedule: Schedule, interleaved: bool, drill_phase: str, hold_s: float) -> Timetable:
+def timetable(schedule: Schedule, drill_phase: str, hold_s: float) -> Timetable:
     """The last scheduled arrival of each phase (client stages included)."""
     last: dict[str, float] = {}
     for r in schedule.requests:
@@ -314,7 +310,6 @@ def timetable(schedule: Schedule, interleaved: bool, drill_phase: str, hold_s: f
     return Timetable(
         arrivals={p.name: last.get(p.name, 0.0) for p in schedule.phases if not p.warmup},
         warmup_s=last.get(warm, 0.0) if warm is not None else None,
-        warmup_each=interleaved,
         drill_phase=drill_phase,
         drill_hold_s=hold_s,
     )

@@ -44,9 +44,8 @@ def run_left(
     own = plan.role not in ("control", "planted", "within") and run.process == 0
     if not own:
         restarts = None
-    ep = ctx.cfg.episodes
     reaches = plan.role in ("planted", "within") or (
-        ep is not None and ep.in_place and plan.role == "baseline"
+        ctx.cfg.episodes.in_place and plan.role == "baseline"
     )
     return RunLeft(
         run.run_id,
@@ -73,22 +72,16 @@ def plan_for(ctx: PilotContext, runs: Sequence[RunPlan], fresh: bool = False) ->
     rounds = quality_rounds([q.temperature for q in quality], cfg.quality.concurrency)
     checks = len(cfg.compat.features or FEATURES)
     left = [r for r in (run_left(ctx, run, rounds, checks, fresh) for run in runs) if r is not None]
-    tt = timetable(
-        ctx.schedule,
-        cfg.design == "interleaved" and cfg.episodes is None,
-        cfg.drill.phase,
-        cfg.drill.switch_after_s + cfg.drill.hold_s,
-    )
-    if cfg.episodes is not None:  # one call per episode; the drill replays a whole level
-        drill = timetable(ctx.level_schedule, False, cfg.drill.phase, 0.0).arrivals
-        last = drill.get(cfg.drill.phase, 0.0)
-        last = last if cfg.drill.replay_s is None else min(last, cfg.drill.replay_s)
-        arrivals = {**tt.arrivals, cfg.drill.phase: last}
-        tt = replace(tt, arrivals=arrivals, warmup_first_only=True)
+    tt = timetable(ctx.schedule, cfg.drill.phase, cfg.drill.switch_after_s + cfg.drill.hold_s)
+    # one call per episode; the drill replays a whole level (its first replay_s)
+    drill = timetable(ctx.level_schedule, cfg.drill.phase, 0.0).arrivals
+    last = drill.get(cfg.drill.phase, 0.0)
+    last = last if cfg.drill.replay_s is None else min(last, cfg.drill.replay_s)
+    tt = replace(tt, arrivals={**tt.arrivals, cfg.drill.phase: last})
     tt = with_drains(tt, ctx.schedule, ctx.capacity)
     measured = sum(1 for r in ctx.schedule.requests if not r.warmup)
     # per arm, not per run: the episode design's processes of one arm share its episodes
-    arms = len({(r.arm.name, r.repetition) for r in runs})
+    arms = len({r.arm.name for r in runs})
     answers = (measured + len(quality)) * arms
     return plan_steps(left, tt, answers, arms)
 

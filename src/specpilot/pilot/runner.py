@@ -5,14 +5,13 @@
     >>> result.verdict, result.files["html"]                                 # doctest: +SKIP
 
 Order of work: every arm's plan is checked first (one switch at a time, R6) and the llama.cpp
-draft file is exported, so a bad config fails before any engine starts. Arms never serve load
-at the same time (they would share the cores); with ``repetitions > 1`` the order alternates
-(A B C, then C B A) so that drift does not favour one arm. Each arm: start (cold start timed
-apart), warm-up, the measured phases on the schedule's open-loop timeline with counters and
-memory scraped at every phase edge, the rollback drill, the compatibility suite, the quality
-pass, stop. ``design: sequential`` runs those steps arm after arm; ``design: interleaved``
-(``pilot.interleave``) starts every arm first and replays each phase on every arm in turn.
-A failing arm is recorded and the pilot goes on; Ctrl-C stops it, and running the same command
+draft file is exported, so a bad config fails before any engine starts. Every pilot runs the
+episode design (``pilot.design``, executed by ``pilot.episode_run``): every process of every
+arm started first (cold starts timed apart), then each load level's episodes replayed on every
+arm in a balanced order, one arm serving load at a time (they would share the cores), with
+counters and memory scraped at every episode's edges; then each arm's rollback drill,
+compatibility suite and quality pass, and every engine stops. A failing arm is recorded and the
+pilot goes on; Ctrl-C stops it, and running the same command
 again resumes from the file without redoing finished phases.
 """
 
@@ -36,10 +35,12 @@ from specpilot.pilot.assets import ASSET_STEPS, prepare
 from specpilot.pilot.capacity import capacity_note, over_capacity, wants_probe
 from specpilot.pilot.config import LoadSettings, PilotConfig, PilotConfigError
 from specpilot.pilot.context import RunPlan, new_record
+from specpilot.pilot.episode_run import EpisodeRun
 from specpilot.pilot.eta_plan import plan_for
 from specpilot.pilot.gates import Gates
+from specpilot.pilot.looks import check_budget
 from specpilot.pilot.progress import PilotProgress
-from specpilot.pilot.runplans import derive_kv_slots, plain_overrides, run_order, target_changed
+from specpilot.pilot.runplans import derive_kv_slots, plain_overrides, target_changed
 from specpilot.records import ArmRecord, MetricSnapshot, PilotRecord
 from specpilot.store import Store
 from specpilot.workload import Schedule
@@ -159,7 +160,7 @@ class Pilot:
         from specpilot.workload import build_schedule
 
         ep = self.cfg.episodes
-        assert ep is not None and ep.budget_min is not None and self.capacity is not None
+        assert ep.budget_min is not None and self.capacity is not None
         base_dir = self.cfg.workload_dir(self.base_dir)
         rps = self.capacity["sustainable_rps"]
         names = set(self.wl.utilization_phases())
@@ -174,7 +175,6 @@ class Pilot:
                     self.wl.with_durations(seconds), base_dir=base_dir, capacity_rps=rps
                 )
                 design = self._design(quiet=True)
-                assert design is not None
                 plan = plan_for(self, episode_runs(self.plans, design, "fit"), fresh=True)
                 return spent + eta_s(plan, {})
 
@@ -230,7 +230,7 @@ class Pilot:
         from specpilot.pilot.design import design_arms, in_place_of
 
         ep = self.cfg.episodes
-        if ep is None or not ep.in_place:
+        if not ep.in_place:
             return None
         base = next(p.name for p in plans if p.role == "baseline")
         name = in_place_of(design_arms(plans, ep), base)
@@ -259,7 +259,7 @@ class Pilot:
         self.schedule = self.level_schedule
         self.gates = Gates(self.cfg, self.base_dir)
         ep = self.cfg.episodes
-        if ep is not None and ep.fit_budget and self.capacity and self.wl.utilization_phases():
+        if ep.fit_budget and self.capacity and self.wl.utilization_phases():
             self.level_schedule = self.schedule = self._fitted(t0)
         design = self._design()  # the episode design: self.schedule cut into episodes
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -267,18 +267,13 @@ class Pilot:
         with Store(path) as store:
             self.store = store
             pilot = self._open_pilot(store, design)
-            if design is not None:
-                design = (pilot.schedule or {}).get("design", design)  # as stored
-                runs = self._episode_runs(design, pilot.pilot_id)
-            else:
-                runs = run_order(self.plans, self.cfg.repetitions, pilot.pilot_id)
+            design = (pilot.schedule or {}).get("design", design)  # as stored
+            runs = self._episode_runs(design, pilot.pilot_id)
             clock = self.progress.clock
             clock.plan = plan_for(self, runs)  # the ETA from here on (pilot.eta)
-            if design is not None:  # a budget too small for the least pilot: refused now
-                from specpilot.pilot.looks import check_budget
-
-                check_budget(design, clock.plan, time.perf_counter() - t0)
-            failed = self._run_all(runs, design)
+            # a budget too small for the least pilot: refused now
+            check_budget(design, clock.plan, time.perf_counter() - t0)
+            failed = EpisodeRun(self, runs, design).run()
             with clock.timed("cross_arm"):
                 finish.cross_arm(store, self.gates, self.plans, self.progress)
             store.add_pilot(
@@ -296,12 +291,10 @@ class Pilot:
             failed_arms=failed,
         )
 
-    def _design(self, quiet: bool = False) -> dict[str, Any] | None:
-        """The episode design's record (``pilot.design``; None without episodes), each level of
-        ``self.schedule`` cut into its episodes (``quiet``: a trial, its notes not said)."""
+    def _design(self, quiet: bool = False) -> dict[str, Any]:
+        """The episode design's record (``pilot.design``), each level of ``self.schedule`` cut
+        into its episodes (``quiet``: a trial, its notes not said)."""
         ep = self.cfg.episodes
-        if ep is None:
-            return None
         from specpilot.pilot.config import refuse_short_levels
         from specpilot.pilot.design import design_arms, design_record, split_schedule
         from specpilot.pilot.noise import episode_plan
@@ -329,14 +322,14 @@ class Pilot:
         ep = self.cfg.episodes
         # the budget is this command's (--budget), not the design's: a rerun with another one
         # resumes under it
-        design.setdefault("looks", {})["budget_min"] = ep.budget_min if ep else None
+        design.setdefault("looks", {})["budget_min"] = ep.budget_min
         runs = episode_runs(self.plans, design, pilot_id)
         reopen_split(self, runs, design)  # a resumed in-place pilot's split episodes
         for note in looks_notes(design):
             self.progress.note(note)
         return runs
 
-    def _open_pilot(self, store: Store, design: dict[str, Any] | None) -> PilotRecord:
+    def _open_pilot(self, store: Store, design: dict[str, Any]) -> PilotRecord:
         """A new pilot record, or the existing one when resuming the same config."""
         from specpilot import __version__
         from specpilot.backends.facts import hardware_facts
@@ -372,7 +365,7 @@ class Pilot:
             hardware=hardware_facts(),
             schedule={
                 **self.schedule.to_dict(),
-                **({"design": design} if design else {}),
+                "design": design,
                 **({"capacity": self.capacity} if self.capacity else {}),
             },
             notes=self._notes(),
@@ -381,34 +374,22 @@ class Pilot:
         return pilot
 
     def _notes(self) -> list[str]:
-        notes = []
         ep = self.cfg.episodes
-        if ep is not None:
-            who = (
-                f"{ep.processes} speculative engine processes, each serving the baseline with "
-                "speculation switched off in place and the speculative arm with it on, so each "
-                "episode's two arms share a process"
-                if ep.in_place
-                else f"{ep.processes} engine processes per arm"
-            )
-            notes.append(
-                f"measurement design: episodes ({who}, all up at once and fingerprinted; each "
-                f"measured phase cut into {ep.per_level} episodes, each replayed on every arm "
-                "in a seeded balanced order on the process a crossed assignment gives, drained "
-                "before the next"
-                + (f"; a planted +{ep.planted:.0%} slowdown arm" if ep.planted else "")
-                + ")"
-            )
-        elif self.cfg.design == "interleaved":
-            from specpilot.pilot.interleave import design_note
-
-            phases = [p.name for p in self.schedule.phases if not p.warmup]
-            notes.append(design_note([p.name for p in self.plans], phases))
-        else:
-            notes.append(
-                "measurement design: sequential (one arm after the other: drift between arm "
-                "runs is measured only by an A/A control arm)"
-            )
+        who = (
+            f"{ep.processes} speculative engine processes, each serving the baseline with "
+            "speculation switched off in place and the speculative arm with it on, so each "
+            "episode's two arms share a process"
+            if ep.in_place
+            else f"{ep.processes} engine process{'es' if ep.processes > 1 else ''} per arm"
+        )
+        notes = [
+            f"measurement design: episodes ({who}, all up at once and fingerprinted; each "
+            f"measured phase cut into {ep.per_level} episodes, each replayed on every arm "
+            "in a seeded balanced order on the process a crossed assignment gives, drained "
+            "before the next"
+            + (f"; a planted +{ep.planted:.0%} slowdown arm" if ep.planted else "")
+            + ")"
+        ]
         if self.cfg.profile == "quick":
             notes.append("quick profile: short phases, few requests per group")
         if not self.cfg.representative_traffic:
@@ -427,21 +408,6 @@ class Pilot:
                 f"{store.path}: {changed}: a resumed pilot would compare arms on different "
                 "models; choose another --out to start anew, or restore the file"
             )
-
-    def _run_all(self, runs: list[RunPlan], design: dict[str, Any] | None) -> list[str]:
-        if design is not None:
-            from specpilot.pilot.episode_run import EpisodeRun
-
-            return EpisodeRun(self, runs, design).run()
-        if self.cfg.design == "interleaved":
-            from specpilot.pilot.interleave import Interleaved
-
-            failed: list[str] = []
-            reps = sorted({r.repetition for r in runs})
-            for rep in reps:
-                failed += Interleaved(self, [r for r in runs if r.repetition == rep]).run()
-            return failed
-        return self._run_sequential(runs)
 
     def record_failure(self, run: RunPlan, exc: BaseException) -> None:
         """The arm's run as failed, with the error, in the pilot file and on the terminal."""
@@ -465,23 +431,6 @@ class Pilot:
             return None
         self.store.add_snapshots([snap])
         return snap
-
-    def _run_sequential(self, runs: list[RunPlan]) -> list[str]:
-        failed: list[str] = []
-        for run in runs:
-            rec = self.arm_record(run)
-            if rec.status == "complete":
-                continue
-            try:
-                self._run_arm(run, rec)
-            except KeyboardInterrupt:  # the steps finished so far stay done (latest record)
-                latest = self.arm_record(run)
-                self.store.add_arm(dataclasses.replace(latest, status="interrupted"))
-                raise
-            except Exception as exc:  # one arm failing does not lose the others
-                failed.append(run.arm.name)
-                self.record_failure(run, exc)
-        return failed
 
     # -- per-arm helpers (used by pilot.steps) ------------------------------------------------
     def backend_for(
@@ -535,11 +484,6 @@ class Pilot:
         from specpilot.pilot.arms import arm_manifest
 
         return arm_manifest(backend.describe().to_dict(), plan, overrides)
-
-    def _run_arm(self, run: RunPlan, rec: ArmRecord) -> None:
-        from specpilot.pilot.steps import ArmSteps
-
-        ArmSteps(self, run, rec).execute()
 
     def arm_record(self, run: RunPlan) -> ArmRecord:
         found = self.store.records("arms", run_id=run.run_id)

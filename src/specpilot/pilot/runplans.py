@@ -1,5 +1,5 @@
 """What the runner decides about each arm's runs apart from running them: their order
-(``run_order``: repetitions alternate direction, an alternative follows its matched arm), the
+(``matched_after``: an alternative starts after its matched arm), the
 option changes a run gets beyond its arm's config (the drill's plain restart; the equal-budget
 alternative's ``max_slots``, derived from the matched arm's measured memory) and the resume
 check that every recorded arm's target file still holds what it ran on.
@@ -12,33 +12,28 @@ from typing import Any
 from specpilot.backends.adapters import adapter_of
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import PilotConfigError
-from specpilot.pilot.context import RunPlan
 from specpilot.records import ArmRecord
 from specpilot.store import Store
 
 
-def run_order(plans: list[ArmPlan], repetitions: int, pilot_id: str) -> list[RunPlan]:
-    """Arms in config order, alternating direction per repetition (ABC, CBA, ABC...).
-
-    Arms whose equal-budget derivation needs another arm's measurement run after it in every
-    repetition: the alternative (``derive: kv_slots``) always follows its matched arm.
+def matched_after(arms: list[str], plans: dict[str, ArmPlan]) -> list[str]:
+    """``arms`` in their order, but each equal-budget alternative whose derivation needs another
+    arm's measurement (``derive: kv_slots`` reads the matched arm's memory) started right after
+    that arm.
 
         >>> from types import SimpleNamespace as A
-        >>> ps = [A(name=n, role=r, budget=A(matched_against=m)) for n, r, m in
-        ...       (("b", "baseline", None), ("s", "speculative", None), ("a", "alternative", "s"))]
-        >>> [(r.arm.name, r.repetition) for r in run_order(ps, 2, "p")]
-        [('b', 0), ('s', 0), ('a', 0), ('s', 1), ('a', 1), ('b', 1)]
+        >>> ps = {n: A(name=n, role=r, budget=A(matched_against=m)) for n, r, m in
+        ...       (("a", "alternative", "s"), ("b", "baseline", None), ("s", "speculative", None))}
+        >>> matched_after(["a", "b", "s"], ps)
+        ['b', 's', 'a']
     """
-    out: list[RunPlan] = []
-    for rep in range(repetitions):
-        arms = list(plans) if rep % 2 == 0 else list(reversed(plans))
-        for p in list(arms):
-            dep = p.budget.matched_against if p.role == "alternative" else None
-            if dep is not None:
-                arms.remove(p)
-                arms.insert(arms.index(next(a for a in arms if a.name == dep)) + 1, p)
-        for p in arms:
-            out.append(RunPlan(p, rep, len(out), f"{pilot_id}.{p.name}.r{rep}"))
+    out = list(arms)
+    for name in arms:
+        p = plans[name]
+        dep = p.budget.matched_against if p.role == "alternative" else None
+        if dep in out:
+            out.remove(name)
+            out.insert(out.index(dep) + 1, name)
     return out
 
 

@@ -2,9 +2,9 @@
 the measured phases, the rollback drill, the compatibility suite, the quality pass, stop.
 
 Each step is added to ``ArmRecord.completed_steps`` when it is done, so a resumed pilot skips
-it; the engine always stops, whatever happened. ``execute`` runs them one after the other (the
-sequential design); ``pilot.interleave`` calls ``start``, ``load`` one phase at a time for
-every arm in turn, then ``finish`` and ``stop`` (the interleaved design). ``ArmLife`` is the
+it; the engine always stops, whatever happened. ``pilot.episode_run`` calls ``start`` on
+every arm's processes, ``load`` one episode at a time on each in the design's order, then
+``finish`` and ``stop``. ``ArmLife`` is the
 start, the measured phases and the stop alone: ``specpilot load``'s one-arm pilot
 (``pilot.one_arm``) runs those, with the same records and the same resume rule.
 """
@@ -154,15 +154,6 @@ class ArmSteps(ArmLife):
     def __init__(self, pilot: PilotContext, run: RunPlan, rec: ArmRecord) -> None:
         super().__init__(pilot, run, rec)
         self.p = pilot
-
-    def execute(self) -> None:
-        """Every step of the arm, one after the other (the sequential design)."""
-        self.start()
-        try:
-            self.load()
-            self.finish()
-        finally:
-            self.stop()
 
     def finish(self) -> None:
         """The drill, the quality pass and the compatibility suite; then the arm is complete."""
