@@ -564,11 +564,8 @@ def _power_draws(
     m_cand, m_base, episodes = design
     if in_place:
         return _switch_draws(s_a, s_xi, m_cand, episodes, alpha, strata_df)
-    if m_base == 0 or (m_cand == 1 and m_base == 1):
-        # one pool (the planted arm), or one process an arm: the episodes are the clusters
-        # (``analysis.paired``), no process component fitted (one process an arm: not
-        # separable from the effect, so not in this interval either)
-        dfe = episodes - m_cand - (strata_df if m_base else 0)
+    if m_base == 0:
+        dfe = episodes - m_cand
         if dfe <= 0:
             return None
         rng = np.random.default_rng([m_cand, 0, episodes])

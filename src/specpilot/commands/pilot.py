@@ -280,9 +280,9 @@ def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:
     )
     if ep["processes"] == 1:
         print(
-            "    one process per arm: the episodes' noise alone; how two processes of one "
-            "config differ (7-20% on these CPUs) is not separable from the effect, and is not "
-            "in these intervals"
+            "    one process per arm: no cell of an arm on processes of its own can be decided "
+            "(how two processes of one config differ, 7-20% on these CPUs, cannot be told from "
+            "the effect) -> episodes.processes 2 or more for a decision"
         )
     for r in ep["predicted"]:
         noise = (
@@ -295,11 +295,11 @@ def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:
             if margin
             else ""
         )
-        if not math.isfinite(r["mde"]):  # no degrees of freedom left for the episodes' noise
+        if not math.isfinite(r["mde"]):  # one process an arm, or no df for the episode noise
             print(
-                f"    {r['arm']:<16} no interval: {ep['per_level']} episodes per level on "
-                f"{ep['processes']} process(es) leave its noise no degrees of freedom -> more "
-                f"episodes.per_level or processes for a decision ({noise})"
+                f"    {r['arm']:<16} no decision possible at {ep['per_level']} episodes per level "
+                f"on {ep['processes']} process{'es' if ep['processes'] > 1 else ''} per arm "
+                f"({noise})"
             )
             continue
         print(
