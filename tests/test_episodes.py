@@ -2,21 +2,21 @@
 
 The simulated pilot is the one these 2-core VMs give: each arm served by m = 4 engine
 processes whose log speed offsets have sd 7.5% per arm, E = 16 episodes assigned by
-``crossed_assignment``, each with its own shock (sd 4% on the episode's mean) and 8 pairs
+``pilot.design.crossed``, each with its own shock (sd 4% on the episode's mean) and 8 pairs
 whose own log noise has sd 15% (so the episode mean's noise is sqrt(4%^2 + 15%^2 / 8) = 6.6%).
 The fingerprint, when given, is a log decode step time correlated 0.8 with the process offset,
 drawn alike in both arms. 1,000 pilots per claim, all generated at once; the estimator runs
 about a millisecond per pilot.
 
-Figures at these seeds (``pytest -s`` prints them): A/A intervals exclude 0 in 2.5% of pilots
-without the fingerprint and 3.2% with it (the design test: 2.2% / 1.5%); coverage of +15% is
-96.7% / 95.3%; power for +15% at 4+4 processes and 16 episodes is 44.5% without the fingerprint
-and 66.1% with it. 80% with the fingerprint needs more processes, not more episodes (the process
-offsets dominate): m = 4 reaches it only at about 64 episodes (78% at 48, 80% at 64, 1,000-3,000
-pilots each); m = 5 at 16-17 (78.5% at 15, 81.5% at 16, 82% at 17, 84.6% at 18, 3,000 pilots
-each), so the claim is asserted at 5 processes and 18 episodes (83.5% here). The old analysis
-(every pair independent: a paired t-test over the 128 pairs) calls the A/A pair different in
-56% of these same pilots, and in 80% with one process per arm as the old design ran.
+Figures at these seeds (``pytest -s`` prints them), with the pilot's own assignment: A/A
+intervals exclude 0 in 4.3% of pilots (3.5% over 10,000 at other seeds; the design test: 3.3%);
+coverage of +15% is 95.4%; power for +15% at 4+4 processes and 16 episodes 46.5%. The fingerprint-adjusted interval (computed,
+reported, not applied: ``analysis.episodes.FP_APPLIED``) excluded 0 in 6.5% of 10,000 A/A
+pilots (5.3-8.1% per 1,000; 6.4% at this file's seed with the assignment the tests used before,
+which the pilot never ran), so the power it seemed to add (66% at 4+4 and 16 episodes, 85% at
+5+5 and 18) is partly that excess. The old analysis (every pair independent: a paired t-test
+over the 128 pairs) calls the A/A pair different in 56% of these same pilots, and in 80% with
+one process per arm as the old design ran.
 """
 
 from __future__ import annotations
@@ -32,12 +32,11 @@ from scipy import stats as sp
 from specpilot.analysis import stats
 from specpilot.analysis.episodes import (
     EpisodeEstimate,
-    arm_orders,
-    crossed_assignment,
     episode_effect,
     mde,
 )
 from specpilot.errors import ConfigError
+from specpilot.pilot.design import arm_orders, crossed
 
 PILOTS = 1000
 S_PROC, S_EP, S_PAIR, PER = 0.075, 0.04, 0.15, 8
@@ -57,9 +56,15 @@ class Pilots:
     fp_b: np.ndarray  # (n, m)
 
 
+def _crossed(episodes: int, m: int, seed: int) -> list[tuple[int, int]]:
+    """(candidate process, baseline process) per episode, as the pilot assigns them."""
+    base, cand = crossed(episodes, m, 2, seed)
+    return list(zip(cand, base, strict=True))
+
+
 def simulate(n: int, m: int, episodes: int, mu: float, seed: int) -> Pilots:
     rng = np.random.default_rng(seed)
-    cb = np.array(crossed_assignment(episodes, m, m, seed))  # (E, 2)
+    cb = np.array(_crossed(episodes, m, seed))  # (E, 2)
     a, b = rng.normal(0, S_PROC, (n, m)), rng.normal(0, S_PROC, (n, m))  # process offsets
     xi = rng.normal(0, S_EP, (n, episodes))
     eps = rng.normal(0, S_PAIR, (n, episodes, PER))
@@ -105,26 +110,14 @@ def test_aa_interval_excludes_zero_at_most_nominal(aa: Pilots, fingerprint: bool
 
 def test_coverage_and_power_at_plus_15(plus15: Pilots) -> None:
     plain, fp = analyse(plus15, False), analyse(plus15, True)
-    cov_plain, cov_fp = 1 - excludes(plain, EFFECT), 1 - excludes(fp, EFFECT)
-    pow_plain = float(np.mean([r.interval[0] > 0 for r in plain]))
-    pow_fp = float(np.mean([r.interval[0] > 0 for r in fp]))
-    used = float(np.mean([r.fingerprint_used for r in fp]))
-    print(
-        f"\n+15%, 4+4 processes, 16 episodes: coverage {cov_plain:.1%} / {cov_fp:.1%} "
-        f"(plain / fingerprint), power {pow_plain:.1%} / {pow_fp:.1%}, fingerprint used {used:.0%}"
-    )
-    assert cov_plain >= 0.90 and cov_fp >= 0.90
-    assert pow_fp > pow_plain + 0.1  # the fingerprint pays for its degree of freedom
-    assert 0.5 < used < 1.0  # the rule keeps it mostly, not blindly
-
-
-def test_power_with_fingerprint_reaches_80_percent_at_5_processes_18_episodes() -> None:
-    # 4 + 4 processes need about 64 episodes for 80% (module docstring); 5 + 5 reach it at
-    # 16-17 and clear it at 18 by more than the binomial noise of 1,000 pilots
-    res = analyse(simulate(PILOTS, 5, 18, EFFECT, 2028), True)
-    power = float(np.mean([r.interval[0] > 0 for r in res]))
-    print(f"\n+15%, 5+5 processes, 18 episodes, fingerprint: power {power:.1%}")
-    assert power >= 0.8
+    cov = 1 - excludes(plain, EFFECT)
+    power = float(np.mean([r.interval[0] > 0 for r in plain]))
+    print(f"\n+15%, 4+4 processes, 16 episodes: coverage {cov:.1%}, power {power:.1%}")
+    assert cov >= 0.90 and 0.3 < power < 0.6
+    # the fingerprint is measured and reported, never applied: the same intervals
+    assert not any(r.fingerprint_used for r in fp)
+    assert [r.interval for r in fp] == [r.interval for r in plain]
+    assert all("reported, not applied" in r.text for r in fp)
 
 
 def test_negative_control_old_analysis_calls_aa_different(aa: Pilots) -> None:
@@ -200,16 +193,28 @@ def test_a_truncated_component_drops_its_terms() -> None:
     assert est.se == pytest.approx(math.sqrt(ms_b / 9))  # s_b^2/3 + s_xi^2/9 = MS_B / 9
 
 
-def test_fingerprint_that_explains_the_processes_is_used_and_recovers_mu() -> None:
+def test_fingerprint_is_reported_not_applied_and_when_switched_on_recovers_mu(monkeypatch) -> None:
+    """The adjustment is measured and reported, and the interval stays the plain one
+    (``FP_APPLIED``: its A/A rate was 6.5%); switched on, its mechanism still does what it
+    says, for the day its error is counted in full."""
+    from specpilot.analysis import episodes as ep
+
     rng = np.random.default_rng(5)
     m, episodes = 4, 16
-    cb = np.array(crossed_assignment(episodes, m, m, 1))
+    cb = np.array(_crossed(episodes, m, 1))
     fc, fb = rng.normal(0, 0.1, m), rng.normal(0, 0.1, m)
     y = 0.05 + 0.9 * (fc[cb[:, 0]] - fb[cb[:, 1]]) + rng.normal(0, 0.005, episodes)
     with_fp = episode_effect(
         y, np.arange(episodes), cb[:, 0], cb[:, 1], cand_fp=list(fc), base_fp=dict(enumerate(fb))
     )
     plain = episode_effect(y, np.arange(episodes), cb[:, 0], cb[:, 1])
+    assert not with_fp.fingerprint_used and "reported, not applied" in with_fp.text
+    assert with_fp.fingerprint_r is not None and with_fp.fingerprint_r > 0.95
+    assert (with_fp.estimate, with_fp.se) == (plain.estimate, plain.se)
+    monkeypatch.setattr(ep, "FP_APPLIED", True)
+    with_fp = episode_effect(
+        y, np.arange(episodes), cb[:, 0], cb[:, 1], cand_fp=list(fc), base_fp=dict(enumerate(fb))
+    )
     assert with_fp.fingerprint_used and with_fp.fingerprint_r is not None
     assert with_fp.fingerprint_r > 0.95 and with_fp.fingerprint_r2 == pytest.approx(1, abs=0.05)
     assert with_fp.estimate == pytest.approx(0.05, abs=0.01)
@@ -231,22 +236,6 @@ def test_fingerprint_that_explains_the_processes_is_used_and_recovers_mu() -> No
 def test_one_process_per_arm_is_a_user_error() -> None:
     with pytest.raises(ConfigError, match="one process an arm"):
         episode_effect(np.r_[0.1, 0.2, 0.3, 0.1], np.arange(4), np.zeros(4), np.arange(4) % 2)
-
-
-@pytest.mark.parametrize(
-    ("episodes", "m_c", "m_b"), [(16, 4, 4), (18, 4, 4), (12, 2, 3), (7, 3, 3)]
-)
-def test_crossed_assignment_is_balanced_and_crossed(episodes: int, m_c: int, m_b: int) -> None:
-    pairs = crossed_assignment(episodes, m_c, m_b, seed=3)
-    assert len(pairs) == episodes
-    for k, m in ((0, m_c), (1, m_b)):  # every process serves its share, within one
-        counts = Counter(p[k] for p in pairs)
-        assert set(counts) == set(range(m)) and max(counts.values()) - min(counts.values()) <= 1
-    cells = Counter(pairs)
-    if episodes >= m_c * m_b:  # every candidate process meets every baseline process
-        assert len(cells) == m_c * m_b and max(cells.values()) - min(cells.values()) <= 1
-    assert crossed_assignment(episodes, m_c, m_b, seed=3) == pairs
-    assert any(crossed_assignment(episodes, m_c, m_b, seed=s) != pairs for s in range(4, 8))
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5])

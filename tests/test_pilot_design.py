@@ -10,11 +10,11 @@ from collections import Counter
 
 import pytest
 
-from specpilot.analysis.episodes import arm_orders
 from specpilot.pilot.config import PilotConfigError, parse_pilot
 from specpilot.pilot.design import (
     PLANTED,
     EpisodeSettings,
+    arm_orders,
     crossed,
     design_arms,
     design_record,

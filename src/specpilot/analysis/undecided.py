@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.window import Level
+from specpilot.records import MOST_EPISODES
 
-MOST_EPISODES = 99  # per level in one pilot (pilot.design.EpisodeSettings.per_level's bound)
 OWN_SHARE = 0.25  # the requests' share of the episodes' variance worth naming
 
 

@@ -33,7 +33,6 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 
 from specpilot import validation
 from specpilot.analysis.config import AnalysisConfig
-from specpilot.analysis.undecided import MOST_EPISODES
 from specpilot.errors import ConfigError, InputFileError
 from specpilot.pilot.armrules import check_arms
 from specpilot.pilot.design import LEAST_PER_PROCESS, EpisodeSettings, short_levels
@@ -47,7 +46,7 @@ from specpilot.pilot.options import (
     VllmOptions,
 )
 from specpilot.quality.config import QualityConfig
-from specpilot.records import ENGINES
+from specpilot.records import ENGINES, MOST_EPISODES
 from specpilot.validation import FieldProblem, StrictModel
 from specpilot.workload.config import WorkloadConfig
 from specpilot.yamlpos import LineMap, yaml_error_text

@@ -27,6 +27,8 @@ analysis, which never re-derives it from timestamps.
     [('peak~01', 2.0, 2), ('peak~02', 2.0, 2), ('peak~03', 2.0, 2)]
     >>> [(r.phase, r.send_t) for r in e.requests[2:4]]
     [('peak~02', 0.0), ('peak~02', 1.0)]
+    >>> arm_orders(["base", "cand"], 4, seed=0)  # each block of two episodes runs both orders
+    [['base', 'cand'], ['cand', 'base'], ['base', 'cand'], ['cand', 'base']]
 """
 
 from __future__ import annotations
@@ -39,10 +41,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from specpilot.analysis.episodes import arm_orders
-from specpilot.analysis.undecided import MOST_EPISODES
 from specpilot.records import EPISODE_SEP as SEP
-from specpilot.records import level_of
+from specpilot.records import MOST_EPISODES, level_of
 from specpilot.validation import StrictModel
 from specpilot.workload.schedule import PhaseInfo, Schedule
 
@@ -229,6 +229,31 @@ def short_levels(schedule: Schedule, per_level: int, least: int) -> tuple[list[s
             f"request ({per_level} planned) -> set its {fix}"
         )
     return refused, said
+
+
+def arm_orders(arms: Sequence[str], episodes: int, seed: int) -> list[list[str]]:
+    """The order the arms run in, per episode: rows of a Williams design (each arm in each
+    position, and right after each other arm, equally often over a cycle; two arms: AB, BA),
+    shuffled within each Latin half-cycle, so every arm is first equally often, within one
+    for a partial cycle."""
+    k = len(arms)
+    if k == 0:
+        return [[] for _ in range(episodes)]
+    first, lo, hi = [0], 1, k - 1  # 0, 1, k-1, 2, k-2, ...
+    while len(first) < k:
+        first.append(lo)
+        lo += 1
+        if len(first) < k:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + i) % k for x in first] for i in range(k)]
+    halves = [rows] + ([[r[::-1] for r in rows]] if k % 2 else [])  # odd k: mirrored square
+    rng = np.random.default_rng([seed, 0xAB8A])
+    out: list[list[str]] = []
+    while len(out) < episodes:
+        for half in halves:
+            out += [[arms[j] for j in half[int(i)]] for i in rng.permutation(k)]
+    return out[:episodes]
 
 
 def crossed(episodes: int, m: int, arms: int, seed: int) -> list[list[int]]:

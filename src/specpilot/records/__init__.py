@@ -40,6 +40,7 @@ from specpilot.records.gates import (
 )
 from specpilot.records.load import (
     EPISODE_SEP,
+    MOST_EPISODES,
     STATUSES,
     ChunkTiming,
     MetricSnapshot,
@@ -70,6 +71,7 @@ __all__ = [
     "DRILL_STATUSES",
     "ENGINES",
     "EPISODE_SEP",
+    "MOST_EPISODES",
     "SEVERITIES",
     "STATUSES",
     "TOTALS_ENGINES",

@@ -196,6 +196,9 @@ class MetricSnapshot:
 # The episode design (pilot.design) replays each measured phase (a load level) as episodes,
 # recorded as phases named f"{level}{EPISODE_SEP}{k:02d}" (k from 1).
 EPISODE_SEP = "~"
+# the most episodes per level one pilot runs (``episodes.per_level``'s bound, and what the
+# analysis may ask of a rerun): one home for the pilot file and the analysis below it
+MOST_EPISODES = 99
 
 
 def level_of(phase: str) -> str:
