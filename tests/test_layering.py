@@ -31,6 +31,7 @@ BASE = {
     "hashing",
     "cpuinfo",
     "terminal",
+    "numbers",
 }
 # unit -> the layers it sits on directly (it may import them and whatever they may import).
 SITS_ON: dict[str, list[str]] = {
@@ -40,6 +41,7 @@ SITS_ON: dict[str, list[str]] = {
     "hashing": [],
     "cpuinfo": [],  # base: DESIGN.md's metric definitions over records
     "terminal": [],  # the one rule for live displays vs plain lines
+    "numbers": [],  # the one percent format (analysis sentences, report tables)
     "engine": [],
     "serve": ["engine"],
     "workload": [],

@@ -27,6 +27,7 @@ from typing import Any
 from specpilot.analysis.decision import Verdict
 from specpilot.analysis.load import LoadCell
 from specpilot.analysis.window import PAYS
+from specpilot.numbers import pct
 from specpilot.records import ArmRecord, MetricSnapshot
 
 
@@ -78,15 +79,11 @@ def capacity(cells: Sequence[LoadCell], slo_attainment: float) -> list[Capacity]
         cap, limited = None, None
         for p in pts:
             if not p.meets_slo:
-                limited = f"{p.phase} at {p.offered_rps:.3g} req/s: on time {_pct(p.on_time_ratio)} < {slo_attainment:.0%}"
+                limited = f"{p.phase} at {p.offered_rps:.3g} req/s: on time {pct(p.on_time_ratio)} < {slo_attainment:.0%}"
                 break
             cap = p.offered_rps
         out.append(Capacity(arm, group, pts, cap, limited))
     return out
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The verdict (R8): ADOPT / ADOPT_IN_WINDOWS / DO_NOT_ADOPT, written as the conditions that
 produced it, per task group first and then for the service.
 
-Rules, in order, for a candidate arm and a group (thresholds in ``VerdictConfig``):
+Rules 1-4, in order, for a candidate arm and a group (thresholds in ``VerdictConfig``), held
+here (``group_verdict``); rules 5-6, the service and the PILOT_HYPOTHESIS flag, in
+``analysis.verdict``:
 
 1. Quality first: a failed key-business or consistency gate makes the group DO_NOT_ADOPT,
    whatever the speed.
@@ -20,10 +22,14 @@ Rules, in order, for a candidate arm and a group (thresholds in ``VerdictConfig`
    paying level below the first level that does not pay; not-measured levels between them do
    not break the run), or in the named phases when no decided level lies above the paying
    ones. Pays nowhere: DO_NOT_ADOPT with the bottleneck to fix first (``bottleneck``); every
-   level insufficient: DO_NOT_ADOPT *now* for lack of evidence, with the pairs a decision
-   needs (``evidence = "insufficient"``).
+   level insufficient: UNDECIDED, with what a decision needs (``evidence = "insufficient"``,
+   ``analysis.undecided``).
+
+Held in ``analysis.verdict``:
+
 5. The service: ADOPT when some group is ADOPT (scoped to those groups), else ADOPT_IN_WINDOWS
-   when some group is, else DO_NOT_ADOPT; its headline names a failed quality gate first.
+   when some group is, else UNDECIDED when every group is and the groups pooled are not
+   DO_NOT_ADOPT, else DO_NOT_ADOPT; its headline names a failed quality gate first.
 6. PILOT_HYPOTHESIS when the traffic was not representative, cells have too few pairs, the A/A
    control is missing or differed from the baseline (the measurement is unstable), a required
    or baseline group is missing, or only cold-start requests were measured.
@@ -53,6 +59,7 @@ from specpilot.analysis.window import (
     level_status,
     load_window,
 )
+from specpilot.numbers import signed_pct
 
 ADOPT, WINDOWS, NO = "ADOPT", "ADOPT_IN_WINDOWS", "DO_NOT_ADOPT"
 # the pilot could not tell: a fact about the pilot, not about speculation (never DO_NOT_ADOPT)
@@ -183,7 +190,7 @@ def _level_conditions(
                     0.0,
                     alt_ok,
                     f"{group} at {c.phase}: against the equal-budget {a.baseline_arm} task time "
-                    f"{_pct(a.task_rel_change.estimate)} -> {a.outcome}",
+                    f"{signed_pct(a.task_rel_change.estimate)} -> {a.outcome}",
                 )
             )
         status = level_status(c.outcome, a.outcome if a is not None else None)
@@ -208,7 +215,7 @@ def cell_text(c: PairedComparison) -> str:
     what a decision needs."""
     e = c.task_rel_change
     lvl = f" at {c.deciding_level:.2%}".replace(".00%", "%") if c.deciding_level else ""
-    ci = f"{_pct(e.low)} to {_pct(e.high)}"
+    ci = f"{signed_pct(e.low)} to {signed_pct(e.high)}"
     undecided = c.outcome == "insufficient"
     excludes_0 = e.low is not None and e.high is not None and (e.low > 0 or e.high < 0)
     if undecided and excludes_0:
@@ -220,9 +227,9 @@ def cell_text(c: PairedComparison) -> str:
         if c.outcome == "no_difference" and c.equivalence_margin:
             shown += f", inside the +-{c.equivalence_margin:.0%} margin"
     return (
-        f"task time {_pct(e.estimate)} ({shown}; {c.both_ok} of {c.pairs} pairs both ok"
+        f"task time {signed_pct(e.estimate)} ({shown}; {c.both_ok} of {c.pairs} pairs both ok"
         + (f", adjusted p {c.p_adjusted:.3f}" if c.p_adjusted is not None else "")
-        + f"), on-time {_pct(c.on_time_diff.estimate)} points -> "
+        + f"), on-time {signed_pct(c.on_time_diff.estimate)} points -> "
         + OUTCOME_WORDS.get(c.outcome, c.outcome)
         + (_needs(c) if undecided else "")
     )
@@ -239,10 +246,6 @@ def _needs(c: PairedComparison) -> str:
         episodic=c.unit == "episode",
     )
     return f" ({why})"
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:+.1%}"
 
 
 def _rate(x: float | None) -> str:

@@ -29,6 +29,7 @@ from specpilot.analysis.columns import ALL
 from specpilot.analysis.decision import OUTCOME_WORDS, Verdict
 from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.resample import Interval
+from specpilot.numbers import signed_pct
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def beside(
                 and (e.high < d.low or d.high < e.low)  # type: ignore[operator]
             )
             lines.append(
-                f"{c.phase}: {_pct(e.estimate)} [{_pct(e.low)}, {_pct(e.high)}] -> "
+                f"{c.phase}: {signed_pct(e.estimate)} [{signed_pct(e.low)}, {signed_pct(e.high)}] -> "
                 + OUTCOME_WORDS.get(c.outcome, c.outcome)
                 + ("; DISAGREES with the direct estimate beyond both intervals" if apart else "")
             )
@@ -198,7 +199,3 @@ def beside(
             else ""
         ),
     )
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:+.1%}"

@@ -33,6 +33,7 @@ from typing import Any
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.episodes import mde
 from specpilot.analysis.paired import PairedComparison
+from specpilot.numbers import pct
 
 FACTOR = 1.5  # a prediction within this factor of the achieved value is "as planned"
 FLOOR = 0.01  # components under 1% are told apart by nothing these pilots measure
@@ -115,8 +116,8 @@ def prediction_checks(
             within = None if ratio is None else 1.0 / FACTOR <= ratio <= FACTOR
             hw = half_width(c)
             text = (
-                f"{arm} at {c.phase}: predicted to find {_pct(pred)} (interval about "
-                f"+-{_pct(p.get('half_width'))}), achieved {_pct(got)} (interval +-{_pct(hw)})"
+                f"{arm} at {c.phase}: predicted to find {pct(pred, 0)} (interval about "
+                f"+-{pct(p.get('half_width'), 0)}), achieved {pct(got, 0)} (interval +-{pct(hw, 0)})"
             )
             off = None if within in (None, True) else worst_component(p, c.episode_noise)
             if within is not None:
@@ -124,7 +125,7 @@ def prediction_checks(
             if off is not None:
                 name, used, measured = off
                 text += (
-                    f" (its {name}: {_pct(used)} used, {_pct(measured)} measured: "
+                    f" (its {name}: {pct(used, 0)} used, {pct(measured, 0)} measured: "
                     + ("under-estimated" if measured > used else "over-estimated")
                     + ")"
                 )
@@ -181,10 +182,6 @@ def worst_component(
         if best is None or far > best[0]:
             best = (far, (name, u, g))
     return best[1] if best else None
-
-
-def _pct(x: Any) -> str:
-    return "n/a" if x is None or not math.isfinite(float(x)) else f"{float(x):.0%}"
 
 
 __all__ = [

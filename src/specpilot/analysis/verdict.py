@@ -1,5 +1,5 @@
-"""The service-level verdict from the group verdicts, and the PILOT_HYPOTHESIS flag (rules 4-5
-of ``analysis.decision``).
+"""The service-level verdict from the group verdicts, and the PILOT_HYPOTHESIS flag (rules 5-6
+of ``analysis.decision``'s docstring; rules 1-4, each group's, are held there).
 
     >>> from specpilot.analysis.config import VerdictConfig
     >>> v = decide(DecisionInputs("spec", "base", None, [], [], [], [], []), VerdictConfig())
@@ -261,7 +261,7 @@ def validation_arm(v: Verdict, rates: Sequence[float]) -> Verdict:
     gates = v.bottleneck or ""
     return replace(
         v,
-        verdict="DO_NOT_ADOPT",
+        verdict=NO,
         groups_adopted=(),
         groups_in_windows=(),
         load_range_rps=None,

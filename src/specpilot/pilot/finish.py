@@ -12,6 +12,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from specpilot.analysis.decision import ADOPT, WINDOWS
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import PilotConfig
 from specpilot.pilot.gates import Gates
@@ -65,7 +66,7 @@ def report(
 def _group_why(g: dict[str, Any]) -> str:
     """A group's reason in one parenthesis: where it pays (the verdict's own window), else
     why not or why undecided, else its first condition that does not hold."""
-    if g["verdict"] in ("ADOPT", "ADOPT_IN_WINDOWS") and g.get("window"):
+    if g["verdict"] in (ADOPT, WINDOWS) and g.get("window"):
         return f" ({g['window']})"
     if g.get("bottleneck"):
         return f" ({g['bottleneck']})"

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-NA = "n/a"
+from specpilot.numbers import NA, pct, signed_pct  # noqa: F401  (the report's names)
 
 
 def num(x: Any, digits: int = 3) -> str:
@@ -27,14 +27,6 @@ def num(x: Any, digits: int = 3) -> str:
     if isinstance(x, float):
         return f"{x:.{digits}g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
     return str(x)
-
-
-def pct(x: float | None, digits: int = 1) -> str:
-    return NA if x is None else f"{x:.{digits}%}"
-
-
-def signed_pct(x: float | None, digits: int = 1) -> str:
-    return NA if x is None else f"{x:+.{digits}%}"
 
 
 def ms(x: float | None) -> str:
