@@ -314,7 +314,7 @@ def test_an_arm_that_fails_to_start_leaves_the_rotation_and_the_eta():
     )
     it.steps = {("b", 0): good, ("s", 0): bad}
     for key in list(it.steps):
-        it._call(key, "start")
+        it._call(key, lambda s: s.start())
     assert it.failed == ["s"] and list(it.steps.values()) == [good] and failures == ["s"]
     assert not any(s.run_id == "s" for s in clock.plan)
 

@@ -1,2 +1,38 @@
-"""The pilot (R6, R8, R9): three arms through off-peak, peak and burst on one schedule, quality
-gates, the rollback drill, then the analysis and the report."""
+"""The pilot (R6, R8, R9): every arm through its load levels in the episode design on one
+schedule, quality gates, the rollback drill, then the analysis and the report.
+
+The public names, imported on first use (so ``specpilot.pilot.eta`` and the other rooms do
+not load the runner):
+
+    >>> from specpilot.pilot import Pilot, default_pilot_path, load_pilot
+    >>> cfg = load_pilot(default_pilot_path(), quick=True)
+    >>> Pilot.__name__, cfg.profile, cfg.episodes.processes
+    ('Pilot', 'quick', 1)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specpilot.pilot.config import PilotConfig, default_pilot_path, load_pilot
+    from specpilot.pilot.runner import Pilot, PilotResult
+
+_WHERE = {
+    "Pilot": "specpilot.pilot.runner",
+    "PilotResult": "specpilot.pilot.runner",
+    "PilotConfig": "specpilot.pilot.config",
+    "load_pilot": "specpilot.pilot.config",
+    "default_pilot_path": "specpilot.pilot.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'specpilot.pilot' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_WHERE[name]), name)
+
+
+__all__ = ["Pilot", "PilotConfig", "PilotResult", "default_pilot_path", "load_pilot"]

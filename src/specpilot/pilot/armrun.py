@@ -110,7 +110,9 @@ def phases_left(ctx: ArmContext, run: RunPlan) -> list[str]:
     return phases_of(ctx, run, done)
 
 
-def phases_of(ctx: Any, run: RunPlan, done: set[str] | frozenset[str] = frozenset()) -> list[str]:
+def phases_of(
+    ctx: ArmContext, run: RunPlan, done: set[str] | frozenset[str] = frozenset()
+) -> list[str]:
     """The run's measured phases less ``done``, in schedule order (a plan made before the
     pilot file exists: none done)."""
     mine = set(run.phases) if run.phases is not None else None

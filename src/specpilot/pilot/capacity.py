@@ -29,7 +29,7 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,14 @@ from specpilot.analysis.capacity import slots_in
 from specpilot.pilot.config import PilotConfigError
 from specpilot.records import RequestRecord, ScheduledRequest
 from specpilot.simulate.sustain import FACTOR, QUANTILE, Sample, sustainable, unloaded_medians
+
+if TYPE_CHECKING:
+    from specpilot.backends import ResponseParser
+    from specpilot.pilot.arms import ArmPlan
+    from specpilot.pilot.config import LoadSettings, PilotConfig
+    from specpilot.pilot.context import PilotContext
+    from specpilot.workload import Schedule
+    from specpilot.workload.config import WorkloadConfig
 
 PER_GROUP = 2  # requests of each group in the synchronous pass
 CONFIRM_S = 12.0  # seconds of the open-loop segment at the rate found
@@ -217,7 +225,9 @@ def _confirm(
     }
 
 
-def replayer(url: str, model: str, s: Any, arm: str, response_extras: Any = None) -> Run:
+def replayer(
+    url: str, model: str, s: LoadSettings, arm: str, response_extras: ResponseParser | None = None
+) -> Run:
     """``run(requests, max_concurrency)`` for :func:`probe`: the load generator replays the
     requests open-loop against ``url`` with the pilot's load settings ``s`` and returns every
     record (the probe's runs are not stored: they serve no arm's comparison)."""
@@ -241,7 +251,7 @@ def replayer(url: str, model: str, s: Any, arm: str, response_extras: Any = None
     return run
 
 
-def slots_of(plan: Any, described: dict[str, Any]) -> int:
+def slots_of(plan: ArmPlan, described: dict[str, Any]) -> int:
     """Sequences the engine batches at once: the arm's capacity settings (``max_slots``,
     ``n_parallel``, ...), else what the engine describes, else 8."""
     for caps in (plan.capacity or {}, described.get("capacity") or {}):
@@ -251,7 +261,7 @@ def slots_of(plan: Any, described: dict[str, Any]) -> int:
     return 8
 
 
-def slo_deadlines(schedule: Any) -> dict[str, float]:
+def slo_deadlines(schedule: Schedule) -> dict[str, float]:
     """Each group's SLO deadline (seconds) from the schedule's groups, where it has one."""
     return {
         n: float(g["slo"]["deadline_s"])
@@ -261,11 +271,11 @@ def slo_deadlines(schedule: Any) -> dict[str, float]:
 
 
 def baseline_probe(
-    pilot: Any,
-    plan: Any,
-    schedule: Any,
+    pilot: PilotContext,
+    plan: ArmPlan,
+    schedule: Schedule,
     unloaded_x: dict[str, float] | None = None,
-    in_place: Any = None,
+    in_place: ArmPlan | None = None,
 ) -> dict[str, Any]:
     """Start the baseline ``plan`` on a process of its own (``pilot``: the ``Pilot``; a
     baseline by URL is only reached), probe it on ``schedule``'s measured requests, stop it;
@@ -311,7 +321,7 @@ def baseline_probe(
     }
 
 
-def wants_probe(cfg: Any, wl: Any) -> bool:
+def wants_probe(cfg: PilotConfig, wl: WorkloadConfig) -> bool:
     """Whether the pilot probes capacity (``load.capacity_probe``; None: where a phase gives
     ``target_utilization``). ``false`` with such a phase is refused (``PilotConfigError``)."""
     want = cfg.load.capacity_probe
@@ -334,7 +344,7 @@ def wants_probe(cfg: Any, wl: Any) -> bool:
     return bool(needs or slo) if want is None else want
 
 
-def refuse_unprobed(cfg: Any, base: Any) -> None:
+def refuse_unprobed(cfg: PilotConfig, base: ArmPlan) -> None:
     """A baseline by URL is probed only where its arm says ``probe: true``."""
     if base.url is None or getattr(base.spec, "probe", False):
         return
@@ -365,7 +375,7 @@ def capacity_note(f: dict[str, Any]) -> str:
     )
 
 
-def over_capacity(schedule: Any, capacity_rps: float) -> list[str]:
+def over_capacity(schedule: Schedule, capacity_rps: float) -> list[str]:
     """One note per measured phase offered more than the capacity: kept (an overload may be
     meant), said before the first episode."""
     return [

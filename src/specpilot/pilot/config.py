@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -50,6 +50,9 @@ from specpilot.records import ENGINES, MOST_EPISODES
 from specpilot.validation import FieldProblem, StrictModel
 from specpilot.workload.config import WorkloadConfig
 from specpilot.yamlpos import LineMap, yaml_error_text
+
+if TYPE_CHECKING:
+    from specpilot.workload import Schedule
 
 __all__ = [  # the engine options are defined in pilot.options and re-exported here
     "OPTIONS",
@@ -712,7 +715,7 @@ def _drill_kept(
     return d.model_copy(update={"replay_s": replay})
 
 
-def refuse_short_levels(cfg: PilotConfig, schedule: Any) -> list[str]:
+def refuse_short_levels(cfg: PilotConfig, schedule: Schedule) -> list[str]:
     """Raise ``PilotConfigError`` at the first level too thin for the least episode design
     (``pilot.design.short_levels``), before any engine starts and in ``--dry-run``; the notes
     for levels that will run fewer episodes than planned."""

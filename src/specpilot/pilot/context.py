@@ -81,6 +81,7 @@ class PilotContext(ArmContext, Protocol):
     gates: Gates
     started: float  # perf_counter at the pilot's start (the budget counts from it)
     capacity: dict[str, Any] | None  # the capacity probe's figures (None: not probed)
+    files: dict[str, dict[str, str]]  # arm -> option -> the file prepared for it (pilot.assets)
 
     def record_failure(self, run: RunPlan, exc: BaseException) -> None: ...
 

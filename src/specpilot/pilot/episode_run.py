@@ -12,7 +12,7 @@ not complete: no finished episode is run or rewritten again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specpilot.pilot import eta
@@ -186,12 +186,14 @@ class EpisodeRun:
             out[(r.arm.name, r.process)] = s
         return out
 
-    def _call(self, key: tuple[str, int], call: str, *args: Any) -> None:
+    def _call(self, key: tuple[str, int], step: Callable[[ArmSteps], None]) -> None:
+        """``step`` on the run ``key`` (gone already: nothing); a run that fails leaves the
+        rotation with every run its failure puts in doubt (``_sharing``)."""
         s = self.steps.get(key)
         if s is None:
             return
         try:
-            getattr(s, call)(*args)
+            step(s)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one run failing does not lose the others
@@ -221,7 +223,7 @@ class EpisodeRun:
             key = (arm, int(ep["process"][arm]))
             run = self.steps[key].run if key in self.steps else None
             if run is not None and name in phases_left(self.p, run):
-                self._call(key, "load", [name])
+                self._call(key, lambda s: s.load([name]))
 
     def _keys_of(self, name: str) -> list[str]:
         return [eta.load_key(s.run.run_id, [name]) for s in self.steps.values()]
@@ -270,7 +272,7 @@ class EpisodeRun:
         ]
         try:
             for key, s in list(self.steps.items()):  # one at a time: each start on an idle machine
-                self._call(key, "start")
+                self._call(key, lambda s: s.start())
                 if key in self.steps:
                     snap = p.snapshot_at_start(s.run, s.holder["backend"])
                     if snap is not None and snap.rss_bytes and s.run.arm.name in own:
@@ -282,7 +284,7 @@ class EpisodeRun:
             # the runs that reach a process first: the speculative arm's compatibility suite,
             # whose last probe can end an engine, comes after the in-place baseline's
             for key in sorted(self.steps, key=lambda k: not isinstance(self.steps[k], Reaching)):
-                self._call(key, "finish")
+                self._call(key, lambda s: s.finish())
         except KeyboardInterrupt:
             for s in self.steps.values():
                 latest = p.arm_record(s.run)

@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specpilot.workload import Schedule
 
 MARGIN = 0.05  # the share of the budget the fit leaves unplanned (the ETA's own error)
 STEPS = 10  # bisection steps: the common extra seconds to 1/1024 of the widest range
@@ -44,7 +47,9 @@ def least_s(times: Sequence[float], per_level: int, most: float) -> float:
     return most if len(t) < per_level else min(most, math.ceil((t[per_level - 1] + 0.05) * 10) / 10)
 
 
-def lengths(schedule: Any, names: Iterable[str], per_level: int) -> dict[str, tuple[float, float]]:
+def lengths(
+    schedule: Schedule, names: Iterable[str], per_level: int
+) -> dict[str, tuple[float, float]]:
     """Each named level of ``schedule`` (built at its most lengths) -> (its least, its most
     seconds): what ``fit`` ranges over, in the run and in ``--dry-run`` alike."""
     keep = set(names)

@@ -21,9 +21,12 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specpilot import cache_root
+
+if TYPE_CHECKING:
+    from specpilot.pilot.config import PilotConfig
 
 KEEP = 200  # entries kept in the file (the oldest dropped)
 VERIFY_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
@@ -210,7 +213,7 @@ def _arm_prediction(
     }
 
 
-def episode_plan(cfg: Any) -> dict[str, Any] | None:
+def episode_plan(cfg: PilotConfig) -> dict[str, Any] | None:
     """The episode design's size and the smallest effect it can detect per pooled load level
     (80% power at the level that decides: the last look's alpha shared by Bonferroni over the
     comparison's cells), if every episode runs (a budget or a look that stops a level ends it

@@ -1,8 +1,11 @@
 """The pilot as an object: plan the arms, run each on the identical schedule, then analyse.
 
-    >>> from specpilot.pilot import Pilot, load_pilot, default_pilot_path   # doctest: +SKIP
-    >>> result = Pilot(load_pilot(default_pilot_path(), quick=True), "runs/demo").run()  # doctest: +SKIP
-    >>> result.verdict, result.files["html"]                                 # doctest: +SKIP
+    >>> from specpilot.pilot import Pilot, load_pilot, default_pilot_path
+    >>> pilot = Pilot(load_pilot(default_pilot_path(), quick=True), "runs/demo")
+    >>> result = pilot.run()  # doctest: +SKIP
+    >>> result.verdict, result.files["html"]  # doctest: +SKIP
+
+(the run starts engines: ``tests/test_pilot_e2e.py`` runs it.)
 
 Order of work: every arm's plan is checked first (one switch at a time, R6) and the llama.cpp
 draft file is exported, so a bad config fails before any engine starts. Every pilot runs the
@@ -24,7 +27,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -44,6 +47,9 @@ from specpilot.pilot.runplans import derive_kv_slots, plain_overrides, target_ch
 from specpilot.records import ArmRecord, MetricSnapshot, PilotRecord
 from specpilot.store import Store
 from specpilot.workload import Schedule
+
+if TYPE_CHECKING:
+    from specpilot.workload.config import WorkloadConfig
 
 
 @dataclass
@@ -127,7 +133,7 @@ class Pilot:
                 self.progress.note(note)
         return plans, schedule
 
-    def _measured_deadlines(self, wl: Any) -> Any:
+    def _measured_deadlines(self, wl: WorkloadConfig) -> WorkloadConfig:
         """``wl`` with each ``slo.unloaded_x`` made seconds from the probe's unloaded task
         times; refused where no probe measured them (``--capacity``)."""
         got = (self.capacity or {}).get("deadlines_s") or {}
@@ -183,7 +189,7 @@ class Pilot:
         self.progress.note(fit_note(fitted, rates, ep.per_level, ep.budget_min))
         return build_schedule(self.wl.with_durations(fitted), base_dir=base_dir, capacity_rps=rps)
 
-    def _capacity(self, plans: list[ArmPlan], wl: Any, base_dir: Path) -> dict[str, Any]:
+    def _capacity(self, plans: list[ArmPlan], wl: WorkloadConfig, base_dir: Path) -> dict[str, Any]:
         """The capacity probe's figures (``pilot.capacity``): the stored ones when resuming the
         same pilot (its schedule is rebuilt at the same rate), else measured now."""
         from specpilot.pilot.capacity import (
