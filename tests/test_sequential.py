@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from specpilot.analysis import AnalysisConfig, analyze
-from specpilot.analysis.episodes import crossed_assignment, episode_effect
+from specpilot.analysis.episodes import episode_effect
 from specpilot.analysis.sequential import (
     decided_levels,
     final_alpha,
@@ -34,7 +34,7 @@ from specpilot.analysis.sequential import (
     nominal_alphas,
     spent,
 )
-from test_episodes import PILOTS, S_PROC, S_XI, SLACK  # the same simulated noise
+from test_episodes import PILOTS, S_PROC, S_XI, SLACK, _crossed  # the same simulated noise
 
 M, E, LOOK, LEVELS = 4, 14, 8, 2
 
@@ -59,7 +59,7 @@ def test_spending_is_obrien_fleming_and_the_looks_spend_alpha_exactly():
 
 
 def _level_y(rng: np.random.Generator, n: int, mu: float, seed: int) -> tuple[np.ndarray, list]:
-    cb = crossed_assignment(E, M, M, seed)
+    cb = _crossed(E, M, seed)  # as the pilot assigns processes (pilot.design.crossed)
     a, b = rng.normal(0, S_PROC, (n, M)), rng.normal(0, S_PROC, (n, M))
     c, bb = np.array([x for x, _ in cb]), np.array([y for _, y in cb])
     y = mu + a[:, c] - b[:, bb] + rng.normal(0, S_XI, (n, E))
