@@ -204,7 +204,8 @@ def test_an_episode_pilot_looks_after_its_first_block_and_reports_at_the_last_lo
 
 
 def test_the_budget_is_left_out_of_the_config_hash_so_a_rerun_with_another_resumes(tmp_path):
-    from specpilot.pilot.config import load_pilot, with_budget
+    from specpilot.pilot.config import load_pilot
+    from specpilot.pilot.sizing import with_budget
 
     cfg = load_pilot(_config(tmp_path))
     assert with_budget(cfg, 30.0).sha256() == cfg.sha256() == with_budget(cfg, 5.0).sha256()
@@ -212,7 +213,8 @@ def test_the_budget_is_left_out_of_the_config_hash_so_a_rerun_with_another_resum
 
 
 def test_episodes_scales_the_levels_so_each_episode_keeps_its_length(tmp_path, capsys):
-    from specpilot.pilot.config import load_pilot, with_episodes
+    from specpilot.pilot.config import load_pilot
+    from specpilot.pilot.sizing import with_episodes
 
     cfg = load_pilot(_config(tmp_path))
     wide = with_episodes(cfg, 40, tmp_path)

@@ -109,7 +109,7 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
         )
     thin: list[str] = []
     if schedule is not None:  # a level too thin for its episodes: refused here too
-        from specpilot.pilot.config import refuse_short_levels
+        from specpilot.pilot.sizing import refuse_short_levels
 
         thin = refuse_short_levels(cfg, schedule)
     arms = []
@@ -347,7 +347,8 @@ def _named(path: Path) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specpilot.pilot.config import default_pilot_path, load_pilot, with_budget, with_episodes
+    from specpilot.pilot.config import default_pilot_path, load_pilot
+    from specpilot.pilot.sizing import with_budget, with_episodes
 
     # resolved: relative paths in a config (traces, workloads) are relative to the real file,
     # also when it is reached through a link (examples/pilot-default.yaml)

@@ -11,6 +11,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specpilot.analysis.drill import summarize
@@ -39,7 +40,7 @@ from specpilot.records import (
 from specpilot.store import Store
 
 if TYPE_CHECKING:
-    from specpilot.loadgen import LoadConfig, LoadResult
+    from specpilot.loadgen import LoadConfig, LoadResult, LoadRunner
     from specpilot.loadgen.config import Extras
     from specpilot.pilot.progress import PilotProgress
 
@@ -206,6 +207,91 @@ def baseline_goodput(ctx: PilotContext, phase: str) -> float | None:
     return goodput(recs, info.duration_s)
 
 
+def _switch_for(
+    ctx: PilotContext, plan: ArmPlan, backend: Backend
+) -> RuntimeSwitch | RestartSwitch | None:
+    """How the drill switches ``plan``'s speculation off: in place (the builtin server), by a
+    restart on the same port (every other engine specpilot starts), or not at all (None)."""
+    engine = adapter_of(plan.engine)
+    if engine is None:
+        return None
+    if engine.in_place:
+        return RuntimeSwitch(backend.endpoint, ctx.admin_token)
+    port = int(backend.endpoint.rsplit(":", 1)[1])
+    return RestartSwitch(
+        backend,
+        make_plain=lambda: ctx.backend_for(plan, port=port, plain=True),
+        make_spec=lambda: ctx.backend_for(plan, port=port),
+        start_timeout_s=ctx.cfg.load.start_timeout_s,
+    )
+
+
+@dataclass
+class _Timeline:
+    """What the drill's switching thread did, read by the pilot once the replay ends."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    marks: dict[str, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _act(
+    ctx: PilotContext,
+    run: RunPlan,
+    runner: LoadRunner,
+    switch: RuntimeSwitch | RestartSwitch,
+    backend: Backend,
+    out: _Timeline,
+) -> None:
+    """The switching thread: off ``switch_after_s`` into the replay, on again ``hold_s`` after
+    the switch is in force; a failure is recorded, never raised (the pilot goes on)."""
+    d, marks, events = ctx.cfg.drill, out.marks, out.events
+    try:
+        t_run = _wait_for(lambda: runner.t_run)
+        time.sleep(max(0.0, t_run + d.switch_after_s - time.perf_counter()))
+        marks["requested"], marks["in_force"] = switch.off()
+        events.append({"t": marks["requested"], "event": "switch off requested"})
+        events.append({"t": marks["in_force"], "event": "switch off in force (server)"})
+        snap = (switch.current if isinstance(switch, RestartSwitch) else backend).scrape
+        _snapshot(ctx, snap, run.run_id, run.arm.name, "drill:off")
+        # hold_s counts from the switch being in force: a restart (vLLM: ~40 s here) would
+        # otherwise eat the whole hold and leave nothing served rolled back to compare
+        time.sleep(max(0.0, marks["in_force"] + d.hold_s - time.perf_counter()))
+        marks["back"], back_in_force = switch.on()
+        marks["back_s"] = back_in_force - marks["back"]
+        events.append({"t": marks["back"], "event": "switch on requested"})
+        events.append({"t": back_in_force, "event": "switch on in force"})
+    except Exception as exc:  # the drill failed: recorded, the pilot goes on
+        out.errors.append(f"{type(exc).__name__}: {exc}")
+
+
+def _drill_record(
+    ctx: PilotContext, run: RunPlan, kind: str, records: list[RequestRecord], out: _Timeline
+) -> DrillRecord:
+    """The drill's record: failed with why, or summarised from the replay's records."""
+    d, marks = ctx.cfg.drill, out.marks
+    if out.errors or "requested" not in marks:
+        reason = "; ".join(out.errors) or "the switch never ran"
+        return DrillRecord(
+            run.run_id, run.arm.name, DRILL_PHASE, kind, "failed", reason=reason, events=out.events
+        )
+    rec = summarize(
+        records,
+        requested_t=marks["requested"],
+        in_force_t=marks["in_force"],
+        back_t=marks.get("back"),
+        run_id=run.run_id,
+        arm=run.arm.name,
+        kind=kind,
+        goodput_baseline=baseline_goodput(ctx, d.phase),
+        window_s=d.recovery_window_s,
+        events=out.events,
+        back_in_force_s=marks.get("back_s"),
+    )
+    rec.detail["source_phase"] = d.phase  # the analysis pairs it with the baseline's
+    return rec
+
+
 def run_drill(
     ctx: PilotContext, run: RunPlan, holder: dict[str, Backend], url: str, model: str
 ) -> DrillRecord:
@@ -219,18 +305,8 @@ def run_drill(
         return not_possible(
             run.run_id, plan.name, "the arm is given by URL: specpilot cannot switch or restart it"
         )
-    engine = adapter_of(plan.engine)
-    if engine is not None and engine.in_place:
-        switch: RuntimeSwitch | RestartSwitch = RuntimeSwitch(backend.endpoint, ctx.admin_token)
-    elif engine is not None:
-        port = int(backend.endpoint.rsplit(":", 1)[1])
-        switch = RestartSwitch(
-            backend,
-            make_plain=lambda: ctx.backend_for(plan, port=port, plain=True),
-            make_spec=lambda: ctx.backend_for(plan, port=port),
-            start_timeout_s=ctx.cfg.load.start_timeout_s,
-        )
-    else:
+    switch = _switch_for(ctx, plan, backend)
+    if switch is None:
         return not_possible(run.run_id, plan.name, f"no way to switch {plan.engine} off")
     requests = drill_schedule(ctx.level_schedule.requests, d.phase, d.replay_s)
     clear_phases(ctx.store, run.run_id, [DRILL_PHASE])  # a cut drill's records, on a rerun
@@ -246,66 +322,21 @@ def run_drill(
         cancel_fraction=0.0,  # they are: none marked cold, none cancelled on purpose, and
         run_stages=True,  # its client-side stages run (a rollback's whole path)
     )
-    events: list[dict[str, Any]] = []
-    marks: dict[str, float] = {}
-    errors: list[str] = []
     cfg = cfg.with_options(stages=dict(ctx.schedule.stages), stages_base_dir=ctx.schedule.base_dir)
     runner = LoadRunner(requests, cfg, ProgressSink(ctx.store.sink, ctx.progress, len(requests)))
-
-    def act() -> None:
-        try:
-            t_run = _wait_for(lambda: runner.t_run)
-            time.sleep(max(0.0, t_run + d.switch_after_s - time.perf_counter()))
-            marks["requested"], marks["in_force"] = switch.off()
-            events.append({"t": marks["requested"], "event": "switch off requested"})
-            events.append({"t": marks["in_force"], "event": "switch off in force (server)"})
-            snap = (switch.current if isinstance(switch, RestartSwitch) else backend).scrape
-            _snapshot(ctx, snap, run.run_id, plan.name, "drill:off")
-            # hold_s counts from the switch being in force: a restart (vLLM: ~40 s here) would
-            # otherwise eat the whole hold and leave nothing served rolled back to compare
-            time.sleep(max(0.0, marks["in_force"] + d.hold_s - time.perf_counter()))
-            marks["back"], back_in_force = switch.on()
-            marks["back_s"] = back_in_force - marks["back"]
-            events.append({"t": marks["back"], "event": "switch on requested"})
-            events.append({"t": back_in_force, "event": "switch on in force"})
-        except Exception as exc:  # the drill failed: recorded, the pilot goes on
-            errors.append(f"{type(exc).__name__}: {exc}")
-
-    actor = threading.Thread(target=act, name="drill", daemon=True)
+    out = _Timeline()
+    actor = threading.Thread(
+        target=_act, args=(ctx, run, runner, switch, backend, out), name="drill", daemon=True
+    )
     ctx.progress.step(plan.name, f"rollback drill ({switch.kind})")
     actor.start()
     result = runner.run()
     actor.join(timeout=ctx.cfg.load.start_timeout_s)
-    if result.summary.interrupted:
-        holder["backend"] = switch.current if isinstance(switch, RestartSwitch) else backend
-        raise KeyboardInterrupt(f"{plan.name}: interrupted during the rollback drill")
     holder["backend"] = switch.current if isinstance(switch, RestartSwitch) else backend
+    if result.summary.interrupted:
+        raise KeyboardInterrupt(f"{plan.name}: interrupted during the rollback drill")
     ctx.store.flush()
-    if errors or "requested" not in marks:
-        rec = DrillRecord(
-            run.run_id,
-            plan.name,
-            DRILL_PHASE,
-            switch.kind,
-            "failed",
-            reason="; ".join(errors) or "the switch never ran",
-            events=events,
-        )
-    else:
-        rec = summarize(
-            result.records,
-            requested_t=marks["requested"],
-            in_force_t=marks["in_force"],
-            back_t=marks.get("back"),
-            run_id=run.run_id,
-            arm=plan.name,
-            kind=switch.kind,
-            goodput_baseline=baseline_goodput(ctx, d.phase),
-            window_s=d.recovery_window_s,
-            events=events,
-            back_in_force_s=marks.get("back_s"),
-        )
-        rec.detail["source_phase"] = d.phase  # the analysis pairs it with the baseline's
+    rec = _drill_record(ctx, run, switch.kind, result.records, out)
     ctx.store.add_drills([rec])
     return rec
 

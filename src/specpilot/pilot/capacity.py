@@ -36,7 +36,14 @@ import numpy as np
 from specpilot.analysis.capacity import slots_in
 from specpilot.pilot.config import PilotConfigError
 from specpilot.records import RequestRecord, ScheduledRequest
-from specpilot.simulate.sustain import FACTOR, QUANTILE, Sample, sustainable, unloaded_medians
+from specpilot.simulate.sustain import (
+    FACTOR,
+    QUANTILE,
+    Sample,
+    Sustained,
+    sustainable,
+    unloaded_medians,
+)
 
 if TYPE_CHECKING:
     from specpilot.backends import ResponseParser
@@ -147,17 +154,7 @@ def probe(
     missed = unloaded_misses(unloaded, deadlines)
     if missed:  # before the burst: no load for a baseline that misses unloaded
         raise NoSustainableRate("; ".join(missed))
-    n = 2 * max(slots, 1)
-    burst_reqs = [chosen[i % len(chosen)] for i in range(n)]
-    recs = run(_as(burst_reqs, "probe_burst", [0.0] * n), None)
-    sent = [r.sent_t for r in recs if r.sent_t is not None]
-    done = [r.done_t for r in recs if r.done_t is not None and r.status == "ok"]
-    if len(sync) < len(chosen) or len(done) < n or not sent:
-        bad = [r for r in recs if r.status != "ok"]
-        why = f"{bad[0].status}: {bad[0].error}" if bad else "requests not answered"
-        raise RuntimeError(f"capacity probe: the baseline did not answer every request ({why})")
-    burst = _samples(recs, min(sent))
-    span = max(done) - min(sent)
+    burst, span = _burst(run, chosen, slots, complete=len(sync) == len(chosen))
     est = sustainable(
         sync, burst, burst_span_s=span, slots=slots, factor=factor, deadlines=deadlines
     )
@@ -175,21 +172,51 @@ def probe(
         "simulated_rps": round(est.sustainable_rps, 4),
         **({"deadlines_s": derived} if derived else {}),
     }
-    rate = est.sustainable_rps
-    confirm = _confirm(run, chosen, rate, confirm_s, est.limit_s) if rate > 0 else None
-    if confirm is not None:
-        figures["confirm"] = confirm
-        worst = max(confirm["over_limit"].values(), default=1.0)
-        if worst > TOLERANCE:
-            rate = rate / worst
-            figures["note"] = (
-                f"the open-loop segment at {est.sustainable_rps:.3g} req/s overshot a limit "
-                f"{worst:.2f}x: the rate lowered to {rate:.3g} req/s"
-            )
-    figures["sustainable_rps"] = round(rate, 4)
+    figures["sustainable_rps"] = round(_confirmed(run, chosen, est, confirm_s, figures), 4)
     figures["unloaded_s_all"] = round(statistics.median(s.e2e_s for s in sync), 4)
     figures["probe_s"] = round(time.perf_counter() - t0, 2)
     return figures
+
+
+def _burst(
+    run: Run, chosen: Sequence[ScheduledRequest], slots: int, complete: bool
+) -> tuple[list[Sample], float]:
+    """Twice the engine's slots sent at once: the saturated samples and the burst's span;
+    ``complete``: the synchronous pass answered every request (else refused here too)."""
+    n = 2 * max(slots, 1)
+    burst_reqs = [chosen[i % len(chosen)] for i in range(n)]
+    recs = run(_as(burst_reqs, "probe_burst", [0.0] * n), None)
+    sent = [r.sent_t for r in recs if r.sent_t is not None]
+    done = [r.done_t for r in recs if r.done_t is not None and r.status == "ok"]
+    if not complete or len(done) < n or not sent:
+        bad = [r for r in recs if r.status != "ok"]
+        why = f"{bad[0].status}: {bad[0].error}" if bad else "requests not answered"
+        raise RuntimeError(f"capacity probe: the baseline did not answer every request ({why})")
+    return _samples(recs, min(sent)), max(done) - min(sent)
+
+
+def _confirmed(
+    run: Run,
+    chosen: Sequence[ScheduledRequest],
+    est: Sustained,
+    confirm_s: float,
+    figures: dict[str, Any],
+) -> float:
+    """The simulated rate, lowered by how far an open-loop segment at it overshot a limit
+    (``figures`` gets the segment and the note)."""
+    rate = float(est.sustainable_rps)
+    confirm = _confirm(run, chosen, rate, confirm_s, est.limit_s) if rate > 0 else None
+    if confirm is None:
+        return rate
+    figures["confirm"] = confirm
+    worst = max(confirm["over_limit"].values(), default=1.0)
+    if worst > TOLERANCE:
+        rate = rate / worst
+        figures["note"] = (
+            f"the open-loop segment at {est.sustainable_rps:.3g} req/s overshot a limit "
+            f"{worst:.2f}x: the rate lowered to {rate:.3g} req/s"
+        )
+    return rate
 
 
 def _confirm(

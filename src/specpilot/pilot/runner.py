@@ -301,9 +301,9 @@ class Pilot:
         """The episode design's record (``pilot.design``), each level of ``self.schedule`` cut
         into its episodes (``quiet``: a trial, its notes not said)."""
         ep = self.cfg.episodes
-        from specpilot.pilot.config import refuse_short_levels
         from specpilot.pilot.design import design_arms, design_record, split_schedule
         from specpilot.pilot.noise import episode_plan
+        from specpilot.pilot.sizing import refuse_short_levels
         from specpilot.report.fmt import clean
 
         for note in refuse_short_levels(self.cfg, self.level_schedule):  # before any start
