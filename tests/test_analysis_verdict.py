@@ -380,7 +380,7 @@ def test_adopt_in_windows_in_named_phases_when_the_low_load_does_not_pay() -> No
 
 
 def test_arm_plan_pairs_candidates_with_plain_arms_on_their_engine() -> None:
-    from specpilot.analysis.plan import plan_arms, representative
+    from specpilot.analysis.plan import pair_arms, representative
     from specpilot.records import ArmRecord, StrategySpec
 
     arms = [
@@ -415,7 +415,7 @@ def test_arm_plan_pairs_candidates_with_plain_arms_on_their_engine() -> None:
             run_order=5,
         ),
     ]
-    p = plan_arms(arms, ["base", "spec", "ghost"])
+    p = pair_arms(arms, ["base", "spec", "ghost"])
     assert p.baseline == "base" and p.alternative == "alt"
     # same engine first (llama.cpp's plain arm), the pilot's baseline otherwise; never the alternative
     assert p.pairs == (("base", "spec"), ("lc", "lc-ngram"), ("base", "vllm-draft"))

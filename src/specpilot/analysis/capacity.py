@@ -1,11 +1,10 @@
-"""Capacity, the crossover load, and the draft's memory budget (R4, R5, R6).
+"""Capacity and the draft's memory budget (R4, R5, R6); the crossover load, which reads the
+verdict, is the verdict's (``analysis.verdict.crossover``).
 
 - A load level (a phase, or a point of a rate sweep) meets the SLOs for an arm and group when
   its on-time fraction (every scheduled request in the denominator) is at least
   ``slo_attainment``. Capacity = the highest offered rate such that it and every lower level
   met them.
-- Crossover: ordering the load levels by offered rate, the lowest rate from which the paired
-  comparison no longer says "faster"; below it speculation pays, above it it does not.
 - Memory budget of a speculative arm: draft weights + the draft's KV + workspace (the rest of
   the extra peak RSS over the baseline), and how many more target sequences that memory would
   hold at the baseline's KV bytes per sequence (the equal-budget arm's justification).
@@ -24,9 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specpilot.analysis.decision import Verdict
 from specpilot.analysis.load import LoadCell
-from specpilot.analysis.window import PAYS
 from specpilot.numbers import pct
 from specpilot.records import ArmRecord, MetricSnapshot
 
@@ -84,43 +81,6 @@ def capacity(cells: Sequence[LoadCell], slo_attainment: float) -> list[Capacity]
             cap = p.offered_rps
         out.append(Capacity(arm, group, pts, cap, limited))
     return out
-
-
-@dataclass(frozen=True)
-class Crossover:
-    baseline_arm: str
-    candidate_arm: str
-    task_group: str
-    levels: tuple[tuple[str, float, str], ...]  # (phase, rate, pays | does not pay | not measured)
-    pays_up_to_rps: float | None  # the last paying rate below crossover_rps (or the highest)
-    crossover_rps: float | None  # the first decided rate above a paying one where it does not pay
-    summary: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def crossover(verdicts: Sequence[Verdict]) -> list[Crossover]:
-    """Per (baseline, candidate, group): the verdict's own window along the load axis
-    (``analysis.window.load_window``), so the capacity section says what the verdict says."""
-    return [
-        Crossover(
-            v.baseline_arm,
-            v.candidate_arm,
-            g.task_group,
-            g.levels,
-            g.pays_up_to_rps if g.below_rps is not None else _top_pay(g.levels),
-            g.below_rps,
-            g.window,
-        )
-        for v in verdicts
-        for g in sorted(v.groups, key=lambda g: g.task_group)
-        if g.levels
-    ]
-
-
-def _top_pay(levels: Sequence[tuple[str, float, str]]) -> float | None:
-    return max((rate for _, rate, st in levels if st == PAYS), default=None)
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,7 @@ class DecisionInputs:
     counters: CounterAcceptance | None = None
     # the baseline's on-time ratio at its lowest measured load: (phase, rate, ratio)
     baseline_lowest: tuple[str, float, float] | None = None
-    # the compared arms' phases that shared the machine (analysis.drift.contended)
+    # the compared arms' phases that shared the machine (analysis.contention.contended)
     contended: Sequence[str] = ()
     # load levels where the pilot's planted slowdown was not found (analysis.planted): no
     # candidate gets a direction or an equivalence claim there

@@ -67,12 +67,12 @@ from specpilot.analysis.fold import episode_key
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.resample import (
     NSTATS,
-    Interval,
     bootstrap,
     column_stats,
     percentile_interval,
     stat_columns,
 )
+from specpilot.analysis.stats import Interval
 
 
 @dataclass(frozen=True)

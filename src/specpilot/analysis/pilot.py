@@ -22,16 +22,17 @@ from specpilot.analysis import planted as pl
 from specpilot.analysis.celltest import fingerprints_of, physical_of
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import AnalysisConfig
+from specpilot.analysis.contention import contended
 from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
 from specpilot.analysis.coverage import cut_phases, latency_cdf, not_measured
 from specpilot.analysis.decision import DecisionInputs, Verdict
-from specpilot.analysis.drift import AAControl, Drift, aa_control, contended
+from specpilot.analysis.drift import AAControl, Drift, aa_control
 from specpilot.analysis.fold import arm_rates, fold, has_episodes
 from specpilot.analysis.inplace import switch_held
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
 from specpilot.analysis.parity import RollbackParity, drill_outcomes, parity_of
-from specpilot.analysis.plan import ArmPlan, hardware_text, plan_arms, representative
+from specpilot.analysis.plan import Pairing, hardware_text, pair_arms, representative
 from specpilot.analysis.predicted import PredictionCheck, prediction_checks
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.round_summary import (
@@ -43,7 +44,13 @@ from specpilot.analysis.round_summary import (
 )
 from specpilot.analysis.sequential import looks_text, report_alpha, thin_levels
 from specpilot.analysis.tune_k import KChoice, KRun, choose_k
-from specpilot.analysis.verdict import decide, validation_arm, with_triggers
+from specpilot.analysis.verdict import (
+    Crossover,
+    crossover,
+    decide,
+    validation_arm,
+    with_triggers,
+)
 from specpilot.analysis.verify_cost import VerifyCurve, curve_for, verify_curves
 from specpilot.records import DERIVED_TIMES_ENGINES, TOTALS_ENGINES, ArmRecord, PilotData
 
@@ -54,7 +61,7 @@ class PilotAnalysis:
 
     data: PilotData
     config: AnalysisConfig
-    plan: ArmPlan
+    plan: Pairing  # which arm is compared with which (analysis.plan)
     hardware: str
     verdicts: list[Verdict] = field(default_factory=list)
     rollback_yaml: dict[str, str] = field(default_factory=dict)  # candidate -> rule file
@@ -72,7 +79,7 @@ class PilotAnalysis:
     comparisons: list[paired.PairedComparison] = field(default_factory=list)
     aa: AAControl | None = None  # the A/A control's result (None: the pilot has no control)
     capacities: list[cap.Capacity] = field(default_factory=list)
-    crossovers: list[cap.Crossover] = field(default_factory=list)
+    crossovers: list[Crossover] = field(default_factory=list)
     memory: list[cap.MemoryBudget] = field(default_factory=list)
     costs: list[cost.ArmCost] = field(default_factory=list)
     cost_lines: list[cost.CostLine] = field(default_factory=list)
@@ -112,7 +119,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
         table = RequestTable.from_columns(data.request_columns, data.quality, data.arms)
     else:
         table = RequestTable.build(data.requests, data.quality, data.arms)
-    plan = plan_arms(data.arms, set(table.arm.tolist()))
+    plan = pair_arms(data.arms, set(table.arm.tolist()))
     a = PilotAnalysis(data, cfg, plan, hardware_text(data.pilot.hardware), notes=list(plan.notes))
     a.episodic = episodic
     a.sequential = dict(looks, lines=looks_text(looks)) if alpha is not None else None
@@ -133,7 +140,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     a.memory = [cap.memory_budget(data.snapshots, data.arms, b, c) for b, c in plan.pairs]
     a.k_choices = _tune_k(a, table, data)
     _verdicts(a, table, data)
-    a.crossovers = cap.crossover(a.verdicts)
+    a.crossovers = crossover(a.verdicts)
     a.drill_parity = parity_of(data, plan.baseline, cfg) if plan.baseline else {}
     a.drills = drill_outcomes(data.drills, a.drill_parity, a.comparisons, plan.candidates)
     _costs(a)

@@ -16,7 +16,7 @@
     ...         ArmRecord("p", "r2", "spec", "speculative", "builtin", strategy=StrategySpec("draft", k=3)),
     ...         ArmRecord("p", "r3", "lc", "extra", "llamacpp"),
     ...         ArmRecord("p", "r4", "lc-draft", "extra", "llamacpp", strategy=StrategySpec("draft", k=3))]
-    >>> p = plan_arms(arms, [])
+    >>> p = pair_arms(arms, [])
     >>> p.baseline, p.pairs
     ('base', (('base', 'spec'), ('lc', 'lc-draft')))
 """
@@ -31,7 +31,7 @@ from specpilot.records import ArmRecord, HardwareFacts
 
 
 @dataclass(frozen=True)
-class ArmPlan:
+class Pairing:
     baseline: str | None
     pairs: tuple[tuple[str, str], ...]  # (baseline, candidate)
     alternative: str | None
@@ -50,7 +50,7 @@ class ArmPlan:
         return next((a for a in self.arms if a.arm == arm), None)
 
 
-def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan:
+def pair_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> Pairing:
     """The comparisons the analysis makes (module docstring)."""
     first: dict[str, ArmRecord] = {}
     for a in sorted(arms, key=lambda a: (a.run_order, a.repetition)):
@@ -88,7 +88,7 @@ def plan_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> ArmPlan
         for a in recs
         if a.role == "within" and a.arm.removesuffix("-k0") in names
     )
-    return ArmPlan(
+    return Pairing(
         base.arm if base else None,
         tuple(pairs),
         alt,

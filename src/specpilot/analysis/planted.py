@@ -28,7 +28,7 @@ from typing import Any
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.decision import OUTCOME_WORDS, Verdict
 from specpilot.analysis.paired import PairedComparison
-from specpilot.analysis.resample import Interval
+from specpilot.analysis.stats import Interval
 from specpilot.numbers import signed_pct
 
 

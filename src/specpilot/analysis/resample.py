@@ -5,22 +5,14 @@ difference); the verdict's own interval is ``paired``'s t interval, not these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from specpilot.analysis.clusters import cluster_sums
 from specpilot.analysis.requests import RequestTable
+from specpilot.analysis.stats import Interval
 
 CHUNK_ELEMENTS = 4_000_000  # resample indices held at once
 BUCKETS = 1024  # above this many pairs, resample random buckets of pairs (see ``bootstrap``)
-
-
-@dataclass(frozen=True)
-class Interval:
-    estimate: float | None
-    low: float | None
-    high: float | None
 
 
 def stat_columns(t: RequestTable, b: np.ndarray, c: np.ndarray) -> np.ndarray:

@@ -34,11 +34,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
 from specpilot.quality.stats import holm
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate and its interval (relative change, seconds or a difference): the verdict's
+    deciding interval (``analysis.paired``) and the descriptive ones (``analysis.resample``)."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+
 
 EXACT_MAX = 16  # up to this many pairs the sign-flip test enumerates all 2^n sign vectors
 MONTE_CARLO = 20_000  # sign vectors drawn above EXACT_MAX

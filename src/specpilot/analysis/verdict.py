@@ -10,7 +10,8 @@ of ``analysis.decision``'s docstring; rules 1-4, each group's, are held there).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from specpilot.analysis.clusters import queued_short
 from specpilot.analysis.columns import ALL
@@ -27,6 +28,7 @@ from specpilot.analysis.decision import (
     group_verdict,
 )
 from specpilot.analysis.undecided import rerun
+from specpilot.analysis.window import PAYS
 
 BASELINE_ON_TIME_FLOOR = 0.5  # below this at the lowest load, the SLOs are not the service's
 
@@ -242,9 +244,6 @@ def with_triggers(v: Verdict, triggers: list[dict]) -> Verdict:
     return replace(v, rollback_triggers=tuple(triggers))
 
 
-__all__ = ["Condition", "decide", "hypothesis_reasons", "validation_arm", "with_triggers"]
-
-
 def _range(lo: float, hi: float) -> str:
     """A load range in words: one level is not a range (``0.283-0.283 req/s``)."""
     return f"{lo:.3g} req/s" if lo == hi else f"{lo:.3g}-{hi:.3g} req/s"
@@ -268,3 +267,56 @@ def validation_arm(v: Verdict, rates: Sequence[float]) -> Verdict:
         bottleneck=why + (f"; {gates}" if gates else ""),
         summary="never adopted: " + why,
     )
+
+
+# -- the crossover: the verdict's window along the load axis, for the capacity section --------
+# Ordering the load levels by offered rate, the lowest rate from which the paired comparison
+# no longer says "faster": below it speculation pays, above it it does not.
+
+
+@dataclass(frozen=True)
+class Crossover:
+    baseline_arm: str
+    candidate_arm: str
+    task_group: str
+    levels: tuple[tuple[str, float, str], ...]  # (phase, rate, pays | does not pay | not measured)
+    pays_up_to_rps: float | None  # the last paying rate below crossover_rps (or the highest)
+    crossover_rps: float | None  # the first decided rate above a paying one where it does not pay
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def crossover(verdicts: Sequence[Verdict]) -> list[Crossover]:
+    """Per (baseline, candidate, group): the verdict's own window along the load axis
+    (``analysis.window.load_window``), so the capacity section says what the verdict says."""
+    return [
+        Crossover(
+            v.baseline_arm,
+            v.candidate_arm,
+            g.task_group,
+            g.levels,
+            g.pays_up_to_rps if g.below_rps is not None else _top_pay(g.levels),
+            g.below_rps,
+            g.window,
+        )
+        for v in verdicts
+        for g in sorted(v.groups, key=lambda g: g.task_group)
+        if g.levels
+    ]
+
+
+def _top_pay(levels: Sequence[tuple[str, float, str]]) -> float | None:
+    return max((rate for _, rate, st in levels if st == PAYS), default=None)
+
+
+__all__ = [
+    "Condition",
+    "Crossover",
+    "crossover",
+    "decide",
+    "hypothesis_reasons",
+    "validation_arm",
+    "with_triggers",
+]

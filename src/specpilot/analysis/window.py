@@ -1,6 +1,6 @@
 """Where speculation pays along the load axis: one function for the verdict's window
-(``analysis.decision``) and the capacity section's crossover (``analysis.capacity``), so the
-two can never tell a reader different things.
+(``analysis.decision``) and the capacity section's crossover (``analysis.verdict.crossover``),
+so the two can never tell a reader different things.
 
 Each load level (a phase at its offered rate) is one of: *pays* (decided faster, and the
 equal-budget alternative not faster there), *does not pay* (decided slower, no difference

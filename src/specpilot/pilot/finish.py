@@ -40,7 +40,7 @@ def report(
     path: Path, out_dir: Path, cfg: PilotConfig, progress: PilotProgress
 ) -> tuple[dict[str, Path], dict[str, Any]]:
     """Analyse the pilot file and write the report next to it; returns (files, document)."""
-    from specpilot.analysis.drift import contended
+    from specpilot.analysis.contention import contended
     from specpilot.report import build_report
     from specpilot.simulate.section import pilot_simulation
     from specpilot.store import read_pilot

@@ -49,7 +49,7 @@ def remember(
 ) -> int:
     """Append the pooled cells' measured noise of a report document; returns how many cells
     were kept (0: not an episode pilot, or ``shared``: measured on a machine that other work
-    loaded unevenly (``analysis.drift.contended``), whose noise is not this machine's own and
+    loaded unevenly (``analysis.contention.contended``), whose noise is not this machine's own and
     would mislead the next plan; nothing written)."""
     if shared:
         return 0

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.steps import ArmSteps
-from specpilot.records import MetricSnapshot
+from specpilot.records import ArmRecord, MetricSnapshot
+
+if TYPE_CHECKING:
+    from specpilot.pilot.context import PilotContext, RunPlan
+    from specpilot.pilot.drill import RuntimeSwitch
 
 
 class PlantedBackend:
@@ -77,7 +82,7 @@ class Switched(Reaching):
     def reached(self) -> ArmSteps:
         return self.of[self.run.process]
 
-    def switch(self) -> Any:
+    def switch(self) -> RuntimeSwitch:
         """The process's switch, one for its life (every run reaching it shares it): the
         table it restores is the process's as started, whatever an earlier failure left."""
         from specpilot.pilot.drill import RuntimeSwitch
@@ -95,8 +100,16 @@ class PlantedSteps(Reaching):
     """One planted run: in front of baseline process ``run.process`` (``bases`` by process);
     where the baseline is a speculative process switched off in place, switched off too."""
 
-    def __init__(self, *args: Any, bases: dict[int, ArmSteps], factor: float) -> None:
-        super().__init__(*args)
+    def __init__(
+        self,
+        pilot: PilotContext,
+        run: RunPlan,
+        rec: ArmRecord,
+        *,
+        bases: dict[int, ArmSteps],
+        factor: float,
+    ) -> None:
+        super().__init__(pilot, run, rec)
         self.bases = bases
         self.factor = factor
 
@@ -163,8 +176,10 @@ class WithinSteps(Switched):
     each of its episodes (``Switched``): against the speculative arm's runs of the same
     process, the process effect cancels."""
 
-    def __init__(self, *args: Any, of: dict[int, ArmSteps]) -> None:
-        super().__init__(*args)
+    def __init__(
+        self, pilot: PilotContext, run: RunPlan, rec: ArmRecord, *, of: dict[int, ArmSteps]
+    ) -> None:
+        super().__init__(pilot, run, rec)
         self.of = of
 
     def _start(self) -> None:
@@ -195,7 +210,7 @@ class InPlaceSteps(WithinSteps):
         switched_off(self.switch(), lambda: ArmSteps.finish(self))
 
 
-def switched_off(switch: Any, work: Any) -> None:
+def switched_off(switch: RuntimeSwitch, work: Callable[[], None]) -> None:
     """``work()`` with speculation off on the switch's process, on again after, whatever
     happened; a switch that does not answer raises ``SwitchFailed`` (``EpisodeRun`` then fails
     every run of the process), an error of ``work`` itself is raised as it is."""
