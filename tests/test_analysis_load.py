@@ -7,9 +7,10 @@ import pytest
 
 from pilot_cases import Cell, case, compare
 from specpilot.analysis import AnalysisConfig, analyze
-from specpilot.analysis.capacity import capacity, crossover, memory_budget
+from specpilot.analysis.capacity import capacity, memory_budget
 from specpilot.analysis.load import load_cells
 from specpilot.analysis.requests import RequestTable
+from specpilot.analysis.verdict import crossover
 from specpilot.records import ChunkGaps, PhaseRecord, QualityRecord, RequestRecord
 
 

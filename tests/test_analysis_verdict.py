@@ -110,7 +110,7 @@ def test_every_group_failing_quality_is_the_headline_even_with_a_speed_win() -> 
 
 
 def test_a_phase_measured_beside_other_load_keeps_the_verdict_a_hypothesis() -> None:
-    """Interleaving spreads drift over the arms; load that hit one arm's run of a phase (and
+    """The episodes' balanced order spreads drift over the arms; load that hit one arm's run of a phase (and
     not the other arms' runs of it) is named. Load on every arm alike is not."""
     import dataclasses
 
@@ -128,7 +128,7 @@ def test_a_phase_measured_beside_other_load_keeps_the_verdict_a_hypothesis() -> 
     assert shared == [
         "measured on a machine shared unevenly: spec/peak: 1.50 cores used outside the pilot "
         "(0.60 beside base/peak) (load that hit one arm's run of a phase and not the others': "
-        "drift the interleaving did not spread; rerun on an idle machine)"
+        "drift the episodes' balanced order did not spread; rerun on an idle machine)"
     ], v.hypothesis_reasons  # the arm outside the comparison is not named
 
 
@@ -145,12 +145,12 @@ def test_an_unstable_a_a_control_keeps_the_verdict_a_hypothesis() -> None:
 def test_a_control_that_differs_the_same_way_in_every_phase_is_named_an_engine_difference():
     """Time drift changes sign with the alternating order; a control 15% faster in every
     phase is two engine processes that differ for their whole life (seen on the AMD EPYC
-    AVX-512 BF16 kind), and the text says what draws it again: repetitions."""
+    AVX-512 BF16 kind), and the text says what draws it again: more processes per arm."""
     phases = {("ctl", ph): 0.85 for ph in ("off_peak", "peak")}
     v = verdict(case(cells(0.7), drift=phases))
     assert v.pilot_hypothesis and "unstable" in v.aa_control
     assert "the same sign in every phase: two engines of one config" in v.aa_control
-    assert "with repetitions: N each repetition starts fresh engines" in v.aa_control
+    assert "with episodes.processes: N each arm runs on N engines" in v.aa_control
 
 
 def test_do_not_adopt_names_the_verify_cost_on_this_hardware() -> None:

@@ -98,12 +98,13 @@ def plus15() -> Pilots:
     return simulate(PILOTS, 4, 16, EFFECT, 2027)
 
 
-@pytest.mark.parametrize("fingerprint", [False, True], ids=["plain", "fingerprint"])
-def test_aa_interval_excludes_zero_at_most_nominal(aa: Pilots, fingerprint: bool) -> None:
-    res = analyse(aa, fingerprint)
+def test_aa_interval_excludes_zero_at_most_nominal(aa: Pilots) -> None:
+    """The interval the pilot applies (the fingerprint is reported, not applied: its adjusted
+    interval's A/A rate is ``benchmarks/fingerprint_aa.py``'s 6.5%)."""
+    res = analyse(aa, True)
     rate = excludes(res, 0.0)
     design = float(np.mean([r.p_design <= 0.05 for r in res]))
-    print(f"\nA/A ({'fingerprint' if fingerprint else 'plain'}): {rate:.1%}, design {design:.1%}")
+    print(f"\nA/A: {rate:.1%}, design {design:.1%}")
     assert rate <= SLACK
     assert design <= SLACK  # the permutation of process labels holds its level too
 

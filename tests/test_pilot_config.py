@@ -429,6 +429,14 @@ def test_every_pilot_runs_the_episode_design_and_the_retired_designs_are_refused
     remote[1] |= {"engine": "openai", "url": "http://h:1/v1"}
     by_url = parse_pilot({"workload": "w.yaml", "arms": remote})
     assert by_url.episodes.processes == 1
+    # so does a mapping that leaves processes out, and null is the defaults
+    sized = parse_pilot({"workload": "w.yaml", "arms": remote, "episodes": {"per_level": 4}})
+    assert (sized.episodes.processes, sized.episodes.per_level) == (1, 4)
+    assert parse_pilot({"workload": "w.yaml", "arms": arms, "episodes": None}).episodes == (
+        plain.episodes
+    )
+    with pytest.raises(PilotConfigError, match=r"episodes\.processes 3: arm 's' is given by URL"):
+        parse_pilot({"workload": "w.yaml", "arms": remote, "episodes": {"processes": 3}})
     for key, value, fix in (
         ("design", "sequential", "remove design:"),
         ("design", "interleaved", "remove design:"),

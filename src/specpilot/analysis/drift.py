@@ -126,7 +126,7 @@ class AAControl:
             + (
                 "; the same sign in every phase: two engines of one config that differ for "
                 "their whole life (not drift over time), a difference every compared pair of "
-                "engines can carry; with repetitions: N each repetition starts fresh engines "
+                "engines can carry; with episodes.processes: N each arm runs on N engines "
                 "and the difference is drawn N times"
                 if self.persistent
                 else ""

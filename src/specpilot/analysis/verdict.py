@@ -66,7 +66,7 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
             f"measured on a machine shared unevenly: {'; '.join(inp.contended[:3])}"
             + (f"; {len(inp.contended) - 3} more" if len(inp.contended) > 3 else "")
             + " (load that hit one arm's run of a phase and not the others': drift the "
-            "interleaving did not spread; rerun on an idle machine)"
+            "episodes' balanced order did not spread; rerun on an idle machine)"
         )
     seen = {c.task_group for c in inp.comparisons if c.task_group != ALL}
     for g in sorted(set(cfg.required_groups) | set(inp.groups_expected)):

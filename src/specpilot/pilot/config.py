@@ -25,7 +25,7 @@ import copy
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -49,9 +49,6 @@ from specpilot.records import ENGINES
 from specpilot.validation import FieldProblem, StrictModel
 from specpilot.workload.config import WorkloadConfig
 from specpilot.yamlpos import LineMap, yaml_error_text
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [  # the engine options are defined in pilot.options and re-exported here
     "OPTIONS",
@@ -245,13 +242,21 @@ class PilotConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _one_process_by_url(cls, data: Any) -> Any:
-        """A file without ``episodes:`` whose arms include one by URL: 1 process an arm (an
-        endpoint is one process; specpilot starts no more of it)."""
-        arms = data.get("arms") if isinstance(data, dict) else None
-        if not isinstance(arms, list) or data.get("episodes") is not None:
+        """``episodes: null`` is the design's defaults; where an arm is by URL and the file does
+        not set ``episodes.processes``, 1 process an arm (an endpoint is one process;
+        specpilot starts no more of it)."""
+        if not isinstance(data, dict):
             return data
-        if any(isinstance(a, dict) and a.get("url") is not None for a in arms):
+        if "episodes" in data and data["episodes"] is None:  # null: the design's defaults
+            data = {k: v for k, v in data.items() if k != "episodes"}
+        arms, ep = data.get("arms"), data.get("episodes")
+        by_url = isinstance(arms, list) and any(
+            isinstance(a, dict) and a.get("url") is not None for a in arms
+        )
+        if by_url and ep is None:
             return {**data, "episodes": {"processes": 1}}
+        if by_url and isinstance(ep, dict) and "processes" not in ep:
+            return {**data, "episodes": {**ep, "processes": 1}}
         return data
 
     @model_validator(mode="after")
@@ -477,8 +482,8 @@ def _validate(data: dict[str, Any], where: str, lines: Any) -> PilotConfig:
     for key, fix in RETIRED.items():
         if key in data:
             raise PilotConfigError(
-                f"{at_line(where, lines, (key,))}: {key}: {data[key]!r} names a measurement "
-                "design that was retired",
+                f"{at_line(where, lines, (key,))}: {data[key]!r}: "
+                + ("a measurement design that was retired" if key == "design" else "a retired key"),
                 fix=fix,
             )
     try:

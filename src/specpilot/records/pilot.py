@@ -149,8 +149,8 @@ class PhaseRecord:
     ``other_cpu_cores``: the mean number of cores that processes outside the pilot (its own
     process and the engines it started) used while the phase ran, from ``/proc/stat``;
     ``steal_fraction``: the share of the machine's CPU time the hypervisor gave to other
-    tenants meanwhile. Either is drift that interleaving cannot spread over the arms when it
-    hits one arm-phase only (None: not measured, e.g. not Linux or cut).
+    tenants meanwhile. Either is drift that the balanced arm order cannot spread over the arms
+    when it hits one arm-phase only (None: not measured, e.g. not Linux or cut).
     """
 
     run_id: str

@@ -64,7 +64,7 @@ class Validation:
     contended: tuple[str, ...] = ()
     # the largest change of the machine's own step time between the calibration phases and a
     # predicted one: every arm's median decode step at batch 1, the median over arms (None:
-    # no step cadence in the file); the interleaving keeps arms comparable within a phase, not
+    # no step cadence in the file); the balanced arm order keeps arms comparable within a phase, not
     # the machine's speed from phase to phase, which a calibration carries over
     phase_speed: float | None = None
 
