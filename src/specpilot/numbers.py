@@ -12,16 +12,12 @@ import math
 NA = "n/a"
 
 
-def _missing(x: float | None) -> bool:
-    return x is None or not math.isfinite(float(x))
-
-
 def pct(x: float | None, digits: int = 1) -> str:
-    return NA if _missing(x) else f"{float(x):.{digits}%}"  # type: ignore[arg-type]
+    return NA if x is None or not math.isfinite(x) else f"{x:.{digits}%}"
 
 
 def signed_pct(x: float | None, digits: int = 1) -> str:
-    return NA if _missing(x) else f"{float(x):+.{digits}%}"  # type: ignore[arg-type]
+    return NA if x is None or not math.isfinite(x) else f"{x:+.{digits}%}"
 
 
 __all__ = ["NA", "pct", "signed_pct"]

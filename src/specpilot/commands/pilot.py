@@ -97,7 +97,7 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
     schedule = None if waits else build_schedule(wl, base_dir=wdir, capacity_rps=capacity_rps)
     fitted: dict[str, list[float]] = {}
     ep = cfg.episodes
-    if schedule is not None and ep is not None and ep.fit_budget and capacity_rps is not None:
+    if schedule is not None and ep.fit_budget and capacity_rps is not None:
         from specpilot.pilot.fit import lengths
 
         # planned at their least here: the run lengthens them by what its budget leaves
@@ -222,13 +222,7 @@ def _print_plan(plan: dict[str, Any]) -> None:
             f"run lengthens it up to {most:g} s by what its budget leaves (episodes.fit_budget)"
         )
     pairs = plan["pairs"]
-    print(
-        "  pairs per cell (the episodes, not the pairs, are the units; see below):"
-        if plan.get("episodes")
-        else f"  pairs per cell (a direction needs {pairs['min_pairs']} both-ok pairs in at "
-        f"least {pairs['min_clusters']} busy periods: requests on the server at the same time "
-        "count as one observation, so a phase near saturation gives few):"
-    )
+    print("  pairs per cell (the episodes, not the pairs, are the units; see below):")
     for phase, groups in pairs["cells"].items():
         cells = ", ".join(f"{g} {n}" for g, n in sorted(groups.items()))
         print(f"    {phase:<12} {cells}, all {sum(groups.values())}")

@@ -213,7 +213,7 @@ def _arm_prediction(
     }
 
 
-def episode_plan(cfg: PilotConfig) -> dict[str, Any] | None:
+def episode_plan(cfg: PilotConfig) -> dict[str, Any]:
     """The episode design's size and the smallest effect it can detect per pooled load level
     (80% power at the level that decides: the last look's alpha shared by Bonferroni over the
     comparison's cells), if every episode runs (a budget or a look that stops a level ends it
@@ -224,8 +224,6 @@ def episode_plan(cfg: PilotConfig) -> dict[str, Any] | None:
     from specpilot.backends.facts import hardware_info
 
     ep = cfg.episodes
-    if ep is None:
-        return None
     m, e = ep.processes, ep.per_level
     wl = cfg.workload_config()
     groups = len(wl.groups) or 1

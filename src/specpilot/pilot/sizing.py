@@ -170,8 +170,6 @@ def refuse_short_levels(cfg: PilotConfig, schedule: Schedule) -> list[str]:
     (``pilot.design.short_levels``), before any engine starts and in ``--dry-run``; the notes
     for levels that will run fewer episodes than planned."""
     ep = cfg.episodes
-    if ep is None:
-        return []
     refused, said = short_levels(schedule, ep.per_level, LEAST_PER_PROCESS * ep.processes)
     if refused:
         names = [ph.name for ph in cfg.workload_config().phases]
