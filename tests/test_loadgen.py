@@ -5,7 +5,6 @@ Every test checks the contract "one scheduled request -> exactly one record with
 
 from __future__ import annotations
 
-import itertools
 import json
 import signal
 import socket
@@ -397,9 +396,12 @@ def test_client_stages_run_in_each_request_before_its_send():
         assert 0 < r.client_stages["retrieval"] < 0.05  # a real BM25 search, measured (planned 0)
         # the HTTP call goes out after the stages; scheduled_t stays the dispatch time
         assert r.sent_t - r.scheduled_t >= sum(r.client_stages.values())
-    # requests still 20 ms apart at the server, 0.3 s after their scheduled times
-    gaps = [b - a for a, b in itertools.pairwise(arrivals[:8])]
-    assert all(0.005 < g < 0.04 for g in gaps), gaps
+    # the 8 requests reach the server over about 7 x 20 ms, each 0.3 s after its scheduled time.
+    # Had the dispatcher waited for the stages they would span 7 x 0.3 s. (Single gaps are not
+    # asserted: a busy CI machine can deliver two requests in one scheduler tick.)
+    span = arrivals[7] - arrivals[0]
+    assert 0.07 < span < 0.3, arrivals[:8]
+    assert all(r.sent_t - r.scheduled_t < sum(r.client_stages.values()) + 0.1 for r in recs[:8])
     assert arrivals[0] - recs[0].scheduled_t >= 0.3
     assert recs[8].client_stages == {} and recs[8].sent_t - recs[8].scheduled_t < 0.02
     s = res.summary
