@@ -393,3 +393,37 @@ def test_where_processes_differ_more_episodes_are_not_promised_to_decide():
     b = analyze(_pilot(effect=0.05, planted=0.4, sd=0.005, seed=0), CFG)
     near = [c for c in _pooled(b, "speculative").values() if c.outcome == "insufficient"]
     assert all(c.processes_needed is None for c in near)
+
+
+def test_every_record_with_a_phase_is_seen_by_level_but_the_counters_by_episode():
+    """The rounds, chunk gaps, prefills and step cadences of an episode count for its level
+    (seen: a default pilot's round and Leviathan tables had a row per episode, its load cells
+    no ITL, and the report's simulation fell back to request times); the snapshots keep their
+    episodes, since an engine's counters are deltas over each episode's edges."""
+    from specpilot.analysis.fold import fold
+    from specpilot.records import (
+        ChunkGaps,
+        MetricSnapshot,
+        PrefillRecord,
+        RequestRounds,
+        StepCadence,
+    )
+
+    eps = ("peak~01", "peak~02")
+    data = dataclasses.replace(
+        _pilot(0.0, 0.15),
+        request_rounds=[RequestRounds("p.baseline.p0", "baseline", e, "code", f"{e}-1", 4, 4, 8, 4, 8, 0.0, 0.1, 0.0) for e in eps],
+        chunk_gaps=[ChunkGaps("p.baseline.p0", "baseline", e, "code", [0.02, 0.03], [1, 2]) for e in eps],
+        prefills=[PrefillRecord(f"{e}-1", 10, 0.01, 0.0, arm="baseline", phase=e) for e in eps],
+        step_cadence=[StepCadence("baseline", e, 1, 5, 0.02, 0.01, 0.03) for e in eps],
+        snapshots=[MetricSnapshot("p.baseline.p0", "baseline", e, "after", 0.0, "builtin", rss_bytes=1 << 30) for e in eps],
+    )  # fmt: skip
+    f = fold(data)
+    for records in (f.request_rounds, f.chunk_gaps, f.prefills, f.step_cadence):
+        assert [r.phase for r in records] == ["peak", "peak"]
+    assert [s.phase for s in f.snapshots] == list(eps)
+    assert {p.phase for p in f.phases} == set(LEVELS)
+    a = analyze(data)
+    cells = {(c.arm, c.phase): c for c in a.load_cells if c.task_group == "*"}
+    assert cells[("baseline", "peak")].tokens_per_chunk == 1.5
+    assert {r.phase for r in a.rounds} == {"peak"}

@@ -18,10 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from specpilot.records import EPISODE_SEP, PhaseRecord, PilotData, level_of
+
+
+class _Phased(Protocol):
+    phase: str
+
+
+_R = TypeVar("_R", bound=_Phased)
 
 
 def has_episodes(data: PilotData) -> bool:
@@ -107,18 +115,35 @@ def _mean(ps: Sequence[PhaseRecord], w: Sequence[float], attr: str) -> float | N
 
 
 def fold(data: PilotData) -> PilotData:
-    """The pilot's records by load level (module docstring)."""
+    """The pilot's records by load level (module docstring): the requests, their round
+    aggregates, chunk gaps, prefills and step cadences, and the phase records. The metric snapshots keep their episode
+    phases: an engine's counters are deltas over each episode's edges (``counters``)."""
     if not has_episodes(data):
         return data
-    requests = [
-        dataclasses.replace(r, phase=level_of(r.phase)) if EPISODE_SEP in r.phase else r
-        for r in data.requests
-    ]
-    cols = data.request_columns
-    if cols is not None:
-        phase = np.asarray(cols["phase"], dtype=object)
-        labels, codes = np.unique(phase.astype(str), return_inverse=True)
-        cols = {**cols, "phase": np.array([level_of(x) for x in labels], dtype=object)[codes]}
     return dataclasses.replace(
-        data, requests=requests, request_columns=cols, phases=fold_phases(data.phases)
+        data,
+        requests=_by_level(data.requests),
+        request_columns=_columns_by_level(data.request_columns),
+        request_rounds=_by_level(data.request_rounds),
+        request_rounds_columns=_columns_by_level(data.request_rounds_columns),
+        chunk_gaps=_by_level(data.chunk_gaps),
+        prefills=_by_level(data.prefills),
+        step_cadence=_by_level(data.step_cadence),
+        phases=fold_phases(data.phases),
     )
+
+
+def _by_level(records: Sequence[_R]) -> list[_R]:
+    return [
+        dataclasses.replace(r, phase=level_of(r.phase)) if EPISODE_SEP in r.phase else r  # type: ignore[type-var]
+        for r in records
+    ]
+
+
+def _columns_by_level(cols: dict[str, Any] | None) -> dict[str, Any] | None:
+    if cols is None or len(cols["phase"]) == 0:
+        return cols
+    labels, codes = np.unique(
+        np.asarray(cols["phase"], dtype=object).astype(str), return_inverse=True
+    )
+    return {**cols, "phase": np.array([level_of(x) for x in labels], dtype=object)[codes]}

@@ -42,7 +42,7 @@ from specpilot.analysis.columns import (
 )
 from specpilot.analysis.fold import arm_rates
 from specpilot.analysis.requests import RequestTable
-from specpilot.records import STATUSES, ChunkGaps, MetricSnapshot, PhaseRecord
+from specpilot.records import STATUSES, ChunkGaps, MetricSnapshot, PhaseRecord, level_of
 
 QS = (0.5, 0.9, 0.99)
 
@@ -231,14 +231,17 @@ def _itl_stats(per_token: np.ndarray, gap: np.ndarray, tok: np.ndarray) -> dict[
 
 
 def _peak_memory(snapshots: Sequence[MetricSnapshot]) -> dict[tuple[str, str], tuple[Any, Any]]:
+    """Per (arm, load level): the largest RSS and GPU memory at its phases' edges (an episode's
+    snapshots count for its level)."""
     out: dict[tuple[str, str], tuple[Any, Any]] = {}
     for s in snapshots:
-        rss, gpu = out.get((s.arm, s.phase), (None, None))
+        key = (s.arm, level_of(s.phase))
+        rss, gpu = out.get(key, (None, None))
         if s.rss_bytes is not None:
             rss = max(rss or 0, s.rss_bytes)
         if s.gpu_memory_bytes is not None:
             gpu = max(gpu or 0, s.gpu_memory_bytes)
-        out[(s.arm, s.phase)] = (rss, gpu)
+        out[key] = (rss, gpu)
     return out
 
 
