@@ -1,19 +1,27 @@
 """Hand-built pilots for the analysis and report tests (no model, no store).
 
-``case(...)`` writes a three-arm pilot from per-(group, phase) latency factors: every request of
-the baseline gets a seeded latency, the same schedule slot in a candidate arm gets that latency
-times the cell's factor times a little seeded noise, so the expected outcome of each paired
-comparison is known by construction (factor 0.7: faster; 1.3: slower; 1.0: no difference).
+``case(...)`` writes a pilot of the episode design (``pilot.design``) from per-(group, phase)
+latency factors. Each level is replayed as ``EPISODES`` episodes (phases ``level~01`` ...), each
+served by one of ``PROCESSES`` engine processes per arm: the speculative arm's processes serve
+the baseline too, switched off in place (``episodes.in_place``, the default pilot's design),
+and the equal-budget alternative and the A/A control run processes of their own. Every request
+of the baseline gets a seeded latency, the same schedule slot in a candidate arm gets that
+latency times the cell's factor times a little seeded noise, so the expected outcome of each
+paired comparison is known by construction (factor 0.7: faster; 1.3: slower; 1.0: no
+difference).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from specpilot.pilot.design import crossed
 from specpilot.records import (
+    EPISODE_SEP,
     ArmRecord,
     ConsistencyRecord,
     HardwareFacts,
@@ -27,6 +35,7 @@ from specpilot.records import (
     ResourceBudget,
     StrategySpec,
     VerifyCostPoint,
+    level_of,
 )
 
 TRACE_CONFIG = {
@@ -46,63 +55,67 @@ XEON = HardwareFacts(
 )
 
 
-def arms(alternative: bool = True, k: int = 3, control: bool = True) -> list[ArmRecord]:
-    out = [
-        ArmRecord(
-            "p",
-            "run-base",
-            "base",
-            "baseline",
-            "builtin",
+# per level and per arm: two pools of 4 processes leave a pooled cell of 4 task groups
+# 14 - 7 - 3 = 4 degrees of freedom for the episode noise (``analysis.celltest``); in place,
+# a process component kept by the sometimes-pool test (1 time in 4 where there is none) has 3
+EPISODES = 14
+PROCESSES = 4
+
+
+def run_of(arm: str, process: int) -> str:
+    """The run id of an arm's process (its first keeps the plain ``run-<arm>``)."""
+    return f"run-{arm}" if process == 0 else f"run-{arm}.p{process}"
+
+
+def arms(
+    alternative: bool = True, k: int = 3, control: bool = True, processes: int = PROCESSES
+) -> list[ArmRecord]:
+    """Each arm's runs, one per process; the baseline's reach the speculative arm's processes
+    (switched off in place: ``analysis.celltest.physical_of``)."""
+    first = {
+        "base": ArmRecord(
+            "p", "run-base", "base", "baseline", "builtin",
             manifest={"dtype": "bf16", "capacity": {"max_slots": 4}},
             budget=ResourceBudget(memory_bytes=2 << 30, cores=2),
-            run_order=0,
         ),
-        ArmRecord(
-            "p",
-            "run-spec",
-            "spec",
-            "speculative",
-            "builtin",
+        "spec": ArmRecord(
+            "p", "run-spec", "spec", "speculative", "builtin",
             manifest={"dtype": "bf16", "capacity": {"max_slots": 4}},
             strategy=StrategySpec("draft", k=k, draft_id="d4"),
-            run_order=1,
         ),
-    ]
-    if alternative:
-        out.append(
-            ArmRecord(
-                "p",
-                "run-alt",
-                "alt",
-                "alternative",
-                "builtin",
-                manifest={"dtype": "bf16", "capacity": {"max_slots": 6}},
-                budget=ResourceBudget(
-                    matched_against="spec", notes=["draft memory -> 2 more slots"]
-                ),
-                run_order=2,
+        "alt": ArmRecord(
+            "p", "run-alt", "alt", "alternative", "builtin",
+            manifest={"dtype": "bf16", "capacity": {"max_slots": 6}},
+            budget=ResourceBudget(matched_against="spec", notes=["draft memory -> 2 more slots"]),
+        ),
+        "ctl": ArmRecord(  # the A/A copy of the baseline, on processes of its own
+            "p", "run-ctl", "ctl", "control", "builtin",
+            manifest={"dtype": "bf16", "capacity": {"max_slots": 4}},
+            budget=ResourceBudget(memory_bytes=2 << 30, cores=2),
+        ),
+    }  # fmt: skip
+    out = []
+    for name, rec in first.items():
+        if (name == "alt" and not alternative) or (name == "ctl" and not control):
+            continue
+        for j in range(processes):
+            manifest = dict(rec.manifest)
+            if name == "base":
+                manifest["within"] = {"of_run": run_of("spec", j)}
+            out.append(
+                dataclasses.replace(
+                    rec,
+                    run_id=run_of(name, j),
+                    manifest=manifest,
+                    run_order=len(out),
+                    status="complete",
+                )
             )
-        )
-    if control:  # the A/A copy of the baseline, run last
-        out.append(
-            ArmRecord(
-                "p",
-                "run-ctl",
-                "ctl",
-                "control",
-                "builtin",
-                manifest={"dtype": "bf16", "capacity": {"max_slots": 4}},
-                budget=ResourceBudget(memory_bytes=2 << 30, cores=2),
-                run_order=3,
-            )
-        )
     return out
 
 
 # seconds between a cell's requests: longer than any request, so no two are on the server at
-# once and each pair is its own busy period (analysis.clusters); a case of queued requests
-# builds its own times
+# once; a case of queued requests builds its own times
 SPACING = 20.0
 
 
@@ -120,32 +133,65 @@ class Cell:
     noise: float = 0.03  # log-scale sd of each request's own latency noise, per arm
 
 
+@dataclass(frozen=True)
+class Slot:
+    """Where the ``i``-th request of a level sits: its episode phase and request id; episodes
+    take the level's requests in turn."""
+
+    phase: str
+    index: int
+    episodes: int = EPISODES
+
+    @property
+    def episode(self) -> int:
+        return self.index % self.episodes + 1
+
+    @property
+    def episode_phase(self) -> str:
+        return f"{self.phase}{EPISODE_SEP}{self.episode:02d}"
+
+    @property
+    def request_id(self) -> str:
+        return f"{self.episode_phase}-{self.index:06d}"
+
+
+def serving(episodes: int, processes: int) -> dict[str, list[int]]:
+    """Per arm, the process serving each episode: the pilot's own crossing
+    (``pilot.design.crossed``), the baseline on the speculative arm's processes (in place)."""
+    spec, alt, ctl = crossed(episodes, processes, 3, 0)
+    return {"base": spec, "spec": spec, "alt": alt, "ctl": ctl}
+
+
 def _requests(
     arm: str,
-    run: str,
     group: str,
-    phase: str,
+    slots: list[Slot],
     c: Cell,
     factor: float,
     rng: np.random.Generator,
     base_lat: np.ndarray,
-    start: int,
+    procs: list[int],
+    machine: tuple[np.ndarray, np.ndarray],
 ) -> list[RequestRecord]:
+    """``machine``: the arm's factor per process and per episode of this level."""
     out = []
     noise = rng.lognormal(0, c.noise, c.n)
-    for i in range(c.n):
-        e2e = float(base_lat[i] * factor * noise[i])
+    per_process, per_episode = machine
+    for i, slot in enumerate(slots):
+        p = procs[slot.episode - 1]
+        e2e = float(
+            base_lat[i] * factor * noise[i] * per_process[p] * per_episode[slot.episode - 1]
+        )
         status = c.spec_status.get(i, "ok") if arm == "spec" else "ok"
-        t0 = float(start + i) * SPACING
+        t0 = float(slot.index) * SPACING
         decode = e2e * c.decode_share
-        rid = f"{phase}-{start + i:06d}"
         out.append(
             RequestRecord(
-                run,
+                run_of(arm, p),
                 arm,
-                phase,
+                slot.episode_phase,
                 group,
-                rid,
+                slot.request_id,
                 t0,
                 status,
                 sent_t=t0,
@@ -177,65 +223,56 @@ def case(
     rounds: bool = True,
     verify_ratio: float = 1.05,
     seed: int = 0,
+    episodes: int = EPISODES,
+    processes: int = PROCESSES,
+    process_sd: float = 0.0,
+    episode_sd: float = 0.0,
 ) -> PilotData:
     """A pilot with arms base / spec (/ alt) (/ ctl, the A/A control) over the given (group,
-    phase) cells; ``drift`` multiplies an (arm, phase)'s latencies (the machine slower during
-    that arm's run of the phase)."""
+    phase) cells, ``episodes`` per level on ``processes`` per arm (module docstring);
+    ``drift`` multiplies an (arm, phase)'s latencies (that arm slower at that level). The
+    machine, log-normal with these sds: each process's lasting speed (the baseline's is the
+    speculative arm's process, in place), and each arm's part of each episode."""
     rng = np.random.default_rng(seed)
-    ctl_rng = np.random.default_rng([seed, 1])  # its own stream: the other arms' draws unchanged
+    ctl_rng = np.random.default_rng([seed, 3])  # its own stream: the other arms' draws unchanged
     reqs: list[RequestRecord] = []
-    start: dict[str, int] = {}
+    slots: dict[str, list[Slot]] = {}
+    names = ["base", "spec"] + ["alt"] * alternative + ["ctl"] * control
+    serve = serving(episodes, processes)
+    m_rng = np.random.default_rng([seed, 2])
+    per_process = {a: m_rng.lognormal(0, process_sd, processes) for a in ("spec", "alt", "ctl")}
+    per_process["base"] = per_process["spec"]
+    phases = list(dict.fromkeys(p for _, p in cells))
+    per_episode = {
+        (a, p): m_rng.lognormal(0, episode_sd, episodes)
+        for a in ("base", "spec", "alt", "ctl")
+        for p in phases
+    }
     for (group, phase), c in cells.items():
-        s = start.get(phase, 0)
+        mine = slots.setdefault(phase, [])
+        cell = [Slot(phase, len(mine) + i, episodes) for i in range(c.n)]
+        mine += cell
         base_lat = c.base_e2e * rng.lognormal(0, 0.25, c.n)
-        for arm, run, f in (
-            ("base", "run-base", 1.0),
-            ("spec", "run-spec", c.spec),
-            ("alt", "run-alt", c.alt),
-            ("ctl", "run-ctl", 1.0),
-        ):
-            if (arm == "alt" and not alternative) or (arm == "ctl" and not control):
+        for arm in ("base", "spec", "alt", "ctl"):
+            if arm not in names:
                 continue
-            f *= (drift or {}).get((arm, phase), 1.0)
+            f = {"spec": c.spec, "alt": c.alt}.get(arm, 1.0) * (drift or {}).get((arm, phase), 1.0)
             r = ctl_rng if arm == "ctl" else rng
-            reqs += _requests(arm, run, group, phase, c, f, r, base_lat, s)
-        start[phase] = s + c.n
-    phases = [
-        PhaseRecord(
-            run,
-            arm,
-            ph,
-            0.0,
-            float(start[ph]) * SPACING,
-            PHASES.get(ph, 1.0),
-            start[ph],
-            actual_start_t=0.0,
-            actual_end_t=float(start[ph]) * SPACING,
-            status="complete",
-        )
-        for arm, run in (
-            ("base", "run-base"),
-            ("spec", "run-spec"),
-            ("alt", "run-alt"),
-            ("ctl", "run-ctl"),
-        )
-        for ph in start
-        if (alternative or arm != "alt") and (control or arm != "ctl")
-    ]
-    groups = sorted({g for g, _ in cells})
+            machine = (per_process[arm], per_episode[(arm, phase)])
+            reqs += _requests(arm, group, cell, c, f, r, base_lat, serve[arm], machine)
     data = PilotData(
         pilot=PilotRecord(
             "p", "case", dict(config or TRACE_CONFIG), "sha", "0.1.0", 0.0, hardware=XEON
         ),
-        arms=arms(alternative, control=control),
-        phases=phases,
+        arms=arms(alternative, control=control, processes=processes),
+        phases=[p for arm in names for p in _phases(arm, slots, serve[arm])],
         requests=reqs,
         quality=quality or [],
         consistency=consistency or [],
         snapshots=snapshots(),
     )
     if rounds:
-        data.request_rounds = round_aggregates(cells, groups)
+        data.request_rounds = round_aggregates(cells, reqs)
         data.verify_costs = [
             VerifyCostPoint("spec", "calibration", 1, 1, 20, 0.010, dtype="bf16"),
             VerifyCostPoint("spec", "calibration", 4, 1, 20, 0.010 * verify_ratio, dtype="bf16"),
@@ -243,41 +280,53 @@ def case(
     return data
 
 
-def round_aggregates(
-    cells: Mapping[tuple[str, str], Cell], groups: list[str]
-) -> list[RequestRounds]:
-    """Per request: plain 20 ms/token; spec k=3 with 2.5 tokens/round and a cost per token
-    set so decode speed-up = 1 / cell.spec."""
+def _phases(arm: str, slots: Mapping[str, list[Slot]], procs: list[int]) -> list[PhaseRecord]:
+    """One record per (process, episode) of the arm: planned to last its requests / the level's
+    rate (so the folded level offers ``PHASES``' rate), run when its requests were."""
     out = []
-    for (group, phase), c in cells.items():
-        for i in range(c.n):
-            rid = f"{phase}-{i:06d}"
+    for phase, xs in slots.items():
+        rate = PHASES.get(phase, 1.0)
+        start = 0.0
+        for ep in sorted({x.episode_phase for x in xs}):
+            mine = [x for x in xs if x.episode_phase == ep]
+            dur = len(mine) / rate
+            t = [x.index * SPACING for x in mine]
+            out.append(
+                PhaseRecord(
+                    run_of(arm, procs[mine[0].episode - 1]), arm, ep, start, start + dur, rate, len(mine),
+                    actual_start_t=min(t), actual_end_t=max(t) + SPACING, status="complete",
+                )
+            )  # fmt: skip
+            start += dur
+    return out
+
+
+def round_aggregates(
+    cells: Mapping[tuple[str, str], Cell], requests: list[RequestRecord]
+) -> list[RequestRounds]:
+    """Per base and spec request: plain 20 ms/token; spec k=3 with 2.5 tokens/round and a cost
+    per token set so decode speed-up = 1 / cell.spec."""
+    out = []
+    for q in requests:
+        c = cells[(q.task_group, level_of(q.phase))]
+        if q.arm == "base":
             out.append(
                 RequestRounds(
-                    "run-base", "base", phase, group, rid, 100, 0, 0, 0, 100, 0.0, 1.8, 0.2
+                    q.run_id, "base", q.phase, q.task_group, q.request_id,
+                    100, 0, 0, 0, 100, 0.0, 1.8, 0.2,
                 )
-            )
+            )  # fmt: skip
+        elif q.arm == "spec":
             t = 2.0 * c.spec * 100 / 100  # seconds for 100 committed tokens
             out.append(
                 RequestRounds(
-                    "run-spec",
-                    "spec",
-                    phase,
-                    group,
-                    rid,
-                    40,
-                    40,
-                    120,
-                    60,
-                    100,
-                    0.15 * t,
-                    0.75 * t,
-                    0.10 * t,
+                    q.run_id, "spec", q.phase, q.task_group, q.request_id,
+                    40, 40, 120, 60, 100, 0.15 * t, 0.75 * t, 0.10 * t,
                     pos_proposed=[40, 40, 40],
                     pos_accepted=[30, 20, 10],
                     accepted_hist=[10, 10, 10, 10],
                 )
-            )
+            )  # fmt: skip
     return out
 
 
@@ -371,16 +420,26 @@ def full_case(drill_status: str = "not_possible") -> PilotData:
     return d
 
 
-def compare(t, base, cand, *, offered_rates=None, drift=None, **settings):
+def table(data: PilotData):
+    """The pilot's requests as the analysis sees them: by load level (``analysis.fold``)."""
+    from specpilot.analysis.fold import fold
+    from specpilot.analysis.requests import RequestTable
+
+    return RequestTable.build(fold(data).requests, data.quality, data.arms)
+
+
+def compare(t, base, cand, *, offered_rates=None, **settings):
     """``paired.compare_arms`` with the analysis config's defaults, ``settings`` replacing some
-    (resamples, seed, level, min_pairs, equivalence_margin, ...)."""
+    (resamples, seed, level, min_pairs, equivalence_margin, ...), the baseline's runs on the
+    speculative arm's processes (``case``'s in-place design)."""
     import dataclasses
 
     from specpilot.analysis.config import AnalysisConfig
     from specpilot.analysis.paired import CompareSettings, compare_arms
 
     st = dataclasses.replace(CompareSettings.of(AnalysisConfig()), **settings)
-    return compare_arms(t, base, cand, st, drift=drift, offered_rates=offered_rates)
+    physical = {run_of("base", j): run_of("spec", j) for j in range(PROCESSES)}  # in place
+    return compare_arms(t, base, cand, st, offered_rates=offered_rates, physical=physical)
 
 
 # -- the embedded default at fixed rates (the tests of looks, budgets and memory) -------------

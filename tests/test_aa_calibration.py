@@ -1,12 +1,14 @@
 """A/A calibration: identical arms on a drifting machine must not come out different.
 
-Seeded synthetic pilots with a baseline, a candidate that is *the same* configuration and the
-A/A control, on the default pilot's shape (4 groups x 3 load levels, 3-20 pairs per cell),
-with per-request noise and a machine that is a few percent faster or slower during each arm's
-run of each phase (the drift seen between arm runs on these shared 2-core VMs). The verdict's
-method must give a directional cell in at most the nominal share of pilots; the method it
-replaced (a paired percentile bootstrap over requests, no drift term, no multiplicity
-correction) must fail the same test on the same data: that is what shows the test can fail.
+Seeded synthetic pilots of the episode design with a baseline, a candidate that is *the same*
+configuration switched in place, and the A/A control on processes of its own, on the default
+pilot's shape (4 groups x 3 load levels, 3-20 pairs per cell, 12 episodes on 3 processes per
+arm), with per-request noise, processes that differ for their whole life and a machine that is
+a few percent faster or slower during each arm's part of each episode (the drift seen on these
+shared 2-core VMs). The verdict's method must give a directional cell in at most the nominal
+share of pilots; the method it replaced (a paired percentile bootstrap over requests, no
+multiplicity correction) must fail the same test on the same data: that is what shows the test
+can fail.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import pytest
 
 from pilot_cases import Cell, case
 from specpilot.analysis import AnalysisConfig, analyze
+from specpilot.analysis.fold import fold
 from specpilot.analysis.requests import RequestTable
+from specpilot.records import level_of
 
 GROUPS = ("zh_business", "code", "structured", "longform")
 PHASES = ("off_peak", "peak", "burst")
 PILOTS = 40
-DRIFT_SD = 0.04  # log-scale sd of one arm's speed during one phase
+DRIFT_SD = 0.04  # log-scale sd of one arm's speed during one episode, and of one process's
 CFG = AnalysisConfig(bootstrap_resamples=200)
 
 
@@ -39,19 +43,24 @@ def aa_pilot(seed: int, spec: float = 1.0, noise: float = 0.03):
         for g in GROUPS
         for p in PHASES
     }
-    drift = {
-        (a, p): float(rng.lognormal(0, DRIFT_SD)) for a in ("base", "spec", "ctl") for p in PHASES
-    }
-    d = case(cells, alternative=False, drift=drift, seed=seed, rounds=False)
+    d = case(
+        cells,
+        alternative=False,
+        seed=seed,
+        rounds=False,
+        process_sd=DRIFT_SD,
+        episode_sd=DRIFT_SD,
+    )
     for ph in d.phases:
-        ph.offered_rate = {"off_peak": 0.35, "peak": 0.7, "burst": 1.4}[ph.phase]
+        ph.offered_rate = {"off_peak": 0.35, "peak": 0.7, "burst": 1.4}[level_of(ph.phase)]
     return d
 
 
 def old_method_directional(d, resamples: int = 200) -> bool:
     """The replaced rule: a percentile bootstrap CI of the ratio of sums excluding zero, per
-    cell of >= 2 both-ok pairs, no drift term and no correction (the negative control)."""
-    t = RequestTable.build(d.requests)
+    cell of >= 2 both-ok pairs, requests as the unit and no correction (the negative
+    control)."""
+    t = RequestTable.build(fold(d).requests)
     rng = np.random.default_rng(0)
     for p in PHASES:
         for g in (*GROUPS, None):

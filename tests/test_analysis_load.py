@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pilot_cases import Cell, case, compare
+from pilot_cases import Cell, Slot, case, compare, table
 from specpilot.analysis import AnalysisConfig, analyze
 from specpilot.analysis.capacity import capacity, memory_budget
+from specpilot.analysis.fold import fold
 from specpilot.analysis.load import load_cells
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.verdict import crossover
@@ -121,7 +122,7 @@ def cells4(spec: float, alt: float = 1.0, n: int = 80) -> dict:
 )
 def test_paired_outcomes_follow_the_constructed_effect(factor: float, outcome: str) -> None:
     d = case(cells4(factor), alternative=False)
-    t = RequestTable.build(d.requests)
+    t = table(d)
     comps = compare(t, "base", "spec", resamples=400, seed=1, level=0.95)
     assert {c.outcome for c in comps} == {outcome}
     c = comps[0]
@@ -131,7 +132,7 @@ def test_paired_outcomes_follow_the_constructed_effect(factor: float, outcome: s
 
 
 def test_bootstrap_is_seeded_per_cell() -> None:
-    t = RequestTable.build(case(cells4(0.9), alternative=False).requests)
+    t = table(case(cells4(0.9), alternative=False))
     a = compare(t, "base", "spec", resamples=300, seed=5, level=0.95)
     b = compare(t, "base", "spec", resamples=300, seed=5, level=0.95)
     c = compare(t, "base", "spec", resamples=300, seed=6, level=0.95)
@@ -140,11 +141,12 @@ def test_bootstrap_is_seeded_per_cell() -> None:
 
 
 def test_timeouts_make_a_faster_survivor_net_slower() -> None:
-    # The candidate is 30% faster on what finishes, but 20 of 80 requests time out.
+    # The candidate is 30% faster on what finishes, but 16 of 80 requests time out, in every
+    # episode (every 5th request: the 14 episodes take the requests in turn).
     cells = {
-        ("code", "peak"): Cell(spec=0.7, n=80, spec_status={i: "timeout" for i in range(0, 80, 4)})
+        ("code", "peak"): Cell(spec=0.7, n=80, spec_status={i: "timeout" for i in range(0, 80, 5)})
     }
-    t = RequestTable.build(case(cells, alternative=False).requests)
+    t = table(case(cells, alternative=False))
     c = next(
         x
         for x in compare(t, "base", "spec", resamples=400, seed=0, level=0.95)
@@ -158,9 +160,9 @@ def test_timeouts_make_a_faster_survivor_net_slower() -> None:
 def test_a_prompt_mismatch_is_not_paired() -> None:
     d = case({("code", "peak"): Cell(n=10)}, alternative=False)
     for r in d.requests:
-        if r.arm == "spec" and r.request_id == "peak-000003":
+        if r.arm == "spec" and r.request_id == Slot("peak", 3).request_id:
             r.prompt_id = "something-else"
-    t = RequestTable.build(d.requests)
+    t = table(d)
     c = compare(t, "base", "spec", resamples=100, seed=0, level=0.9)[0]
     assert (c.pairs, c.unmatched) == (9, 2)
 
@@ -169,7 +171,7 @@ def test_capacity_and_crossover() -> None:
     # Faster at 1 req/s, slower at 4 req/s: it pays up to 1 and stops by 4.
     cells = {("code", "off_peak"): Cell(spec=0.7), ("code", "peak"): Cell(spec=1.3)}
     d = case(cells, alternative=False)
-    t = RequestTable.build(d.requests)
+    t = table(d)
     a = analyze(d, AnalysisConfig(bootstrap_resamples=300))
     x = next(c for c in a.crossovers if c.task_group == "code")
     assert (x.pays_up_to_rps, x.crossover_rps) == (1.0, 4.0)
@@ -177,7 +179,7 @@ def test_capacity_and_crossover() -> None:
     g = next(g for g in a.verdicts[0].groups if g.task_group == "code")
     assert x.summary == g.window == "pays at 1 req/s, not at 4; not measured between"
     assert x.levels == g.levels and crossover(a.verdicts) == a.crossovers
-    caps = {(c.arm, c.task_group): c for c in capacity(load_cells(t, d.phases), 0.9)}
+    caps = {(c.arm, c.task_group): c for c in capacity(load_cells(t, fold(d).phases), 0.9)}
     # Deadline 1.5x the baseline's median: 1.3x slower misses it for ~28% of requests.
     assert caps[("spec", "code")].capacity_rps == 1.0
     assert caps[("base", "code")].capacity_rps == 4.0
@@ -237,11 +239,12 @@ def test_columns_from_a_reader_give_the_same_table_as_records() -> None:
 
 
 def test_bucketed_bootstrap_matches_the_pair_bootstrap() -> None:
-    # 20,000 pairs: the bucketed resampling must give the interval the pair resampling gives.
+    # 20,000 pairs in 2,000 episodes: the bucketed resampling (1,024 buckets of episodes) must
+    # give the interval the episode resampling gives.
     import specpilot.analysis.resample as paired
 
     cells = {("code", "peak"): Cell(spec=0.9, n=20000)}
-    t = RequestTable.build(case(cells, alternative=False, rounds=False).requests)
+    t = table(case(cells, alternative=False, rounds=False, episodes=2000))
     fast = next(
         c
         for c in compare(t, "base", "spec", resamples=400, seed=3, level=0.95)
@@ -249,7 +252,7 @@ def test_bucketed_bootstrap_matches_the_pair_bootstrap() -> None:
     )
     old = paired.BUCKETS
     try:
-        paired.BUCKETS = 10**9  # every pair its own unit: the textbook pair bootstrap
+        paired.BUCKETS = 10**9  # every episode its own unit: the textbook cluster bootstrap
         exact = next(
             c
             for c in compare(t, "base", "spec", resamples=400, seed=3, level=0.95)
@@ -257,11 +260,11 @@ def test_bucketed_bootstrap_matches_the_pair_bootstrap() -> None:
         )
     finally:
         paired.BUCKETS = old
-    w_fast = fast.task_rel_change.high - fast.task_rel_change.low
-    w_exact = exact.task_rel_change.high - exact.task_rel_change.low
+    w_fast = fast.e2e_rel_change.high - fast.e2e_rel_change.low
+    w_exact = exact.e2e_rel_change.high - exact.e2e_rel_change.low
     assert w_fast == pytest.approx(w_exact, rel=0.2)
-    assert fast.task_rel_change.estimate == exact.task_rel_change.estimate
-    assert fast.task_rel_change.low < -0.1 < fast.task_rel_change.high
+    assert fast.e2e_rel_change.estimate == exact.e2e_rel_change.estimate
+    assert fast.e2e_rel_change.low < -0.1 < fast.e2e_rel_change.high
 
 
 def test_latency_cdf_stops_short_by_the_failed_fraction() -> None:

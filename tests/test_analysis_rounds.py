@@ -198,9 +198,10 @@ def _k_pilot(error_in_k4: bool):
             run = f"run-{name}-{rep}"
             role = "baseline" if name == "base" else "speculative"
             arms.append(ArmRecord("p", run, name, role, "builtin", strategy=strat, repetition=rep))
+            episode = f"peak~{rep + 1:02d}"  # each process serves one episode of the level
             phases.append(
                 PhaseRecord(
-                    run, name, "peak", 0.0, 10.0, 1.0, 10, actual_start_t=0.0, actual_end_t=10.0
+                    run, name, episode, 0.0, 10.0, 1.0, 10, actual_start_t=0.0, actual_end_t=10.0
                 )
             )
             for i in range(10):
@@ -212,9 +213,9 @@ def _k_pilot(error_in_k4: bool):
                     RequestRecord(
                         run,
                         name,
-                        "peak",
+                        episode,
                         "code",
-                        f"peak-{i:06d}",
+                        f"{episode}-{i:06d}",
                         float(i),
                         status,
                         sent_t=float(i),
@@ -264,44 +265,39 @@ def test_round_columns_from_a_reader_give_the_same_summary_as_records() -> None:
     assert summarize_rounds(RoundsTable.from_columns(cols)) == summarize_rounds(recs)
 
 
-def test_decode_speedup_interval_resamples_requests_and_adds_the_drift() -> None:
+def test_decode_speedup_interval_resamples_episodes_not_requests() -> None:
+    """The requests of one episode share the machine's moment: the interval resamples
+    episodes, and is wider than one that took the same requests as independent."""
+    import dataclasses
+
     from specpilot.analysis.round_summary import RoundsTable, speedup_intervals
     from specpilot.records import RequestRounds
 
     rng = np.random.default_rng(0)
+    shock = {arm: rng.lognormal(0, 0.1, 16) for arm in ("base", "spec")}  # per episode
     rr = []
-    for i in range(40):  # plain 20 ms/token, speculative ~12.5 ms/token, both noisy per request
-        t_plain = 2.0 * rng.lognormal(0, 0.2)
-        t_spec = 1.25 * rng.lognormal(0, 0.2)
+    for i in range(160):  # plain 20 ms/token, speculative ~12.5 ms/token, both noisy per request
+        k = i % 16
+        rid = f"peak~{k + 1:02d}-{i:06d}"
+        t_plain = 2.0 * rng.lognormal(0, 0.1) * shock["base"][k]
+        t_spec = 1.25 * rng.lognormal(0, 0.1) * shock["spec"][k]
         rr.append(
-            RequestRounds(
-                "b", "base", "peak", "code", f"q{i}", 100, 0, 0, 0, 100, 0.0, t_plain, 0.0
-            )
+            RequestRounds("b", "base", "peak", "code", rid, 100, 0, 0, 0, 100, 0.0, t_plain, 0.0)
         )
         rr.append(
             RequestRounds(
-                "s",
-                "spec",
-                "peak",
-                "code",
-                f"q{i}",
-                40,
-                40,
-                120,
-                60,
-                100,
-                0.2 * t_spec,
-                0.7 * t_spec,
-                0.1 * t_spec,
+                "s", "spec", "peak", "code", rid, 40, 40, 120, 60, 100,
+                0.2 * t_spec, 0.7 * t_spec, 0.1 * t_spec,
             )
-        )
-    t = RoundsTable.build(rr)
-    ci = speedup_intervals(t, "base", ["spec"], level=0.95, seed=0)[("spec", "code", "peak")]
-    assert ci[0] < 1.6 < ci[1] and ci[0] > 1.2  # the true speed-up 1.6 inside, clearly > 1
-    wide = speedup_intervals(t, "base", ["spec"], level=0.95, seed=0, drift_sd=0.2)
-    lo, hi = wide[("spec", "code", "peak")]
-    assert lo < ci[0] and hi > ci[1]  # the drift between the arms' runs widens it
-    assert ("spec", "*", "*") in wide
+        )  # fmt: skip
+    ep = speedup_intervals(RoundsTable.build(rr), "base", ["spec"], level=0.95, seed=0)
+    lo, hi = ep[("spec", "code", "peak")]
+    assert lo < 1.6 < hi and lo > 1.1  # the true speed-up 1.6 inside, clearly > 1
+    alone = [dataclasses.replace(r, request_id=r.request_id.split("-")[1]) for r in rr]
+    req = speedup_intervals(RoundsTable.build(alone), "base", ["spec"], level=0.95, seed=0)
+    r_lo, r_hi = req[("spec", "code", "peak")]
+    assert (hi - lo) > 1.5 * (r_hi - r_lo), ((lo, hi), (r_lo, r_hi))
+    assert ("spec", "*", "*") in ep
 
 
 def test_a_file_where_nothing_drafted_summarises_without_positions() -> None:

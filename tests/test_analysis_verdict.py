@@ -11,7 +11,7 @@ import yaml
 from pilot_cases import SYNTHETIC_CONFIG, Cell, case, key_checks
 from specpilot.analysis import AnalysisConfig, analyze
 from specpilot.analysis.decision import Verdict
-from specpilot.records import ConsistencyRecord, PilotData
+from specpilot.records import ConsistencyRecord, PilotData, level_of
 
 CFG = AnalysisConfig(bootstrap_resamples=300)
 GROUPS = ("code", "zh")
@@ -65,7 +65,7 @@ def three_levels(mid: Cell, peak: Cell, low: Cell | None = None) -> PilotData:
     }
     d = case(cs)
     for ph in d.phases:
-        ph.offered_rate = THREE[ph.phase]
+        ph.offered_rate = THREE[level_of(ph.phase)]
     return d
 
 
@@ -73,7 +73,9 @@ def test_a_one_pair_level_between_paying_levels_does_not_break_the_window() -> N
     v = verdict(three_levels(Cell(spec=0.7, n=1), Cell(spec=0.7)))
     g = group(v, "code")
     levels = {c.subject["phase"]: c for c in g.conditions if c.kind == "e2e_change"}
-    assert "undecided" in levels["mid"].text and "a decision needs about" in levels["mid"].text
+    mid = levels["mid"].text
+    assert "undecided" in mid and "1 both-ok pairs in 1 episodes" in mid
+    assert "too few pairs in too few episodes for an estimate" in mid
     # pays at 1 and 4 req/s, not measured at 2: a window over the paying levels, never ADOPT
     assert g.verdict == "ADOPT_IN_WINDOWS" and g.windows == ("off_peak", "peak")
     assert g.below_rps is None
@@ -96,8 +98,12 @@ def test_every_level_insufficient_is_undecided_not_a_negative_verdict() -> None:
     assert (g.verdict, g.evidence) == ("UNDECIDED", "insufficient")
     assert g.bottleneck is not None and g.bottleneck.startswith("undecided: the pilot could not")
     assert v.verdict == "UNDECIDED" and v.summary.startswith("undecided: the pilot could not tell")
-    assert "a decision needs about" in v.summary and v.pilot_hypothesis
-    assert any("fewer than 8 both-ok pairs" in r for r in v.hypothesis_reasons)
+    assert "at least 7 episodes per level would give the closest level an estimate" in v.summary
+    assert v.pilot_hypothesis
+    assert any(
+        r.startswith("2 of 2 cells (group x load level) undecided; at least 7 episodes")
+        for r in v.hypothesis_reasons
+    ), v.hypothesis_reasons
 
 
 def test_every_group_failing_quality_is_the_headline_even_with_a_speed_win() -> None:
@@ -118,10 +124,14 @@ def test_a_phase_measured_beside_other_load_keeps_the_verdict_a_hypothesis() -> 
     d.phases = [dataclasses.replace(p, other_cpu_cores=0.6, steal_fraction=0.0) for p in d.phases]
     assert not verdict(d).pilot_hypothesis  # evenly loaded: the A/A control's business
     d.phases = [
-        dataclasses.replace(p, other_cpu_cores=1.5) if (p.arm, p.phase) == ("spec", "peak") else p
+        dataclasses.replace(p, other_cpu_cores=1.5)
+        if (p.arm, level_of(p.phase)) == ("spec", "peak")
+        else p
         for p in d.phases
     ]
-    d.phases += [dataclasses.replace(d.phases[0], arm="extra-arm", steal_fraction=0.5)]
+    d.phases += [
+        dataclasses.replace(d.phases[0], run_id="run-x", arm="extra-arm", steal_fraction=0.5)
+    ]
     v = verdict(d)
     assert v.pilot_hypothesis and v.verdict == "ADOPT"
     shared = [r for r in v.hypothesis_reasons if "shared unevenly" in r]
@@ -139,18 +149,18 @@ def test_an_unstable_a_a_control_keeps_the_verdict_a_hypothesis() -> None:
     assert v.pilot_hypothesis
     assert any(r.startswith("measurement unstable: A/A control") for r in v.hypothesis_reasons)
     assert "directional" in v.aa_control and "unstable" in v.aa_control
-    assert "the same sign in every phase" not in v.aa_control  # one phase moved: drift
+    assert "the same sign at every level" not in v.aa_control  # one level moved
 
 
 def test_a_control_that_differs_the_same_way_in_every_phase_is_named_an_engine_difference():
-    """Time drift changes sign with the alternating order; a control 15% faster in every
-    phase is two engine processes that differ for their whole life (seen on the AMD EPYC
-    AVX-512 BF16 kind), and the text says what draws it again: more processes per arm."""
+    """A control 15% faster at every level is engine processes that differ for their whole
+    life (seen on the AMD EPYC AVX-512 BF16 kind), and the text says what draws it again:
+    more processes per arm."""
     phases = {("ctl", ph): 0.85 for ph in ("off_peak", "peak")}
     v = verdict(case(cells(0.7), drift=phases))
     assert v.pilot_hypothesis and "unstable" in v.aa_control
-    assert "the same sign in every phase: two engines of one config" in v.aa_control
-    assert "with episodes.processes: N each arm runs on N engines" in v.aa_control
+    assert "the same sign at every level: engines of one config" in v.aa_control
+    assert "with more episodes.processes each arm runs on more engines" in v.aa_control
 
 
 def test_do_not_adopt_names_the_verify_cost_on_this_hardware() -> None:
@@ -268,7 +278,7 @@ def test_the_equal_budget_alternative_beating_speculation() -> None:
 def test_pilot_hypothesis_reasons() -> None:
     cs = {("code", p): Cell(spec=0.7, n=12) for p in PHASES}
     d = case(cs, config=SYNTHETIC_CONFIG)
-    d.requests = [r for r in d.requests if not (r.arm == "spec" and r.phase == "peak")]
+    d.requests = [r for r in d.requests if not (r.arm == "spec" and level_of(r.phase) == "peak")]
     d.requests += [r for r in case({("longform", "peak"): Cell(n=3)}).requests if r.arm == "base"]
     v = verdict(d)
     text = " | ".join(v.hypothesis_reasons)
@@ -330,7 +340,7 @@ def test_cost_says_saving_only_when_resources_go_down() -> None:
     cs = {(g, p): Cell(spec=0.5, base_e2e=2.0) for g in GROUPS for p in PHASES}
     d = case(cs)
     for r in d.requests:  # the baseline misses its deadline at peak
-        if r.arm in ("base", "alt", "ctl") and r.phase == "peak" and r.done_t is not None:
+        if r.arm in ("base", "alt", "ctl") and level_of(r.phase) == "peak" and r.done_t is not None:
             r.done_t += 5.0
     cfg = CFG.model_copy(
         update={
@@ -491,7 +501,7 @@ def test_groups_too_small_but_pooled_slower_names_the_pooled_bottleneck() -> Non
 def test_a_baseline_that_misses_its_own_slos_at_the_lowest_load_is_named() -> None:
     d = case(cells(0.7))
     for r in d.requests:  # every request of every arm is late at off-peak
-        if r.phase == "off_peak" and r.done_t is not None:
+        if level_of(r.phase) == "off_peak" and r.done_t is not None:
             r.done_t += 10.0
     v = verdict(d)
     assert v.pilot_hypothesis
@@ -515,7 +525,7 @@ def test_a_failed_or_cut_arm_gets_no_verdict_and_no_rollback_rules() -> None:
     spec2 = next(r for r in d2.arms if r.arm == "spec")
     spec2.status = "running"
     for p in d2.phases:
-        if p.arm == "spec" and p.phase == "peak":
+        if p.arm == "spec" and level_of(p.phase) == "peak":
             p.status = "interrupted"
     a2 = analyze(d2, CFG)
     assert not a2.verdicts

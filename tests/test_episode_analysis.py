@@ -119,7 +119,7 @@ def test_cells_are_estimated_by_processes_and_episodes_and_the_planted_is_found(
     assert v.verdict == "ADOPT" and "found the planted +40%" in v.planted
     # the A/A contrast: the planted arm less its known +40%
     assert a.aa is not None and a.aa.control_arm == "planted less its +40%"
-    assert "no drift term added" in a.aa.text
+    assert "processes and episodes are the units of every interval" in a.aa.text
 
 
 def test_a_level_where_the_planted_effect_was_missed_decides_nothing():

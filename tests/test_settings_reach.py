@@ -15,13 +15,13 @@ import numpy as np
 
 from pilot_cases import Cell, case
 from specpilot.cli import main
-from specpilot.records import DRILL_PHASE, DrillRecord, RequestRecord
+from specpilot.records import DRILL_PHASE, DrillRecord, RequestRecord, level_of
 from specpilot.store import Store
 
 
 def _pilot_file(path):
     d = case({("code", p): Cell(spec=1.0, n=40, noise=0.02) for p in ("off_peak", "peak")})
-    base = [r for r in d.requests if r.arm == "base" and r.phase == "peak"]
+    base = [r for r in d.requests if r.arm == "base" and level_of(r.phase) == "peak"]
     rng = np.random.default_rng(1)
     drill = [
         RequestRecord(

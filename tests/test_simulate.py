@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from specpilot.analysis.fold import fold
 from specpilot.records import RequestRounds
 from specpilot.simulate import rounds_needed, simulate
 from specpilot.simulate.costs import _committed
@@ -75,7 +76,7 @@ def test_the_report_section_gives_a_crossover_only_for_validated_simulations():
     from pilot_cases import full_case
     from specpilot.simulate.section import pilot_simulation
 
-    data = full_case()
+    data = fold(full_case())
     sim = pilot_simulation(data, [("base", "spec")], requests=300)
     by_arm = {v["arm"]: v for v in sim["validations"]}
     assert set(by_arm) == {"base", "spec"}, sim["notes"]
@@ -104,7 +105,7 @@ def test_a_trace_replays_at_its_own_gaps_times_the_scale(tmp_path):
     w = trace_workload(str(f), time_scale=2.0)
     assert w.arrival_t.tolist() == [0.0, 2.0, 6.0] and w.output_tokens.tolist() == [5, 6, 7]
     assert w.prompt_tokens.tolist() == [10, 20, 30] and set(w.group) == {"*"}
-    fig = predict(calibrate(full_case(), "spec"), w)
+    fig = predict(calibrate(fold(full_case()), "spec"), w)
     assert fig.requests == 3 and fig.ok == 3 and fig.e2e_p50 is not None
 
 
@@ -130,7 +131,7 @@ def test_a_request_that_did_not_finish_is_replayed_with_what_it_asked_for():
     from pilot_cases import full_case
     from specpilot.simulate.predict import measured
 
-    data = full_case()
+    data = fold(full_case())
     spec = [r for r in data.requests if r.arm == "spec" and r.phase == "peak"]
     cut = spec[0]
     cut.status, cut.output_tokens, cut.prompt_tokens = "timeout", 7, None  # what it got
@@ -143,8 +144,8 @@ def test_a_request_that_did_not_finish_is_replayed_with_what_it_asked_for():
     for r in data.requests:
         if r.request_id == cut.request_id and r is not cut:
             r.status = "error"
-    idx = int(cut.request_id.split("-")[1])
-    sched = {"requests": [{"phase": "peak", "index": idx, "max_tokens": 321}]}
+    episode, idx = cut.request_id.rsplit("-", 1)  # the schedule names the episode phase
+    sched = {"requests": [{"phase": episode, "index": int(idx), "max_tokens": 321}]}
     data = dataclasses.replace(data, pilot=dataclasses.replace(data.pilot, schedule=sched))
     w, _ = measured(data, "spec", "peak")
     assert w.output_tokens[i] == 321 and w.prompt_tokens[i] == 100  # the phase's median prompt
@@ -155,7 +156,7 @@ def test_the_step_cost_is_the_measured_step_cadence_where_the_file_has_it():
     from specpilot.records import StepCadence
     from specpilot.simulate import calibrate
 
-    data = full_case()
+    data = fold(full_case())
     p, other = list(PHASES)
     assert calibrate(data, "spec", [p]).step.source == "rounds"  # no cadence: the rounds' times
     data.step_cadence = [
@@ -255,7 +256,7 @@ def test_a_hardware_profile_replaces_the_costs_and_keeps_the_pilots_acceptance(t
     f = tmp_path / "gpu.yaml"
     f.write_text(PROFILE)
     prof = load_profile(f)
-    data = full_case()
+    data = fold(full_case())
     own = calibrate(data, "spec")
     got = apply(own, prof, str(f))
     assert got.committed == own.committed and got.k == own.k  # acceptance: the pilot's
@@ -303,7 +304,7 @@ def test_a_profile_without_the_arms_k_is_refused(tmp_path):
     f = tmp_path / "gpu.yaml"
     f.write_text(PROFILE.replace("  k: 3", "  k: 5"))
     with pytest.raises(InputFileError) as e:
-        apply(calibrate(full_case(), "spec"), load_profile(f))
+        apply(calibrate(fold(full_case()), "spec"), load_profile(f))
     assert "speculative.k is 5, arm spec drafts k=3" in str(e.value)
     assert e.value.fix == "measure the profile at k=3"
 
@@ -317,7 +318,7 @@ def test_the_gate_says_how_far_apart_identical_arms_are_on_the_same_figures():
     from specpilot.simulate import validate
     from specpilot.simulate.predict import measured
 
-    data = full_case()
+    data = fold(full_case())
     _, b = measured(data, "base", "peak")
     _, c = measured(data, "ctl", "peak")
     want = max(abs(c.e2e_p50 - b.e2e_p50) / b.e2e_p50, abs(c.e2e_p99 - b.e2e_p99) / b.e2e_p99)
@@ -346,7 +347,7 @@ def test_each_gated_figure_carries_its_own_interval_and_a_coarse_one_is_said():
     from pilot_cases import full_case
     from specpilot.simulate import validate
 
-    data = full_case()
+    data = fold(full_case())
     v = validate(data, "spec", ["off_peak"], ["peak"])
     p50, p99 = (next(c for c in v.checks if c.metric == m) for m in ("e2e_p50", "e2e_p99"))
     assert p50.measured_low < p50.measured < p50.measured_high
@@ -371,7 +372,7 @@ def test_a_plain_arm_without_rounds_is_calibrated_from_its_requests_timings():
                              output_tokens=11, prompt_tokens=50, decode_s=decode,
                              prefill_s=0.4)  # fmt: skip
 
-    data = dataclasses.replace(full_case(), request_rounds=[], step_cadence=[],
+    data = dataclasses.replace(fold(full_case()), request_rounds=[], step_cadence=[],
                                requests=[req(0, 0.0, 10.0, 10.0), req(1, 5.0, 15.0, 8.0)])  # fmt: skip
     x, y = _request_steps(data, "base", {"peak"})
     assert x.tolist() == [1.5, 1.5] and y.tolist() == pytest.approx([1.0, 0.8])
@@ -391,7 +392,7 @@ def test_an_arm_with_totals_only_takes_its_labelled_k_and_gets_no_k_schedule():
     from specpilot.simulate import calibrate
     from specpilot.simulate.kschedule import k_schedule
 
-    data = full_case()
+    data = fold(full_case())
     data.request_rounds = [
         dataclasses.replace(r, spec_rounds=0, pos_proposed=[], pos_accepted=[], accepted_hist=[])
         if r.arm == "spec" else r
@@ -465,7 +466,7 @@ def test_the_gate_says_when_the_machine_itself_ran_faster_between_phases():
     from specpilot.simulate import validate
     from specpilot.simulate.validation import phase_speed
 
-    data = full_case()
+    data = fold(full_case())
     data.step_cadence = [
         StepCadence("base", "off_peak", 1, 50, 0.10, 0.09, 0.11),
         StepCadence("base", "peak", 1, 60, 0.05, 0.04, 0.06),  # -50%

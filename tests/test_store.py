@@ -104,7 +104,7 @@ def _chunks(req: RequestRecord) -> list[ChunkTiming]:
     ]
 
 
-def _fill(st: Store) -> list[RequestRecord]:
+def _fill(st: Store, phases: tuple[str, ...] = PHASES) -> list[RequestRecord]:
     st.add_pilot(_pilot())
     reqs = []
     for order, (arm, k) in enumerate(ARMS):
@@ -124,9 +124,9 @@ def _fill(st: Store) -> list[RequestRecord]:
                 35.0 + 30 * n,
                 "complete",
             )
-            for n, ph in enumerate(PHASES)
+            for n, ph in enumerate(phases)
         )
-        for ph in PHASES:
+        for ph in phases:
             for i in range(3):
                 status = "timeout" if i == 2 else "ok"
                 req = _request(arm, ph, i, status)
@@ -272,16 +272,16 @@ def test_columns_for_analysis_at_scale_match_the_records(tmp_path):
     analysis gives the same round summaries and load cells from either form."""
     from specpilot.analysis.pilot import analyze
 
-    with Store(tmp_path / "p.duckdb") as st:
-        _fill(st)
-        st.sink(dataclasses.replace(_request("speculative", "peak", 7), status="not_sent",
+    with Store(tmp_path / "p.duckdb") as st:  # one episode of each level (pilot.design)
+        _fill(st, tuple(f"{p}~01" for p in PHASES))
+        st.sink(dataclasses.replace(_request("speculative", "peak~01", 7), status="not_sent",
                                     sent_t=None, client_stages={}))  # fmt: skip
         recs, cols = st.read(), st.read(columns=True)
     assert cols.requests == [] and cols.request_rounds == []
     rc = cols.request_columns
     assert rc["request_id"].tolist() == [r.request_id for r in recs.requests]
     assert rc["output_tokens"].tolist() == [float(r.output_tokens) for r in recs.requests]
-    sent = rc["sent_t"][rc["request_id"] == "peak-000007"]
+    sent = rc["sent_t"][rc["request_id"] == "peak~01-000007"]
     assert np.isnan(sent).all() and "output_text" not in rc and "spec" not in rc
     stage = rc["client_stage:retrieval"]
     assert np.isnan(stage[rc["status"] == "not_sent"]).all()

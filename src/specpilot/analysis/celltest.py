@@ -1,6 +1,6 @@
-"""One cell's test result (``analysis.paired``), and the episode design's version of it: the
-candidate's effect estimated by processes and episodes (``analysis.episodes.episode_effect``)
-in place of the busy-period t-test, the on-time test kept as it was.
+"""One cell's test result (``analysis.paired``): the candidate's effect estimated by processes
+and episodes (in place ``analysis.inplace``, one pool ``analysis.onepool``, two pools
+``analysis.episodes.episode_effect``), beside the pairs' own on-time test.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ class CellTest:
     # the episode design's measured noise: process sd (candidate, baseline), episode sd,
     # episodes, processes (candidate, baseline), pairs per episode (``episode_noise``)
     noise: dict[str, Any] | None = None
+    # where the estimate could not be fitted for want of episodes: the fewest in the cell that
+    # would fit it (``_fitted``)
+    min_episodes: int | None = None
 
 
 MIN_RESIDUAL_DF = 3  # fewer: the episode noise's own estimate is too unstable to test on
@@ -57,7 +60,7 @@ def episode_test(
     strata: np.ndarray | None = None,
     pool: bool = True,
 ) -> CellTest:
-    """``base`` (the test of the same pairs clustered by episode) with the task-time test
+    """``base`` (what the pairs alone say: ``paired._pairs_test``) with the task-time test
     replaced by the process-and-episode estimate; ``facts``: each run's log fingerprint and
     the run whose process it reaches (``physical_of``). Where both arms of every episode ran
     on the same process (switched in place), each process's offset cancels and how processes
@@ -142,7 +145,9 @@ def _fitted(
             f"{max(resid, 0)} degrees of freedom for the episode noise; a decision needs at least "
             f"{spent + lost + MIN_RESIDUAL_DF} episodes in the cell"
         )
-        return dataclasses.replace(base, processes=est.text, undecided=why)
+        return dataclasses.replace(
+            base, processes=est.text, undecided=why, min_episodes=spent + lost + MIN_RESIDUAL_DF
+        )
     return dataclasses.replace(
         base,
         log_change=est.estimate,

@@ -37,7 +37,8 @@ def contended(
     load that hit one arm's run is drift the episodes' balanced order did not spread;
     ``across="phases"`` (a simulation) the same arm's other phases, where the calibration's
     speed and the predicted phase's would differ. A machine loaded evenly is not named (the
-    A/A control measures that).
+    A/A control measures that). An arm whose several processes (runs) shared the machine at
+    one phase is named once, by its most loaded run.
 
         >>> from types import SimpleNamespace as P
         >>> ph = [P(arm=a, phase="peak", warmup=False, other_cpu_cores=c, steal_fraction=0.01)
@@ -48,10 +49,10 @@ def contended(
         ()
     """
     mine = [p for p in phases if p.arm in arms and not p.warmup]
-    out = []
+    out: dict[tuple[str, str], tuple[float, str]] = {}  # (arm, phase) -> (excess, text)
     for p in mine:
         group = [q for q in mine if (q.phase == p.phase if across == "arms" else q.arm == p.arm)]
-        what = []
+        what, excess = [], 0.0
         for field, limit, num, label in (
             ("other_cpu_cores", CONTENDED_CORES, "{:.2f}", "cores used outside the pilot"),
             ("steal_fraction", CONTENDED_STEAL, "{:.0%}", "of the CPU stolen by the hypervisor"),
@@ -64,6 +65,8 @@ def contended(
             low, q = min(rest, key=lambda t: t[0])
             if v - low > limit:
                 what.append(f"{num.format(v)} {label} ({num.format(low)} beside {q.arm}/{q.phase})")
-        if what:
-            out.append(f"{p.arm}/{p.phase}: " + ", ".join(what))
-    return tuple(out)
+                excess = max(excess, (v - low) / limit)
+        key = (p.arm, p.phase)
+        if what and excess > out.get(key, (0.0, ""))[0]:
+            out[key] = (excess, f"{p.arm}/{p.phase}: " + ", ".join(what))
+    return tuple(text for _, text in out.values())

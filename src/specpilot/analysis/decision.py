@@ -41,16 +41,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from specpilot.analysis.clusters import needs
+from specpilot.analysis.aa import AAControl
 from specpilot.analysis.config import VerdictConfig
 from specpilot.analysis.counters import CounterAcceptance
-from specpilot.analysis.drift import AAControl
 from specpilot.analysis.e2e import StageBreakdown
 from specpilot.analysis.leviathan import LeviathanGap
 from specpilot.analysis.paired import PairedComparison
 from specpilot.analysis.quality import QualityGate
 from specpilot.analysis.round_summary import RoundSummary
-from specpilot.analysis.undecided import not_shown, undecided_text
+from specpilot.analysis.undecided import needs, not_shown, undecided_text
 from specpilot.analysis.window import (
     NOT_MEASURED,
     NOT_PAYING,
@@ -236,15 +235,7 @@ def cell_text(c: PairedComparison) -> str:
 
 
 def _needs(c: PairedComparison) -> str:
-    why = needs(
-        c.pairs_needed,
-        c.clusters,
-        c.min_clusters,
-        c.both_ok,
-        c.episodes_needed,
-        c.processes_needed,
-        episodic=c.unit == "episode",
-    )
+    why = needs(c.clusters, c.episodes_needed, c.processes_needed, estimated=c.df is not None)
     return f" ({why})"
 
 

@@ -10,41 +10,35 @@ exp(mean d) - 1 (the geometric mean of the per-request ratios: negative is faste
 that pools task groups (``*``) each pair's d is taken relative to its own group's mean and that
 mean's share added back (``stats.stratify``): the estimate is the same, but the groups' different
 effects (speculation can save 20% on code and cost 15% on Chinese prose in one pilot) no
-longer count as noise, and the groups' means cost their degrees of freedom. Pairs whose
-requests were on the server together in either arm's run form one cluster
-(``analysis.clusters``: they share the queue and the machine's moment, so their d move
-together). Its standard error adds two parts:
+longer count as noise, and the groups' means cost their degrees of freedom.
 
-- within the arm runs: the cluster-robust (CR1) standard error of mean d over G clusters, with
-  G - 1 degrees of freedom (sd(d) / sqrt(n) when every pair is its own cluster);
-- between the arm runs (``Drift``): a machine that is a few percent slower during one arm's
-  minutes shifts every pair of a cell alike, so more pairs do not average it away. Its
-  variance is measured by the pilot's A/A control (a second instance of the baseline) and
-  added whole, with the control's degrees of freedom (Welch-Satterthwaite).
+**Units.** Every pair carries its episode (``analysis.fold.episode_key``), and every run the
+engine process it reached (``celltest.physical_of``): the cell's effect is estimated by
+processes and episodes (``celltest.episode_test``: in place, one pool or two pools), Student's t
+on Satterthwaite's df. A pilot whose pairs carry no episodes (the sequential and interleaved
+designs, retired in December 2026 with their unit, the busy period) is refused with the fix.
 
-The interval is Student's t on that standard error. A cell gets a direction ("faster" /
-"slower") only when (1) it has at least ``min_pairs`` both-ok pairs, (2) its p-value, the
-larger of the exact sign-flip test on the clusters' sums of d (``stats.sign_flip_p``, valid at
-any n) and the drift-inclusive t-test, stays below 1 - level after Holm's adjustment
+A cell gets a direction ("faster" / "slower") only when (1) it has at least ``min_pairs``
+both-ok pairs and its estimator could be fitted with enough degrees of freedom left for the
+episode noise, (2) its t-test stays below 1 - level after Holm's adjustment
 (``stats.holm_tarone``), and (3) the interval lies beyond ``min_gain`` on that side (the same
 margin for both directions). **Multiplicity** (``_families``): the pooled load-level cells
 (does it pay at this load?) and the task groups' cells are two families, each given half of
 alpha (Bonferroni across them, so the family-wise error stays at alpha; one family when there
 is one group): the question every pilot must answer keeps most of its power (at 2 levels and
-4 groups, each pooled cell is decided at 98.75% instead of 99.5%), the per-group cells pay. A cell with fewer pairs, or with too few
-clusters for the sign-flip test to reach the level at all (``min_clusters``: 6 at 95%), is
-"insufficient" and says how many pairs a decision would need (``stats.pairs_needed``, for
-``min_effect``, at the per-pair sd times the clustering's design effect).
+4 groups, each pooled cell is decided at 98.75% instead of 99.5%), the per-group cells pay. An
+undecided cell ("insufficient") says why, and the episodes per level (or processes per arm)
+that would decide it at the effect and spread measured.
 
 Failed requests stay in the picture: the on-time rate over *all* pairs is compared by the
-exact McNemar test on the discordant pairs, of whole clusters (the sign test of each cluster's
+exact McNemar test on the discordant pairs, of whole episodes (the sign test of each episode's
 net count; in the same Holm family); a candidate significantly less often on time is "slower"
 whatever its survivors' speed.
 
 The other intervals (E2E alone, E2E seconds, TTFT, on-time difference) are descriptive: a
-paired percentile bootstrap of ratios of sums over the cell's clusters, from
-``numpy.random.default_rng([seed, crc32(cell)])`` (cells of more than 1,024 clusters resample
-1,024 random buckets of clusters).
+paired percentile bootstrap of ratios of sums over the cell's episodes, from
+``numpy.random.default_rng([seed, crc32(cell)])`` (cells of more than 1,024 episodes resample
+1,024 random buckets of episodes).
 """
 
 from __future__ import annotations
@@ -59,20 +53,20 @@ import numpy as np
 
 from specpilot.analysis import stats
 from specpilot.analysis.celltest import CellTest, episode_test, process_floor, task_log_ratios
-from specpilot.analysis.clusters import busy_periods, cluster_sums, min_clusters
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import AnalysisConfig
-from specpilot.analysis.drift import Drift
 from specpilot.analysis.fold import episode_key
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.resample import (
     NSTATS,
     bootstrap,
+    cluster_sums,
     column_stats,
     percentile_interval,
     stat_columns,
 )
 from specpilot.analysis.stats import Interval
+from specpilot.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -122,24 +116,25 @@ class PairedComparison:
     method: str
     log_change: float | None = None  # mean log(candidate / baseline task time), both-ok pairs
     se_within: float | None = None  # of log_change, from the pairs
-    drift_sd: float | None = None  # added between-run drift (None: not measured)
+    drift_sd: float | None = None  # report.json's key, always None: processes carry the drift
     df: float | None = None
-    p_value: float | None = None  # max(sign-flip, drift-inclusive t) before adjustment
+    p_value: float | None = None  # the episode estimate's t-test before adjustment
     p_on_time: float | None = None  # exact McNemar on the discordant on-time pairs
     p_adjusted: float | None = None  # Holm across the comparison's cells (the smaller test)
     power: float | None = None  # to detect min_effect at this cell's standard error
     pairs_needed: int | None = None  # both-ok pairs for 80% power at min_effect (None: never)
-    clusters: int | None = None  # busy periods the both-ok pairs fell in (analysis.clusters)
-    min_clusters: int | None = None  # the fewest that can give a direction at this level
+    clusters: int | None = None  # episodes the both-ok pairs fell in
+    min_clusters: int | None = None  # report.json's key, always None (the busy periods' test)
     # the level of task_rel_change: 1 - alpha / K, K the cells tested together (Bonferroni
     # over Tarone's family), so a directional cell's interval excludes zero and the margin
     deciding_level: float | None = None
     equivalence_margin: float | None = None  # no_difference: task_rel_change inside +-this
     # why an undecided ("insufficient") cell is undecided, in words
     undecided_because: str | None = None
-    unit: str = "busy period"  # what ``clusters`` counts: "episode" in the episode design
-    # the episode design: episodes per level that would decide this undecided cell if its
-    # estimate and spread stayed as measured (``stats.units_needed``; None: none would)
+    unit: str = "episode"  # what ``clusters`` counts
+    # episodes per level that would decide this undecided cell if its estimate and spread
+    # stayed as measured (``stats.units_needed``; None: none would); where it could not be
+    # estimated for want of episodes, the fewest that would estimate it (``estimated`` False)
     episodes_needed: int | None = None
     # where no number of episodes would (the processes' own spread): processes that would, at
     # the episodes per process of this pilot (``_processes_needed``)
@@ -173,97 +168,51 @@ def pair_rows(t: RequestTable, base: str, cand: str) -> tuple[np.ndarray, np.nda
     return b, c, int(bi.size + ci.size - 2 * b.size)
 
 
-def method_text(
-    resamples: int, seed: int, level: float, drift: Drift | None = None, episodic: bool = False
-) -> str:
+def method_text(resamples: int, seed: int, level: float) -> str:
     """How the intervals were computed, printed with every comparison table."""
-    boot = (
+    return (
+        "task time: geometric mean of per-pair ratios; per episode the mean log ratio, "
+        "fitted with each arm's engine process as a random effect (components by moments, "
+        "a process component indistinguishable from episode noise pooled into it, pooled "
+        f"cells stratified by task group), Student-t interval at {level:.0%} on "
+        "Satterthwaite df; direction only where that t-test is significant after Holm across "
+        "cells (the exact test of process labels is reported beside it); no difference only "
+        "inside the equivalence margin; on time: exact McNemar of whole episodes; "
         f"E2E/TTFT/on-time intervals: paired percentile bootstrap, {resamples} resamples, "
         f"seed {seed}"
     )
-    if episodic:
-        return (
-            "task time: geometric mean of per-pair ratios; per episode the mean log ratio, "
-            "fitted with each arm's engine process as a random effect (components by moments, "
-            "a process component indistinguishable from episode noise pooled into it, pooled "
-            f"cells stratified by task group), Student-t interval at {level:.0%} on "
-            "Satterthwaite df; direction only where that t-test is significant after Holm across "
-            "cells (the exact test of process labels is reported beside it); no difference only inside the "
-            f"equivalence margin; on time: exact McNemar of whole episodes; {boot}"
-        )
-    d = (
-        f"between-run drift sd {drift.sd:.1%} ({drift.source}, {drift.df} df) added to every "
-        "standard error"
-        if drift is not None
-        else "no A/A control: drift between arm runs is NOT in these intervals"
-    )
-    return (
-        "task time: geometric mean of per-pair ratios, Student-t interval at "
-        f"{level:.0%} on a standard error clustered by the busy periods the pairs shared; "
-        "direction only with the exact sign-flip test (of whole clusters) and the t-test both "
-        f"significant after Holm across cells, and enough both-ok pairs; {d}; on time: exact "
-        f"McNemar of whole clusters; {boot}"
-    )
 
 
-def _task_test(
+def _pairs_test(
     t: RequestTable,
     b: np.ndarray,
     c: np.ndarray,
     labels: np.ndarray,
-    drift: Drift | None,
     rng: np.random.Generator,
     strata: np.ndarray | None = None,
 ) -> CellTest:
-    """The verdict's test of one cell (module docstring); ``labels``: each pair's cluster;
-    ``strata``: each pair's task group in a pooled cell (``stats.stratify``)."""
+    """What the pairs alone say of a cell, before the episode estimate replaces its task-time
+    test (``celltest.episode_test``): the both-ok pairs, their mean log ratio (no interval: the
+    pairs are not independent), their spread, the episodes they fell in, and the on-time test
+    of whole episodes; ``labels``: each pair's episode; ``strata``: each pair's task group in a
+    pooled cell (``stats.stratify``)."""
     ok, raw = task_log_ratios(t, b, c)
     d, lost = stats.stratify(raw, None if strata is None else strata[ok])
     n = int(d.size)
-    groups = np.unique(labels[ok], return_inverse=True)[1]
-    g = int(groups.max()) + 1 if n else 0
+    g = int(np.unique(labels[ok]).size)
     p_on, min_p_on, on_slower = _on_time_test(t, b, c, labels, rng)
-    if n < 2 or g < 2:
-        est = float(d.mean()) if n else None  # no sd: pairs of one cluster move together
-        return CellTest(n, est, None, None, None, 1.0, 1.0, p_on, min_p_on, on_slower, None, g)
-    mean, sd = (
-        float(d.mean()),
-        float(d.std(ddof=1)) * float(np.sqrt((n - 1) / max(n - 1 - lost, 1))),
-    )
-    # CR1: sum over clusters of (their residual sum)^2, scaled by G / (G - 1)
-    resid = np.bincount(groups, weights=d - mean, minlength=g)
-    var_w = g / (g - 1) * float(np.sum(resid**2)) / (n * n)
-    deff = var_w / (sd * sd / n) if sd > 0 else 1.0
-    var_d = drift.sd**2 if drift is not None else 0.0
-    df = stats.satterthwaite(
-        var_w, max(g - 1 - lost, 1), var_d, drift.df if drift is not None else 0
-    )
-    se = float(np.sqrt(var_w + var_d))
-    sums = np.bincount(groups, weights=d, minlength=g)
-    flip = stats.sign_flip_p(sums, rng) if g <= SIGN_FLIP_MAX else 0.0
-    return CellTest(
-        n,
-        mean,
-        float(np.sqrt(var_w)),
-        se,
-        df,
-        max(flip, stats.t_p(mean, se, df)),
-        stats.sign_flip_min_p(g) if g <= SIGN_FLIP_MAX else 0.0,
-        p_on,
-        min_p_on,
-        on_slower,
-        sd * float(np.sqrt(max(1.0, deff))),
-        g,
-    )
+    mean = float(d.mean()) if n else None
+    sd = float(d.std(ddof=1)) * float(np.sqrt((n - 1) / max(n - 1 - lost, 1))) if n > 1 else None
+    return CellTest(n, mean, None, None, None, 1.0, 1.0, p_on, min_p_on, on_slower, sd, g)
 
 
 def _on_time_test(
     t: RequestTable, b: np.ndarray, c: np.ndarray, labels: np.ndarray, rng: np.random.Generator
 ) -> tuple[float, float, bool]:
-    """On time, over every pair: the exact McNemar test, of whole clusters (the sign test of
-    each cluster's net count of pairs on time in one arm only; McNemar itself when every pair
-    is its own cluster): requests queued together are late together. (p, the smallest p this
-    many clusters can give, whether the candidate is on time less often.)"""
+    """On time, over every pair: the exact McNemar test, of whole episodes (the sign test of
+    each episode's net count of pairs on time in one arm only): requests of one episode share
+    its moment and are late together. (p, the smallest p this many episodes can give, whether
+    the candidate is on time less often.)"""
     on_b, on_c = t.on_time[b], t.on_time[c]
     only_b, only_c = int(np.count_nonzero(on_b & ~on_c)), int(np.count_nonzero(on_c & ~on_b))
     net = cluster_sums(labels, on_c.astype(float) - on_b.astype(float))
@@ -275,7 +224,7 @@ def _on_time_test(
     return p, 0.0, only_b > only_c
 
 
-SIGN_FLIP_MAX = 5000  # above this many pairs the t-test alone (the CLT holds there)
+SIGN_FLIP_MAX = 5000  # above this many episodes the normal limit (the CLT holds there)
 
 
 def compare_arms(
@@ -284,14 +233,13 @@ def compare_arms(
     candidate: str,
     settings: CompareSettings,
     *,
-    drift: Drift | None = None,
     offered_rates: dict[tuple[str, str], float] | None = None,
     fingerprints: Mapping[str, float] | None = None,
     physical: Mapping[str, str] | None = None,
 ) -> list[PairedComparison]:
-    """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired; in
-    the episode design (pairs carry their episode) by processes and episodes
-    (``analysis.episodes``, ``fingerprints``: log plain decode step per run)."""
+    """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired, by
+    processes and episodes (module docstring; ``fingerprints``: log plain decode step per run,
+    ``physical``: the run whose process each run reached)."""
     resamples, seed, level = settings.resamples, settings.seed, settings.level
     min_pairs, min_effect = settings.min_pairs, settings.min_effect
     steady = ~t.cold_start
@@ -299,12 +247,8 @@ def compare_arms(
     keep = steady[b] & steady[c]
     b, c = b[keep], c[keep]
     ph_c, ph_l = t.codes("phase")
-    run_key = t.repetition[b] * len(ph_l) + ph_c[b]
-    labels = episode_labels(t, b)  # the episode design: the episode is the cluster
-    episodic = labels is not None
-    method = method_text(resamples, seed, level, drift, episodic)
-    if labels is None:
-        labels = busy_periods(run_key, t.sent_t[b], t.done_t[b], t.sent_t[c], t.done_t[c])
+    labels = episode_labels(t, b, f"{candidate} against {baseline}")
+    method = method_text(resamples, seed, level)
     g_c, g_l = t.codes("task_group")
     arm_c, arm_l = t.codes("arm")
     in_arms = np.isin(arm_c, [arm_l.index(a) for a in (baseline, candidate) if a in arm_l]) & steady
@@ -324,14 +268,12 @@ def compare_arms(
         boot = bootstrap(x, resamples, rng, lab) if bb.size else np.zeros((0, NSTATS))
         iv = [percentile_interval(float(est[j]), boot[:, j], level) for j in range(NSTATS)]
         strata = g_c[bb] if gc < 0 else None  # a pooled cell: each pair's own task group
-        tst = _task_test(t, bb, cc, lab, drift, rng, strata)
-        if episodic:
-            facts = (fingerprints or {}, physical or {})
-            tst = episode_test(t, bb, cc, lab, tst, facts, settings.level, strata, settings.pool)
+        tst = _pairs_test(t, bb, cc, lab, rng, strata)
+        facts = (fingerprints or {}, physical or {})
+        tst = episode_test(t, bb, cc, lab, tst, facts, settings.level, strata, settings.pool)
         rows.append((phase, group, bb.size, unmatched, iv, tst))
     alpha = 1.0 - level
-    fewest = min_clusters(alpha)
-    adj, deciding_of = _families(rows, alpha, min_pairs, fewest)
+    adj, deciding_of = _families(rows, alpha, min_pairs)
     pooled_sd = _pooled_sd([r[5] for r in rows])
     eff = float(np.log1p(min_effect))
     per_level = {r[0]: r[5].clusters for r in rows if r[1] == "*"}  # episodes each level ran
@@ -340,11 +282,16 @@ def compare_arms(
         p_task, p_on = adj.get((i, "task"), 1.0), adj.get((i, "on"), 1.0)
         deciding = deciding_of[i]
         task = _task_interval(tst, deciding)
-        unit = "episode" if episodic else "busy period"
-        outcome, why = _outcome(tst, task, p_task, p_on, alpha, fewest, settings, unit)
+        outcome, why = _outcome(tst, task, p_task, p_on, alpha, settings)
         sd = tst.sd if tst.sd is not None and tst.n >= 3 else pooled_sd
-        dsd = drift.sd if drift is not None else 0.0
         family = alpha / (1.0 - deciding)  # the Bonferroni divisor of this row
+        need_ep = (
+            _episodes_needed(tst, deciding, settings, per_level.get(phase))
+            if outcome == "insufficient"
+            else None
+        )
+        if need_ep is None and outcome == "insufficient" and tst.min_episodes:
+            need_ep = _scaled(tst.min_episodes, tst.clusters, per_level.get(phase))
         out.append(
             PairedComparison(
                 baseline_arm=baseline,
@@ -364,7 +311,6 @@ def compare_arms(
                 method=method,
                 log_change=tst.log_change,
                 se_within=tst.se_w,
-                drift_sd=drift.sd if drift is not None else None,
                 df=tst.df,
                 p_value=tst.p if tst.n >= 2 else None,
                 p_on_time=tst.p_on,
@@ -373,25 +319,17 @@ def compare_arms(
                 pairs_needed=(
                     max(min_pairs, n)
                     if sd is not None
-                    and (n := stats.pairs_needed(sd, dsd, eff, alpha / family)) is not None
+                    and (n := stats.pairs_needed(sd, 0.0, eff, alpha / family)) is not None
                     else None
                 ),
                 clusters=tst.clusters,
-                min_clusters=fewest,
                 deciding_level=deciding,
                 equivalence_margin=settings.equivalence_margin,
                 undecided_because=why,
-                unit=unit,
-                episodes_needed=(
-                    _episodes_needed(tst, deciding, settings, per_level.get(phase))
-                    if episodic and outcome == "insufficient"
-                    else None
-                ),
+                episodes_needed=need_ep,
                 processes_needed=(
                     _processes_needed(tst, deciding, settings)
-                    if episodic
-                    and outcome == "insufficient"
-                    and _episodes_needed(tst, deciding, settings, None) is None
+                    if outcome == "insufficient" and need_ep is None
                     else None
                 ),
                 episode_noise=tst.noise,
@@ -401,13 +339,13 @@ def compare_arms(
 
 
 def _families(
-    rows: Sequence[tuple[Any, ...]], alpha: float, min_pairs: int, fewest: int
+    rows: Sequence[tuple[Any, ...]], alpha: float, min_pairs: int
 ) -> tuple[dict[tuple[int, str], float], list[float]]:
     """The multiplicity plan (module docstring): two families, the pooled load-level cells (the
     primary question: does it pay at this load) and the task groups' cells, each given half of
     alpha (Bonferroni across the two; one family with all of it when there is one task group).
-    Within a family, Holm over Tarone's family of every sufficient cell's task-time test and
-    every on-time test. Returns the adjusted p-values, scaled so that comparing them with
+    Within a family, Holm over Tarone's family of every estimated cell's task-time test (at
+    least ``min_pairs`` both-ok pairs, the episode estimate fitted) and every on-time test. Returns the adjusted p-values, scaled so that comparing them with
     ``alpha`` tests at the family's share, and each row's deciding level (1 - share / K)."""
     pooled = [i for i, r in enumerate(rows) if r[1] == "*"]
     groups = [i for i, r in enumerate(rows) if r[1] != "*"]
@@ -418,7 +356,7 @@ def _families(
     deciding = [1.0 - alpha] * len(rows)
     for fam in families:
         tests = [
-            (i, "task") for i in fam if rows[i][5].n >= min_pairs and rows[i][5].clusters >= fewest
+            (i, "task") for i in fam if rows[i][5].n >= min_pairs and rows[i][5].se is not None
         ]
         tests += [(i, "on") for i in fam]
         pv = [rows[i][5].p if k == "task" else rows[i][5].p_on for i, k in tests]
@@ -442,9 +380,14 @@ def _episodes_needed(
     margins = (float(np.log1p(st.min_gain)), float(np.log1p(st.equivalence_margin)))
     floor = process_floor(x.noise)
     n = stats.units_needed(x.log_change, x.se, x.clusters, x.df, level, margins, floor=floor)
-    if n is None or not per_level or per_level <= x.clusters:
+    return None if n is None else _scaled(n, x.clusters, per_level)
+
+
+def _scaled(n: int, held: int, per_level: int | None) -> int:
+    """``n`` episodes in a cell that holds ``held`` of its level's ``per_level``, per level."""
+    if not per_level or per_level <= held or held < 1:
         return n
-    return math.ceil(n * per_level / x.clusters)
+    return math.ceil(n * per_level / held)
 
 
 def _processes_needed(x: CellTest, level: float, st: CompareSettings) -> int | None:
@@ -460,14 +403,21 @@ def _processes_needed(x: CellTest, level: float, st: CompareSettings) -> int | N
     return stats.units_needed(x.log_change, x.se, m, x.df, level, margins, cap=8)
 
 
-def episode_labels(t: RequestTable, rows: np.ndarray) -> np.ndarray | None:
+def episode_labels(t: RequestTable, rows: np.ndarray, what: str = "the arms") -> np.ndarray:
     """Each pair's episode (``analysis.fold.episode_key`` of its request id, by repetition) as
-    a cluster label; None when the pilot had no episodes."""
+    a label; pairs without one (a pilot file of the retired sequential or interleaved designs,
+    or load runs joined by hand) are refused: their unit, the busy period, is gone."""
     if rows.size == 0:
-        return None
+        return np.zeros(0, dtype=np.int64)
     keys = [episode_key(str(x)) for x in t.request_id[rows]]
-    if not any(keys):
-        return None
+    if not all(keys):
+        raise ConfigError(
+            f"{what}: {keys.count('')} of {len(keys)} pairs carry no episode (request ids "
+            "'level~NN-...'): the file was measured by the sequential or interleaved design, "
+            "retired with its busy-period estimator",
+            fix="run the pilot again (every pilot file now runs the episode design), or report "
+            "the old file with specpilot at commit f041a2c or earlier",
+        )
     codes = np.unique(np.asarray(keys, dtype=object).astype(str), return_inverse=True)[1]
     return np.asarray(t.repetition[rows] * (int(codes.max()) + 1) + codes, dtype=np.int64)
 
@@ -495,22 +445,21 @@ def _outcome(
     p_task: float,
     p_on: float,
     alpha: float,
-    fewest: int,
     st: CompareSettings,
-    unit: str = "busy period",
 ) -> tuple[str, str | None]:
     """The cell's outcome and, when undecided ("insufficient"), why. A direction needs the
     tests significant and the deciding interval beyond the margin; "no difference" is an
     equivalence claim: the deciding interval inside +-``equivalence_margin``."""
     if p_on < alpha and x.on_slower:
         return "slower", None  # less often on time, whatever the survivors' speed
+    if x.n < st.min_pairs:
+        return "insufficient", (
+            f"{x.n} both-ok pairs in {x.clusters} episodes; a direction needs {st.min_pairs} pairs"
+        )
     if x.undecided:
         return "insufficient", x.undecided
-    if x.n < st.min_pairs or x.clusters < fewest or task.low is None or task.high is None:
-        return "insufficient", (
-            f"{x.n} both-ok pairs in {x.clusters} {unit}s; a direction needs "
-            f"{st.min_pairs} pairs in {fewest}"
-        )
+    if task.low is None or task.high is None:
+        return "insufficient", f"{x.n} both-ok pairs in {x.clusters} episodes gave no interval"
     if p_task < alpha and task.low > st.min_gain:
         return "slower", None
     if p_task < alpha and task.high < -st.min_gain:
@@ -520,8 +469,8 @@ def _outcome(
         return "no_difference", None
     if p_task >= alpha and (task.low > 0 or task.high < 0):
         return "insufficient", (
-            f"the interval excludes 0 but the exact sign-flip test of {x.clusters} {unit}s "
-            f"does not agree after the correction across cells (adjusted p {p_task:.3f})"
+            f"the interval excludes 0 but the test does not after Holm's correction across "
+            f"cells (adjusted p {p_task:.3f})"
         )
     return "insufficient", (
         f"neither beyond 0 nor inside the +-{eq:.0%} equivalence margin"
@@ -535,7 +484,6 @@ def comparisons_for(
     pairs: Sequence[tuple[str, str]],
     settings: CompareSettings,
     *,
-    drift: Drift | None = None,
     offered_rates: dict[tuple[str, str], float] | None = None,
     fingerprints: Mapping[str, float] | None = None,
     physical: Mapping[str, str] | None = None,
@@ -549,7 +497,6 @@ def comparisons_for(
             base,
             cand,
             settings,
-            drift=drift,
             offered_rates=offered_rates,
             fingerprints=fingerprints,
             physical=physical,

@@ -19,6 +19,7 @@ import numpy as np
 from specpilot.analysis import capacity as cap
 from specpilot.analysis import cost, e2e, load, paired, quality, rollback
 from specpilot.analysis import planted as pl
+from specpilot.analysis.aa import AAControl, aa_control
 from specpilot.analysis.celltest import fingerprints_of, physical_of
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import AnalysisConfig
@@ -26,8 +27,7 @@ from specpilot.analysis.contention import contended
 from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
 from specpilot.analysis.coverage import cut_phases, latency_cdf, not_measured
 from specpilot.analysis.decision import DecisionInputs, Verdict
-from specpilot.analysis.drift import AAControl, Drift, aa_control
-from specpilot.analysis.fold import arm_rates, fold, has_episodes
+from specpilot.analysis.fold import arm_rates, fold
 from specpilot.analysis.inplace import switch_held
 from specpilot.analysis.leviathan import LeviathanGap, compare
 from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
@@ -96,7 +96,6 @@ class PilotAnalysis:
     # every drill with its parity and its cost weighed against the gain (``parity.drill_outcomes``)
     drills: list[dict[str, Any]] = field(default_factory=list)
     planted: list[pl.PlantedResult] = field(default_factory=list)  # per level: was it found
-    episodic: bool = False  # the episode design (pilot.design): processes and episodes as units
     # the planner's predicted MDE and interval beside what each pooled cell achieved
     predicted: list[PredictionCheck] = field(default_factory=list)
     # the looks of the episode design and what each spent (analysis.sequential); None: no looks
@@ -113,7 +112,6 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
         thin = thin_levels(looks, int(design.get("processes") or 1))
         cfg = cfg.model_copy(update={"ci_level": 1.0 - alpha, "episode_pooling": not thin})
         looks = dict(looks, without_pool=thin)
-    episodic = has_episodes(data)
     data = fold(data)  # the episode design's records by load level (analysis.fold)
     if data.request_columns is not None:
         table = RequestTable.from_columns(data.request_columns, data.quality, data.arms)
@@ -121,7 +119,6 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
         table = RequestTable.build(data.requests, data.quality, data.arms)
     plan = pair_arms(data.arms, set(table.arm.tolist()))
     a = PilotAnalysis(data, cfg, plan, hardware_text(data.pilot.hardware), notes=list(plan.notes))
-    a.episodic = episodic
     a.sequential = dict(looks, lines=looks_text(looks)) if alpha is not None else None
     a.scheduled = len(table)
     a.notes += cut_phases(data)
@@ -210,28 +207,9 @@ def _quality(a: PilotAnalysis, data: PilotData) -> None:
         a.gates += quality.quality_gates(data, b, c)
 
 
-def _aa(
-    a: PilotAnalysis,
-    table: RequestTable,
-    settings: paired.CompareSettings,
-    rates: dict[tuple[str, str], float],
-) -> Drift | None:
-    """The A/A comparison (within-run noise only: it is what measures the drift)."""
-    base, ctrl = a.plan.baseline, a.plan.control
-    if base is None or ctrl is None:
-        return None
-    aa = paired.compare_arms(table, base, ctrl, settings, offered_rates=rates)
-    a.aa = aa_control(aa, base, ctrl)
-    a.comparisons += aa
-    return a.aa.drift
-
-
 def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
     rates = arm_rates(a.data.phases)
     settings = paired.CompareSettings.of(a.config)
-    drift = _aa(a, table, settings, rates)
-    if a.episodic:  # processes and episodes are the units: no drift to add
-        drift = None
     pairs = [*a.plan.pairs, *a.plan.within]  # within: (switched off in place, speculative)
     if a.plan.planted and a.plan.baseline:
         pairs.append((a.plan.baseline, a.plan.planted))
@@ -239,10 +217,15 @@ def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
         pairs.append((a.plan.baseline, a.plan.alternative))
         # the equal-budget alternative answers only for candidates on the baseline's engine
         pairs += [(a.plan.alternative, c) for b, c in a.plan.pairs if b == a.plan.baseline]
+    base, ctrl = a.plan.baseline, a.plan.control
+    if base is not None and ctrl is not None:  # the A/A control arm, first in the tables
+        pairs.insert(0, (base, ctrl))
     fps, phys = fingerprints_of(a.data.arms), physical_of(a.data.arms)
     a.comparisons += paired.comparisons_for(
-        table, pairs, settings, drift=drift, offered_rates=rates, fingerprints=fps, physical=phys
+        table, pairs, settings, offered_rates=rates, fingerprints=fps, physical=phys
     )
+    if base is not None and ctrl is not None:
+        a.aa = aa_control([c for c in a.comparisons if c.candidate_arm == ctrl], base, ctrl)
     rec = a.plan.record(a.plan.planted) if a.plan.planted else None
     if rec is not None:
         factor = float(((rec.manifest or {}).get("planted") or {}).get("factor") or 0.0)
@@ -253,8 +236,6 @@ def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
             a.aa = (
                 aa_control(shifted, a.plan.baseline, shifted[0].candidate_arm) if shifted else None
             )
-    if a.aa is not None and a.episodic:
-        a.aa = replace(a.aa, drift_added=False)
     design = (a.data.pilot.schedule or {}).get("design") or {}
     a.predicted = prediction_checks(design.get("prediction"), a.comparisons, a.plan.planted)
 
@@ -263,12 +244,11 @@ def _speedup_cis(a: PilotAnalysis) -> None:
     """Intervals of every decode speed-up (``round_summary.speedup_intervals``)."""
     if a.round_table is None:
         return
-    drift = a.aa.drift.sd if a.aa is not None and a.aa.drift is not None else 0.0
     cis: dict[tuple[str, str, str], tuple[float, float]] = {}
     for b in {p[0] for p in a.plan.pairs}:
         mine = [c for x, c in a.plan.pairs if x == b]
         cis |= speedup_intervals(
-            a.round_table, b, mine, level=a.config.ci_level, seed=a.config.seed, drift_sd=drift
+            a.round_table, b, mine, level=a.config.ci_level, seed=a.config.seed
         )
 
     def put(rs: list[RoundSummary]) -> list[RoundSummary]:

@@ -6,8 +6,8 @@
   same engine when the pilot has one (a llama.cpp draft arm against llama.cpp plain), else with
   the baseline;
 - alternative: the arm with role ``alternative`` (the equal-budget arm);
-- control: the arm with role ``control``, the baseline run twice (the A/A comparison that
-  measures the machine's drift between arm runs);
+- control: the arm with role ``control``, the baseline's config on processes of its own (the
+  A/A comparison: any direction it shows is the measurement's);
 - planted: the arm with role ``planted``, the baseline's processes through a proxy that
   dilates every latency by a known factor (the effect the pilot must find).
 

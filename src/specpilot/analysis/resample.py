@@ -1,5 +1,5 @@
 """The descriptive intervals of a paired comparison (``analysis.paired``): a paired percentile
-bootstrap of ratios of sums over the cell's clusters (E2E alone, E2E seconds, TTFT, on-time
+bootstrap of ratios of sums over the cell's episodes (E2E alone, E2E seconds, TTFT, on-time
 difference); the verdict's own interval is ``paired``'s t interval, not these.
 """
 
@@ -7,12 +7,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from specpilot.analysis.clusters import cluster_sums
 from specpilot.analysis.requests import RequestTable
 from specpilot.analysis.stats import Interval
 
 CHUNK_ELEMENTS = 4_000_000  # resample indices held at once
 BUCKETS = 1024  # above this many pairs, resample random buckets of pairs (see ``bootstrap``)
+
+
+def cluster_sums(labels: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per label present in ``labels`` (a pair's episode): the sum of ``values`` (rows: pairs;
+    1-D or 2-D)."""
+    _, inv = np.unique(labels, return_inverse=True)
+    g = int(inv.max()) + 1 if inv.size else 0
+    if values.ndim == 1:
+        return np.bincount(inv, weights=values, minlength=g)
+    return np.stack(
+        [np.bincount(inv, weights=values[:, j], minlength=g) for j in range(values.shape[1])],
+        axis=1,
+    )
 
 
 def stat_columns(t: RequestTable, b: np.ndarray, c: np.ndarray) -> np.ndarray:

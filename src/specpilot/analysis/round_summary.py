@@ -9,9 +9,9 @@ One definition each (DESIGN.md; the same as ``analysis.rounds`` over raw rounds)
   time already divided by its batch size; split into draft / verify / overhead shares
 - decode speed-up = plain cost per token / speculative cost per token, plain taken from the
   baseline arm in the same group and phase (same window definition); its interval
-  (``speedup_intervals``) resamples the requests of both arms (percentile bootstrap of the log
-  ratio), and adds the A/A control's between-run drift in quadrature: the two arms' rounds were
-  timed in different minutes of the machine
+  (``speedup_intervals``) resamples the episodes of both arms (percentile bootstrap of the log
+  ratio of sums): the requests of one episode share the machine's moment, so they are one
+  unit, as in the verdict's test (requests where the file has no episodes)
 
 The pooled figures lean toward long completions (they hold more rounds), so each cell also
 carries the per-request distribution: a histogram of per-request acceptance rates and the
@@ -43,6 +43,7 @@ from specpilot.analysis.columns import (
     quantiles_by,
     sum_by,
 )
+from specpilot.analysis.fold import episode_key
 from specpilot.definitions import acceptance_rate_from, mean_acceptance_length_from
 from specpilot.records import DRILL_PHASE, RequestRounds
 
@@ -80,7 +81,7 @@ class RoundSummary:
     per_request_mean_acceptance_rate: float | None
     per_request_mal_p10_p50_p90: tuple[float | None, ...]
     decode_speedup: float | None = None  # vs the baseline arm's cell (set by ``with_plain``)
-    # its interval (``speedup_intervals``): requests resampled, between-run drift added
+    # its interval (``speedup_intervals``): episodes resampled
     decode_speedup_ci: tuple[float, float] | None = None
 
     @property
@@ -129,12 +130,15 @@ class RoundsTable:
     col: dict[str, np.ndarray]
     pos_p: np.ndarray  # (requests, k_max)
     pos_a: np.ndarray
+    # per request: its episode (``analysis.fold.episode_key``), or its own id outside the
+    # episode design: the unit ``speedup_intervals`` resamples
+    unit: np.ndarray | None = None
 
     @classmethod
     def build(cls, rr: Sequence[RequestRounds]) -> RoundsTable:
         """From records (one pass per field)."""
         cols: dict[str, Any] = {
-            k: np.array([getattr(r, k) for r in rr], dtype=object) for k in KEYS
+            k: np.array([getattr(r, k) for r in rr], dtype=object) for k in (*KEYS, "request_id")
         }
         cols.update({a: fromiter(rr, a) for a in FLOAT_FIELDS})
         cols.update({a: fromiter(rr, a, np.int64) for a in INT_FIELDS})
@@ -162,7 +166,11 @@ class RoundsTable:
         col = {a: np.asarray(cols[a], dtype=np.float64)[keep] for a in FLOAT_FIELDS}
         col.update({a: np.asarray(cols[a], dtype=np.int64)[keep] for a in INT_FIELDS})
         labels = {k: np.asarray(cols[k], dtype=object)[keep] for k in KEYS}
-        return cls(labels, col, pos[0], pos[1])
+        unit = None
+        if "request_id" in cols:
+            ids = np.asarray(cols["request_id"], dtype=object)[keep].astype(str)
+            unit = np.array([episode_key(x) or x for x in ids], dtype=object)
+        return cls(labels, col, pos[0], pos[1], unit)
 
     def __len__(self) -> int:
         return int(self.col["rounds"].size)
@@ -297,14 +305,22 @@ def with_plain(
     return out
 
 
-BUCKETS = 512  # above this many requests in a cell, resample random buckets of requests
+BUCKETS = 512  # above this many units in a cell, resample random buckets of them
 
 
 def _resampled_cost(
-    time_s: np.ndarray, committed: np.ndarray, resamples: int, rng: np.random.Generator
+    time_s: np.ndarray,
+    committed: np.ndarray,
+    resamples: int,
+    rng: np.random.Generator,
+    unit: np.ndarray | None = None,
 ) -> np.ndarray:
-    """(resamples,) cost per committed token of request resamples (ratio of sums)."""
+    """(resamples,) cost per committed token of resamples of the ``unit``s (each request's
+    episode; None: the requests), a ratio of sums."""
     x = np.stack([time_s, committed.astype(np.float64)], axis=1)
+    if unit is not None and unit.size:
+        inv = np.unique(unit.astype(str), return_inverse=True)[1]
+        x = np.stack([np.bincount(inv, weights=x[:, j]) for j in (0, 1)], axis=1)
     if x.shape[0] > BUCKETS:  # a ratio of sums: resampling buckets keeps its variance
         b = rng.permutation(x.shape[0]) % BUCKETS
         x = np.stack([np.bincount(b, weights=x[:, j], minlength=BUCKETS) for j in (0, 1)], 1)
@@ -322,7 +338,6 @@ def speedup_intervals(
     *,
     level: float,
     seed: int,
-    drift_sd: float = 0.0,
     resamples: int = 1000,
 ) -> dict[tuple[str, str, str], tuple[float, float]]:
     """(arm, group, phase) -> interval of the decode speed-up against ``baseline`` (module
@@ -349,8 +364,9 @@ def speedup_intervals(
             if committed[b].sum() == 0 or committed[c].sum() == 0:
                 continue
             rng = np.random.default_rng([seed, zlib.crc32(f"{baseline}|{cand}|{g}|{p}".encode())])
-            ratio = _resampled_cost(cost_t[b], committed[b], resamples, rng) / _resampled_cost(
-                cost_t[c], committed[c], resamples, rng
+            ub, uc = (None, None) if t.unit is None else (t.unit[b], t.unit[c])
+            ratio = _resampled_cost(cost_t[b], committed[b], resamples, rng, ub) / _resampled_cost(
+                cost_t[c], committed[c], resamples, rng, uc
             )
             logs = np.log(ratio[np.isfinite(ratio) & (ratio > 0)])
             if logs.size < 10:
@@ -358,6 +374,6 @@ def speedup_intervals(
             est = np.log(
                 (cost_t[b].sum() / committed[b].sum()) / (cost_t[c].sum() / committed[c].sum())
             )
-            half = z * float(np.sqrt(logs.var(ddof=1) + drift_sd**2))
+            half = z * float(np.sqrt(logs.var(ddof=1)))
             out[(cand, g, p)] = (float(np.exp(est - half)), float(np.exp(est + half)))
     return out

@@ -8,17 +8,17 @@ its error rate is far above nominal. The tests here hold their level at any n:
   differences (all 2^n sign vectors up to ``EXACT_MAX`` pairs, a seeded Monte Carlo above).
   Valid whenever the two arms are exchangeable within a pair (an A/A comparison is, by
   construction); its smallest attainable p-value is 2^(1-n).
-- ``t_interval`` / ``t_p``: Student's t with Welch-Satterthwaite degrees of freedom, used when
-  a between-run drift variance (estimated with few degrees of freedom) is added to the
-  within-run standard error.
+- ``t_interval`` / ``t_p``: Student's t with Welch-Satterthwaite degrees of freedom (the
+  episode estimators' variance components, ``analysis.episodes``).
 - the exact McNemar test on discordant pairs (on time in one arm only) is ``sign_flip_p`` of
-  their +-1 values (of each cluster's net count when pairs cluster: ``analysis.paired``).
+  each episode's net count of them (``analysis.paired``).
 - ``holm_tarone``: Holm's step-down adjustment over the hypotheses that can reach significance
   (Tarone 1990: a discrete test whose smallest attainable p-value is above the threshold is not
   counted). Family-wise error, not false-discovery rate: one false "faster" cell is enough to
   turn a verdict, so the chance of *any* false call is what must stay at alpha.
 - ``pairs_needed`` / ``power``: normal-approximation sample size and power for a stated minimum
-  effect, with the drift variance that more pairs cannot shrink.
+  effect, with a variance that more pairs cannot shrink; ``units_needed``: the episodes that
+  would decide a cell at its measured estimate and spread.
 - ``stratify``: a cell that pools task groups, its pairs' d taken relative to their group's
   mean (a blocked design's adjustment): the groups' different effects are not noise.
 
@@ -310,11 +310,21 @@ def units_needed(
     if not (room > 0 and se > 0 and units > 0 and math.isfinite(se)):
         return None
     fixed = min(max(floor, 0.0), se * se)
-    for n in range(units + 1, cap * units + 1):
+
+    def decides(n: int) -> bool:
         se_n = math.sqrt(fixed + (se * se - fixed) * units / n)
-        if t_quantile(level, df if fixed > 0 else df + n - units) * se_n < room:
-            return n
-    return None
+        return t_quantile(level, df if fixed > 0 else df + n - units) * se_n < room
+
+    lo, hi = units, cap * units  # the half-width falls with n: bisect for the first n
+    if hi <= lo or not decides(hi):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if decides(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 __all__ = [

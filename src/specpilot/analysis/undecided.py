@@ -58,46 +58,85 @@ def own_text(c: PairedComparison) -> str:
     )
 
 
-def undecided_text(mine: Sequence[PairedComparison], planned: int | None = None) -> str:
-    """Why no load level was decided, and what a decision would take (in the episode design:
-    how many episodes per level, at the effect and spread measured; ``planned``: the design's
-    episodes per level)."""
-    unit = mine[0].unit if mine else "busy period"
-    if unit == "episode":
-        now = max((c.clusters or 0 for c in mine), default=0)
-        need_ep = [c for c in mine if c.episodes_needed is not None]
-        need_m = [c.processes_needed for c in mine if c.processes_needed is not None]
-        closest = min(need_ep, key=lambda c: c.episodes_needed or 0) if need_ep else None
-        more = (
-            f"; about {closest.episodes_needed} episodes per level would decide the closest "
-            f"level at the effect and spread measured{rerun(closest.episodes_needed, planned)}"
-            f"{own_text(closest)}"
-            if closest is not None and closest.episodes_needed is not None
-            else f"; more episodes alone would not decide it (the processes differ), about "
-            f"{min(need_m)} processes per arm would"
-            if need_m
-            else "; no number of episodes decides it at the effect and spread measured"
+def needs(
+    clusters: int | None,
+    episodes_needed: int | None = None,
+    processes_needed: int | None = None,
+    estimated: bool = True,
+) -> str:
+    """What an undecided cell lacks, in words (the verdict and the report both say it), in
+    episodes per level, the unit the pilot repeats, or where those would not do, processes;
+    ``estimated`` False: the cell had too few episodes for an estimate at all.
+
+    >>> needs(12, episodes_needed=30)
+    'about 30 episodes per level would decide it at the effect and spread measured (this cell has 12)'
+    >>> needs(5, episodes_needed=14, estimated=False)
+    'at least 14 episodes per level would give it an estimate (this cell has 5); whether they decide it depends on the effect and spread they measure'
+    >>> needs(12, processes_needed=9)
+    'more episodes alone would not decide it: the processes differ, and that spread shrinks only with more of them; about 9 processes per arm (at the episodes each serves now) would'
+    """
+    if episodes_needed is not None and not estimated:
+        return (
+            f"at least {episodes_needed} episodes per level would give it an estimate (this "
+            f"cell has {clusters}); whether they decide it depends on the effect and spread "
+            "they measure"
         )
-        held = " per level" if all(c.task_group == "*" for c in mine) else " that held its requests"
-        return f"undecided: the pilot could not tell from {now} episodes{held}{more}"
-    need = max((c.pairs_needed or 0 for c in mine), default=0)
-    most = max((c.both_ok for c in mine), default=0)
-    pairs = "pair" if most == 1 else "pairs"
-    periods = max((c.clusters or 0 for c in mine), default=0)
-    short = any(
-        c.both_ok < (c.pairs_needed or 0) or (c.clusters or 0) < (c.min_clusters or 0) for c in mine
-    )
+    if episodes_needed is not None:
+        return (
+            f"about {episodes_needed} episodes per level would decide it at the effect and "
+            f"spread measured (this cell has {clusters})"
+        )
+    if processes_needed is not None:
+        return (
+            "more episodes alone would not decide it: the processes differ, and that spread "
+            f"shrinks only with more of them; about {processes_needed} processes per arm (at "
+            "the episodes each serves now) would"
+        )
+    if not estimated:
+        return (
+            f"too few pairs in too few episodes for an estimate (this cell has {clusters}): "
+            "more requests per level, in more episodes"
+        )
     return (
-        "undecided: the pilot could not tell"
-        + (
-            f" (at most {most} both-ok {pairs} per load level"
-            + (f" in at most {periods} busy period{'s' * (periods != 1)}" if periods < most else "")
-            + ")"
-            if short or not need
-            else " (every interval spans both 0 and the equivalence margin)"
-        )
-        + (f"; a decision needs about {need} both-ok pairs per level" if need else "")
+        "no number of episodes decides it at the effect and spread measured (the effect "
+        "sits where neither a direction nor the equivalence margin can be shown, or the "
+        "processes' spread would need many more of them)"
     )
+
+
+def undecided_text(mine: Sequence[PairedComparison], planned: int | None = None) -> str:
+    """Why no load level was decided, and what a decision would take: how many episodes per
+    level, at the effect and spread measured (``planned``: the design's episodes per level)."""
+    now = max((c.clusters or 0 for c in mine), default=0)
+    more = closest_text(mine, planned, "level")
+    held = " per level" if all(c.task_group == "*" for c in mine) else " that held its requests"
+    return f"undecided: the pilot could not tell from {now} episodes{held}{more}"
+
+
+def closest_text(mine: Sequence[PairedComparison], planned: int | None, what: str) -> str:
+    """ "; " and what would decide the closest of these undecided cells (the fewest episodes
+    per level; where more episodes would not, the fewest processes per arm); ``what`` names
+    the cells ("level", "cell")."""
+    need_ep = [c for c in mine if c.episodes_needed is not None]
+    need_m = [c.processes_needed for c in mine if c.processes_needed is not None]
+    if need_ep:
+        c = min(need_ep, key=lambda c: c.episodes_needed or 0)
+        n = int(c.episodes_needed or 0)
+        if c.df is None:  # too few episodes for an estimate at all
+            return (
+                f"; at least {n} episodes per level would give the closest {what} an estimate"
+                f"{rerun(n, planned)}"
+            )
+        return (
+            f"; about {n} episodes per level would decide the closest {what} at the effect and "
+            f"spread measured{rerun(n, planned)}{own_text(c)}"
+        )
+    if need_m:
+        return (
+            f"; more episodes alone would not decide it (the processes differ), about "
+            f"{min(need_m)} processes per arm would decide the closest {what}"
+        )
+    return "; no number of episodes decides it at the effect and spread measured"
 
 
 def not_shown(

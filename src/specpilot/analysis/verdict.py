@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from specpilot.analysis.clusters import queued_short
 from specpilot.analysis.columns import ALL
 from specpilot.analysis.config import VerdictConfig
 from specpilot.analysis.decision import (
@@ -27,7 +26,7 @@ from specpilot.analysis.decision import (
     Verdict,
     group_verdict,
 )
-from specpilot.analysis.undecided import rerun
+from specpilot.analysis.undecided import closest_text
 from specpilot.analysis.window import PAYS
 
 BASELINE_ON_TIME_FLOOR = 0.5  # below this at the lowest load, the SLOs are not the service's
@@ -56,8 +55,9 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
         )
     if inp.aa is None:
         out.append(
-            "no A/A control arm: drift of the machine between arm runs is not in the intervals "
-            "(add an arm with role: control, the baseline's config again)"
+            "no A/A control: nothing shows that this measurement finds no difference where "
+            "there is none (episodes.planted gives one, the planted arm less its known "
+            "factor; or add an arm with role: control, the baseline's config again)"
         )
     elif not inp.aa.stable:
         out.append("measurement unstable: " + inp.aa.text)
@@ -74,44 +74,10 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
             out.append(f"group {g} has no paired requests with the baseline: missing")
     cells = [c for c in inp.comparisons if c.task_group != ALL]
     short = [c for c in cells if c.outcome == "insufficient"]
-    if short and short[0].unit == "episode":
-        ep = [c.episodes_needed for c in short if c.episodes_needed is not None]
-        procs = [c.processes_needed for c in short if c.processes_needed is not None]
+    if short:
         out.append(
             f"{len(short)} of {len(cells)} cells (group x load level) undecided"
-            + (
-                f"; about {min(ep)} episodes per level would decide the closest at the effect "
-                f"and spread measured{rerun(min(ep), inp.per_level)}"
-                if ep
-                else f"; more episodes alone would not decide them (the processes differ), "
-                f"about {min(procs)} processes per arm would decide the closest"
-                if procs
-                else ""
-            )
-        )
-    elif short:
-        need = [c.pairs_needed for c in short if c.pairs_needed is not None]
-        queued = [c for c in short if queued_short(c.clusters, c.min_clusters, c.both_ok)]
-        out.append(
-            f"{len(short)} of {len(cells)} cells (group x load level) have fewer than "
-            f"{cfg.min_pairs} both-ok pairs"
-            + (
-                f" or, {len(queued)} of them, fewer than {queued[0].min_clusters} busy periods "
-                "(requests on the server together count as one observation)"
-                if queued
-                else ""
-            )
-            + ": insufficient"
-            + (
-                f"; at the observed noise a decision needs about {max(need)} per cell"
-                if need
-                else ""
-            )
-            + (
-                "; in some no number of pairs suffices at this drift"
-                if len(need) < len(short)
-                else ""
-            )
+            + closest_text(short, inp.per_level, "cell")
         )
     few = [c for c in cells if c.outcome != "insufficient" and c.pairs < cfg.min_requests_per_group]
     if few:

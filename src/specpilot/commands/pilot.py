@@ -166,10 +166,7 @@ def _check_llamacpp(arm: str, cfg: Any) -> None:
 
 def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
     """The sample-size plan: pairs each (phase, group) cell will have
-    against the pairs a direction needs (``analysis.verdict.min_pairs``) and the busy periods
-    (``analysis.clusters.min_clusters``: known only once the requests have run)."""
-    from specpilot.analysis.clusters import min_clusters
-
+    against the pairs a direction needs (``analysis.verdict.min_pairs``)."""
     acfg = cfg.analysis
     counts: dict[str, dict[str, int]] = {}
     for r in schedule.requests:
@@ -180,7 +177,6 @@ def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
     short = sorted(f"{p}/{g}" for p, gs in counts.items() for g, n in gs.items() if n < need)
     return {
         "min_pairs": need,
-        "min_clusters": min_clusters(1.0 - acfg.ci_level),
         "cells": counts,
         "insufficient_by_design": short,
     }

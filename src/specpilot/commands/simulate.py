@@ -83,13 +83,15 @@ def _arm(data: Any, name: str | None, role: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from specpilot.analysis.fold import fold
     from specpilot.errors import ConfigError
     from specpilot.simulate import calibrate, crossover, measured, poisson_workload, predict
     from specpilot.simulate import validate as gate
     from specpilot.simulate.predict import measured_phases
     from specpilot.store import read_pilot
 
-    data = read_pilot(args.pilot)  # records (the simulator reads requests one by one)
+    # records (the simulator reads requests one by one), by load level as the report sees them
+    data = fold(read_pilot(args.pilot))
     prof = None
     if args.profile:
         from specpilot.simulate.profile import load_profile

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from specpilot.analysis.clusters import needs
+from specpilot.analysis.undecided import needs
 from specpilot.report.fmt import html_table, interval, k_schedule_line, mib, num, pct, seconds
 from specpilot.report.sections import Doc, Svgs, figure, section
 
@@ -176,7 +176,7 @@ def _comparison_table(doc: Doc) -> str:
                 c["task_group"],
                 f"{c['pairs']} ({c['both_ok']} both ok"
                 + (
-                    f", {c['clusters']} {c.get('unit') or 'busy period'}s)"
+                    f", {c['clusters']} {c.get('unit') or 'episode'}s)"
                     if c.get("clusters") is not None
                     else ")"
                 ),
@@ -195,31 +195,20 @@ def _comparison_table(doc: Doc) -> str:
 
 def outcome_text(c: Doc) -> str:
     """A comparison's outcome; an insufficient one with the pairs a decision would need."""
-    if c["outcome"] == "insufficient" and (c.get("pairs_needed") or c.get("clusters")):
+    if c["outcome"] == "insufficient" and c.get("clusters"):
         why = needs(
-            c.get("pairs_needed"),
             c.get("clusters"),
-            c.get("min_clusters"),
-            c["both_ok"],
             c.get("episodes_needed"),
+            c.get("processes_needed"),
+            estimated=c.get("df") is not None,
         )
         return f"insufficient ({why})"
     return str(c["outcome"])
 
 
 def method_of(doc: Doc) -> str:
-    """The candidates' method (the A/A pair's own test leaves the drift out: it measures it)."""
-    aa = doc.get("aa_control") or {}
-    comps = [c for c in doc["comparisons"] if c["candidate_arm"] != aa.get("control_arm")]
-    if not comps:
-        return doc["comparisons"][0]["method"] if doc["comparisons"] else ""
-    extra = (
-        f". The A/A pair ({aa['control_arm']} vs {aa['baseline_arm']}) is tested on within-run "
-        "noise alone: it is what measures the drift"
-        if aa
-        else ""
-    )
-    return str(comps[0]["method"]) + extra
+    """How the comparisons' intervals were computed (one method for every pair of arms)."""
+    return str(doc["comparisons"][0]["method"]) if doc["comparisons"] else ""
 
 
 PREDICTION_HEAD = [

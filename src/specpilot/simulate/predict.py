@@ -13,7 +13,7 @@ import numpy as np
 
 from specpilot.analysis.stats import quantile_interval
 from specpilot.errors import ConfigError
-from specpilot.records import PilotData, RequestRecord
+from specpilot.records import PilotData, RequestRecord, level_of
 from specpilot.simulate.costs import ArmCosts, rounds_needed
 from specpilot.simulate.engine import SimResult, simulate
 
@@ -75,8 +75,10 @@ def figures(w: Workload, ok: np.ndarray, e2e: np.ndarray, ttft: np.ndarray) -> F
 
 
 def measured_phases(data: PilotData, arm: str) -> list[str]:
-    """The arm's measured phases in the schedule's order."""
-    order = [p["name"] for p in (data.pilot.schedule or {}).get("phases", [])]
+    """The arm's measured phases in the schedule's order (an episode's order is its level's)."""
+    order = list(
+        dict.fromkeys(level_of(p["name"]) for p in (data.pilot.schedule or {}).get("phases", []))
+    )
     mine = {p.phase for p in data.phases if p.arm == arm and not p.warmup and p.phase != "drill"}
     return [p for p in order if p in mine] + sorted(mine - set(order))
 
@@ -158,8 +160,8 @@ def measured_interval(
 ) -> tuple[float | None, float | None]:
     """The distribution-free interval of a measured quantile figure (``e2e_p99``...) of the
     arm's ok requests in the phase, as ``measured`` computes it; (None, None) for others. It
-    takes the requests as independent draws; requests queued together are not
-    (``analysis.clusters``), so the figure's real uncertainty is wider still."""
+    takes the requests as independent draws; requests of one episode are not (they share the
+    machine's moment and the queue), so the figure's real uncertainty is wider still."""
     kind, _, q = metric.partition("_p")
     if kind not in ("e2e", "ttft") or not q.isdigit():
         return None, None
