@@ -368,6 +368,17 @@ def test_compat_takes_the_key_from_the_environment(server, capsys, monkeypatch):
     assert KEY not in capsys.readouterr().out
 
 
+def test_a_pilot_refused_by_its_endpoint_writes_nothing(server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(VAR, "sk-WRONG-KEY")
+    path = tmp_path / "p.yaml"
+    path.write_text(PILOT.format(url=server.url, var=VAR))
+    out = tmp_path / "out"
+    assert main(["pilot", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "arm 'base': " in err and "answered 401 to the credentials sent" in err
+    assert f"check the key in ${VAR}" in err and "sk-WRONG" not in err and not out.exists()
+
+
 def test_a_dry_run_names_the_headers_and_needs_no_value(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv(VAR, raising=False)
     path = tmp_path / "p.yaml"

@@ -90,7 +90,7 @@ def check_headers(headers: Mapping[str, str], api_key_env: str | None) -> None:
             )
         if is_credential(name) and not refs:
             raise FieldProblem(
-                f"header {name} is written literally in the file: a credential there would be "
+                f"header {name} is written literally: a credential there would be "
                 "stored with the pilot (its DuckDB file, its report)",
                 fix=f'put it in an environment variable and write {name}: "${{NAME}}" '
                 '(e.g. "Bearer ${API_KEY}"), or api_key_env: NAME for a bearer token',
