@@ -157,8 +157,6 @@ async def send(
         rec.status, rec.error = "error", f"{type(exc).__name__}: {exc}"[:300]
     if rec.done_t is None:
         rec.done_t = time.perf_counter()
-    if rec.error and ep.headers:
-        rec.error = redact(rec.error, ep.headers)
     if rec.status == "":
         if st.error is not None:
             rec.status, rec.error = "error", st.error
@@ -166,6 +164,8 @@ async def send(
             rec.status = "ok"
         else:
             rec.status, rec.error = "error", "stream ended without [DONE] or a finish_reason"
+    if rec.error and ep.headers:  # an exception's or a stream's error text, as the body's
+        rec.error = redact(rec.error, ep.headers)
     finish(rec, st)
     if headers or st.extras:
         apply_extras(cfg, out, st, headers)
