@@ -65,9 +65,17 @@ def metrics_source(engine: str) -> MetricsSource | None:
 
 
 def scrape_endpoint(
-    engine: str, url: str, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
+    engine: str,
+    url: str,
+    run_id: str = "",
+    arm: str = "",
+    phase: str = "",
+    label: str = "",
+    *,
+    headers: Mapping[str, str] | None = None,
 ) -> MetricSnapshot:
-    """Scrape an engine someone else started (``specpilot load URL``): counters, no process."""
+    """Scrape an engine someone else started (``specpilot load URL``): counters, no process;
+    ``headers``: the arm's credentials, sent with each scrape."""
     return scrape(
         metrics_source(engine),
         url,
@@ -76,6 +84,7 @@ def scrape_endpoint(
         phase=phase,
         label=label,
         engine=engine,
+        headers=headers,
     )
 
 

@@ -6,6 +6,10 @@ what serves it, when the user knows: its ``/metrics`` and per-response parsers t
 speculative config behind the URL are unknown, so no report may assume them (R8), and an
 endpoint cannot be restarted, so it cannot be drilled.
 
+``headers`` go with every request this backend sends (the health check, ``/metrics``): the
+arm's credentials. A 401 or 403 at the health check is refused at once (``CredentialsRefused``),
+before anything is measured; no message says a header's value.
+
     >>> be = OpenAIBackend("https://api.example.com/v1")
     >>> be.endpoint, be.describe().speculative["known"]
     ('https://api.example.com', False)
@@ -15,12 +19,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot.backends.extras import header
 from specpilot.backends.facts import hardware_info
 from specpilot.backends.protocol import BackendError, Manifest
+from specpilot.errors import ConfigError
 from specpilot.records import MetricSnapshot, ResponseExtras
 
 UNKNOWN = (
@@ -28,6 +33,34 @@ UNKNOWN = (
     "specpilot (delivery metrics only, R8); it cannot be restarted, so it cannot be drilled"
 )
 START_WAIT_S = 30.0  # how long ``start`` waits for /v1/models when given no timeout
+REFUSED = (401, 403)
+
+
+class CredentialsRefused(ConfigError):
+    """The endpoint answered 401 or 403: the arm's credentials are missing or wrong."""
+
+
+def refusal(name: str, url: str, status: int, sent: list[str], source: str) -> CredentialsRefused:
+    """The error for a 401/403 at the health check: the arm, the URL, the status, the header
+    names sent (never their values) and the fix.
+
+    >>> print(refusal("b", "http://h/v1/models", 401, [], "").describe())  # doctest: +ELLIPSIS
+    arm 'b': http://h/v1/models answered 401 without credentials: nothing was measured
+      fix: give the arm its credentials: api_key_env: NAME (Authorization: Bearer $NAME) or ...
+    """
+    if not sent:
+        return CredentialsRefused(
+            f"arm {name!r}: {url} answered {status} without credentials: nothing was measured",
+            fix="give the arm its credentials: api_key_env: NAME (Authorization: Bearer $NAME) "
+            "or headers: {Header: ${NAME}} in the pilot file (specpilot load: --api-key-env "
+            "NAME or --header), with the key exported in $NAME",
+        )
+    return CredentialsRefused(
+        f"arm {name!r}: {url} answered {status} to the credentials sent "
+        f"({', '.join(sent)}): nothing was measured",
+        fix=f"check the key in {source or 'the environment variables the headers name'}: "
+        "the endpoint refused it (wrong, expired, or without access to this model)",
+    )
 
 
 def response_extras(
@@ -44,6 +77,9 @@ class OpenAIBackend:
     engine: str = "openai"  # what serves the URL, when known: picks the parsers
     unknown: tuple[str, ...] = ()  # frozen fields the pilot config could not tell
     name: str = ""
+    # sent with every request (credentials); repr=False: a repr never shows a value
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    source: str = ""  # where the headers' values come from ("$OPENAI_API_KEY"), for a fix
 
     def __post_init__(self) -> None:
         self.name = self.name or self.engine
@@ -54,14 +90,19 @@ class OpenAIBackend:
 
     def start(self, timeout_s: float | None = None) -> None:
         """Nothing to start: wait until the endpoint answers ``/v1/models`` (any answer but a
-        server error: a server without a model list is up all the same)."""
+        server error: a server without a model list is up all the same); a 401 or 403 is
+        refused at once (``CredentialsRefused``)."""
         import httpx
 
         deadline = time.monotonic() + (timeout_s or START_WAIT_S)
         last = ""
+        url = self.endpoint + "/v1/models"
         while time.monotonic() < deadline:
             try:
-                r = httpx.get(self.endpoint + "/v1/models", timeout=5.0)
+                r = httpx.get(url, headers=dict(self.headers), timeout=5.0)
+                if r.status_code in REFUSED:
+                    sent = sorted(self.headers)
+                    raise refusal(self.name, url, r.status_code, sent, self.source)
                 if r.status_code < 500:
                     return
                 last = f"HTTP {r.status_code}"
@@ -69,6 +110,19 @@ class OpenAIBackend:
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.5)
         raise BackendError(f"{self.name}: {self.endpoint} does not answer ({last})")
+
+    def check_credentials(self) -> None:
+        """One request to ``/v1/models`` now: a 401 or 403 is refused (``CredentialsRefused``);
+        an endpoint that does not answer yet is ``start``'s to wait for."""
+        import httpx
+
+        url = self.endpoint + "/v1/models"
+        try:
+            r = httpx.get(url, headers=dict(self.headers), timeout=5.0)
+        except httpx.HTTPError:
+            return
+        if r.status_code in REFUSED:
+            raise refusal(self.name, url, r.status_code, sorted(self.headers), self.source)
 
     def stop(self) -> None:
         """Nothing to stop."""
@@ -96,7 +150,9 @@ class OpenAIBackend:
         """The engine's own /metrics when its parser is known (``openai``: nothing to read)."""
         from specpilot.backends import scrape_endpoint
 
-        return scrape_endpoint(self.engine, self.endpoint, run_id, arm, phase, label)
+        return scrape_endpoint(
+            self.engine, self.endpoint, run_id, arm, phase, label, headers=self.headers
+        )
 
     def response_extras(
         self, obj: Mapping[str, Any], headers: Mapping[str, str] | None = None

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -30,8 +31,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def get_text(url: str, timeout_s: float = 10.0) -> str:
-    r = httpx.get(url, timeout=timeout_s)
+def get_text(url: str, timeout_s: float = 10.0, headers: Mapping[str, str] | None = None) -> str:
+    r = httpx.get(url, headers=dict(headers or {}), timeout=timeout_s)
     r.raise_for_status()
     return r.text
 

@@ -81,6 +81,18 @@ class Manifest:
         return dict(json.loads(json.dumps(asdict(self), default=str)))
 
 
+def request_headers(backend: object) -> Mapping[str, str]:
+    """The headers every request to a backend's endpoint carries: an endpoint given by URL
+    its credentials (``OpenAIBackend.headers``), an engine specpilot starts none.
+
+    >>> from specpilot.backends.openai import OpenAIBackend
+    >>> dict(request_headers(OpenAIBackend("http://h", headers={"X-A": "1"}))), request_headers(1)
+    ({'X-A': '1'}, {})
+    """
+    got = getattr(backend, "headers", None)
+    return got if isinstance(got, Mapping) else {}
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Start, stop, kill, describe and scrape one engine.

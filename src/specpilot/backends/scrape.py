@@ -66,8 +66,10 @@ def scrape(
     phase: str = "",
     label: str = "",
     engine: str = "",
+    headers: Mapping[str, str] | None = None,
 ) -> MetricSnapshot:
-    """Read ``source.paths`` from ``endpoint`` now; ``pid``: the engine's process, when local.
+    """Read ``source.paths`` from ``endpoint`` now; ``pid``: the engine's process, when local;
+    ``headers``: sent with each read (an endpoint behind a gateway).
 
     Memory the engine reports itself wins over the process table (the builtin server knows its
     weights and KV cache; for others RSS and GPU memory come from ``psutil``/``nvidia-smi``).
@@ -80,7 +82,7 @@ def scrape(
     if source is not None:
         for i, path in enumerate(source.paths):
             try:
-                texts[path] = get_text(endpoint.rstrip("/") + path)
+                texts[path] = get_text(endpoint.rstrip("/") + path, headers=headers)
             except Exception as exc:  # only the first path is required
                 if i == 0:
                     raise BackendError(f"{name} {path} unreachable at {endpoint}: {exc}") from exc

@@ -3,6 +3,7 @@
 
     specpilot compat http://127.0.0.1:8000 --arm speculative
     specpilot compat http://127.0.0.1:8000 http://127.0.0.1:8001 --arm baseline --arm speculative --json
+    specpilot compat https://api.example.com --api-key-env OPENAI_API_KEY --model gpt-4o-mini
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import json
 import sys
 
+from specpilot.commands._header_args import add_header_args, header_options
 from specpilot.errors import ConfigError
 
 
@@ -35,11 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="the engine does not promise seed reproducibility",
     )
+    add_header_args(p)
     p.add_argument("--json", action="store_true", help="print the CompatRecords as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from specpilot.pilot.credentials import resolve
     from specpilot.quality.compat import FEATURES, CompatOptions, run_compat
 
     arms = args.arm or [f"arm{i + 1}" for i in range(len(args.urls))]
@@ -53,9 +57,13 @@ def run(args: argparse.Namespace) -> int:
         else FEATURES
     )
     opts = CompatOptions(max_tokens=args.max_tokens, claims_seed=not args.no_seed_claim)
+    written = header_options(args.header, args.api_key_env)
     records = []
     for url, arm in zip(args.urls, arms, strict=True):
-        records += run_compat(url, arm=arm, model=args.model, features=features, options=opts)
+        headers = resolve(arm, written, args.api_key_env)
+        records += run_compat(
+            url, arm=arm, model=args.model, features=features, options=opts, headers=headers
+        )
     if args.json:
         json.dump([r.to_dict() for r in records], sys.stdout, indent=2, ensure_ascii=False)
         print()

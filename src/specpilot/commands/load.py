@@ -17,6 +17,9 @@ Two ways to name the engine:
 - ``specpilot load URL --engine E``: someone else started it. ``--engine`` picks the /metrics
   and per-response parsers (default ``openai``: delivery metrics only); the run's manifest can
   only say what the URL is, not which model files, flags or speculative config serve it.
+  An endpoint that needs credentials: ``--api-key-env NAME`` (``Authorization: Bearer
+  $NAME``) or ``--header 'NAME: ${VAR}'``, values read from the environment, only the header
+  names stored (the manifest's ``headers_sent``).
 - ``specpilot load --start --engine E [--engine-opt KEY=VALUE ...]``: specpilot starts the
   engine through its backend (``builtin``, ``llamacpp``, ``vllm``, ``sglang``), records the
   backend's full ``describe()`` manifest (model files with sha256, tokenizer hash, engine
@@ -52,6 +55,7 @@ import time
 import uuid
 from typing import Any
 
+from specpilot.commands._header_args import add_header_args, header_options
 from specpilot.errors import ConfigError
 from specpilot.records import ARM_ROLES, ENGINES
 
@@ -136,6 +140,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="model name sent in each request (default: the first of /v1/models, else 'default')",
     )
+    add_header_args(p)
     p.add_argument("--api", default="chat", choices=["chat", "completions"])
     p.add_argument("--timeout", type=float, default=120.0, help="client timeout per request (s)")
     p.add_argument(
@@ -288,10 +293,18 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--engine-opt needs --start")
     if args.start and args.engine == "openai":
         raise ConfigError("--start needs --engine builtin, llamacpp, vllm or sglang")
+    if args.start and (args.header or args.api_key_env):
+        raise ConfigError(
+            "--header and --api-key-env are for an endpoint URL: --start's engine takes none"
+        )
     sched = _schedule(args)
     if not sched.select(args.phase, warmup=not args.no_warmup):
         raise ConfigError("the selection has no requests")
     settings, plan = _settings(args), _plan(args)
+    if plan.url is not None:  # an unset variable is refused before any file is written
+        from specpilot.pilot.credentials import arm_headers
+
+        arm_headers(plan.spec)
     run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
     if args.start:
         print(f"starting {args.engine} ...", file=sys.stderr, flush=True)
@@ -343,7 +356,17 @@ def _plan(args: argparse.Namespace) -> Any:
         return one_arm(args.engine, args.arm, args.role, raw, model_name=args.model)
     url = args.url.rstrip("/").removesuffix("/v1")
     name = args.arm or "baseline"
-    return one_arm(args.engine, name, args.role, {}, url=url, model_name=args.model)
+    headers = header_options(args.header, args.api_key_env)
+    return one_arm(
+        args.engine,
+        name,
+        args.role,
+        {},
+        url=url,
+        model_name=args.model,
+        headers=headers,
+        api_key_env=args.api_key_env,
+    )
 
 
 def _options(args: argparse.Namespace, sched: Any, settings: Any) -> dict[str, Any]:

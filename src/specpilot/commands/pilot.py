@@ -84,6 +84,7 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
     from specpilot.pilot import noise
     from specpilot.pilot.arms import check_one_switch, plan_arms
     from specpilot.pilot.capacity import refuse_unprobed, wants_probe
+    from specpilot.pilot.credentials import names
     from specpilot.pilot.engines import make_backend
     from specpilot.workload import build_schedule
 
@@ -114,8 +115,9 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
         thin = refuse_short_levels(cfg, schedule)
     arms = []
     for p in plans:
-        backend = make_backend(p)
-        command = backend.command() if hasattr(backend, "command") else None
+        # an arm by URL starts nothing: its credentials are read when the pilot runs
+        backend = make_backend(p) if p.url is None else None
+        command = backend.command() if backend is not None and hasattr(backend, "command") else None
         if isinstance(backend, LlamaCppBackend):
             command = backend.cfg.flags()
             _check_llamacpp(p.name, backend.cfg)
@@ -131,6 +133,7 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
                 "budget": p.budget.to_dict(),
                 "drill": p.drill,
                 "url": p.url,
+                "headers_sent": names(p.spec.headers, p.spec.api_key_env) if p.url else [],
                 "launch": command,
             }
         )
@@ -248,6 +251,8 @@ def _print_arm(a: dict[str, Any]) -> None:
         print("      " + " ".join(str(x) for x in a["launch"]))
     elif a["url"]:
         print(f"      endpoint {a['url']} (given by URL: not started, not drilled)")
+        if a["headers_sent"]:
+            print(f"      headers {', '.join(a['headers_sent'])} (values from the environment)")
 
 
 def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:

@@ -85,6 +85,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="bearer token for /admin (default: $SPECPILOT_ADMIN_TOKEN, else generated and printed)",
     )
     p.add_argument(
+        "--api-key",
+        default=None,
+        help="require Authorization: Bearer KEY on /v1 (as vLLM's --api-key; /health and "
+        "/metrics stay open); default: $SPECPILOT_API_KEY, else no key",
+    )
+    p.add_argument(
         "--per-request-spec-decode-metrics",
         choices=["off", "summary", "detailed"],
         default="off",
@@ -105,6 +111,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=run)
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """The key ``/v1`` requires: ``--api-key``, else ``$SPECPILOT_API_KEY``, else none."""
+    return args.api_key or os.environ.get("SPECPILOT_API_KEY") or None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         default_k=k,
         scheduler=sched,
         admin_token=token,
+        api_key=api_key(args),
         admin_trust_proxy=args.admin_trust_proxy,
         strategy_file=args.strategy_file,
         spec_metrics=args.per_request_spec_decode_metrics,
@@ -180,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(cfg, loader=load)
     print(
         f"specpilot serve: http://{args.host}:{args.port} (model {cfg.model_name!r}; "
-        f"admin token {'from option/env' if args.admin_token or os.environ.get('SPECPILOT_ADMIN_TOKEN') else token})",
+        f"admin token {'from option/env' if args.admin_token or os.environ.get('SPECPILOT_ADMIN_TOKEN') else token}; "
+        f"{'/v1 needs the API key' if cfg.api_key else 'no API key'})",
         file=sys.stderr,
         flush=True,
     )

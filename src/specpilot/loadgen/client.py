@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -129,7 +130,8 @@ async def send(
                 if resp.status_code != 200:
                     detail = (await resp.aread())[:300].decode("utf-8", "replace")
                     rec.status = "rejected" if resp.status_code in REJECT_STATUSES else "error"
-                    rec.error = f"HTTP {resp.status_code}: {detail}"
+                    # a server may echo what it was sent (a gateway's "bad key sk-...")
+                    rec.error = redact(f"HTTP {resp.status_code}: {detail}", ep.headers)
                     rec.done_t = time.perf_counter()
                     return
                 async for data in resp.aiter_bytes():
@@ -162,6 +164,8 @@ async def send(
             rec.status = "ok"
         else:
             rec.status, rec.error = "error", "stream ended without [DONE] or a finish_reason"
+    if rec.error and ep.headers:  # an exception's or a stream's error text, as the body's
+        rec.error = redact(rec.error, ep.headers)
     finish(rec, st)
     if headers or st.extras:
         apply_extras(cfg, out, st, headers)
@@ -211,16 +215,32 @@ def apply_extras(cfg: LoadConfig, out: Outcome, st: SseStream, headers: dict[str
         out.prefill = p
 
 
+def redact(text: str, headers: Mapping[str, str]) -> str:
+    """``text`` with every header value sent (and its part after a scheme, ``Bearer KEY``'s
+    KEY) replaced by ``***``: no record or message keeps a credential.
+
+    >>> redact("bad key k-123 (Bearer k-123)", {"Authorization": "Bearer k-123"})
+    'bad key *** (***)'
+    """
+    secrets = {v for v in headers.values() if v}
+    secrets |= {v.partition(" ")[2].strip() for v in secrets if " " in v}
+    for value in sorted((v for v in secrets if len(v) >= 4), key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
+
+
 def _header(headers: dict[str, str], name: str) -> str | None:
     return next((v for k, v in headers.items() if k.lower() == name), None)
 
 
-def served_model(url: str) -> str:
-    """The first model id the endpoint lists (servers that check the name need it)."""
+def served_model(url: str, headers: Mapping[str, str] | None = None) -> str:
+    """The first model id the endpoint lists (servers that check the name need it);
+    ``headers``: the endpoint's credentials."""
     import httpx
 
     try:
-        data = httpx.get(url + "/v1/models", timeout=5.0).json().get("data") or []
+        r = httpx.get(url + "/v1/models", headers=dict(headers or {}), timeout=5.0)
+        data = r.json().get("data") or []
         return str(data[0]["id"]) if data else "default"
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
         return "default"

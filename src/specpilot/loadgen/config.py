@@ -43,7 +43,9 @@ class Endpoint:
     connect_timeout_s: float = 10.0
     include_usage: bool = True  # stream_options.include_usage
     continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats
-    headers: dict[str, str] = field(default_factory=dict)
+    # sent with every request (an arm's credentials); repr=False: no repr shows a value, and a
+    # record's error text never does (``client.redact``)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
     extra_body: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from specpilot.analysis.drill import summarize
 from specpilot.backends.adapters import adapter_of
-from specpilot.backends.protocol import Backend
+from specpilot.backends.protocol import Backend, request_headers
 from specpilot.definitions import goodput
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.context import ArmContext, PilotContext, RunPlan
@@ -158,7 +158,15 @@ def run_phases(
     if not measured:
         return None
     clear_phases(store, run.run_id, measured)  # a cut phase reruns from its start
-    cfg = load_config(ctx, run.run_id, run.arm.name, url, model, backend.response_extras)
+    cfg = load_config(
+        ctx,
+        run.run_id,
+        run.arm.name,
+        url,
+        model,
+        backend.response_extras,
+        headers=dict(request_headers(backend)),  # an arm by URL: its credentials
+    )
     runner = LoadRunner.for_schedule(ctx.schedule, cfg, None, measured, warmup=warmup)
     runner.sink = ProgressSink(store.sink, ctx.progress, len(runner.schedule))
     durations = {p.name: p.duration_s for p in ctx.schedule.phases}

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot.backends.adapters import adapter_of
+from specpilot.pilot import credentials
 from specpilot.pilot.config import (
     Arm,
     PilotConfig,
@@ -254,7 +255,7 @@ def arm_manifest(
         if chosen:
             frozen["dtype"] = chosen
     capacity = {**plan.capacity, **{k: v for k, v in overrides.items() if k in plan.capacity}}
-    return {
+    out = {
         **described,
         "frozen": frozen,
         "capacity": capacity,
@@ -262,6 +263,9 @@ def arm_manifest(
         "unknown": plan.unknown,
         "frozen_sha256": frozen_sha256(described),
     }
+    if plan.url is not None:  # the names of the headers sent, never their values
+        out["headers_sent"] = credentials.names(plan.spec.headers, plan.spec.api_key_env)
+    return out
 
 
 def _allowed_capacity(plan: ArmPlan, i: int) -> set[str]:

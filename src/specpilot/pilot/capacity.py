@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -253,11 +253,17 @@ def _confirm(
 
 
 def replayer(
-    url: str, model: str, s: LoadSettings, arm: str, response_extras: ResponseParser | None = None
+    url: str,
+    model: str,
+    s: LoadSettings,
+    arm: str,
+    response_extras: ResponseParser | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Run:
     """``run(requests, max_concurrency)`` for :func:`probe`: the load generator replays the
     requests open-loop against ``url`` with the pilot's load settings ``s`` and returns every
-    record (the probe's runs are not stored: they serve no arm's comparison)."""
+    record (the probe's runs are not stored: they serve no arm's comparison); ``headers``:
+    the endpoint's credentials (a baseline by URL)."""
     from specpilot.loadgen import LoadConfig, LoadRunner
 
     def run(reqs: list[ScheduledRequest], cap: int | None) -> list[RequestRecord]:
@@ -271,6 +277,7 @@ def replayer(
             max_concurrency=cap,
             include_usage=s.include_usage,
             response_extras=response_extras,
+            headers=dict(headers or {}),
             progress=False,
         )
         return LoadRunner(reqs, cfg).run().records
@@ -312,6 +319,7 @@ def baseline_probe(
     (``episodes.in_place``): the probe starts one of those, speculation switched off, so it
     measures the baseline exactly as the episodes serve it, and the weight-format calibration
     of a fresh machine runs once, for the probe and the episodes alike."""
+    from specpilot.backends.protocol import request_headers
     from specpilot.loadgen.client import served_model
     from specpilot.pilot.drill import RuntimeSwitch
     from specpilot.pilot.engines import make_backend
@@ -326,9 +334,10 @@ def baseline_probe(
         url = backend.endpoint
         if in_place is not None:  # the baseline: the same process with speculation off
             RuntimeSwitch(url, pilot.admin_token).off()
-        model = plan.spec.model_name or served_model(url)
+        headers = request_headers(backend)
+        model = plan.spec.model_name or served_model(url, headers)
         slots = slots_of(plan, backend.describe().to_dict())
-        run = replayer(url, model, pilot.load_settings, plan.name, backend.response_extras)
+        run = replayer(url, model, pilot.load_settings, plan.name, backend.response_extras, headers)
         pilot.progress.step(plan.name, "capacity probe: synchronous pass, burst, confirmation")
         figures = probe(
             run,

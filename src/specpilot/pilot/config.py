@@ -34,6 +34,7 @@ from specpilot import validation
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.errors import ConfigError, InputFileError
 from specpilot.pilot.armrules import check_arms
+from specpilot.pilot.credentials import check_headers
 from specpilot.pilot.design import EpisodeSettings
 from specpilot.pilot.options import (
     OPTIONS,
@@ -91,6 +92,21 @@ class _ArmBase(_Model):
     budget: BudgetModel = Field(default_factory=lambda: BudgetModel())
     drill: bool | None = None  # None: drill the speculative arm
     model_name: str | None = None  # the model id sent in requests (default: the endpoint's)
+    # an arm by URL: headers sent with every request to it, "${VAR}" read from the environment
+    # at run time; api_key_env: NAME is Authorization: Bearer ${NAME} (pilot.credentials)
+    headers: dict[str, str] = Field(default_factory=dict)
+    api_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _credentials(self) -> _ArmBase:
+        if (self.headers or self.api_key_env) and self.url is None:
+            raise FieldProblem(
+                f"arm {self.name!r}: headers and api_key_env are for an arm given by url:",
+                fix="remove them: specpilot starts this engine itself, without credentials",
+                path=("headers" if self.headers else "api_key_env",),
+            )
+        check_headers(self.headers, self.api_key_env)
+        return self
 
 
 class BuiltinArm(_ArmBase):

@@ -2,7 +2,7 @@
 
 An arm given by URL gets a ``backends.openai.OpenAIBackend``: nothing to start or stop, a
 manifest that says what is unknown, counters only if its engine's ``/metrics`` parser is known,
-no drill.
+no drill; its credentials (``pilot.credentials``) read from the environment when it is made.
 
     >>> from specpilot.pilot.config import parse_pilot
     >>> from specpilot.pilot.arms import plan_arms
@@ -60,10 +60,13 @@ def one_arm(
     *,
     url: str | None = None,
     model_name: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    api_key_env: str | None = None,
     resolve_files: bool = True,
 ) -> ArmPlan:
     """``specpilot load``'s arm as a pilot file would give it: ``raw`` checked as its
-    ``arms[].options`` (``--start``), or the endpoint ``url`` someone else runs, and the arm
+    ``arms[].options`` (``--start``), or the endpoint ``url`` someone else runs (with its
+    ``headers`` and ``api_key_env`` as written: references, not values), and the arm
     resolved by ``plan_arm`` (the same role rules, frozen settings and manifest). ``name`` defaults to ``role``, else ``baseline`` for plain decoding
     and ``speculative`` otherwise; ``role`` to the name when it is a role, else ``extra``.
 
@@ -93,6 +96,7 @@ def one_arm(
         model: TypeAdapter[Any] = TypeAdapter(ARM_MODELS[engine])
     else:  # an endpoint someone else runs: a pilot file's arm with url:
         fields, model = {"url": url}, TypeAdapter(Arm)
+        fields.update(headers=dict(headers or {}), api_key_env=api_key_env)
     if model_name is not None:
         fields["model_name"] = model_name
     root = ARM_MODELS.get(engine, OpenAIArm)
@@ -128,10 +132,19 @@ def make_backend(
     converted for vLLM); ``overrides`` replace option fields (the alternative's derived
     ``max_slots``; the drill's plain restart); ``port`` keeps a restarted engine on its port
     (the drill)."""
-    if plan.url is not None:
+    if plan.url is not None:  # its credentials read from the environment now
         from specpilot.backends.openai import OpenAIBackend
+        from specpilot.pilot import credentials
 
-        return OpenAIBackend(plan.url, engine=plan.engine, unknown=tuple(plan.unknown))
+        a = plan.spec
+        return OpenAIBackend(
+            plan.url,
+            engine=plan.engine,
+            unknown=tuple(plan.unknown),
+            name=plan.name,
+            headers=credentials.arm_headers(a),
+            source=credentials.source(a.headers, a.api_key_env),
+        )
     if plan.spec.options is None:
         from specpilot.errors import ConfigError
 
@@ -161,3 +174,16 @@ def backend_for(
             f"{type(o).__name__}"
         )
     return a.backend(o, dtype=dtype, files=files or {}, port=port)
+
+
+def check_credentials(plans: list[ArmPlan]) -> None:
+    """Every arm by URL: its headers read from the environment and tried on ``/v1/models``,
+    so a missing variable or a refused key (401, 403) stops the pilot before anything is
+    measured, not after the other arms ran."""
+    from specpilot.backends.openai import OpenAIBackend
+
+    for plan in plans:
+        if plan.url is not None:
+            backend = make_backend(plan)
+            if isinstance(backend, OpenAIBackend):
+                backend.check_credentials()

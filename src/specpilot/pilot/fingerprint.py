@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -21,14 +22,22 @@ import httpx
 PROMPT = "Count from one to forty in words, separated by commas."
 
 
-def fingerprint(url: str, model: str, *, tokens: int = 32, repeats: int = 3) -> dict[str, Any]:
+def fingerprint(
+    url: str,
+    model: str,
+    *,
+    tokens: int = 32,
+    repeats: int = 3,
+    headers: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """``{"decode_s_per_token": median, "samples": [...], "tokens": n}`` over ``repeats``
-    streamed greedy requests (after one untimed warm-up request)."""
+    streamed greedy requests (after one untimed warm-up request); ``headers``: the endpoint's
+    credentials."""
     samples: list[float] = []
     for i in range(repeats + 1):
         # a connection each: llama.cpp's server closes a kept-alive one after a streamed answer
         # at times, and the next request on it fails unanswered (seen in 3 of 5 n-gram starts)
-        with httpx.Client(base_url=url, timeout=120.0) as client:
+        with httpx.Client(base_url=url, timeout=120.0, headers=dict(headers or {})) as client:
             per_token = _one(client, model, tokens)
         if i > 0 and per_token is not None:
             samples.append(per_token)

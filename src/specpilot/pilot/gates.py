@@ -9,6 +9,7 @@ come before any speed figure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,13 +44,20 @@ class Gates:
             self._plan = plan_quality(self.task_groups, self.cfg)
         return self._plan
 
-    def compat(self, url: str, model: str, rec: ArmRecord) -> list[CompatRecord]:
+    def compat(
+        self, url: str, model: str, rec: ArmRecord, headers: Mapping[str, str] | None = None
+    ) -> list[CompatRecord]:
         from specpilot.quality.compat import FEATURES, run_compat
 
         features = self.compat_features or FEATURES
-        return run_compat(url, arm=rec.arm, run_id=rec.run_id, model=model, features=features)
+        return run_compat(
+            url, arm=rec.arm, run_id=rec.run_id, model=model, features=features, headers=headers
+        )
 
-    def quality_pass(self, url: str, model: str, rec: ArmRecord) -> list[OutputRecord]:
+    def quality_pass(
+        self, url: str, model: str, rec: ArmRecord, headers: Mapping[str, str] | None = None
+    ) -> list[OutputRecord]:
+        """``headers``: the endpoint's credentials (an arm by URL)."""
         from specpilot.quality.runner import run_quality_pass
 
         return run_quality_pass(
@@ -60,6 +68,7 @@ class Gates:
             run_id=rec.run_id,
             manifest_sha256=rec.manifest_sha256,
             cfg=self.cfg,
+            headers=headers,
         )
 
     def cross_arm(

@@ -121,7 +121,7 @@ class PlantedSteps(Reaching):
         backend = PlantedBackend(base.holder["backend"], self.factor)
         backend.start()
         self.holder = {"backend": backend}
-        self.url, self.model = backend.endpoint, base.model
+        self.url, self.model, self.headers = backend.endpoint, base.model, base.headers
         how = "every latency the client sees dilated by 1 + factor (loadgen.dilate)"
         reaching(self, base, "planted", factor=self.factor, upstream=base.url, how=how)
 

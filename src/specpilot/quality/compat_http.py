@@ -9,7 +9,7 @@ Knows the wire format, not any engine; the gauge names are the ones engines publ
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,11 +81,18 @@ class Streamed:
 
 
 class Client:
-    """One endpoint and model; ``timeout_s`` bounds every call."""
+    """One endpoint and model; ``timeout_s`` bounds every call; ``headers`` go with each
+    (the endpoint's credentials)."""
 
-    def __init__(self, url: str, model: str | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str | None = None,
+        timeout_s: float = 60.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(timeout=timeout_s)
+        self.http = httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
         self.model = model or self.first_model()
         self._greedy: dict[str, dict[str, Any]] = {}  # identical greedy bodies: asked once
 

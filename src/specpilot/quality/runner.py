@@ -18,7 +18,7 @@ statistics need them). A failed request becomes an ``OutputRecord`` with ``error
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -141,11 +141,13 @@ def run_quality_pass(
     run_id: str = "",
     manifest_sha256: str = "",
     cfg: QualityConfig | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> list[OutputRecord]:
-    """Send the plan to ``url`` and return one ``OutputRecord`` per request, in plan order."""
+    """Send the plan to ``url`` and return one ``OutputRecord`` per request, in plan order;
+    ``headers``: the endpoint's credentials, sent with every request."""
     cfg = cfg or QualityConfig()
     results: list[dict[str, Any] | None] = [None] * len(plan)
-    with httpx.Client() as client:
+    with httpx.Client(headers=dict(headers or {})) as client:
         for i, req in enumerate(plan):  # greedy ones, one at a time
             if req.temperature == 0:
                 results[i] = _one(client, url, model, req, cfg)

@@ -4,6 +4,8 @@ Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (JSON or SSE 
 ``data: [DONE]``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus), and the
 admin switch (loopback only, ``Authorization: Bearer <admin token>``): ``GET|PUT
 /admin/strategy``, ``POST /admin/strategy/reload``, ``POST /admin/drain``, ``POST /admin/resume``.
+With ``ServerConfig.api_key`` set, ``/v1`` answers only ``Authorization: Bearer <api key>``
+(:mod:`.apikey`, vLLM's ``--api-key``).
 
 This module builds the app: configuration and lifecycle (:mod:`.state`), the routes
 (:mod:`.routes`, :mod:`.admin`) and the error handlers. Every error is OpenAI's
@@ -34,6 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specpilot.engine.generate import Engine
 from specpilot.serve import admin, routes
+from specpilot.serve.apikey import ApiKeyGate
 from specpilot.serve.body import BodyGuard
 from specpilot.serve.protocol import APIError, error_body
 from specpilot.serve.responses import spec_metrics
@@ -78,6 +81,8 @@ def create_app(
         max_depth=state.cfg.max_json_depth,
         max_values=state.cfg.max_json_values,
     )
+    if state.cfg.api_key:  # before any body is read, like the admin gate
+        app.add_middleware(ApiKeyGate, api_key=state.cfg.api_key)
     app.add_middleware(admin.AdminGate, cfg=state.cfg)  # outermost: auth before any body
     _error_handlers(app, state)
     app.include_router(routes.router)

@@ -43,6 +43,7 @@ class ServerConfig:
     max_k: int = 16
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     admin_token: str | None = None  # None: admin endpoints refuse (403)
+    api_key: str | None = None  # set: /v1 answers only Bearer <api_key> (serve.apikey)
     admin_hosts: frozenset[str] = LOOPBACK
     admin_trust_proxy: bool = False  # accept /admin requests that carry proxy headers
     strategy_file: Path | None = None
