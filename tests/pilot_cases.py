@@ -287,8 +287,10 @@ def _phases(arm: str, slots: Mapping[str, list[Slot]], procs: list[int]) -> list
     for phase, xs in slots.items():
         rate = PHASES.get(phase, 1.0)
         start = 0.0
-        for ep in sorted({x.episode_phase for x in xs}):
-            mine = [x for x in xs if x.episode_phase == ep]
+        by_episode: dict[str, list[Slot]] = {}
+        for x in xs:
+            by_episode.setdefault(x.episode_phase, []).append(x)
+        for ep, mine in sorted(by_episode.items()):
             dur = len(mine) / rate
             t = [x.index * SPACING for x in mine]
             out.append(
