@@ -35,10 +35,10 @@ from statistics import NormalDist
 
 import numpy as np
 
-from specpilot.analysis.celltest import task_log_ratios
-from specpilot.analysis.paired import pair_rows
-from specpilot.analysis.requests import RequestTable
-from specpilot.analysis.stats import stratify
+from specpilot.analysis.base.requests import RequestTable
+from specpilot.analysis.base.stats import stratify
+from specpilot.analysis.comparison.paired import pair_rows
+from specpilot.analysis.episodes.celltest import task_log_ratios
 from specpilot.records import level_of
 from specpilot.store.store import read_pilot
 
@@ -50,7 +50,7 @@ Key = tuple[str, str]  # (episode phase, request id)
 
 def ratios(table: RequestTable, baseline: str, cand: str) -> dict[str, dict[Key, float]]:
     """Per load level: each paired request's log task-time ratio, its task group's mean taken
-    out (``analysis.stats.stratify``: the level's own mean kept, which a pilot's column removes)."""
+    out (``analysis.base.stats.stratify``: the level's own mean kept, which a pilot's column removes)."""
     b, c, _ = pair_rows(table, baseline, cand)
     ok, d = task_log_ratios(table, b, c)
     b = b[ok]

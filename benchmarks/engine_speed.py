@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from specpilot.analysis.rounds import leviathan_alpha, leviathan_speedup, window_metrics
+from specpilot.analysis.mechanism.rounds import leviathan_alpha, leviathan_speedup, window_metrics
 from specpilot.engine.calibrate import StepTimer
 from specpilot.engine.formats import FORMATS, apply_format, parse_format
 from specpilot.engine.loader import HF_LAYER_NAMES, default_target_path, load_model

@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import specpilot.analysis.episodes as ep
+import specpilot.analysis.episodes.estimate as ep
 import test_episodes as sim
 
 

@@ -56,7 +56,7 @@ XEON = HardwareFacts(
 
 
 # per level and per arm: two pools of 4 processes leave a pooled cell of 4 task groups
-# 14 - 7 - 3 = 4 degrees of freedom for the episode noise (``analysis.celltest``); in place,
+# 14 - 7 - 3 = 4 degrees of freedom for the episode noise (``analysis.episodes.celltest``); in place,
 # a process component kept by the sometimes-pool test (1 time in 4 where there is none) has 3
 EPISODES = 14
 PROCESSES = 4
@@ -71,7 +71,7 @@ def arms(
     alternative: bool = True, k: int = 3, control: bool = True, processes: int = PROCESSES
 ) -> list[ArmRecord]:
     """Each arm's runs, one per process; the baseline's reach the speculative arm's processes
-    (switched off in place: ``analysis.celltest.physical_of``)."""
+    (switched off in place: ``analysis.episodes.celltest.physical_of``)."""
     first = {
         "base": ArmRecord(
             "p", "run-base", "base", "baseline", "builtin",
@@ -423,9 +423,9 @@ def full_case(drill_status: str = "not_possible") -> PilotData:
 
 
 def table(data: PilotData):
-    """The pilot's requests as the analysis sees them: by load level (``analysis.fold``)."""
-    from specpilot.analysis.fold import fold
-    from specpilot.analysis.requests import RequestTable
+    """The pilot's requests as the analysis sees them: by load level (``analysis.base.fold``)."""
+    from specpilot.analysis.base.fold import fold
+    from specpilot.analysis.base.requests import RequestTable
 
     return RequestTable.build(fold(data).requests, data.quality, data.arms)
 
@@ -436,8 +436,8 @@ def compare(t, base, cand, *, offered_rates=None, **settings):
     speculative arm's processes (``case``'s in-place design)."""
     import dataclasses
 
+    from specpilot.analysis.comparison.paired import CompareSettings, compare_arms
     from specpilot.analysis.config import AnalysisConfig
-    from specpilot.analysis.paired import CompareSettings, compare_arms
 
     st = dataclasses.replace(CompareSettings.of(AnalysisConfig()), **settings)
     physical = {run_of("base", j): run_of("spec", j) for j in range(PROCESSES)}  # in place

@@ -18,8 +18,8 @@ import pytest
 
 from pilot_cases import Cell, case
 from specpilot.analysis import AnalysisConfig, analyze
-from specpilot.analysis.fold import fold
-from specpilot.analysis.requests import RequestTable
+from specpilot.analysis.base.fold import fold
+from specpilot.analysis.base.requests import RequestTable
 from specpilot.records import level_of
 
 GROUPS = ("zh_business", "code", "structured", "longform")

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from specpilot.analysis.e2e import StageTable, amdahl, recommend, stage_breakdown
-from specpilot.analysis.requests import RequestTable
-from specpilot.analysis.traces import StageMap, TraceError, parse_csv, parse_otlp
+from specpilot.analysis.base.requests import RequestTable
+from specpilot.analysis.service.e2e import StageTable, amdahl, recommend, stage_breakdown
+from specpilot.analysis.service.traces import StageMap, TraceError, parse_csv, parse_otlp
 from specpilot.cli import main
 from specpilot.records import RequestRecord
 

@@ -7,11 +7,11 @@ import pytest
 
 from pilot_cases import Cell, Slot, case, compare, table
 from specpilot.analysis import AnalysisConfig, analyze
-from specpilot.analysis.capacity import capacity, memory_budget
-from specpilot.analysis.fold import fold
-from specpilot.analysis.load import load_cells
-from specpilot.analysis.requests import RequestTable
-from specpilot.analysis.verdict import crossover
+from specpilot.analysis.base.fold import fold
+from specpilot.analysis.base.requests import RequestTable
+from specpilot.analysis.service.capacity import capacity, memory_budget
+from specpilot.analysis.service.load import load_cells
+from specpilot.analysis.verdicts.verdict import crossover
 from specpilot.records import ChunkGaps, PhaseRecord, QualityRecord, RequestRecord
 
 
@@ -204,7 +204,7 @@ def test_memory_budget_and_the_concurrency_it_would_buy() -> None:
 
 
 def test_quantiles_censor_instead_of_dropping_failures() -> None:
-    from specpilot.analysis.columns import quantiles
+    from specpilot.analysis.base.columns import quantiles
 
     assert quantiles(np.array([1.0, 2.0, np.inf]), (0.5, 0.99)) == [2.0, None]
 
@@ -212,7 +212,7 @@ def test_quantiles_censor_instead_of_dropping_failures() -> None:
 def test_columns_from_a_reader_give_the_same_table_as_records() -> None:
     from dataclasses import fields
 
-    from specpilot.analysis.requests import FLOAT_COLUMNS, OBJECT_COLUMNS
+    from specpilot.analysis.base.requests import FLOAT_COLUMNS, OBJECT_COLUMNS
 
     reqs = cell_requests()
     reqs[0].client_stages = {"retrieval": 0.5}
@@ -241,7 +241,7 @@ def test_columns_from_a_reader_give_the_same_table_as_records() -> None:
 def test_bucketed_bootstrap_matches_the_pair_bootstrap() -> None:
     # 20,000 pairs in 2,000 episodes: the bucketed resampling (1,024 buckets of episodes) must
     # give the interval the episode resampling gives.
-    import specpilot.analysis.resample as paired
+    import specpilot.analysis.comparison.resample as paired
 
     cells = {("code", "peak"): Cell(spec=0.9, n=20000)}
     t = table(case(cells, alternative=False, rounds=False, episodes=2000))

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from specpilot.analysis.config import TuneKConfig
-from specpilot.analysis.leviathan import compare
-from specpilot.analysis.round_summary import summarize_rounds, with_plain
-from specpilot.analysis.tune_k import KRun, choose_k
-from specpilot.analysis.verify_cost import curve_for, verify_curves
+from specpilot.analysis.mechanism.leviathan import compare
+from specpilot.analysis.mechanism.round_summary import summarize_rounds, with_plain
+from specpilot.analysis.mechanism.tune_k import KRun, choose_k
+from specpilot.analysis.mechanism.verify_cost import curve_for, verify_curves
 from specpilot.records import RequestRounds, VerifyCostPoint
 
 
@@ -250,7 +250,12 @@ def test_k_is_chosen_from_the_pilots_runs_and_a_run_with_a_failure_is_rejected()
 def test_round_columns_from_a_reader_give_the_same_summary_as_records() -> None:
     import numpy as np
 
-    from specpilot.analysis.round_summary import FLOAT_FIELDS, INT_FIELDS, KEYS, RoundsTable
+    from specpilot.analysis.mechanism.round_summary import (
+        FLOAT_FIELDS,
+        INT_FIELDS,
+        KEYS,
+        RoundsTable,
+    )
 
     recs = [
         rr("spec", "a", 30, 4, 108, 138, 0.3, 0.6, 0.1, pos_acc=[30, 30, 27, 21]),
@@ -270,7 +275,7 @@ def test_decode_speedup_interval_resamples_episodes_not_requests() -> None:
     episodes, and is wider than one that took the same requests as independent."""
     import dataclasses
 
-    from specpilot.analysis.round_summary import RoundsTable, speedup_intervals
+    from specpilot.analysis.mechanism.round_summary import RoundsTable, speedup_intervals
     from specpilot.records import RequestRounds
 
     rng = np.random.default_rng(0)
@@ -302,7 +307,7 @@ def test_decode_speedup_interval_resamples_episodes_not_requests() -> None:
 
 def test_a_file_where_nothing_drafted_summarises_without_positions() -> None:
     # `specpilot load --start --engine builtin` files (no draft): rounds, but not one proposal
-    from specpilot.analysis.round_summary import summarize_rounds
+    from specpilot.analysis.mechanism.round_summary import summarize_rounds
     from specpilot.records import RequestRounds
 
     rr = [RequestRounds("r", "base", "peak", "code", "q1", 10, 0, 0, 0, 10, 0.0, 0.5, 0.01)]

@@ -10,7 +10,7 @@ import yaml
 
 from pilot_cases import SYNTHETIC_CONFIG, Cell, case, key_checks
 from specpilot.analysis import AnalysisConfig, analyze
-from specpilot.analysis.decision import Verdict
+from specpilot.analysis.verdicts.decision import Verdict
 from specpilot.records import ConsistencyRecord, PilotData, level_of
 
 CFG = AnalysisConfig(bootstrap_resamples=300)

@@ -103,7 +103,7 @@ def test_traceback_on_request_for_user_errors(tmp_path, monkeypatch):
 
 
 def test_which_exceptions_count_as_user_errors():
-    from specpilot.analysis.traces import TraceError
+    from specpilot.analysis.service.traces import TraceError
     from specpilot.engine.gguf_read import GGUFFormatError
     from specpilot.engine.loader import ModelLoadError, TokenizerMismatchError
     from specpilot.quality.checks import CheckError

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from specpilot import definitions
-from specpilot.analysis.drill import summarize
-from specpilot.analysis.requests import RequestTable
+from specpilot.analysis.base.requests import RequestTable
+from specpilot.analysis.rollback.drill import summarize
 from specpilot.records import RequestRecord
 
 

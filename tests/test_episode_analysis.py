@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from specpilot.analysis import AnalysisConfig, analyze
-from specpilot.analysis.paired import Interval, PairedComparison
-from specpilot.analysis.undecided import not_shown, request_share, rerun
+from specpilot.analysis.comparison.paired import Interval, PairedComparison
+from specpilot.analysis.verdicts.undecided import not_shown, request_share, rerun
 from specpilot.pilot.design import crossed
 from specpilot.records import (
     ArmRecord,
@@ -338,7 +338,7 @@ def test_a_level_left_open_is_said_as_such_whatever_its_cell_reads():
 
 
 def test_a_levels_offered_rate_is_the_arms_whole_level_not_one_processes_episodes():
-    from specpilot.analysis.fold import arm_rates, fold_phases
+    from specpilot.analysis.base.fold import arm_rates, fold_phases
 
     # two processes of one arm: one served the level's sparse slices, the other its dense ones
     ph = [
@@ -376,10 +376,10 @@ def test_a_request_served_with_the_wrong_strategy_in_place_is_said():
 
 def test_where_processes_differ_more_episodes_are_not_promised_to_decide():
     """Two pools whose processes differ by sd 30% (4 per arm): the kept process components do
-    not shrink with episodes (``analysis.celltest.process_floor``), so the undecided cells say
+    not shrink with episodes (``analysis.episodes.celltest.process_floor``), so the undecided cells say
     that more episodes alone would not decide them and how many processes would, and the
     verdict repeats it, instead of an episode count scaled as 1/sqrt(episodes)."""
-    from specpilot.analysis.celltest import process_floor
+    from specpilot.analysis.episodes.celltest import process_floor
 
     a = analyze(_pilot(effect=0.05, planted=0.4, sd=0.3, seed=0), CFG)
     cells = _pooled(a, "speculative").values()
@@ -400,7 +400,7 @@ def test_every_record_with_a_phase_is_seen_by_level_but_the_counters_by_episode(
     (seen: a default pilot's round and Leviathan tables had a row per episode, its load cells
     no ITL, and the report's simulation fell back to request times); the snapshots keep their
     episodes, since an engine's counters are deltas over each episode's edges."""
-    from specpilot.analysis.fold import fold
+    from specpilot.analysis.base.fold import fold
     from specpilot.records import (
         ChunkGaps,
         MetricSnapshot,

@@ -1,4 +1,4 @@
-"""The episode design's estimator (``analysis.episodes``) on seeded simulated pilots.
+"""The episode design's estimator (``analysis.episodes.estimate``) on seeded simulated pilots.
 
 The simulated pilot is the one these 2-core VMs give: each arm served by m = 4 engine
 processes whose log speed offsets have sd 7.5% per arm, E = 16 episodes assigned by
@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from specpilot.analysis import stats
-from specpilot.analysis.episodes import (
+from specpilot.analysis.base import stats
+from specpilot.analysis.episodes.estimate import (
     EpisodeEstimate,
     episode_effect,
     mde,
@@ -198,7 +198,7 @@ def test_fingerprint_is_reported_not_applied_and_when_switched_on_recovers_mu(mo
     """The adjustment is measured and reported, and the interval stays the plain one
     (``FP_APPLIED``: its A/A rate was 6.5%); switched on, its mechanism still does what it
     says, for the day its error is counted in full."""
-    from specpilot.analysis import episodes as ep
+    from specpilot.analysis.episodes import estimate as ep
 
     rng = np.random.default_rng(5)
     m, episodes = 4, 16

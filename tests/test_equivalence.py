@@ -14,7 +14,7 @@ import pytest
 
 from pilot_cases import Cell, case, compare, table
 from specpilot.analysis import AnalysisConfig, analyze
-from specpilot.analysis.decision import cell_text
+from specpilot.analysis.verdicts.decision import cell_text
 
 SEEDS = range(6)
 
@@ -77,7 +77,7 @@ def test_no_interval_excludes_zero_beside_an_undirected_outcome_unless_labelled(
 
 def test_the_deciding_interval_is_simultaneous_over_the_cells_tested():
     out = _comparisons(0.7, 60, 0)
-    # two families (analysis.paired._families), half of alpha each: the 2 pooled cells, and the
+    # two families (analysis.comparison.paired._families), half of alpha each: the 2 pooled cells, and the
     # 4 group cells; each with its on-time tests in Tarone's family
     assert all(c.deciding_level is not None and c.deciding_level > 0.95 for c in out)
     pooled = {c.deciding_level for c in out if c.task_group == "*"}

@@ -1,4 +1,4 @@
-"""The switch tested in place (``analysis.inplace``): the estimate against its textbook form,
+"""The switch tested in place (``analysis.episodes.inplace``): the estimate against its textbook form,
 and seeded simulations of the default pilot's shape (5 processes, 14 episodes per level, the
 pooled cell's share of alpha): the A/A rate holds where processes respond differently to the
 switch, the old rule (every episode independent) does not, the power for a true +15% at the
@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from specpilot.analysis import stats
-from specpilot.analysis.episodes import mde
-from specpilot.analysis.inplace import switch_effect
+from specpilot.analysis.base import stats
+from specpilot.analysis.episodes.estimate import mde
+from specpilot.analysis.episodes.inplace import switch_effect
 from specpilot.errors import ConfigError
 
 M, E = 5, 14  # the default pilot: speculative processes, episodes per level
@@ -93,7 +93,7 @@ def test_a_true_15_percent_is_found_with_power_and_the_planner_says_so():
 
 
 def test_the_planner_counts_the_task_groups_strata_as_the_estimator_does():
-    # a pooled cell's 4 task groups take 3 of the episode noise's df (analysis.stats.stratify):
+    # a pooled cell's 4 task groups take 3 of the episode noise's df (analysis.base.stats.stratify):
     # the planner's mde(strata_df=3) is the power the stratified test has (at 5 processes and
     # 14 episodes the 3 df move it by under 1%: the test pools the process term at this noise)
     s_u, s_xi, strata = 0.02, 0.10, 3

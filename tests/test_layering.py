@@ -325,3 +325,56 @@ def test_the_engine_branch_check_sees_them(tmp_path: Path) -> None:
         "compares with ['llamacpp', 'sglang']",
         "isinstance on BuiltinOptions",
     ]
+
+
+# analysis/'s rooms (its sub-packages) and what each stands on; ``config`` (what the analysis
+# may be told) is under every room, and the package's top (``pilot``, ``plan``, ``__init__``)
+# may import every room
+ANALYSIS_ROOMS: dict[str, list[str]] = {
+    "config": [],
+    "base": ["config"],
+    "episodes": ["base"],
+    "comparison": ["episodes"],
+    "mechanism": ["base"],
+    "service": ["base"],
+    "rollback": ["comparison"],
+    "verdicts": ["comparison", "mechanism", "service"],
+}
+
+
+def _room(module: str) -> str | None:
+    """The analysis room a module is in ("top" for the package's own modules but config)."""
+    parts = module.split(".")
+    if parts[:2] != ["specpilot", "analysis"]:
+        return None
+    if len(parts) == 2 or parts[2] not in ANALYSIS_ROOMS:
+        return "top"
+    return parts[2]
+
+
+def _room_allowed(room: str) -> set[str]:
+    out, todo = {room}, list(ANALYSIS_ROOMS[room])
+    while todo:
+        r = todo.pop()
+        if r not in out:
+            out.add(r)
+            todo.extend(ANALYSIS_ROOMS[r])
+    return out
+
+
+def test_analysis_rooms_stand_only_on_the_rooms_below_them() -> None:
+    root = SRC / "specpilot"
+    rooms = {p.name for p in (root / "analysis").iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == set(ANALYSIS_ROOMS) - {"config"}, "a room missing from ANALYSIS_ROOMS"
+    bad = []
+    for f in sorted((root / "analysis").rglob("*.py")):
+        module = ".".join(f.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+        here = _room(module)
+        if here in (None, "top"):
+            continue
+        for node in ast.walk(ast.parse(f.read_text("utf-8"), str(f))):
+            for name in _targets(node, root):
+                there = _room(name)
+                if there is not None and there not in _room_allowed(here):
+                    bad.append(f"{module}:{node.lineno} ({here}) -> {name} ({there})")
+    assert not bad, "analysis rooms against their order:\n" + "\n".join(bad)

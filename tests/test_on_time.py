@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 
 from pilot_cases import compare
-from specpilot.analysis.requests import RequestTable
+from specpilot.analysis.base.requests import RequestTable
 from specpilot.records import RequestRecord
 
 
 def request(arm: str, i: int, episode: int, e2e: float, deadline: float) -> RequestRecord:
     """The ``i``-th scheduled request of ``arm``'s run, in ``episode``: ok after ``e2e``; as
-    the analysis sees it (``analysis.fold``), by level, its episode in its id."""
+    the analysis sees it (``analysis.base.fold``), by level, its episode in its id."""
     t0 = 10.0 * i
     return RequestRecord(
         f"run-{arm}", arm, "burst", "code", f"burst~{episode:04d}-{i:06d}", t0, "ok", sent_t=t0,
@@ -56,7 +56,7 @@ def test_the_on_time_test_of_many_episodes_is_the_mcnemar_test_in_its_normal_lim
     # p (scipy) and the normal limit agree
     from scipy import stats as sp
 
-    from specpilot.analysis.paired import SIGN_FLIP_MAX
+    from specpilot.analysis.comparison.paired import SIGN_FLIP_MAX
 
     def late(arm: str, i: int) -> bool:
         return (arm == "cand" and i < 3100) or (arm == "base" and 3100 <= i < 6000)

@@ -1,11 +1,11 @@
-"""The planted arm's estimator (``analysis.onepool``): one pool of processes serves both arms.
+"""The planted arm's estimator (``analysis.episodes.onepool``): one pool of processes serves both arms.
 
 Seeded simulations of the default pilot's shape (4 processes, 14 episodes per level, crossed as
 ``pilot.design.crossed`` assigns them): process offsets of 7.5% and, to show they cancel, 30%;
 episode noise 10% (the planted arm's measured 7.6-11% on the AMD EPYC AVX-512 kind, 2026-12-03).
 2,000 simulated cells each: the A/A contrast directional at the nominal rate, the planted +15%
 covered and found, and the negative control: the same episodes fitted as two arms of
-independent processes (``analysis.episodes``) lose the power the pool keeps.
+independent processes (``analysis.episodes.estimate``) lose the power the pool keeps.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from specpilot.analysis import stats
-from specpilot.analysis.episodes import episode_effect, mde
-from specpilot.analysis.onepool import pool_effect
+from specpilot.analysis.base import stats
+from specpilot.analysis.episodes.estimate import episode_effect, mde
+from specpilot.analysis.episodes.onepool import pool_effect
 from specpilot.errors import ConfigError
 from specpilot.pilot.design import crossed
 
@@ -64,7 +64,7 @@ def test_planted_slowdown_is_covered_and_found_at_the_default_size():
 
 def test_negative_control_independent_process_draws_lose_the_power():
     # the same cells fitted as if planted and baseline were two arms' independent processes
-    # (what the pilot did before analysis.onepool): with 30% offsets the planted +15% is rarely
+    # (what the pilot did before analysis.episodes.onepool): with 30% offsets the planted +15% is rarely
     # found, while the pool finds it as often as with none
     f, sims = 0.15, 300
     found_pool = found_two = 0

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from pilot_cases import at_fixed_rates
-from specpilot.analysis.sequential import spent
+from specpilot.analysis.episodes.sequential import spent
 from specpilot.cli import main
 from specpilot.errors import ConfigError
 from specpilot.pilot.eta import EtaClock, Step, load_key

@@ -1,8 +1,8 @@
-"""The planner's prediction beside what the pilot achieved (``analysis.predicted``).
+"""The planner's prediction beside what the pilot achieved (``analysis.verdicts.predicted``).
 
 Seeded simulations of the default pilot's planted cell (4 processes, 14 episodes, crossed as
 ``pilot.design.crossed`` assigns them, process sd 7.5%, episode sd 10%, the pooled deciding
-level), each fitted as the pilot fits it (``analysis.onepool``): when the planner predicts from
+level), each fitted as the pilot fits it (``analysis.episodes.onepool``): when the planner predicts from
 the noise the pilot really has, its MDE is within a factor of 1.5 of the one each cell achieves
 at its own measured noise (issue 33's target for ``--dry-run``); when it predicts from half
 that noise, the report says the prediction did not carry.
@@ -14,11 +14,11 @@ import math
 
 import numpy as np
 
-from specpilot.analysis.celltest import episode_noise
-from specpilot.analysis.episodes import half_width, mde
-from specpilot.analysis.onepool import pool_effect
-from specpilot.analysis.paired import Interval, PairedComparison
-from specpilot.analysis.predicted import prediction_checks
+from specpilot.analysis.comparison.paired import Interval, PairedComparison
+from specpilot.analysis.episodes.celltest import episode_noise
+from specpilot.analysis.episodes.estimate import half_width, mde
+from specpilot.analysis.episodes.onepool import pool_effect
+from specpilot.analysis.verdicts.predicted import prediction_checks
 from specpilot.pilot.design import crossed
 
 M, E, PROCESS_SD, EPISODE_SD = 4, 14, 0.075, 0.10

@@ -229,7 +229,7 @@ def test_only_the_builtin_engine_is_known_to_report_the_target_log_probs():
 
 
 def test_the_report_and_the_quality_command_know_the_engine_alike():
-    from specpilot.analysis.quality import reports_target_logprobs
+    from specpilot.analysis.verdicts.quality import reports_target_logprobs
     from specpilot.records import ArmRecord, PilotData, PilotRecord
 
     arms = [ArmRecord("p", "r1", "spec", "speculative", "builtin"),

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from specpilot.analysis.rounds import (
+from specpilot.analysis.mechanism.rounds import (
     cost_per_token,
     expected_committed,
     leviathan_alpha,
@@ -112,7 +112,7 @@ def test_leviathan_formulas() -> None:
 def test_first_divergence_reports_the_reference_margin() -> None:
     from types import SimpleNamespace
 
-    from specpilot.analysis.rounds import first_divergence
+    from specpilot.analysis.mechanism.rounds import first_divergence
 
     lps = [
         SimpleNamespace(top=[(5, -0.1), (6, -2.0)]),

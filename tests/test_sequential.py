@@ -1,4 +1,4 @@
-"""Sequential looks (``analysis.sequential``): the spending, the stopping rule on the whole
+"""Sequential looks (``analysis.episodes.sequential``): the spending, the stopping rule on the whole
 analysis, and seeded simulated pilots with the looks included.
 
 The simulated pilot is the default's shape: 4 processes per arm (sd 7.5% each), 14 episodes per
@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from specpilot.analysis import AnalysisConfig, analyze
-from specpilot.analysis.episodes import episode_effect
-from specpilot.analysis.sequential import (
+from specpilot.analysis.episodes.estimate import episode_effect
+from specpilot.analysis.episodes.sequential import (
     decided_levels,
     final_alpha,
     interim_alpha,
@@ -191,7 +191,7 @@ def test_the_report_is_at_the_last_looks_level_and_says_what_each_look_spent():
 
 
 def test_the_report_level_moves_only_where_looks_ran_or_episodes_were_dropped():
-    from specpilot.analysis.sequential import report_alpha, thin_levels
+    from specpilot.analysis.episodes.sequential import report_alpha, thin_levels
 
     plain = {"at": [14], "alpha": 0.05, "ran": [], "final": {"episodes": {"peak": 14},
              "alpha": 0.05, "not_run": {}}}  # fmt: skip

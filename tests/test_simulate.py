@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from specpilot.analysis.fold import fold
+from specpilot.analysis.base.fold import fold
 from specpilot.records import RequestRounds
 from specpilot.simulate import rounds_needed, simulate
 from specpilot.simulate.costs import _committed

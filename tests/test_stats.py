@@ -1,4 +1,4 @@
-"""The small-sample statistics of ``analysis.stats`` against scipy and against brute force."""
+"""The small-sample statistics of ``analysis.base.stats`` against scipy and against brute force."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from specpilot.analysis import stats
+from specpilot.analysis.base import stats
 
 
 @pytest.mark.parametrize("df", [1, 2.5, 3, 7, 30, 200])

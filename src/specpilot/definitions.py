@@ -44,7 +44,7 @@ def acceptance_rate(rounds: Sequence[RoundRecord]) -> float | None:
 def on_time(r: RequestRecord, key_failed: bool = False) -> bool:
     """DESIGN.md: status ok, its key quality checks pass (``key_failed`` False), TTFT (sent ->
     first content) <= the group's TTFT SLO and E2E (sent -> last byte) <= its deadline.
-    ``analysis.requests.RequestTable.on_time`` is this over columns (latency part; goodput
+    ``analysis.base.requests.RequestTable.on_time`` is this over columns (latency part; goodput
     there removes the key failures)."""
     if key_failed or r.status != "ok" or r.sent_t is None or r.done_t is None:
         return False

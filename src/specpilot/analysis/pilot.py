@@ -16,42 +16,45 @@ from typing import Any
 
 import numpy as np
 
-from specpilot.analysis import capacity as cap
-from specpilot.analysis import cost, e2e, load, paired, quality, rollback
-from specpilot.analysis import planted as pl
-from specpilot.analysis.aa import AAControl, aa_control
-from specpilot.analysis.celltest import fingerprints_of, physical_of
-from specpilot.analysis.columns import ALL
+from specpilot.analysis.base.columns import ALL
+from specpilot.analysis.base.coverage import cut_phases, latency_cdf, not_measured
+from specpilot.analysis.base.fold import arm_rates, fold
+from specpilot.analysis.base.requests import RequestTable
+from specpilot.analysis.comparison import paired
+from specpilot.analysis.comparison.aa import AAControl, aa_control
+from specpilot.analysis.comparison.contention import contended
 from specpilot.analysis.config import AnalysisConfig
-from specpilot.analysis.contention import contended
-from specpilot.analysis.counters import CounterAcceptance, counter_acceptance
-from specpilot.analysis.coverage import cut_phases, latency_cdf, not_measured
-from specpilot.analysis.decision import DecisionInputs, Verdict
-from specpilot.analysis.fold import arm_rates, fold
-from specpilot.analysis.inplace import switch_held
-from specpilot.analysis.leviathan import LeviathanGap, compare
-from specpilot.analysis.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
-from specpilot.analysis.parity import RollbackParity, drill_outcomes, parity_of
-from specpilot.analysis.plan import Pairing, hardware_text, pair_arms, representative
-from specpilot.analysis.predicted import PredictionCheck, prediction_checks
-from specpilot.analysis.requests import RequestTable
-from specpilot.analysis.round_summary import (
+from specpilot.analysis.episodes.celltest import fingerprints_of, physical_of
+from specpilot.analysis.episodes.inplace import switch_held
+from specpilot.analysis.episodes.sequential import looks_text, report_alpha, thin_levels
+from specpilot.analysis.mechanism.counters import CounterAcceptance, counter_acceptance
+from specpilot.analysis.mechanism.leviathan import LeviathanGap, compare
+from specpilot.analysis.mechanism.round_summary import (
     RoundsTable,
     RoundSummary,
     speedup_intervals,
     summarize_rounds,
     with_plain,
 )
-from specpilot.analysis.sequential import looks_text, report_alpha, thin_levels
-from specpilot.analysis.tune_k import KChoice, KRun, choose_k
-from specpilot.analysis.verdict import (
+from specpilot.analysis.mechanism.tune_k import KChoice, KRun, choose_k
+from specpilot.analysis.mechanism.verify_cost import VerifyCurve, curve_for, verify_curves
+from specpilot.analysis.plan import Pairing, hardware_text, pair_arms, representative
+from specpilot.analysis.rollback import rules as rollback
+from specpilot.analysis.rollback.parity import RollbackParity, drill_outcomes, parity_of
+from specpilot.analysis.service import capacity as cap
+from specpilot.analysis.service import cost, e2e, load
+from specpilot.analysis.verdicts import planted as pl
+from specpilot.analysis.verdicts import quality
+from specpilot.analysis.verdicts.decision import DecisionInputs, Verdict
+from specpilot.analysis.verdicts.matrix import GroupMatrix, TokenTime, group_matrix, time_per_token
+from specpilot.analysis.verdicts.predicted import PredictionCheck, prediction_checks
+from specpilot.analysis.verdicts.verdict import (
     Crossover,
     crossover,
     decide,
     validation_arm,
     with_triggers,
 )
-from specpilot.analysis.verify_cost import VerifyCurve, curve_for, verify_curves
 from specpilot.records import DERIVED_TIMES_ENGINES, TOTALS_ENGINES, ArmRecord, PilotData
 
 
@@ -98,7 +101,7 @@ class PilotAnalysis:
     planted: list[pl.PlantedResult] = field(default_factory=list)  # per level: was it found
     # the planner's predicted MDE and interval beside what each pooled cell achieved
     predicted: list[PredictionCheck] = field(default_factory=list)
-    # the looks of the episode design and what each spent (analysis.sequential); None: no looks
+    # the looks of the episode design and what each spent (analysis.episodes.sequential); None: no looks
     sequential: dict[str, Any] | None = None
 
 
@@ -112,7 +115,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
         thin = thin_levels(looks, int(design.get("processes") or 1))
         cfg = cfg.model_copy(update={"ci_level": 1.0 - alpha, "episode_pooling": not thin})
         looks = dict(looks, without_pool=thin)
-    data = fold(data)  # the episode design's records by load level (analysis.fold)
+    data = fold(data)  # the episode design's records by load level (analysis.base.fold)
     if data.request_columns is not None:
         table = RequestTable.from_columns(data.request_columns, data.quality, data.arms)
     else:

@@ -58,7 +58,7 @@ def register(sub: Any) -> None:
 
 
 def summary(result: Any) -> dict[str, Any]:
-    from specpilot.analysis.rounds import window_metrics
+    from specpilot.analysis.mechanism.rounds import window_metrics
 
     out: dict[str, Any] = {
         "prompt_tokens": result.prompt_tokens,
@@ -176,7 +176,7 @@ DEMO_PROMPTS = [
 
 def run_demo(args: argparse.Namespace) -> int:
     """The default pilot (for now): plain vs speculative on four task kinds, same prompts."""
-    from specpilot.analysis.rounds import first_divergence
+    from specpilot.analysis.mechanism.rounds import first_divergence
     from specpilot.engine.runtime import DEFAULT_DRAFT, chat_prompt_ids
     from specpilot.engine.sampling import SamplingParams
 

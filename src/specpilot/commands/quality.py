@@ -43,7 +43,7 @@ def _read(path: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specpilot.analysis.quality import reports_target_logprobs
+    from specpilot.analysis.verdicts.quality import reports_target_logprobs
     from specpilot.quality.config import QualityConfig
     from specpilot.quality.recheck import recheck, resolve_groups
     from specpilot.quality.summary import gate

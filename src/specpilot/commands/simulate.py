@@ -83,7 +83,7 @@ def _arm(data: Any, name: str | None, role: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from specpilot.analysis.fold import fold
+    from specpilot.analysis.base.fold import fold
     from specpilot.errors import ConfigError
     from specpilot.simulate import calibrate, crossover, measured, poisson_workload, predict
     from specpilot.simulate import validate as gate

@@ -1,7 +1,7 @@
 """``specpilot stages TRACE``: where real tasks spend their time, and which are worth a pilot.
 
 TRACE is OpenTelemetry OTLP/JSON (spans mapped to stages by ``--map MAP.yaml``, a
-``StageMap``: see :mod:`specpilot.analysis.traces`) or a CSV of stage timings. Prints, per
+``StageMap``: see :mod:`specpilot.analysis.service.traces`) or a CSV of stage timings. Prints, per
 task group, the mean time per stage, the decode share, the Amdahl projection for an assumed
 decode speed-up, and the recommendation: ``pilot`` (decode-dominated, long outputs),
 ``fix_first`` (another stage dominates) or ``marginal``.
@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     import yaml
     from pydantic import ValidationError
 
-    from specpilot.analysis.e2e import recommend, stage_breakdown
-    from specpilot.analysis.traces import StageMap, parse_csv, parse_otlp
+    from specpilot.analysis.service.e2e import recommend, stage_breakdown
+    from specpilot.analysis.service.traces import StageMap, parse_csv, parse_otlp
 
     path = Path(args.trace)
     text = path.read_text(encoding="utf-8")

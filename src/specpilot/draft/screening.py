@@ -2,7 +2,7 @@
 
 For every candidate draft and every k, each group's prompts are decoded greedily at batch 1 with
 the builtin engine; the rounds give acceptance per position, mean acceptance length and decode
-cost per committed token (R2 definitions, ``analysis.rounds``). Plain decoding (k = 0) of the same
+cost per committed token (R2 definitions, ``analysis.mechanism.rounds``). Plain decoding (k = 0) of the same
 prompts is the baseline. Micro-benchmarks give the draft's step time, the target's one-token
 step and its verify time for k + 1 tokens, from which the Leviathan prediction is printed next
 to the measurement. Each candidate's perplexity on the target's own outputs is printed too, to
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specpilot.analysis.rounds import (
+from specpilot.analysis.mechanism.rounds import (
     expected_committed,
     leviathan_speedup,
     speedup_from_costs,

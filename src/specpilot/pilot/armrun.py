@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specpilot.analysis.drill import summarize
+from specpilot.analysis.rollback.drill import summarize
 from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend, request_headers
 from specpilot.definitions import goodput

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specpilot.analysis.capacity import slots_in
+from specpilot.analysis.service.capacity import slots_in
 from specpilot.pilot.config import PilotConfigError
 from specpilot.records import RequestRecord, ScheduledRequest
 from specpilot.simulate.sustain import (

@@ -78,12 +78,12 @@ class EpisodeSettings(StrictModel):
     in_place: bool = False
     """the baseline served by the speculative arm's processes with speculation switched off
     at run time (engines that switch in place: the builtin server), so the two arms of every
-    episode run on one process and its offset cancels (``analysis.inplace``); the baseline
+    episode run on one process and its offset cancels (``analysis.episodes.inplace``); the baseline
     starts no processes of its own, and ``within`` has nothing left to add"""
     seed: int = 0
     looks: list[int] = Field(
         default_factory=list,
-        description="episodes per level after which the pilot looks (analysis.sequential): a "
+        description="episodes per level after which the pilot looks (analysis.episodes.sequential): a "
         "level decided there gets no more episodes; the last look is at per_level",
     )
     budget_min: float | None = Field(
@@ -298,7 +298,7 @@ def design_record(
 ) -> dict[str, Any]:
     """The whole design before anything runs: per episode phase, its level, the arm order
     and the process index of each arm (the planted arm reaches the baseline's processes), and
-    the looks (``analysis.sequential``: at which episode counts, the error rate they share; the
+    the looks (``analysis.episodes.sequential``: at which episode counts, the error rate they share; the
     runner adds each look's outcome under ``ran`` and the last under ``final``)."""
     groups = {r.group for r in schedule.requests if not r.warmup}
     levels: dict[str, list[str]] = {}

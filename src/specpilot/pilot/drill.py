@@ -14,7 +14,7 @@ The drill replays the pilot's peak phase once more as a separate ``drill`` phase
 measured phases stay clean; ``replay_s`` cuts the replay after the switch back and its recovery
 window (nothing later is read).
 
-The drill's metrics (``summarize``, ``recovery_time``) are analysis: ``analysis.drill``.
+The drill's metrics (``summarize``, ``recovery_time``) are analysis: ``analysis.rollback.drill``.
 """
 
 from __future__ import annotations

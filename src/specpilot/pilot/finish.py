@@ -12,7 +12,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from specpilot.analysis.decision import ADOPT, WINDOWS
+from specpilot.analysis.verdicts.decision import ADOPT, WINDOWS
 from specpilot.pilot.arms import ArmPlan
 from specpilot.pilot.config import PilotConfig
 from specpilot.pilot.gates import Gates
@@ -40,7 +40,7 @@ def report(
     path: Path, out_dir: Path, cfg: PilotConfig, progress: PilotProgress
 ) -> tuple[dict[str, Path], dict[str, Any]]:
     """Analyse the pilot file and write the report next to it; returns (files, document)."""
-    from specpilot.analysis.contention import contended
+    from specpilot.analysis.comparison.contention import contended
     from specpilot.report import build_report
     from specpilot.simulate.section import pilot_simulation
     from specpilot.store import read_pilot

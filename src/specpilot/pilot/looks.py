@@ -1,4 +1,4 @@
-"""The episode design's looks and budget, as the runner executes them (``analysis.sequential``
+"""The episode design's looks and budget, as the runner executes them (``analysis.episodes.sequential``
 holds the statistics).
 
 The episodes run in **blocks** that end at the looks (``episodes.looks``, then ``per_level``):
@@ -54,7 +54,7 @@ def least(design: dict[str, Any]) -> int:
     cell keeps ``MIN_RESIDUAL_DF`` for its episode noise after the mean and the process
     offsets (one pool of m in place, m_cand + m_base - 1 for arms on processes of their own)
     and the task groups' strata took theirs; fewer, and it is undecided by construction."""
-    from specpilot.analysis.celltest import MIN_RESIDUAL_DF
+    from specpilot.analysis.episodes.celltest import MIN_RESIDUAL_DF
 
     m = int(design["processes"])
     fit = m if design.get("in_place") else 2 * m - 1
@@ -191,8 +191,8 @@ class Looks:
     def look(self, j: int, done: Sequence[str], ahead: Sequence[str]) -> None:
         """Interim look ``j`` (0-based) over the episodes ``done``: levels decided at its
         nominal level get none of ``ahead``."""
+        from specpilot.analysis.episodes.sequential import decided_levels, interim_alpha
         from specpilot.analysis.pilot import analyze
-        from specpilot.analysis.sequential import decided_levels, interim_alpha
 
         levels = self.design["levels"]
         closed = {x for r in self.lk["ran"] for x in r.get("closed", [])}
@@ -224,7 +224,7 @@ class Looks:
         self.save()
 
     def final(self, done: Sequence[str]) -> None:
-        from specpilot.analysis.sequential import final_alpha
+        from specpilot.analysis.episodes.sequential import final_alpha
 
         not_run: dict[str, dict[str, int]] = {}
         for n, why in self.skipped.items():

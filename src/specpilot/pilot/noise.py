@@ -2,7 +2,7 @@
 
 After every pilot in the episode design, the components each pooled cell measured (process sd
 per arm, episode sd, on how many episodes, processes and pairs per episode:
-``analysis.celltest.episode_noise``) are appended to ``<cache>/noise/measured.jsonl`` under the
+``analysis.episodes.celltest.episode_noise``) are appended to ``<cache>/noise/measured.jsonl`` under the
 machine's key (CPU model, the flags that decide verify cost, logical cores). ``--dry-run``
 reads the newest entry for this machine: the planted arm's noise (pure timing: the same
 processes, a known stretch) for the planted effect, each candidate arm's own (by name: a
@@ -49,7 +49,7 @@ def remember(
 ) -> int:
     """Append the pooled cells' measured noise of a report document; returns how many cells
     were kept (0: not an episode pilot, or ``shared``: measured on a machine that other work
-    loaded unevenly (``analysis.contention.contended``), whose noise is not this machine's own and
+    loaded unevenly (``analysis.comparison.contention.contended``), whose noise is not this machine's own and
     would mislead the next plan; nothing written)."""
     if shared:
         return 0
@@ -164,9 +164,9 @@ def _predicted(
     strata_df: int = 0,
 ) -> dict[str, Any]:
     """The planner's MDE and interval half-width (median, 80th percentile) at noise ``c``
-    (``in_place``: both arms on one process per episode, ``analysis.inplace``; ``strata_df``:
+    (``in_place``: both arms on one process per episode, ``analysis.episodes.inplace``; ``strata_df``:
     the task groups' strata in the pooled cell)."""
-    from specpilot.analysis.episodes import half_width, mde
+    from specpilot.analysis.episodes.estimate import half_width, mde
 
     args = (c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha)
     hw = half_width(*args, in_place=in_place, strata_df=strata_df)
@@ -219,8 +219,8 @@ def episode_plan(cfg: PilotConfig) -> dict[str, Any]:
     comparison's cells), if every episode runs (a budget or a look that stops a level ends it
     with fewer), from the noise this machine measured in its last episode pilot
     (``pilot.noise``), else from the stated prior."""
-    from specpilot.analysis.episodes import mde
-    from specpilot.analysis.sequential import nominal_alphas
+    from specpilot.analysis.episodes.estimate import mde
+    from specpilot.analysis.episodes.sequential import nominal_alphas
     from specpilot.backends.facts import hardware_info
 
     ep = cfg.episodes
@@ -229,10 +229,10 @@ def episode_plan(cfg: PilotConfig) -> dict[str, Any]:
     groups = len(wl.groups) or 1
     phases = [p.name for p in wl.phases]
     levels = len(phases) or 1
-    # a pooled cell's share (analysis.paired._families): half of alpha when there are task
+    # a pooled cell's share (analysis.comparison.paired._families): half of alpha when there are task
     # groups (the other half is theirs), by Bonferroni over the load levels
     cells = levels
-    # with looks, the last one tests at what the interim looks left (analysis.sequential)
+    # with looks, the last one tests at what the interim looks left (analysis.episodes.sequential)
     total = nominal_alphas([*(x / e for x in ep.looks), 1.0], 1.0 - cfg.analysis.ci_level)[-1]
     alpha = total / (2 if groups > 1 else 1) / cells
     s, x = PRIOR_PROCESS_SD, PRIOR_EPISODE_SD

@@ -229,7 +229,7 @@ def switched_off(switch: RuntimeSwitch, work: Callable[[], None]) -> None:
 
 def reaching(steps: ArmSteps, of: ArmSteps, key: str, **info: Any) -> None:
     """Record a run that reaches another run's (warm) process: its manifest names that run
-    under ``key`` (``analysis.celltest.physical_of`` reads it), the frozen settings are its."""
+    under ``key`` (``analysis.episodes.celltest.physical_of`` reads it), the frozen settings are its."""
     manifest = {
         key: {"of_run": of.run.run_id, **info},
         "hardware": of.rec.manifest.get("hardware", {}),

@@ -314,10 +314,12 @@ class Pilot:
         self.schedule = split_schedule(self.level_schedule, ep.per_level)
         arms = design_arms(self.plans, ep)
         base = next(p.name for p in self.plans if p.role == "baseline")
-        alpha = 1.0 - self.cfg.analysis.ci_level  # the looks share it (analysis.sequential)
+        alpha = (
+            1.0 - self.cfg.analysis.ci_level
+        )  # the looks share it (analysis.episodes.sequential)
         design = design_record(self.schedule, arms, base, ep.processes, ep, alpha)
         # what the planner predicts from the noise measured before this pilot: the report
-        # sets it beside what the pilot achieved (analysis.predicted)
+        # sets it beside what the pilot achieved (analysis.verdicts.predicted)
         design["prediction"] = clean(episode_plan(self.cfg)) if not quiet else {}
         return design
 

@@ -1,7 +1,7 @@
 """The quality gate of one candidate arm against the baseline (pure: records in, verdict out).
 
 The one quality gate of specpilot: ``specpilot quality`` prints it and the pilot's verdict
-(``analysis.quality``) uses it, per task group.
+(``analysis.verdicts.quality``) uses it, per task group.
 
 The gate fails on any of: a greedy divergence above the margin threshold (a defect, listed
 by prompt); a sampled group whose outputs differ in distribution from the baseline's (Holm-

@@ -86,7 +86,7 @@ class ResourceBudget:
 
 
 # control: a second instance of the baseline's exact config, on processes of its own: the
-# pilot's A/A measurement (analysis.aa)
+# pilot's A/A measurement (analysis.comparison.aa)
 # planted: the baseline's processes through a proxy that dilates latency by a known factor
 # within: a speculative arm's own processes with speculation switched off at run time
 ARM_ROLES = ("baseline", "speculative", "alternative", "control", "extra", "planted", "within")

@@ -17,7 +17,7 @@ from typing import Any
 
 from specpilot import __version__
 from specpilot.analysis.pilot import PilotAnalysis
-from specpilot.analysis.utilization import capacity_rps, levels, utilization
+from specpilot.analysis.service.utilization import capacity_rps, levels, utilization
 from specpilot.records import PilotData, PilotRecord
 from specpilot.report.definitions import DEFINITIONS
 from specpilot.report.figures import figure_data

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specpilot.analysis.matrix import GroupMatrix
 from specpilot.analysis.pilot import PilotAnalysis
+from specpilot.analysis.verdicts.matrix import GroupMatrix
 
 FIGURE_IDS = (
     "forest",

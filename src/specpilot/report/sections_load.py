@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from specpilot.analysis.undecided import needs
+from specpilot.analysis.verdicts.undecided import needs
 from specpilot.report.fmt import html_table, interval, k_schedule_line, mib, num, pct, seconds
 from specpilot.report.sections import Doc, Svgs, figure, section
 

@@ -136,7 +136,7 @@ class ArmCosts:
 
 
 def _slots(data: PilotData, arm: str) -> int:
-    from specpilot.analysis.capacity import target_slots
+    from specpilot.analysis.service.capacity import target_slots
 
     rec = next((a for a in data.arms if a.arm == arm), None)
     return target_slots(rec) or 1

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from specpilot.analysis.stats import quantile_interval
+from specpilot.analysis.base.stats import quantile_interval
 from specpilot.errors import ConfigError
 from specpilot.records import PilotData, RequestRecord, level_of
 from specpilot.simulate.costs import ArmCosts, rounds_needed

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from specpilot.analysis.contention import contended
+from specpilot.analysis.comparison.contention import contended
 from specpilot.errors import ConfigError
 from specpilot.records import PilotData
 from specpilot.simulate.costs import calibrate
@@ -60,7 +60,7 @@ class Validation:
     # the largest relative difference between identical arms (None: no control in the pilot)
     aa_floor: float | None = None
     # the arm's phases (calibration and predicted) that shared the machine more than the others
-    # (analysis.contention.contended)
+    # (analysis.comparison.contention.contended)
     contended: tuple[str, ...] = ()
     # the largest change of the machine's own step time between the calibration phases and a
     # predicted one: every arm's median decode step at batch 1, the median over arms (None:

@@ -1,0 +1,509 @@
+"""Paired comparisons of two arms on the same schedule, with tests valid at a pilot's sizes.
+
+Requests pair on (repetition, phase, request_id): the same schedule slot, hence the same
+prompt, in both arms (a prompt_id that differs is counted as unmatched, never paired).
+
+**The verdict's measure** is the relative task-time change of a cell (phase x group), task
+time = client stages (retrieval, tools) + E2E, what the user waits for. Over the pairs where
+both requests ended ok, d_i = log(candidate task time / baseline task time); the estimate is
+exp(mean d) - 1 (the geometric mean of the per-request ratios: negative is faster). In a cell
+that pools task groups (``*``) each pair's d is taken relative to its own group's mean and that
+mean's share added back (``stats.stratify``): the estimate is the same, but the groups' different
+effects (speculation can save 20% on code and cost 15% on Chinese prose in one pilot) no
+longer count as noise, and the groups' means cost their degrees of freedom.
+
+**Units.** Every pair carries its episode (``analysis.base.fold.episode_key``), and every run the
+engine process it reached (``celltest.physical_of``): the cell's effect is estimated by
+processes and episodes (``celltest.episode_test``: in place, one pool or two pools), Student's t
+on Satterthwaite's df. A pilot whose pairs carry no episodes (the sequential and interleaved
+designs, retired in December 2026 with their unit, the busy period) is refused with the fix.
+
+A cell gets a direction ("faster" / "slower") only when (1) it has at least ``min_pairs``
+both-ok pairs and its estimator could be fitted with enough degrees of freedom left for the
+episode noise, (2) its t-test stays below 1 - level after Holm's adjustment
+(``stats.holm_tarone``), and (3) the interval lies beyond ``min_gain`` on that side (the same
+margin for both directions). **Multiplicity** (``_families``): the pooled load-level cells
+(does it pay at this load?) and the task groups' cells are two families, each given half of
+alpha (Bonferroni across them, so the family-wise error stays at alpha; one family when there
+is one group): the question every pilot must answer keeps most of its power (at 2 levels and
+4 groups, each pooled cell is decided at 98.75% instead of 99.5%), the per-group cells pay. An
+undecided cell ("insufficient") says why, and the episodes per level (or processes per arm)
+that would decide it at the effect and spread measured.
+
+Failed requests stay in the picture: the on-time rate over *all* pairs is compared by the
+exact McNemar test on the discordant pairs, of whole episodes (the sign test of each episode's
+net count; in the same Holm family); a candidate significantly less often on time is "slower"
+whatever its survivors' speed.
+
+The other intervals (E2E alone, E2E seconds, TTFT, on-time difference) are descriptive: a
+paired percentile bootstrap of ratios of sums over the cell's episodes, from
+``numpy.random.default_rng([seed, crc32(cell)])`` (cells of more than 1,024 episodes resample
+1,024 random buckets of episodes).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from specpilot.analysis.base import stats
+from specpilot.analysis.base.columns import ALL
+from specpilot.analysis.base.fold import episode_key
+from specpilot.analysis.base.requests import RequestTable
+from specpilot.analysis.base.stats import Interval
+from specpilot.analysis.comparison.resample import (
+    NSTATS,
+    bootstrap,
+    cluster_sums,
+    column_stats,
+    percentile_interval,
+    stat_columns,
+)
+from specpilot.analysis.config import AnalysisConfig
+from specpilot.analysis.episodes.celltest import (
+    CellTest,
+    episode_test,
+    process_floor,
+    task_log_ratios,
+)
+from specpilot.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """The thresholds a comparison uses; their one home is ``AnalysisConfig`` (``of``)."""
+
+    resamples: int
+    seed: int
+    level: float
+    min_gain: float
+    min_pairs: int
+    min_effect: float
+    equivalence_margin: float
+    pool: bool = True  # the episode estimator's sometimes-pool (AnalysisConfig.episode_pooling)
+
+    @classmethod
+    def of(cls, cfg: AnalysisConfig) -> CompareSettings:
+        v = cfg.verdict
+        return cls(
+            resamples=cfg.bootstrap_resamples,
+            seed=cfg.seed,
+            level=cfg.ci_level,
+            min_gain=v.min_e2e_gain,
+            min_pairs=v.min_pairs,
+            min_effect=v.min_effect,
+            equivalence_margin=v.equivalence_margin,
+            pool=cfg.episode_pooling,
+        )
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    baseline_arm: str
+    candidate_arm: str
+    phase: str
+    task_group: str
+    offered_rate: float | None
+    pairs: int
+    unmatched: int
+    both_ok: int
+    task_rel_change: Interval  # client stages + E2E: the verdict's measure, deciding interval
+    e2e_rel_change: Interval
+    e2e_diff_s: Interval
+    ttft_rel_change: Interval
+    on_time_diff: Interval
+    outcome: str  # faster | slower | no_difference | insufficient
+    method: str
+    log_change: float | None = None  # mean log(candidate / baseline task time), both-ok pairs
+    se_within: float | None = None  # of log_change, from the pairs
+    drift_sd: float | None = None  # report.json's key, always None: processes carry the drift
+    df: float | None = None
+    p_value: float | None = None  # the episode estimate's t-test before adjustment
+    p_on_time: float | None = None  # exact McNemar on the discordant on-time pairs
+    p_adjusted: float | None = None  # Holm across the comparison's cells (the smaller test)
+    power: float | None = None  # to detect min_effect at this cell's standard error
+    pairs_needed: int | None = None  # both-ok pairs for 80% power at min_effect (None: never)
+    clusters: int | None = None  # episodes the both-ok pairs fell in
+    min_clusters: int | None = None  # report.json's key, always None (the busy periods' test)
+    # the level of task_rel_change: 1 - alpha / K, K the cells tested together (Bonferroni
+    # over Tarone's family), so a directional cell's interval excludes zero and the margin
+    deciding_level: float | None = None
+    equivalence_margin: float | None = None  # no_difference: task_rel_change inside +-this
+    # why an undecided ("insufficient") cell is undecided, in words
+    undecided_because: str | None = None
+    unit: str = "episode"  # what ``clusters`` counts
+    # episodes per level that would decide this undecided cell if its estimate and spread
+    # stayed as measured (``stats.units_needed``; None: none would); where it could not be
+    # estimated for want of episodes, the fewest that would estimate it (``estimated`` False)
+    episodes_needed: int | None = None
+    # where no number of episodes would (the processes' own spread): processes that would, at
+    # the episodes per process of this pilot (``_processes_needed``)
+    processes_needed: int | None = None
+    # with a planted arm: how far this arm's effect differs between requests, beyond the
+    # measurement's spread (``analysis.verdicts.planted.request_spread``; log scale)
+    request_sd: float | None = None
+    # the episode design: the noise components measured in this cell and the design they were
+    # measured on (``analysis.episodes.celltest.episode_noise``; the planner's prior for the next pilot)
+    episode_noise: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pair_rows(t: RequestTable, base: str, cand: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """Row indices (baseline, candidate) of matched pairs, and the unmatched count."""
+    arm_c, arm_l = t.codes("arm")
+    if base not in arm_l or cand not in arm_l:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0
+    ph_c, ph_l = t.codes("phase")
+    rid_c, rid_l = t.codes("request_id")
+    key = (t.repetition * len(ph_l) + ph_c) * len(rid_l) + rid_c
+    bi = np.flatnonzero(arm_c == arm_l.index(base))
+    ci = np.flatnonzero(arm_c == arm_l.index(cand))
+    _, ib, ic = np.intersect1d(key[bi], key[ci], return_indices=True)
+    b, c = bi[ib], ci[ic]
+    pb, pc = t.prompt_id[b], t.prompt_id[c]
+    same = (pb == "") | (pc == "") | (pb == pc)  # a different prompt is not a pair
+    b, c = b[same], c[same]
+    return b, c, int(bi.size + ci.size - 2 * b.size)
+
+
+def method_text(resamples: int, seed: int, level: float) -> str:
+    """How the intervals were computed, printed with every comparison table."""
+    return (
+        "task time: geometric mean of per-pair ratios; per episode the mean log ratio, "
+        "fitted with each arm's engine process as a random effect (components by moments, "
+        "a process component indistinguishable from episode noise pooled into it, pooled "
+        f"cells stratified by task group), Student-t interval at {level:.0%} on "
+        "Satterthwaite df; direction only where that t-test is significant after Holm across "
+        "cells (the exact test of process labels is reported beside it); no difference only "
+        "inside the equivalence margin; on time: exact McNemar of whole episodes; "
+        f"E2E/TTFT/on-time intervals: paired percentile bootstrap, {resamples} resamples, "
+        f"seed {seed}"
+    )
+
+
+def _pairs_test(
+    t: RequestTable,
+    b: np.ndarray,
+    c: np.ndarray,
+    labels: np.ndarray,
+    rng: np.random.Generator,
+    strata: np.ndarray | None = None,
+) -> CellTest:
+    """What the pairs alone say of a cell, before the episode estimate replaces its task-time
+    test (``celltest.episode_test``): the both-ok pairs, their mean log ratio (no interval: the
+    pairs are not independent), their spread, the episodes they fell in, and the on-time test
+    of whole episodes; ``labels``: each pair's episode; ``strata``: each pair's task group in a
+    pooled cell (``stats.stratify``)."""
+    ok, raw = task_log_ratios(t, b, c)
+    d, lost = stats.stratify(raw, None if strata is None else strata[ok])
+    n = int(d.size)
+    g = int(np.unique(labels[ok]).size)
+    p_on, min_p_on, on_slower = _on_time_test(t, b, c, labels, rng)
+    mean = float(d.mean()) if n else None
+    sd = float(d.std(ddof=1)) * float(np.sqrt((n - 1) / max(n - 1 - lost, 1))) if n > 1 else None
+    return CellTest(n, mean, None, None, None, 1.0, 1.0, p_on, min_p_on, on_slower, sd, g)
+
+
+def _on_time_test(
+    t: RequestTable, b: np.ndarray, c: np.ndarray, labels: np.ndarray, rng: np.random.Generator
+) -> tuple[float, float, bool]:
+    """On time, over every pair: the exact McNemar test, of whole episodes (the sign test of
+    each episode's net count of pairs on time in one arm only): requests of one episode share
+    its moment and are late together. (p, the smallest p this many episodes can give, whether
+    the candidate is on time less often.)"""
+    on_b, on_c = t.on_time[b], t.on_time[c]
+    only_b, only_c = int(np.count_nonzero(on_b & ~on_c)), int(np.count_nonzero(on_c & ~on_b))
+    net = cluster_sums(labels, on_c.astype(float) - on_b.astype(float))
+    net = net[net != 0]
+    if net.size <= SIGN_FLIP_MAX:
+        return stats.sign_flip_p(net, rng), stats.sign_flip_min_p(int(net.size)), only_b > only_c
+    # its normal limit (the exact one would draw 20,000 x net.size signs)
+    p = stats.t_p(float(net.sum()), float(np.sqrt(np.sum(net**2))), np.inf)
+    return p, 0.0, only_b > only_c
+
+
+SIGN_FLIP_MAX = 5000  # above this many episodes the normal limit (the CLT holds there)
+
+
+def compare_arms(
+    t: RequestTable,
+    baseline: str,
+    candidate: str,
+    settings: CompareSettings,
+    *,
+    offered_rates: dict[tuple[str, str], float] | None = None,
+    fingerprints: Mapping[str, float] | None = None,
+    physical: Mapping[str, str] | None = None,
+) -> list[PairedComparison]:
+    """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired, by
+    processes and episodes (module docstring; ``fingerprints``: log plain decode step per run,
+    ``physical``: the run whose process each run reached)."""
+    resamples, seed, level = settings.resamples, settings.seed, settings.level
+    min_pairs, min_effect = settings.min_pairs, settings.min_effect
+    steady = ~t.cold_start
+    b, c, _ = pair_rows(t, baseline, candidate)
+    keep = steady[b] & steady[c]
+    b, c = b[keep], c[keep]
+    ph_c, ph_l = t.codes("phase")
+    labels = episode_labels(t, b, f"{candidate} against {baseline}")
+    method = method_text(resamples, seed, level)
+    g_c, g_l = t.codes("task_group")
+    arm_c, arm_l = t.codes("arm")
+    in_arms = np.isin(arm_c, [arm_l.index(a) for a in (baseline, candidate) if a in arm_l]) & steady
+    cells = sorted({(int(p), int(g)) for p, g in zip(ph_c[b], g_c[b], strict=True)})
+    cells += sorted({(p, -1) for p, _ in cells})
+    rows = []
+    for pc, gc in cells:
+        phase, group = ph_l[pc], (g_l[gc] if gc >= 0 else ALL)
+        m = (ph_c[b] == pc) & ((g_c[b] == gc) if gc >= 0 else True)
+        bb, cc, lab = b[m], c[m], labels[m]
+        in_cell = in_arms & (ph_c == pc) & ((g_c == gc) if gc >= 0 else True)
+        unmatched = int(np.count_nonzero(in_cell)) - 2 * int(bb.size)
+        x = stat_columns(t, bb, cc)
+        key = f"{baseline}|{candidate}|{phase}|{group}".encode()
+        rng = np.random.default_rng([seed, zlib.crc32(key)])
+        est = column_stats(x.sum(axis=0))
+        boot = bootstrap(x, resamples, rng, lab) if bb.size else np.zeros((0, NSTATS))
+        iv = [percentile_interval(float(est[j]), boot[:, j], level) for j in range(NSTATS)]
+        strata = g_c[bb] if gc < 0 else None  # a pooled cell: each pair's own task group
+        tst = _pairs_test(t, bb, cc, lab, rng, strata)
+        facts = (fingerprints or {}, physical or {})
+        tst = episode_test(t, bb, cc, lab, tst, facts, settings.level, strata, settings.pool)
+        rows.append((phase, group, bb.size, unmatched, iv, tst))
+    alpha = 1.0 - level
+    adj, deciding_of = _families(rows, alpha, min_pairs)
+    pooled_sd = _pooled_sd([r[5] for r in rows])
+    eff = float(np.log1p(min_effect))
+    per_level = {r[0]: r[5].clusters for r in rows if r[1] == "*"}  # episodes each level ran
+    out = []
+    for i, (phase, group, n_pairs, unmatched, iv, tst) in enumerate(rows):
+        p_task, p_on = adj.get((i, "task"), 1.0), adj.get((i, "on"), 1.0)
+        deciding = deciding_of[i]
+        task = _task_interval(tst, deciding)
+        outcome, why = _outcome(tst, task, p_task, p_on, alpha, settings)
+        sd = tst.sd if tst.sd is not None and tst.n >= 3 else pooled_sd
+        family = alpha / (1.0 - deciding)  # the Bonferroni divisor of this row
+        need_ep = (
+            _episodes_needed(tst, deciding, settings, per_level.get(phase))
+            if outcome == "insufficient"
+            else None
+        )
+        if need_ep is None and outcome == "insufficient" and tst.min_episodes:
+            need_ep = _scaled(tst.min_episodes, tst.clusters, per_level.get(phase))
+        out.append(
+            PairedComparison(
+                baseline_arm=baseline,
+                candidate_arm=candidate,
+                phase=phase,
+                task_group=group,
+                offered_rate=(offered_rates or {}).get((candidate, phase)),
+                pairs=int(n_pairs),
+                unmatched=unmatched,
+                both_ok=tst.n,
+                task_rel_change=task,
+                e2e_rel_change=iv[1],
+                e2e_diff_s=iv[2],
+                ttft_rel_change=iv[3],
+                on_time_diff=iv[4],
+                outcome=outcome,
+                method=method,
+                log_change=tst.log_change,
+                se_within=tst.se_w,
+                df=tst.df,
+                p_value=tst.p if tst.n >= 2 else None,
+                p_on_time=tst.p_on,
+                p_adjusted=min(p_task, p_on),
+                power=stats.power(eff, tst.se, alpha / family) if tst.se else None,
+                pairs_needed=(
+                    max(min_pairs, n)
+                    if sd is not None
+                    and (n := stats.pairs_needed(sd, 0.0, eff, alpha / family)) is not None
+                    else None
+                ),
+                clusters=tst.clusters,
+                deciding_level=deciding,
+                equivalence_margin=settings.equivalence_margin,
+                undecided_because=why,
+                episodes_needed=need_ep,
+                processes_needed=(
+                    _processes_needed(tst, deciding, settings)
+                    if outcome == "insufficient" and need_ep is None
+                    else None
+                ),
+                episode_noise=tst.noise,
+            )
+        )
+    return out
+
+
+def _families(
+    rows: Sequence[tuple[Any, ...]], alpha: float, min_pairs: int
+) -> tuple[dict[tuple[int, str], float], list[float]]:
+    """The multiplicity plan (module docstring): two families, the pooled load-level cells (the
+    primary question: does it pay at this load) and the task groups' cells, each given half of
+    alpha (Bonferroni across the two; one family with all of it when there is one task group).
+    Within a family, Holm over Tarone's family of every estimated cell's task-time test (at
+    least ``min_pairs`` both-ok pairs, the episode estimate fitted) and every on-time test. Returns the adjusted p-values, scaled so that comparing them with
+    ``alpha`` tests at the family's share, and each row's deciding level (1 - share / K)."""
+    pooled = [i for i, r in enumerate(rows) if r[1] == "*"]
+    groups = [i for i, r in enumerate(rows) if r[1] != "*"]
+    n_groups = len({rows[i][1] for i in groups})
+    families = [pooled, groups] if pooled and n_groups > 1 else [pooled + groups]
+    share = alpha / len(families)
+    adj: dict[tuple[int, str], float] = {}
+    deciding = [1.0 - alpha] * len(rows)
+    for fam in families:
+        tests = [
+            (i, "task") for i in fam if rows[i][5].n >= min_pairs and rows[i][5].se is not None
+        ]
+        tests += [(i, "on") for i in fam]
+        pv = [rows[i][5].p if k == "task" else rows[i][5].p_on for i, k in tests]
+        mp = [rows[i][5].min_p if k == "task" else rows[i][5].min_p_on for i, k in tests]
+        for key, q in zip(tests, stats.holm_tarone(pv, mp, share), strict=True):
+            adj[key] = min(1.0, q * alpha / share)
+        level = 1.0 - share / stats.tarone_k(mp, share)  # Bonferroni over Tarone's family
+        for i in fam:
+            deciding[i] = level
+    return adj, deciding
+
+
+def _episodes_needed(
+    x: CellTest, level: float, st: CompareSettings, per_level: int | None
+) -> int | None:
+    """Episodes per load level that would decide the cell: a task group's cell holds only the
+    episodes its requests fell in (``x.clusters`` of the level's ``per_level``), so its count
+    is scaled up to the level's."""
+    if x.log_change is None or x.se is None or x.df is None or x.clusters < 2:
+        return None
+    margins = (float(np.log1p(st.min_gain)), float(np.log1p(st.equivalence_margin)))
+    floor = process_floor(x.noise)
+    n = stats.units_needed(x.log_change, x.se, x.clusters, x.df, level, margins, floor=floor)
+    return None if n is None else _scaled(n, x.clusters, per_level)
+
+
+def _scaled(n: int, held: int, per_level: int | None) -> int:
+    """``n`` episodes in a cell that holds ``held`` of its level's ``per_level``, per level."""
+    if not per_level or per_level <= held or held < 1:
+        return n
+    return math.ceil(n * per_level / held)
+
+
+def _processes_needed(x: CellTest, level: float, st: CompareSettings) -> int | None:
+    """Where more episodes alone would not decide the cell (its processes' own components keep
+    the interval wide: ``process_floor``), the candidate's processes that would, each serving as
+    many episodes as now (every part of the variance then shrinks with them)."""
+    if x.log_change is None or x.se is None or x.df is None or not process_floor(x.noise):
+        return None
+    m = int((x.noise or {}).get("processes", [0])[0])
+    if m < 2:
+        return None
+    margins = (float(np.log1p(st.min_gain)), float(np.log1p(st.equivalence_margin)))
+    return stats.units_needed(x.log_change, x.se, m, x.df, level, margins, cap=8)
+
+
+def episode_labels(t: RequestTable, rows: np.ndarray, what: str = "the arms") -> np.ndarray:
+    """Each pair's episode (``analysis.base.fold.episode_key`` of its request id, by repetition) as
+    a label; pairs without one (a pilot file of the retired sequential or interleaved designs,
+    or load runs joined by hand) are refused: their unit, the busy period, is gone."""
+    if rows.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = [episode_key(str(x)) for x in t.request_id[rows]]
+    if not all(keys):
+        raise ConfigError(
+            f"{what}: {keys.count('')} of {len(keys)} pairs carry no episode (request ids "
+            "'level~NN-...'): the file was measured by the sequential or interleaved design, "
+            "retired with its busy-period estimator",
+            fix="run the pilot again (every pilot file now runs the episode design), or report "
+            "the old file with specpilot at commit f041a2c or earlier",
+        )
+    codes = np.unique(np.asarray(keys, dtype=object).astype(str), return_inverse=True)[1]
+    return np.asarray(t.repetition[rows] * (int(codes.max()) + 1) + codes, dtype=np.int64)
+
+
+def _pooled_sd(tests: Sequence[CellTest]) -> float | None:
+    """The per-pair sd over the cells that have one (for cells too small to estimate it)."""
+    num = sum((x.n - 1) * x.sd**2 for x in tests if x.sd is not None)
+    den = sum(x.n - 1 for x in tests if x.sd is not None)
+    return float(np.sqrt(num / den)) if den > 0 else None
+
+
+def _task_interval(x: CellTest, level: float) -> Interval:
+    if x.log_change is None:
+        return Interval(None, None, None)
+    est = float(np.expm1(x.log_change))
+    if x.se is None or x.df is None:
+        return Interval(est, None, None)
+    lo, hi = stats.t_interval(x.log_change, x.se, x.df, level)
+    return Interval(est, float(np.expm1(lo)), float(np.expm1(hi)))
+
+
+def _outcome(
+    x: CellTest,
+    task: Interval,
+    p_task: float,
+    p_on: float,
+    alpha: float,
+    st: CompareSettings,
+) -> tuple[str, str | None]:
+    """The cell's outcome and, when undecided ("insufficient"), why. A direction needs the
+    tests significant and the deciding interval beyond the margin; "no difference" is an
+    equivalence claim: the deciding interval inside +-``equivalence_margin``."""
+    if p_on < alpha and x.on_slower:
+        return "slower", None  # less often on time, whatever the survivors' speed
+    if x.n < st.min_pairs:
+        return "insufficient", (
+            f"{x.n} both-ok pairs in {x.clusters} episodes; a direction needs {st.min_pairs} pairs"
+        )
+    if x.undecided:
+        return "insufficient", x.undecided
+    if task.low is None or task.high is None:
+        return "insufficient", f"{x.n} both-ok pairs in {x.clusters} episodes gave no interval"
+    if p_task < alpha and task.low > st.min_gain:
+        return "slower", None
+    if p_task < alpha and task.high < -st.min_gain:
+        return "faster", None
+    eq = st.equivalence_margin
+    if -eq < task.low and task.high < eq:
+        return "no_difference", None
+    if p_task >= alpha and (task.low > 0 or task.high < 0):
+        return "insufficient", (
+            f"the interval excludes 0 but the test does not after Holm's correction across "
+            f"cells (adjusted p {p_task:.3f})"
+        )
+    return "insufficient", (
+        f"neither beyond 0 nor inside the +-{eq:.0%} equivalence margin"
+        if eq > 0
+        else "not significant, and no equivalence margin is set (verdict.equivalence_margin)"
+    )
+
+
+def comparisons_for(
+    t: RequestTable,
+    pairs: Sequence[tuple[str, str]],
+    settings: CompareSettings,
+    *,
+    offered_rates: dict[tuple[str, str], float] | None = None,
+    fingerprints: Mapping[str, float] | None = None,
+    physical: Mapping[str, str] | None = None,
+) -> list[PairedComparison]:
+    """``compare_arms`` for each (baseline, candidate)."""
+    return [
+        c
+        for base, cand in pairs
+        for c in compare_arms(
+            t,
+            base,
+            cand,
+            settings,
+            offered_rates=offered_rates,
+            fingerprints=fingerprints,
+            physical=physical,
+        )
+    ]

@@ -1,0 +1,221 @@
+"""Capacity and the draft's memory budget (R4, R5, R6); the crossover load, which reads the
+verdict, is the verdict's (``analysis.verdicts.verdict.crossover``).
+
+- A load level (a phase, or a point of a rate sweep) meets the SLOs for an arm and group when
+  its on-time fraction (every scheduled request in the denominator) is at least
+  ``slo_attainment``. Capacity = the highest offered rate such that it and every lower level
+  met them.
+- Memory budget of a speculative arm: draft weights + the draft's KV + workspace (the rest of
+  the extra peak RSS over the baseline), and how many more target sequences that memory would
+  hold at the baseline's KV bytes per sequence (the equal-budget arm's justification).
+
+    >>> from specpilot.analysis.service.load import LoadCell, Quantiles
+    >>> q = Quantiles(10, 10, 1.0, 1.0, 1.0)
+    >>> cells = [LoadCell("a", p, "g", r, 10.0, 10, {}, {}, 10, ot, 0, q, q, q)
+    ...          for p, r, ot in (("low", 1.0, 1.0), ("peak", 4.0, 0.97), ("burst", 8.0, 0.6))]
+    >>> capacity(cells, 0.95)[0].capacity_rps
+    4.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specpilot.analysis.service.load import LoadCell
+from specpilot.numbers import pct
+from specpilot.records import ArmRecord, MetricSnapshot
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    phase: str
+    offered_rps: float
+    on_time_ratio: float | None
+    goodput_rps: float | None
+    e2e_p99_s: float | None
+    ttft_p99_s: float | None
+    scheduled: int
+    meets_slo: bool
+
+
+@dataclass(frozen=True)
+class Capacity:
+    arm: str
+    task_group: str
+    points: tuple[LoadPoint, ...]
+    capacity_rps: float | None  # None: not even the lowest level met the SLOs
+    limited_at: str | None  # the first phase that missed, with why
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def capacity(cells: Sequence[LoadCell], slo_attainment: float) -> list[Capacity]:
+    """Per (arm, group) including ``*``, over the load levels with an offered rate."""
+    by: dict[tuple[str, str], list[LoadCell]] = {}
+    for c in cells:
+        if c.offered_rate is not None:
+            by.setdefault((c.arm, c.task_group), []).append(c)
+    out = []
+    for (arm, group), cs in sorted(by.items()):
+        pts = tuple(
+            LoadPoint(
+                c.phase,
+                float(c.offered_rate or 0.0),
+                c.on_time_ratio,
+                c.goodput_rps,
+                c.e2e.p99,
+                c.ttft.p99,
+                c.scheduled,
+                (c.on_time_ratio or 0.0) >= slo_attainment,
+            )
+            for c in sorted(cs, key=lambda c: (c.offered_rate or 0.0, c.phase))
+        )
+        cap, limited = None, None
+        for p in pts:
+            if not p.meets_slo:
+                limited = f"{p.phase} at {p.offered_rps:.3g} req/s: on time {pct(p.on_time_ratio)} < {slo_attainment:.0%}"
+                break
+            cap = p.offered_rps
+        out.append(Capacity(arm, group, pts, cap, limited))
+    return out
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    candidate_arm: str
+    baseline_arm: str
+    draft_weight_bytes: int | None
+    draft_kv_bytes: int | None
+    workspace_bytes: int | None  # extra peak RSS not explained by the draft's weights and KV
+    total_bytes: int | None
+    baseline_peak_rss_bytes: int | None
+    candidate_peak_rss_bytes: int | None
+    kv_bytes_per_sequence: float | None
+    sequences_forgone: float | None  # target sequences the draft's memory would have held
+    notes: tuple[str, ...]
+    # the strategy's resource structure (MISSION: other methods' costs never reuse the
+    # draft-model estimate): draft_model | ngram (no draft model: lookup tables only) | other
+    resource_class: str = "draft_model"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _max(snaps: Sequence[MetricSnapshot], attr: str) -> int | None:
+    vals = [getattr(s, attr) for s in snaps if getattr(s, attr) is not None]
+    return max(vals) if vals else None
+
+
+# where each engine's manifest says how many sequences it holds at once (``capacity``)
+SLOT_KEYS = ("max_slots", "n_parallel", "max_num_seqs", "max_running_requests")
+
+
+def slots_in(capacity: Mapping[str, Any]) -> int | None:
+    """Sequences an engine holds at once, from its capacity settings (``max_slots``,
+    ``n_parallel``, ``max_num_seqs``, ``max_running_requests``); None: none given."""
+    for k in SLOT_KEYS:
+        v = capacity.get(k)
+        if isinstance(v, int | float) and v > 0:
+            return int(v)
+    return None
+
+
+def target_slots(arm: ArmRecord | None) -> int | None:
+    """Sequences the arm's engine holds at once, from its manifest's ``capacity``."""
+    return slots_in(((arm.manifest or {}).get("capacity") or {}) if arm is not None else {})
+
+
+@dataclass(frozen=True)
+class SlotEquivalent:
+    """The draft's memory counted in target KV slots (the one definition: the equal-budget
+    alternative's extra slots and the report's "sequences forgone" are both this)."""
+
+    draft_bytes: int  # draft weights + draft KV
+    per_slot_bytes: float  # target KV per slot: (KV allocated - draft KV) / slots
+    slots: float  # draft_bytes / per_slot_bytes
+
+
+def draft_as_kv_slots(snap: MetricSnapshot, slots: int) -> SlotEquivalent | None:
+    """From one snapshot of the arm that holds the draft (None without draft or KV memory).
+
+    >>> from specpilot.records import MetricSnapshot as S
+    >>> s = S("r", "spec", "peak", "after", 0, "builtin", {}, kv_allocated_bytes=5_000,
+    ...       draft_kv_bytes=1_000, draft_weight_bytes=3_000)
+    >>> draft_as_kv_slots(s, 4)
+    SlotEquivalent(draft_bytes=4000, per_slot_bytes=1000.0, slots=4.0)
+    """
+    draft = int(snap.draft_weight_bytes or 0) + int(snap.draft_kv_bytes or 0)
+    target_kv = int(snap.kv_allocated_bytes or 0) - int(snap.draft_kv_bytes or 0)
+    if not draft or target_kv <= 0 or slots <= 0:
+        return None
+    per = target_kv / slots
+    return SlotEquivalent(draft, per, draft / per)
+
+
+def memory_budget(
+    snapshots: Sequence[MetricSnapshot],
+    arms: Sequence[ArmRecord],
+    baseline: str,
+    candidate: str,
+) -> MemoryBudget:
+    """The draft's memory in the candidate arm and what it would buy in target sequences.
+
+    An n-gram (prompt-lookup) strategy has no draft model: no draft weights or draft KV, only
+    its lookup structures, so its extra memory is reported as such (``resource_class``),
+    never as a draft's."""
+    rec = next((a for a in arms if a.arm == candidate), None)
+    kind = rec.strategy.kind if rec is not None else "draft"
+    resource = {"draft": "draft_model", "ngram": "ngram"}.get(kind, "other")
+    base = [s for s in snapshots if s.arm == baseline]
+    cand = [s for s in snapshots if s.arm == candidate]
+    notes: list[str] = []
+    dw, dkv = _max(cand, "draft_weight_bytes"), _max(cand, "draft_kv_bytes")
+    b_rss, c_rss = _max(base, "rss_bytes"), _max(cand, "rss_bytes")
+    b_gpu, c_gpu = _max(base, "gpu_memory_bytes"), _max(cand, "gpu_memory_bytes")
+    if b_gpu is not None and c_gpu is not None:
+        b_rss, c_rss = b_gpu, c_gpu
+        notes.append("peak memory from the GPU")
+    work = None
+    if b_rss is not None and c_rss is not None:
+        work = max(0, c_rss - b_rss - (dw or 0) - (dkv or 0))
+    parts = [x for x in (dw, dkv, work) if x is not None]
+    total = sum(parts) if parts else None
+    if resource == "ngram":
+        dw = dkv = None
+        notes.append(
+            "n-gram self-speculation: no draft model (no draft weights, no draft KV cache); "
+            "the extra memory is its lookup tables and noise, not a draft-model cost"
+        )
+    elif dw is None:
+        notes.append("the engine did not report the draft's weights")
+    slots = target_slots(rec)
+    with_draft = [s for s in cand if s.draft_weight_bytes]
+    eq = draft_as_kv_slots(with_draft[-1], slots) if with_draft and slots else None
+    per_seq = eq.per_slot_bytes if eq is not None else None
+    if eq is None and resource != "ngram":
+        notes.append(
+            "KV bytes per sequence unknown (needs the candidate's KV allocation, its draft's "
+            "memory and its slot count)"
+        )
+    if work:
+        notes.append(
+            f"{work / 2**20:.1f} MiB more peak RSS than the draft's weights and KV explain "
+            "(workspace and noise: not counted in slots)"
+        )
+    return MemoryBudget(
+        candidate_arm=candidate,
+        baseline_arm=baseline,
+        draft_weight_bytes=dw,
+        draft_kv_bytes=dkv,
+        workspace_bytes=work,
+        total_bytes=total,
+        baseline_peak_rss_bytes=b_rss,
+        candidate_peak_rss_bytes=c_rss,
+        kv_bytes_per_sequence=per_seq,
+        sequences_forgone=eq.slots if eq is not None else None,
+        notes=tuple(notes),
+        resource_class=resource,
+    )
