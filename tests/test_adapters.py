@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from specpilot.backends.adapters import ADAPTERS, adapter_of
-from specpilot.pilot.config import ARM_MODELS
-from specpilot.pilot.engines import engine_options
-from specpilot.pilot.options import OPTIONS
+from specpilot.pilot.config.file import ARM_MODELS
+from specpilot.pilot.config.options import OPTIONS
+from specpilot.pilot.plan.engines import engine_options
 
 SPECULATIVE = {
     "builtin": {"draft": "truncate:0,1", "k": 3, "threads": 1},

@@ -1,4 +1,4 @@
-"""The capacity probe (``pilot.capacity``, ``simulate.sustain``) and load levels as fractions of
+"""The capacity probe (``pilot.run.capacity``, ``simulate.sustain``) and load levels as fractions of
 it (``target_utilization``): the probe measured on a real engine (the tests' tiny random model
 behind the specpilot server, in a process of its own), the sustainable-rate search on samples
 whose answer is known, the schedule's rates from a capacity, and the report's figures."""
@@ -14,15 +14,15 @@ import pytest
 from specpilot.analysis import analyze
 from specpilot.cli import main
 from specpilot.errors import ConfigError
-from specpilot.pilot.capacity import (
+from specpilot.pilot.config.file import LoadSettings
+from specpilot.pilot.run.capacity import (
     NoSustainableRate,
     over_capacity,
     pick,
     probe,
     replayer,
 )
-from specpilot.pilot.config import LoadSettings
-from specpilot.pilot.finish import summary
+from specpilot.pilot.run.finish import summary
 from specpilot.records import PilotData, PilotRecord, ScheduledRequest
 from specpilot.report.document import to_document
 from specpilot.report.markdown import render_markdown
@@ -383,8 +383,8 @@ def test_a_resumed_pilot_keeps_the_capacity_it_measured(tmp_path) -> None:
     """The schedule of a resumed pilot is rebuilt at the capacity stored when it started (the
     probe is not rerun: a second figure would give another schedule); another config's
     figure is never taken."""
-    from specpilot.pilot.config import load_pilot
-    from specpilot.pilot.runner import Pilot
+    from specpilot.pilot.config.file import load_pilot
+    from specpilot.pilot.run.runner import Pilot
     from specpilot.store import Store
 
     cfg = load_pilot(_util_example(tmp_path))

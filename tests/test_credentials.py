@@ -24,8 +24,8 @@ import pytest
 from specpilot.cli import main
 from specpilot.engine.loader import default_target_path, load_tokenizer
 from specpilot.errors import ConfigError
-from specpilot.pilot.config import PilotConfigError, parse_pilot
-from specpilot.pilot.credentials import resolve
+from specpilot.pilot.config.credentials import resolve
+from specpilot.pilot.config.file import PilotConfigError, parse_pilot
 from specpilot.serve import ServerConfig, create_app
 from specpilot.store import read_pilot
 from test_server import MODEL, TOKEN, LiveServer, make_engine
@@ -126,7 +126,7 @@ def test_every_client_sends_the_arms_headers(server: LiveServer) -> None:
     """The model lookup, the fingerprint, the quality pass and the compatibility suite: each
     refused without the key, each answered with it."""
     from specpilot.loadgen.client import served_model
-    from specpilot.pilot.fingerprint import fingerprint
+    from specpilot.pilot.run.fingerprint import fingerprint
     from specpilot.quality.compat import run_compat
     from specpilot.quality.runner import QualityRequest, run_quality_pass
 
@@ -225,8 +225,8 @@ def test_a_refusal_that_echoes_the_key_is_recorded_without_it() -> None:
 def test_a_pilot_with_an_arm_refused_stops_before_anything_runs(server, tmp_path, monkeypatch):
     """The pilot tries every arm by URL first: a 401 is refused before any engine, probe or
     measurement, with the arm, the URL and the fix; the right key passes."""
-    from specpilot.pilot.arms import plan_arms
-    from specpilot.pilot.engines import check_credentials
+    from specpilot.pilot.plan.arms import plan_arms
+    from specpilot.pilot.plan.engines import check_credentials
 
     def plans(**b: Any) -> Any:
         cfg = _arms(**b)

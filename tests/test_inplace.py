@@ -74,7 +74,7 @@ def test_the_a_a_rate_holds_when_processes_respond_differently_and_the_old_rule_
 
 
 def test_a_true_15_percent_is_found_with_power_and_the_planner_says_so():
-    # the planner's prior (pilot.noise): episode sd 10%, process response sd 2%: power 0.79
+    # the planner's prior (pilot.plan.noise): episode sd 10%, process response sd 2%: power 0.79
     # at 5 processes (0.87 at 6). The default pilot measured 13-20% for its speculative arm in
     # place (docs/MEASUREMENTS.md), where it is 0.3-0.6: the planner predicts that, and says so
     s_u, s_xi = 0.02, 0.10

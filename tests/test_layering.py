@@ -342,39 +342,60 @@ ANALYSIS_ROOMS: dict[str, list[str]] = {
 }
 
 
-def _room(module: str) -> str | None:
-    """The analysis room a module is in ("top" for the package's own modules but config)."""
-    parts = module.split(".")
-    if parts[:2] != ["specpilot", "analysis"]:
-        return None
-    if len(parts) == 2 or parts[2] not in ANALYSIS_ROOMS:
-        return "top"
-    return parts[2]
-
-
-def _room_allowed(room: str) -> set[str]:
-    out, todo = {room}, list(ANALYSIS_ROOMS[room])
-    while todo:
-        r = todo.pop()
-        if r not in out:
-            out.add(r)
-            todo.extend(ANALYSIS_ROOMS[r])
-    return out
-
-
 def test_analysis_rooms_stand_only_on_the_rooms_below_them() -> None:
-    root = SRC / "specpilot"
-    rooms = {p.name for p in (root / "analysis").iterdir() if (p / "__init__.py").is_file()}
+    root = SRC / "specpilot" / "analysis"
+    rooms = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
     assert rooms == set(ANALYSIS_ROOMS) - {"config"}, "a room missing from ANALYSIS_ROOMS"
+    bad = rooms_against_order("analysis", ANALYSIS_ROOMS)
+    assert not bad, "analysis rooms against their order:\n" + "\n".join(bad)
+
+
+# pilot/'s rooms; ``design`` (the episode design) is under every room
+PILOT_ROOMS: dict[str, list[str]] = {
+    "design": [],
+    "config": ["design"],
+    "plan": ["config"],
+    "eta": [],
+    "run": ["plan", "eta"],
+}
+
+
+def rooms_against_order(package: str, order: dict[str, list[str]]) -> list[str]:
+    """Every import of a room of ``specpilot.<package>`` into a room it does not stand on."""
+    root = SRC / "specpilot"
+
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        if parts[:2] != ["specpilot", package]:
+            return None
+        return parts[2] if len(parts) > 2 and parts[2] in order else "top"
+
+    def under(r: str) -> set[str]:
+        out, todo = {r}, list(order[r])
+        while todo:
+            x = todo.pop()
+            if x not in out:
+                out.add(x)
+                todo.extend(order[x])
+        return out
+
     bad = []
-    for f in sorted((root / "analysis").rglob("*.py")):
+    for f in sorted((root / package).rglob("*.py")):
         module = ".".join(f.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
-        here = _room(module)
+        here = room(module)
         if here in (None, "top"):
             continue
         for node in ast.walk(ast.parse(f.read_text("utf-8"), str(f))):
             for name in _targets(node, root):
-                there = _room(name)
-                if there is not None and there not in _room_allowed(here):
+                there = room(name)
+                if there is not None and there not in under(here):
                     bad.append(f"{module}:{node.lineno} ({here}) -> {name} ({there})")
-    assert not bad, "analysis rooms against their order:\n" + "\n".join(bad)
+    return bad
+
+
+def test_pilot_rooms_stand_only_on_the_rooms_below_them() -> None:
+    root = SRC / "specpilot" / "pilot"
+    rooms = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == set(PILOT_ROOMS) - {"design"}, "a room missing from PILOT_ROOMS"
+    bad = rooms_against_order("pilot", PILOT_ROOMS)
+    assert not bad, "pilot rooms against their order:\n" + "\n".join(bad)

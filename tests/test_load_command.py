@@ -138,7 +138,7 @@ def test_engine_options_are_the_pilot_files_and_build_the_same_backend():
     from specpilot.commands.load import engine_opts
     from specpilot.engine.loader import default_target_path
     from specpilot.errors import ConfigError
-    from specpilot.pilot.engines import backend_for, engine_options
+    from specpilot.pilot.plan.engines import backend_for, engine_options
 
     raw = engine_opts(["threads=1", "k=3", "extra-args=[--foo, 1]", "draft=truncate:0,1"])
     assert raw == {"threads": 1, "k": 3, "extra_args": ["--foo", 1], "draft": "truncate:0,1"}
@@ -160,10 +160,10 @@ def test_engine_options_are_the_pilot_files_and_build_the_same_backend():
 
 
 def test_the_started_arm_is_resolved_as_a_pilot_files_arm(tmp_path, capsys):
-    """``load --start`` names and checks its arm by the pilot's rules (``pilot.arms.plan_arm``):
+    """``load --start`` names and checks its arm by the pilot's rules (``pilot.plan.arms.plan_arm``):
     a speculative option makes the default arm ``speculative``; a baseline that switches a
     strategy on is refused before any engine starts."""
-    from specpilot.pilot.engines import one_arm
+    from specpilot.pilot.plan.engines import one_arm
 
     spec = one_arm("llamacpp", None, None, {"spec_type": "ngram-mod"}, resolve_files=False)
     assert (spec.name, spec.role, spec.strategy.kind, spec.strategy.k) == (
@@ -249,7 +249,7 @@ def test_load_start_refuses_what_only_a_pilot_prepares(tmp_path, capsys):
 
 
 def test_a_killed_load_resumes_by_its_run_id_as_a_pilot_does(tmp_path, capsys):
-    """``specpilot load`` is a one-arm pilot (``pilot.one_arm``): SIGKILL it inside its second
+    """``specpilot load`` is a one-arm pilot (``pilot.run.one_arm``): SIGKILL it inside its second
     phase, give the same ``--run-id`` again, and the complete phase is kept as it was (not
     replayed), the cut one replayed from its start (its partial records deleted first), the run
     marked complete; a third call is refused (a complete run is not run again), as is the run id
@@ -308,10 +308,10 @@ def test_a_resumed_run_must_reach_the_engine_config_it_started_with(tmp_path):
     other load settings: ``test_a_killed_load_resumes_by_its_run_id_as_a_pilot_does``)."""
     from specpilot.backends.openai import OpenAIBackend
     from specpilot.errors import ConfigError
-    from specpilot.pilot.config import LoadSettings
-    from specpilot.pilot.engines import one_arm
-    from specpilot.pilot.one_arm import OneArm
-    from specpilot.pilot.progress import PilotProgress
+    from specpilot.pilot.config.file import LoadSettings
+    from specpilot.pilot.eta.progress import PilotProgress
+    from specpilot.pilot.plan.engines import one_arm
+    from specpilot.pilot.run.one_arm import OneArm
     from specpilot.store import Store
     from specpilot.workload import build_schedule
 
@@ -333,12 +333,12 @@ def test_a_run_of_phases_its_schedule_does_not_hold_is_an_error_not_an_empty_run
     """A run whose phases are not in the schedule it replays would replay nothing and be
     recorded complete (a slip of this kind once left a pilot's episodes without a request):
     ``armrun.phases_left`` says so instead."""
-    from specpilot.pilot.armrun import phases_left
-    from specpilot.pilot.config import LoadSettings
-    from specpilot.pilot.context import RunPlan
-    from specpilot.pilot.engines import one_arm
-    from specpilot.pilot.one_arm import OneArm
-    from specpilot.pilot.progress import PilotProgress
+    from specpilot.pilot.config.file import LoadSettings
+    from specpilot.pilot.eta.progress import PilotProgress
+    from specpilot.pilot.plan.engines import one_arm
+    from specpilot.pilot.run.armrun import phases_left
+    from specpilot.pilot.run.context import RunPlan
+    from specpilot.pilot.run.one_arm import OneArm
     from specpilot.store import Store
     from specpilot.workload import build_schedule
 

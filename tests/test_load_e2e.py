@@ -366,7 +366,7 @@ def test_load_command_starts_the_engine_for_a_full_manifest(tmp_path, capsys):
     assert snaps[1].metrics["generation_tokens"] - snaps[0].metrics.get("generation_tokens", 0) >= 3
     assert snaps[0].rss_bytes > 50e6  # the engine's own process, measured
     assert data.arms[0].cold_start_s > 0 and data.arms[0].strategy.kind == "none"
-    # the pilot's manifest of an arm (pilot.arms.arm_manifest): frozen settings and capacity
+    # the pilot's manifest of an arm (pilot.plan.arms.arm_manifest): frozen settings and capacity
     # (n_ctx 2048 over the default 2 parallel slots: 1024 tokens each)
     assert man["frozen"]["threads"] == 1 and man["frozen"]["context_limit"] == 1024
     assert man["capacity"] == {"n_parallel": 2} and len(man["frozen_sha256"]) == 64

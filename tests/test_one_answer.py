@@ -15,7 +15,7 @@ import pytest
 
 from pilot_cases import Cell, case, full_case
 from specpilot.analysis import AnalysisConfig
-from specpilot.pilot.finish import summary
+from specpilot.pilot.run.finish import summary
 from specpilot.report import build_report
 
 CFG = AnalysisConfig(bootstrap_resamples=150)

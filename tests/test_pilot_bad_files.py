@@ -210,7 +210,7 @@ def test_a_target_file_that_is_not_there_stops_the_pilot_before_anything_runs(
     """Every arm on a missing target (the dry run used to pass) or one arm (it used to read
     'arms differ in target'): refused at load, naming each arm, the field, the path and the
     fix, before an output directory or an engine exists."""
-    from specpilot.pilot import runner
+    from specpilot.pilot.run import runner
 
     built: list[object] = []  # a real run must never get as far as the Pilot (nor start one here)
     monkeypatch.setattr(runner, "Pilot", lambda *a, **k: built.append(a) or pytest.fail("ran"))
@@ -244,9 +244,9 @@ def test_a_run_built_in_code_is_stopped_before_engines_start(tmp_path, monkeypat
     through a file is refused before any backend is made."""
     import yaml
 
-    from specpilot.pilot import engines
-    from specpilot.pilot.config import PilotConfigError, parse_pilot
-    from specpilot.pilot.runner import Pilot
+    from specpilot.pilot.config.file import PilotConfigError, parse_pilot
+    from specpilot.pilot.plan import engines
+    from specpilot.pilot.run.runner import Pilot
 
     data = yaml.safe_load(_every_arm_on(ALL_TARGETS[1:2]))
     cfg = parse_pilot(data, "in-code")

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.pilot.arms import check_one_switch, plan_arms
-from specpilot.pilot.config import (
+from specpilot.pilot.config.file import (
     PilotConfigError,
     deep_merge,
     default_pilot_path,
     load_pilot,
     parse_pilot,
 )
-from specpilot.pilot.engines import make_backend
+from specpilot.pilot.plan.arms import check_one_switch, plan_arms
+from specpilot.pilot.plan.engines import make_backend
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -319,8 +319,8 @@ def test_resume_refuses_a_schedule_that_changed_under_it(tmp_path):
     # but not the schedule's, and a resumed pilot would compare arms on different traffic
     import dataclasses
 
-    from specpilot.pilot.config import PilotConfigError, default_pilot_path, load_pilot
-    from specpilot.pilot.runner import Pilot
+    from specpilot.pilot.config.file import PilotConfigError, default_pilot_path, load_pilot
+    from specpilot.pilot.run.runner import Pilot
     from specpilot.store import Store
 
     path = default_pilot_path().resolve()
@@ -342,7 +342,7 @@ def test_a_resume_refuses_a_target_file_whose_content_changed():
     plan whose file at the same path now hashes otherwise stop the resume, naming both."""
     from types import SimpleNamespace as NS
 
-    from specpilot.pilot.runner import target_changed
+    from specpilot.pilot.run.runner import target_changed
 
     rec = NS(arm="base", manifest={"frozen": {"target": "sha256:aaaa1111"}})
     plan = NS(name="base", frozen={"target": "sha256:bbbb2222", "target_path": "/m/t.gguf"})
@@ -360,7 +360,7 @@ def test_every_builtin_arm_runs_the_format_the_first_started_one_chose_also_afte
     import dataclasses
     from types import SimpleNamespace
 
-    from specpilot.pilot.runner import Pilot
+    from specpilot.pilot.run.runner import Pilot
     from specpilot.store import Store
     from test_store import _arm, _pilot
 

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from specpilot.pilot.config import PilotConfigError, parse_pilot
+from specpilot.pilot.config.file import PilotConfigError, parse_pilot
 from specpilot.pilot.design import (
     PLANTED,
     EpisodeSettings,
@@ -20,7 +20,7 @@ from specpilot.pilot.design import (
     design_record,
     split_schedule,
 )
-from specpilot.pilot.episode_run import episode_runs
+from specpilot.pilot.run.episode_run import episode_runs
 from specpilot.records import level_of
 from specpilot.workload import build_schedule, parse_workload
 
@@ -106,7 +106,7 @@ def test_the_process_assignment_is_crossed_and_balanced(m):
 
 @dataclasses.dataclass
 class P:
-    """The fields design_arms and episode_runs read (pilot.arms.ArmPlan's)."""
+    """The fields design_arms and episode_runs read (pilot.plan.arms.ArmPlan's)."""
 
     name: str
     role: str

@@ -1,4 +1,4 @@
-"""The pilot's ETA (``specpilot.pilot.eta``) over plans of fixed steps: no engine starts here.
+"""The pilot's ETA (``specpilot.pilot.eta.remaining``) over plans of fixed steps: no engine starts here.
 
 How far off the ETA may be, and why: it is exact for what the plan knows (the schedule's
 arrivals, and every step already measured); the error is in the steps not measured yet and
@@ -31,8 +31,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specpilot.pilot import eta, eta_plan
-from specpilot.pilot.eta import (
+from specpilot.pilot.eta import remaining as eta
+from specpilot.pilot.eta.remaining import (
     PRIOR_DRAIN_S,
     PRIOR_PER_UNIT_S,
     PRIOR_START_S,
@@ -43,6 +43,7 @@ from specpilot.pilot.eta import (
     eta_s,
     plan_steps,
 )
+from specpilot.pilot.run import eta_plan
 
 
 def _plan() -> list[Step]:
@@ -251,8 +252,8 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
 
 def test_a_failed_arm_takes_its_steps_out_of_the_eta():
     """``Pilot.record_failure`` (both designs call it) drops the run's steps still to come."""
-    from specpilot.pilot.progress import PilotProgress
-    from specpilot.pilot.runner import Pilot
+    from specpilot.pilot.eta.progress import PilotProgress
+    from specpilot.pilot.run.runner import Pilot
     from specpilot.records import ArmRecord
 
     progress = PilotProgress(quiet=True)
@@ -271,7 +272,7 @@ def test_a_failed_arm_takes_its_steps_out_of_the_eta():
 
 
 def test_the_status_line_reads_the_eta_at_each_redraw(capsys):
-    from specpilot.pilot.progress import PilotProgress
+    from specpilot.pilot.eta.progress import PilotProgress
 
     t = [0.0]
     progress = PilotProgress(quiet=True, clock=EtaClock(now=lambda: t[0]))
@@ -291,7 +292,7 @@ def test_the_status_line_reads_the_eta_at_each_redraw(capsys):
 
 
 def test_an_arm_that_fails_to_start_leaves_the_rotation_and_the_eta():
-    from specpilot.pilot.episode_run import EpisodeRun
+    from specpilot.pilot.run.episode_run import EpisodeRun
 
     clock = EtaClock(plan=_plan())
 

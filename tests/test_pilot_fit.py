@@ -1,4 +1,4 @@
-"""Levels fitted to the budget (``pilot.fit``, ``episodes.fit_budget``) and deadlines from the
+"""Levels fitted to the budget (``pilot.plan.fit``, ``episodes.fit_budget``) and deadlines from the
 baseline's unloaded task time (``slo.unloaded_x``): the bisection, the runner's real plan, a
 resumed pilot's lengths, and what is refused."""
 
@@ -12,10 +12,10 @@ import yaml
 
 from pilot_cases import BUILTIN_DEADLINES
 from specpilot.cli import main
-from specpilot.pilot.config import parse_pilot
-from specpilot.pilot.fit import MARGIN, fit, least_s
-from specpilot.pilot.gates import Gates
-from specpilot.pilot.runner import Pilot
+from specpilot.pilot.config.file import parse_pilot
+from specpilot.pilot.plan.fit import MARGIN, fit, least_s
+from specpilot.pilot.run.gates import Gates
+from specpilot.pilot.run.runner import Pilot
 from specpilot.report.sections_load import probe_text
 from specpilot.workload import parse_workload
 
@@ -106,9 +106,9 @@ def test_the_runner_fits_the_default_to_its_budget_with_its_own_plan(tmp_path, c
     """The embedded default at a given capacity (no engine starts): each level between the
     length that holds one request an episode and the file's most, the whole plan inside the
     budget less the margin; a faster machine plays more requests in the same budget."""
-    from specpilot.pilot.episode_run import episode_runs
-    from specpilot.pilot.eta import eta_s
-    from specpilot.pilot.eta_plan import plan_for
+    from specpilot.pilot.eta.remaining import eta_s
+    from specpilot.pilot.run.episode_run import episode_runs
+    from specpilot.pilot.run.eta_plan import plan_for
 
     pilot = _prepared(tmp_path, rps)
     most = {p.name: p.duration_s for p in pilot.level_schedule.phases if not p.warmup}

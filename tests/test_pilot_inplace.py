@@ -1,4 +1,4 @@
-"""The in-place runs' switch (``pilot.planted``): speculation is on again after every switched
+"""The in-place runs' switch (``pilot.run.planted``): speculation is on again after every switched
 episode whatever happened in it, a table never read is never "restored", and a run that fails
 on a process takes that process's other runs with it (its strategy is unknown after a failed
 switch). The switch against a real builtin server is in tests/test_pilot_looks.py's pilot."""
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from specpilot.pilot.drill import RuntimeSwitch
-from specpilot.pilot.episode_run import EpisodeRun, reopen_split
-from specpilot.pilot.planted import switched_off
+from specpilot.pilot.run.drill import RuntimeSwitch
+from specpilot.pilot.run.episode_run import EpisodeRun, reopen_split
+from specpilot.pilot.run.planted import switched_off
 
 
 class _Recording:
@@ -58,9 +58,9 @@ def test_a_table_never_read_is_never_restored():
 
 
 def test_a_switch_that_failed_takes_its_process_with_it_a_runs_own_error_does_not():
-    from specpilot.pilot.context import RunPlan
-    from specpilot.pilot.planted import InPlaceSteps, PlantedSteps, SwitchFailed
-    from specpilot.pilot.steps import ArmSteps
+    from specpilot.pilot.run.context import RunPlan
+    from specpilot.pilot.run.planted import InPlaceSteps, PlantedSteps, SwitchFailed
+    from specpilot.pilot.run.steps import ArmSteps
 
     def run(arm: str, j: int) -> RunPlan:
         return RunPlan(SimpleNamespace(name=arm), 0, 0, f"pid.{arm}.p{j}", process=j)  # type: ignore[arg-type]
@@ -87,9 +87,9 @@ def test_a_resumed_pilot_runs_an_episode_split_by_the_stop_again_on_every_arm(tm
     """The speculative arm completed ``peak~02`` on process 0, the baseline had not when the
     pilot stopped: resumed, both run it again (the process is a new one), while ``peak~01``,
     complete on both, is neither run nor rewritten."""
-    from specpilot.pilot.armrun import LOAD_STEP, phases_left
-    from specpilot.pilot.context import RunPlan
-    from specpilot.pilot.steps import ArmSteps
+    from specpilot.pilot.run.armrun import LOAD_STEP, phases_left
+    from specpilot.pilot.run.context import RunPlan
+    from specpilot.pilot.run.steps import ArmSteps
     from specpilot.records import ArmRecord, PhaseRecord, RequestRecord
     from specpilot.store import Store
 

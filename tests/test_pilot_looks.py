@@ -1,4 +1,4 @@
-"""The episode design's looks and budget as the runner executes them (``pilot.looks``): a real
+"""The episode design's looks and budget as the runner executes them (``pilot.run.looks``): a real
 episode pilot with an interim look (builtin engines, 2 processes per arm), the budget's
 trimming on a real ETA clock and pilot file, and the refusals before anything runs."""
 
@@ -19,8 +19,8 @@ from pilot_cases import at_fixed_rates
 from specpilot.analysis.episodes.sequential import spent
 from specpilot.cli import main
 from specpilot.errors import ConfigError
-from specpilot.pilot.eta import EtaClock, Step, load_key
-from specpilot.pilot.looks import BELOW_LEAST, Looks, blocks, least
+from specpilot.pilot.eta.remaining import EtaClock, Step, load_key
+from specpilot.pilot.run.looks import BELOW_LEAST, Looks, blocks, least
 from specpilot.records import HardwareFacts, PilotRecord
 from specpilot.store import Store
 
@@ -204,8 +204,8 @@ def test_an_episode_pilot_looks_after_its_first_block_and_reports_at_the_last_lo
 
 
 def test_the_budget_is_left_out_of_the_config_hash_so_a_rerun_with_another_resumes(tmp_path):
-    from specpilot.pilot.config import load_pilot
-    from specpilot.pilot.sizing import with_budget
+    from specpilot.pilot.config.file import load_pilot
+    from specpilot.pilot.config.sizing import with_budget
 
     cfg = load_pilot(_config(tmp_path))
     assert with_budget(cfg, 30.0).sha256() == cfg.sha256() == with_budget(cfg, 5.0).sha256()
@@ -213,8 +213,8 @@ def test_the_budget_is_left_out_of_the_config_hash_so_a_rerun_with_another_resum
 
 
 def test_episodes_scales_the_levels_so_each_episode_keeps_its_length(tmp_path, capsys):
-    from specpilot.pilot.config import load_pilot
-    from specpilot.pilot.sizing import with_episodes
+    from specpilot.pilot.config.file import load_pilot
+    from specpilot.pilot.config.sizing import with_episodes
 
     cfg = load_pilot(_config(tmp_path))
     wide = with_episodes(cfg, 40, tmp_path)
@@ -317,8 +317,8 @@ def test_the_check_before_the_run_allows_the_least_design_the_runs_own_slack():
     """The least design (2 processes: 4 episodes a level, 2 levels, runs a and b at 10 s each:
     160 s) over a budget by 5% runs (the run itself lets it past by up to 10%, then cuts); by
     15% it is refused, naming the budget that holds it with that slack."""
-    from specpilot.pilot.eta import eta_s
-    from specpilot.pilot.looks import SLACK, check_budget
+    from specpilot.pilot.eta.remaining import eta_s
+    from specpilot.pilot.run.looks import SLACK, check_budget
 
     design = {**_design(per_level=8, processes=2, looks=[], budget=None), "per_level": 8}
     order = [n for b in blocks(design) for n in b]

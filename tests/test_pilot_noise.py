@@ -1,4 +1,4 @@
-"""The noise a machine has shown, kept between pilots (pilot.noise), and the planner that
+"""The noise a machine has shown, kept between pilots (pilot.plan.noise), and the planner that
 predicts the next pilot's power from it (``specpilot pilot --dry-run``)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from specpilot.backends.facts import hardware_info
-from specpilot.pilot.config import default_pilot_path, load_pilot
-from specpilot.pilot.noise import (
+from specpilot.pilot.config.file import default_pilot_path, load_pilot
+from specpilot.pilot.plan.noise import (
     PRIOR_EPISODE_SD,
     components,
     episode_plan,

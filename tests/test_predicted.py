@@ -85,7 +85,7 @@ def test_a_prediction_from_half_the_noise_is_flagged_as_not_carrying():
 def test_a_prediction_off_names_the_noise_component_it_under_estimated():
     """The planner used half the true episode noise (the process spread right): the flagged
     cells name the episode noise as under-estimated, and the pilot's terminal says it."""
-    from specpilot.pilot.finish import summary
+    from specpilot.pilot.run.finish import summary
 
     pred = _prediction(EPISODE_SD / 2)
     rows = [prediction_checks(pred, [_cell(s)], "planted")[0] for s in range(100)]

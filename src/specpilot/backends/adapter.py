@@ -23,7 +23,7 @@ from specpilot.validation import StrictModel
 
 @dataclass(frozen=True)
 class Asset:
-    """A file the pilot prepares before the engine starts (``pilot.assets``): ``kind`` says
+    """A file the pilot prepares before the engine starts (``pilot.plan.assets``): ``kind`` says
     what (``gguf_draft``: a draft as one GGUF file; ``hf_target`` / ``hf_draft``: the target or a
     draft as a Hugging Face directory), from ``source`` (an option's value) on ``target``."""
 
@@ -51,7 +51,7 @@ class EngineAdapter:
     # how the rollback drill switches speculation off: at run time on the same process
     # (``runtime_switch``), or by restarting the engine without it (``restart``)
     switch: ClassVar[str] = "restart"
-    # seconds from start to healthy, until this machine has measured its own (pilot.eta)
+    # seconds from start to healthy, until this machine has measured its own (pilot.eta.remaining)
     start_prior_s: ClassVar[float] = 30.0
     # whether, under speculation, every token's reported log-prob is the target's own as it
     # is without speculation (True: the builtin engine, tests/test_quality_sampled.py); where

@@ -1,6 +1,6 @@
 """The credential flags of commands that take an endpoint URL (``specpilot load``, ``specpilot
 compat``): ``--api-key-env NAME`` and ``--header 'NAME: VALUE'``, checked as a pilot file's
-``headers:`` / ``api_key_env:`` (``pilot.credentials``), one definition, one help text.
+``headers:`` / ``api_key_env:`` (``pilot.config.credentials``), one definition, one help text.
 
     >>> header_options(["X-Team: pilots", "X-Api-Key: ${MY_KEY}"], None)
     {'X-Team': 'pilots', 'X-Api-Key': '${MY_KEY}'}
@@ -34,7 +34,7 @@ def add_header_args(p: argparse.ArgumentParser) -> None:
 def header_options(items: list[str], api_key_env: str | None) -> dict[str, str]:
     """``["X-Team: pilots"]`` -> ``{"X-Team": "pilots"}``, as written (references, not
     values); errors name the option, never a value."""
-    from specpilot.pilot.credentials import check_headers
+    from specpilot.pilot.config.credentials import check_headers
     from specpilot.validation import FieldProblem
 
     out: dict[str, str] = {}

@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specpilot.pilot.credentials import resolve
+    from specpilot.pilot.config.credentials import resolve
     from specpilot.quality.compat import FEATURES, CompatOptions, run_compat
 
     arms = args.arm or [f"arm{i + 1}" for i in range(len(args.urls))]

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specpilot.backends.facts import model_file
-    from specpilot.pilot.assets import hf_draft_dir, hf_target_dir
+    from specpilot.pilot.plan.assets import hf_draft_dir, hf_target_dir
 
     args.out.mkdir(parents=True, exist_ok=True)
     made = {"target": hf_target_dir(args.target)}

@@ -7,7 +7,7 @@ phase (planned and actual edges, clock anchor), every request as it finishes (on
 whatever happened) with its chunk timings and, for engines that report them (the builtin
 server), every decode round and prefill; counters and memory are scraped at every phase edge.
 Loading into a file that already holds a pilot of the same workload adds another arm to it
-(``--arm``/``--role``). The run is a one-arm pilot (``pilot.one_arm``): the pilot's own start,
+(``--arm``/``--role``). The run is a one-arm pilot (``pilot.run.one_arm``): the pilot's own start,
 measured phases and stop, with its records and its resume rule (``--run-id`` of a run left
 incomplete: a fresh engine, the complete phases skipped, a cut phase replayed from its start). The workload may also be a schedule JSON
 (``specpilot schedule FILE.yaml --json``).
@@ -25,9 +25,9 @@ Two ways to name the engine:
   backend's full ``describe()`` manifest (model files with sha256, tokenizer hash, engine
   version, launch flags, speculative config, hardware), scrapes its counters and memory at
   every phase edge, and stops it at the end. Options are a pilot file's arm options
-  (``arms[].options``, the same names and checks; ``specpilot.pilot.config``), values in
+  (``arms[].options``, the same names and checks; ``specpilot.pilot.config.file``), values in
   YAML syntax (the builtin engine without ``draft`` is plain decoding). The arm is resolved
-  as a pilot file's (``pilot.arms.plan_arm``: its role's rules, the frozen settings and
+  as a pilot file's (``pilot.plan.arms.plan_arm``: its role's rules, the frozen settings and
   capacity in its manifest); it is named after ``--role``, else ``baseline``, or
   ``speculative`` when an option switches speculation on, unless ``--arm`` says otherwise::
 
@@ -203,7 +203,7 @@ def _refuse_unprepared(engine: str, opts: Any) -> None:
     loads no GGUF, so a GGUF target is converted first; a specpilot draft is exported for
     llama.cpp or vLLM), which a one-arm load does not: said, not passed on raw."""
     from specpilot.backends.adapters import adapter_of
-    from specpilot.pilot.assets import prepared_elsewhere
+    from specpilot.pilot.plan.assets import prepared_elsewhere
 
     a = adapter_of(engine)
     for option, asset in (a.assets(opts) if a is not None else {}).items():
@@ -226,7 +226,7 @@ def _settings(args: argparse.Namespace) -> Any:
     """The run's ``LoadSettings`` (a pilot file's ``load:``) from the options."""
     from pydantic import ValidationError
 
-    from specpilot.pilot.config import LoadSettings
+    from specpilot.pilot.config.file import LoadSettings
 
     try:
         return LoadSettings.model_validate(
@@ -281,10 +281,10 @@ def _pilot(store: Any, args: argparse.Namespace, sched: Any, options: dict[str, 
 
 def run(args: argparse.Namespace) -> int:
     from specpilot.backends import BackendError
-    from specpilot.pilot import armrun
-    from specpilot.pilot.context import RunPlan
-    from specpilot.pilot.one_arm import OneArm, measure, run_record
-    from specpilot.pilot.progress import PilotProgress
+    from specpilot.pilot.eta.progress import PilotProgress
+    from specpilot.pilot.run import armrun
+    from specpilot.pilot.run.context import RunPlan
+    from specpilot.pilot.run.one_arm import OneArm, measure, run_record
     from specpilot.store import Store
 
     if args.start == (args.url is not None):
@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("the selection has no requests")
     settings, plan = _settings(args), _plan(args)
     if plan.url is not None:  # an unset variable is refused before any file is written
-        from specpilot.pilot.credentials import arm_headers
+        from specpilot.pilot.config.credentials import arm_headers
 
         arm_headers(plan.spec)
     run_id = args.run_id or f"load-{uuid.uuid4().hex[:12]}"
@@ -347,8 +347,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> Any:
-    """The arm, resolved as a pilot file's (``pilot.engines.one_arm``)."""
-    from specpilot.pilot.engines import engine_options, one_arm
+    """The arm, resolved as a pilot file's (``pilot.plan.engines.one_arm``)."""
+    from specpilot.pilot.plan.engines import engine_options, one_arm
 
     if args.start:  # one arm of a pilot file: the same checks, constructor and manifest
         raw = engine_opts(args.engine_opt)
@@ -387,7 +387,7 @@ def _options(args: argparse.Namespace, sched: Any, settings: Any) -> dict[str, A
 
 def _run_facts(args: argparse.Namespace, sched: Any, settings: Any) -> dict[str, Any]:
     """What a run replays and how, kept in its manifest (``load``): a resumed run must give
-    the same (``pilot.one_arm.OneArm.manifest``)."""
+    the same (``pilot.run.one_arm.OneArm.manifest``)."""
     return {
         **settings.model_dump(exclude={"start_timeout_s"}),
         "seed": sched.seed,

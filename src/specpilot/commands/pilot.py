@@ -12,7 +12,7 @@ each is compared with, the exact launch commands and the schedule, and starts no
 Running the same command again with the same ``--out`` resumes an interrupted pilot.
 
 A phase may give its load as ``target_utilization`` (a fraction of what the baseline sustains
-on this machine): the pilot then probes the baseline's capacity first (``pilot.capacity``), and
+on this machine): the pilot then probes the baseline's capacity first (``pilot.run.capacity``), and
 ``--dry-run`` plans those phases at ``--capacity RPS`` where given (without it, it says the
 rates wait for the probe). ``--capacity RPS`` on a run uses that figure instead of probing.
 
@@ -81,11 +81,11 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
     schedule and its pairs where its rates are known (``target_utilization`` phases need
     ``capacity_rps``, else the probe at the pilot's start sets them)."""
     from specpilot.backends.llamacpp import LlamaCppBackend
-    from specpilot.pilot import noise
-    from specpilot.pilot.arms import check_one_switch, plan_arms
-    from specpilot.pilot.capacity import refuse_unprobed, wants_probe
-    from specpilot.pilot.credentials import names
-    from specpilot.pilot.engines import make_backend
+    from specpilot.pilot.config.credentials import names
+    from specpilot.pilot.plan import noise
+    from specpilot.pilot.plan.arms import check_one_switch, plan_arms
+    from specpilot.pilot.plan.engines import make_backend
+    from specpilot.pilot.run.capacity import refuse_unprobed, wants_probe
     from specpilot.workload import build_schedule
 
     plans = plan_arms(cfg)
@@ -99,7 +99,7 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
     fitted: dict[str, list[float]] = {}
     ep = cfg.episodes
     if schedule is not None and ep.fit_budget and capacity_rps is not None:
-        from specpilot.pilot.fit import lengths
+        from specpilot.pilot.plan.fit import lengths
 
         # planned at their least here: the run lengthens them by what its budget leaves
         got = lengths(schedule, wl.utilization_phases(), ep.per_level)
@@ -110,7 +110,7 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
         )
     thin: list[str] = []
     if schedule is not None:  # a level too thin for its episodes: refused here too
-        from specpilot.pilot.sizing import refuse_short_levels
+        from specpilot.pilot.config.sizing import refuse_short_levels
 
         thin = refuse_short_levels(cfg, schedule)
     arms = []
@@ -326,7 +326,7 @@ def _named(path: Path) -> Iterator[None]:
     trace that is not there) names the pilot file it came from, and the line of the field it
     is about when it says which (``PilotConfigError.at``)."""
     from specpilot.errors import ConfigError, InputFileError
-    from specpilot.pilot.config import at_line
+    from specpilot.pilot.config.file import at_line
     from specpilot.yamlpos import LineMap
 
     try:
@@ -342,15 +342,15 @@ def _named(path: Path) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specpilot.pilot.config import default_pilot_path, load_pilot
-    from specpilot.pilot.sizing import with_budget, with_episodes
+    from specpilot.pilot.config.file import default_pilot_path, load_pilot
+    from specpilot.pilot.config.sizing import with_budget, with_episodes
 
     # resolved: relative paths in a config (traces, workloads) are relative to the real file,
     # also when it is reached through a link (examples/pilot-default.yaml)
     path = (Path(args.config) if args.config else default_pilot_path()).resolve()
     cfg = load_pilot(path, quick=args.quick)
     if args.capacity is not None:
-        from specpilot.pilot.capacity import given_capacity
+        from specpilot.pilot.run.capacity import given_capacity
 
         given_capacity(args.capacity, "baseline")  # above 0, or refused with the fix
     if args.episodes is not None:
@@ -367,8 +367,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import signal
 
-    from specpilot.pilot.progress import PilotProgress
-    from specpilot.pilot.runner import Pilot, default_out_dir
+    from specpilot.pilot.eta.progress import PilotProgress
+    from specpilot.pilot.run.runner import Pilot, default_out_dir
 
     # SIGTERM (a supervisor, `kill`) stops the pilot as Ctrl-C does: the arm marked interrupted,
     # every record written so far kept, engines stopped; a rerun resumes

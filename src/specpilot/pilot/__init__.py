@@ -1,8 +1,12 @@
 """The pilot (R6, R8, R9): every arm through its load levels in the episode design on one
 schedule, quality gates, the rollback drill, then the analysis and the report.
 
-The public names, imported on first use (so ``specpilot.pilot.eta`` and the other rooms do
-not load the runner):
+Rooms, each standing only on those below it (``tests/test_layering.py``): ``design`` (the
+episode design: its settings, the split into episodes, the balanced orders) under every room,
+``config`` (what the pilot file says), ``plan`` (what is decided before running), ``eta``
+(what the pilot shows), ``run`` (running it).
+
+The public names, imported on first use (so the other rooms do not load the runner):
 
     >>> from specpilot.pilot import Pilot, default_pilot_path, load_pilot
     >>> cfg = load_pilot(default_pilot_path(), quick=True)
@@ -15,15 +19,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specpilot.pilot.config import PilotConfig, default_pilot_path, load_pilot
-    from specpilot.pilot.runner import Pilot, PilotResult
+    from specpilot.pilot.config.file import PilotConfig, default_pilot_path, load_pilot
+    from specpilot.pilot.run.runner import Pilot, PilotResult
 
 _WHERE = {
-    "Pilot": "specpilot.pilot.runner",
-    "PilotResult": "specpilot.pilot.runner",
-    "PilotConfig": "specpilot.pilot.config",
-    "load_pilot": "specpilot.pilot.config",
-    "default_pilot_path": "specpilot.pilot.config",
+    "Pilot": "specpilot.pilot.run.runner",
+    "PilotResult": "specpilot.pilot.run.runner",
+    "PilotConfig": "specpilot.pilot.config.file",
+    "load_pilot": "specpilot.pilot.config.file",
+    "default_pilot_path": "specpilot.pilot.config.file",
 }
 
 

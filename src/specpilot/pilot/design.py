@@ -15,7 +15,7 @@ through a proxy that dilates every latency by exactly 1 + f (``loadgen.dilate``)
 must find it, or it cannot claim a direction at that level.
 
 The design (which process serves which episode, in which order) is ``design_record``: stored
-with the schedule in the pilot file, executed by ``pilot.episode_run`` and read by the
+with the schedule in the pilot file, executed by ``pilot.run.episode_run`` and read by the
 analysis, which never re-derives it from timestamps.
 
     >>> from specpilot.workload.schedule import PhaseInfo, Schedule
@@ -94,7 +94,7 @@ class EpisodeSettings(StrictModel):
     )
     fit_budget: bool = False
     """the levels given as ``target_utilization`` take the length ``budget_min`` holds at the
-    capacity measured (``pilot.fit``): each at least ``per_level`` requests, each phase's
+    capacity measured (``pilot.plan.fit``): each at least ``per_level`` requests, each phase's
     ``duration_s`` its most; the same experiment on a slow CPU and a GPU, with the requests
     (and so the power) the machine affords in the budget"""
 

@@ -136,7 +136,7 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
             "amdahl_checks": clean(a.amdahl_checks),
         },
         "capacity": {
-            # what the baseline sustains on this machine (pilot.capacity), None: not probed
+            # what the baseline sustains on this machine (pilot.run.capacity), None: not probed
             "probe": clean(probe) if (probe := (p.schedule or {}).get("capacity")) else None,
             "levels": levels(p.schedule),
             "arms": [clean(c) for c in a.capacities],

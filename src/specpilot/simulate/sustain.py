@@ -1,6 +1,6 @@
 """The sustainable request rate of one engine from two short measurements (the capacity probe).
 
-The probe (``pilot.capacity``) measures, on the baseline's own process:
+The probe (``pilot.run.capacity``) measures, on the baseline's own process:
 
 1. a **synchronous pass**: each request sent after the one before has finished, so each task
    time is the unloaded one (GuideLLM's ``synchronous``); its median per group is the unloaded

@@ -444,7 +444,7 @@ class WorkloadConfig(_Model):
 
     def with_durations(self, seconds: dict[str, float]) -> WorkloadConfig:
         """A copy whose named phases play for ``seconds`` (a pilot's levels fitted to its
-        budget, ``pilot.fit``); the other phases as they are."""
+        budget, ``pilot.plan.fit``); the other phases as they are."""
         phases = [
             p.model_copy(update={"duration_s": float(seconds[p.name])}) if p.name in seconds else p
             for p in self.phases

@@ -2,7 +2,7 @@
 used and the CPU time the hypervisor stole, per phase record (``backends.facts.cpu_sample``),
 against the phases each is compared with. A verdict names such a phase and stays a pilot
 hypothesis; the simulator's gate names the phase its calibration cannot carry to; the planner
-does not keep such a pilot's noise (``pilot.noise``).
+does not keep such a pilot's noise (``pilot.plan.noise``).
 """
 
 from __future__ import annotations

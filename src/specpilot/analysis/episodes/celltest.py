@@ -165,7 +165,7 @@ def _fitted(
 
 def episode_noise(est: EpisodeEstimate) -> dict[str, Any]:
     """What the planner needs to predict the next pilot's power on this machine
-    (``pilot.noise``): the components as measured, and the design they were measured on."""
+    (``pilot.plan.noise``): the components as measured, and the design they were measured on."""
     return {
         "process_sd": [est.s_a, est.s_b],
         "episode_sd": est.s_xi,
@@ -193,7 +193,7 @@ def process_floor(noise: Mapping[str, Any] | None) -> float:
 
 
 def fingerprints_of(arms: Sequence[ArmRecord]) -> dict[str, float]:
-    """Each process's log plain decode time per token (``pilot.fingerprint``, in its run's
+    """Each process's log plain decode time per token (``pilot.run.fingerprint``, in its run's
     manifest), where it was measured with speculation off (``plain``): only those compare
     across arms."""
     out = {}

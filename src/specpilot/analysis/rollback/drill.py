@@ -1,6 +1,6 @@
 """The rollback drill's metrics (R8), pure functions of the drill phase's records and events.
 
-The drill itself (the switches, its schedule) is ``pilot.drill``; on time and goodput are
+The drill itself (the switches, its schedule) is ``pilot.run.drill``; on time and goodput are
 DESIGN.md's, from ``definitions`` (the drill's are latency only: the quality of its answers is
 not known while it runs, so the record says so).
 

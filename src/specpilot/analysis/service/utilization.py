@@ -1,5 +1,5 @@
 """What each load level means on the machine the pilot ran on: its offered rate as a fraction
-of the baseline's sustainable rate, measured by the pilot's capacity probe (``pilot.capacity``)
+of the baseline's sustainable rate, measured by the pilot's capacity probe (``pilot.run.capacity``)
 before the episodes and stored with the schedule (``PilotRecord.schedule["capacity"]``).
 
 A level given as ``target_utilization`` got ``utilization x capacity`` requests/s; a level given

@@ -1,6 +1,6 @@
 """The planner's prediction against what the pilot achieved, per pooled load level.
 
-Before an episode pilot runs, the planner (``pilot.noise.episode_plan``, the same numbers
+Before an episode pilot runs, the planner (``pilot.plan.noise.episode_plan``, the same numbers
 ``--dry-run`` prints) predicts for each compared arm the smallest effect the pilot will find
 with 80% power and the median half-width of its deciding interval, from the noise this machine
 measured in its last episode pilot (or a stated prior); the prediction is stored in the design

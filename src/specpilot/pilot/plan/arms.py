@@ -6,7 +6,7 @@ compared with the baseline; an ``extra`` arm with a strategy with ``compare_to``
 strategy-less arm of its engine). Comparisons stay within one engine: a llama.cpp arm beside
 the builtin ones is reported side by side, never as a difference of one switch.
 
-    >>> from specpilot.pilot.config import parse_pilot
+    >>> from specpilot.pilot.config.file import parse_pilot
     >>> cfg = parse_pilot({"workload": "w.yaml", "arms": [
     ...     {"name": "b", "role": "baseline", "engine": "builtin", "options": {"dtype": "float32"}},
     ...     {"name": "s", "role": "speculative", "engine": "builtin",
@@ -14,7 +14,7 @@ the builtin ones is reported side by side, never as a difference of one switch.
     >>> check_one_switch(plan_arms(cfg, resolve_files=False))
     Traceback (most recent call last):
     ...
-    specpilot.pilot.config.PilotConfigError: arms 's' and 'b' differ in dtype ('bfloat16' vs 'float32'), not only in their strategy: one switch at a time (R6)
+    specpilot.pilot.config.file.PilotConfigError: arms 's' and 'b' differ in dtype ('bfloat16' vs 'float32'), not only in their strategy: one switch at a time (R6)
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot.backends.adapters import adapter_of
-from specpilot.pilot import credentials
-from specpilot.pilot.config import (
+from specpilot.pilot.config import credentials
+from specpilot.pilot.config.file import (
     Arm,
     PilotConfig,
     PilotConfigError,
@@ -59,7 +59,7 @@ class ArmPlan:
     reference: str | None
     budget: ResourceBudget
     drill: bool
-    spec: Arm  # the validated arm model (pilot.config)
+    spec: Arm  # the validated arm model (pilot.config.file)
     unknown: list[str] = field(default_factory=list)  # frozen fields a URL arm cannot tell
 
 
@@ -186,7 +186,7 @@ def plan_arm(
 def plan_arms(cfg: PilotConfig, *, resolve_files: bool = True) -> list[ArmPlan]:
     """Resolve every arm of ``cfg`` (strategy, frozen settings, reference, budget).
 
-    ``resolve_files``: every model file an arm names must exist (``pilot.files``), and each
+    ``resolve_files``: every model file an arm names must exist (``pilot.config.files``), and each
     target is hashed; a run plans with it before any engine starts."""
     if resolve_files:
         _check_files(cfg)
@@ -219,7 +219,7 @@ def plan_arms(cfg: PilotConfig, *, resolve_files: bool = True) -> list[ArmPlan]:
 
 
 def _check_files(cfg: PilotConfig) -> None:
-    from specpilot.pilot.files import missing_models
+    from specpilot.pilot.config.files import missing_models
 
     missing = missing_models(cfg)
     if missing:

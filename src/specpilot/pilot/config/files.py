@@ -3,10 +3,10 @@
 A ``target`` (or llama.cpp/vLLM ``model``) or ``draft`` that is not there used to pass the dry
 run (every arm missing alike) or read as "arms differ in target" (one arm missing): the arm
 would fail only when its engine started. Checked when a pilot file is loaded (each problem at
-its line) and again when a run plans its arms (:func:`specpilot.pilot.arms.plan_arms`), so a
+its line) and again when a run plans its arms (:func:`specpilot.pilot.plan.arms.plan_arms`), so a
 config built in code is stopped before engines start too.
 
-    >>> from specpilot.pilot.config import parse_pilot
+    >>> from specpilot.pilot.config.file import parse_pilot
     >>> cfg = parse_pilot({"workload": "w.yaml", "arms": [
     ...     {"name": "b", "role": "baseline", "engine": "builtin", "options": {"target": "/no/m.gguf"}},
     ...     {"name": "s", "role": "speculative", "engine": "builtin",
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specpilot.backends.adapters import adapter_of
-from specpilot.pilot.options import SHIPPED_DRAFT
+from specpilot.pilot.config.options import SHIPPED_DRAFT
 
 
 class _HasArms(Protocol):

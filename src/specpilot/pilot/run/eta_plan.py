@@ -1,4 +1,4 @@
-"""The ETA's plan read from a pilot about to run (``pilot.eta`` holds the pure estimator and the
+"""The ETA's plan read from a pilot about to run (``pilot.eta.remaining`` holds the pure estimator and the
 clock): what each run still has to do, from the pilot file, and the schedule's timetable."""
 
 from __future__ import annotations
@@ -7,9 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from specpilot.pilot.armrun import LOAD_STEP, phases_left, phases_of
-from specpilot.pilot.context import PilotContext, RunPlan
-from specpilot.pilot.eta import (
+from specpilot.pilot.eta.remaining import (
     DRILL_RESTARTS,
     RunLeft,
     Step,
@@ -18,6 +16,8 @@ from specpilot.pilot.eta import (
     quality_rounds,
     timetable,
 )
+from specpilot.pilot.run.armrun import LOAD_STEP, phases_left, phases_of
+from specpilot.pilot.run.context import PilotContext, RunPlan
 
 if TYPE_CHECKING:
     from specpilot.workload import Schedule
@@ -36,7 +36,7 @@ def run_left(
             return None
         done = set(rec.completed_steps)
     plan = run.arm
-    restarts = None  # no drill, or one that only records why not (pilot.armrun.run_drill)
+    restarts = None  # no drill, or one that only records why not (pilot.run.armrun.run_drill)
     if plan.strategy.kind != "none" and "drill" not in done and plan.drill and plan.url is None:
         restarts = DRILL_RESTARTS.get(plan.engine)
     # the A/A control, the planted arm and an arm's other processes repeat its measurement

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.analysis.verdicts.decision import ADOPT, WINDOWS
-from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.config import PilotConfig
-from specpilot.pilot.gates import Gates
-from specpilot.pilot.noise import remember
-from specpilot.pilot.progress import PilotProgress
+from specpilot.pilot.config.file import PilotConfig
+from specpilot.pilot.eta.progress import PilotProgress
+from specpilot.pilot.plan.arms import ArmPlan
+from specpilot.pilot.plan.noise import remember
+from specpilot.pilot.run.gates import Gates
 from specpilot.store import Store
 
 

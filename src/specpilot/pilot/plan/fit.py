@@ -5,7 +5,7 @@ A level at utilization u plays at u x the measured capacity, so its wall time pe
 1/rate on every arm: at 0.3 of the 0.55 req/s the default's baseline sustains on the AMD EPYC
 AVX-512 kind that is 6 s a request and arm, and on the AVX2 kind four times that. A fixed
 duration then means a different pilot (and a different wall time) on every machine. Here the
-pilot is planned with the ETA's own plan (``pilot.eta_plan``: the engine starts, the probe,
+pilot is planned with the ETA's own plan (``pilot.run.eta_plan``: the engine starts, the probe,
 every episode with its simulated drain, the checks) with each level at its **least** length (the
 time that holds ``per_level`` requests, one an episode) plus a common ``t`` seconds, capped at
 the file's ``duration_s`` (its most); the largest ``t`` whose plan fits ``budget_min`` less
@@ -14,7 +14,7 @@ the file's ``duration_s`` (its most); the largest ``t`` whose plan fits ``budget
 Equal seconds, not equal requests: a request at 0.3 of capacity costs 2.7x one at 0.8, and the
 low level's requests mostly find the engine idle either way (the terminal's fit line states the
 requests each episode holds). A machine too slow for even the least length keeps it, and the
-budget's own rule (``pilot.looks``) drops the last episodes, or refuses the pilot, as for any
+budget's own rule (``pilot.run.looks``) drops the last episodes, or refuses the pilot, as for any
 pilot.
 
     >>> cost = lambda s: 300.0 + 3 * sum(s.values())   # 3 arms replay every second

@@ -1,7 +1,7 @@
 """The pilot seam, typed: what one arm's steps (``steps``, ``armrun``, ``episode_run``) call on
 the pilot that runs them (``runner.Pilot``; mypy checks it against ``PilotContext``), what the
 start and the measured phases alone need (``ArmContext``: ``specpilot load``'s one-arm pilot,
-``pilot.one_arm``, is the other implementation), and the unit of execution, ``RunPlan``."""
+``pilot.run.one_arm``, is the other implementation), and the unit of execution, ``RunPlan``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specpilot.backends.protocol import Backend
-from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.config import LoadSettings, PilotConfig
-from specpilot.pilot.gates import Gates
-from specpilot.pilot.progress import PilotProgress
+from specpilot.pilot.config.file import LoadSettings, PilotConfig
+from specpilot.pilot.eta.progress import PilotProgress
+from specpilot.pilot.plan.arms import ArmPlan
+from specpilot.pilot.run.gates import Gates
 from specpilot.records import ArmRecord, MetricSnapshot
 from specpilot.store import Store
 from specpilot.workload import Schedule
@@ -81,7 +81,9 @@ class PilotContext(ArmContext, Protocol):
     gates: Gates
     started: float  # perf_counter at the pilot's start (the budget counts from it)
     capacity: dict[str, Any] | None  # the capacity probe's figures (None: not probed)
-    files: dict[str, dict[str, str]]  # arm -> option -> the file prepared for it (pilot.assets)
+    files: dict[
+        str, dict[str, str]
+    ]  # arm -> option -> the file prepared for it (pilot.plan.assets)
 
     def record_failure(self, run: RunPlan, exc: BaseException) -> None: ...
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from specpilot.pilot.config import PilotConfig, PilotConfigError
+from specpilot.pilot.config.file import PilotConfig, PilotConfigError
 from specpilot.pilot.design import LEAST_PER_PROCESS, EpisodeSettings, short_levels
 from specpilot.records import MOST_EPISODES
 
@@ -50,7 +50,7 @@ def with_episodes(
         )
     f = n / ep.per_level
     waits = cfg.workload_config().utilization_phases()
-    if ep.fit_budget and waits:  # the fit sizes those levels (pilot.fit): the budget grows
+    if ep.fit_budget and waits:  # the fit sizes those levels (pilot.plan.fit): the budget grows
         return _fitted_episodes(cfg, n, f, flag)
     if waits and capacity_rps is None:  # a trace's phases are scaled as played, at their rate
         raise PilotConfigError(

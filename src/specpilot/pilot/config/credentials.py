@@ -159,5 +159,5 @@ def source(headers: Mapping[str, str], api_key_env: str | None) -> str:
 
 
 def arm_headers(arm: Any) -> dict[str, str]:
-    """An arm's (``pilot.config``'s arm model) headers, resolved from the environment now."""
+    """An arm's (``pilot.config.file``'s arm model) headers, resolved from the environment now."""
     return resolve(arm.name, arm.headers, arm.api_key_env)

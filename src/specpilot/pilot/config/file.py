@@ -33,10 +33,9 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from specpilot import validation
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.errors import ConfigError, InputFileError
-from specpilot.pilot.armrules import check_arms
-from specpilot.pilot.credentials import check_headers
-from specpilot.pilot.design import EpisodeSettings
-from specpilot.pilot.options import (
+from specpilot.pilot.config.armrules import check_arms
+from specpilot.pilot.config.credentials import check_headers
+from specpilot.pilot.config.options import (
     OPTIONS,
     BudgetModel,
     BuiltinOptions,
@@ -45,13 +44,14 @@ from specpilot.pilot.options import (
     SglangOptions,
     VllmOptions,
 )
+from specpilot.pilot.design import EpisodeSettings
 from specpilot.quality.config import QualityConfig
 from specpilot.records import ENGINES
 from specpilot.validation import FieldProblem, StrictModel
 from specpilot.workload.config import WorkloadConfig
 from specpilot.yamlpos import LineMap, yaml_error_text
 
-__all__ = [  # the engine options are defined in pilot.options and re-exported here
+__all__ = [  # the engine options are defined in pilot.config.options and re-exported here
     "OPTIONS",
     "BuiltinOptions",
     "EngineOptions",
@@ -93,7 +93,7 @@ class _ArmBase(_Model):
     drill: bool | None = None  # None: drill the speculative arm
     model_name: str | None = None  # the model id sent in requests (default: the endpoint's)
     # an arm by URL: headers sent with every request to it, "${VAR}" read from the environment
-    # at run time; api_key_env: NAME is Authorization: Bearer ${NAME} (pilot.credentials)
+    # at run time; api_key_env: NAME is Authorization: Bearer ${NAME} (pilot.config.credentials)
     headers: dict[str, str] = Field(default_factory=dict)
     api_key_env: str | None = None
 
@@ -152,7 +152,7 @@ ARM_MODELS: dict[str, type[BuiltinArm | LlamaCppArm | VllmArm | SglangArm]] = {
 
 class LoadSettings(_Model):
     """The load generator's settings for every measured run (a pilot file's ``load:``, and
-    ``specpilot load``'s options: its one-arm pilot, ``pilot.one_arm``)."""
+    ``specpilot load``'s options: its one-arm pilot, ``pilot.run.one_arm``)."""
 
     api: Literal["chat", "completions"] = "chat"
     timeout_s: float = Field(120.0, gt=0)
@@ -277,7 +277,7 @@ class PilotConfig(_Model):
 
     @model_validator(mode="after")
     def _arms(self) -> PilotConfig:
-        check_arms(self.arms)  # each problem at its field (pilot.armrules)
+        check_arms(self.arms)  # each problem at its field (pilot.config.armrules)
         return self._episodes()
 
     def _episodes(self) -> PilotConfig:
@@ -546,8 +546,8 @@ def read_pilot_yaml(path: str | Path) -> tuple[dict[str, Any], LineMap]:
 
 def load_pilot(path: str | Path, *, quick: bool = False) -> PilotConfig:
     """Read and validate a pilot YAML; a relative ``workload:`` path resolves against it, and
-    every model file an arm names must exist (``pilot.files``)."""
-    from specpilot.pilot.files import missing_model_lines
+    every model file an arm names must exist (``pilot.config.files``)."""
+    from specpilot.pilot.config.files import missing_model_lines
     from specpilot.workload.config import missing_trace_lines
 
     p = Path(path)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from specpilot.backends.adapters import adapter_of
-from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.config import PilotConfigError
+from specpilot.pilot.config.file import PilotConfigError
+from specpilot.pilot.plan.arms import ArmPlan
 from specpilot.records import ArmRecord
 from specpilot.store import Store
 

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specpilot.backends.protocol import Backend
-from specpilot.pilot.steps import ArmSteps
+from specpilot.pilot.run.steps import ArmSteps
 from specpilot.records import ArmRecord, MetricSnapshot
 
 if TYPE_CHECKING:
-    from specpilot.pilot.context import PilotContext, RunPlan
-    from specpilot.pilot.drill import RuntimeSwitch
+    from specpilot.pilot.run.context import PilotContext, RunPlan
+    from specpilot.pilot.run.drill import RuntimeSwitch
 
 
 class PlantedBackend:
@@ -70,7 +70,7 @@ def owner_of(steps: ArmSteps) -> ArmSteps:
 
 class SwitchFailed(RuntimeError):
     """The run-time switch did not answer: the process's strategy is unknown, so every run on
-    it leaves the rotation (``pilot.episode_run``)."""
+    it leaves the rotation (``pilot.run.episode_run``)."""
 
 
 class Switched(Reaching):
@@ -85,7 +85,7 @@ class Switched(Reaching):
     def switch(self) -> RuntimeSwitch:
         """The process's switch, one for its life (every run reaching it shares it): the
         table it restores is the process's as started, whatever an earlier failure left."""
-        from specpilot.pilot.drill import RuntimeSwitch
+        from specpilot.pilot.run.drill import RuntimeSwitch
 
         held = self.reached().holder  # the process's: its backend, and now its switch
         if "switch" not in held:
@@ -249,7 +249,7 @@ def reaching(steps: ArmSteps, of: ArmSteps, key: str, **info: Any) -> None:
 def replay_done(steps: ArmSteps) -> None:
     """An arm that only replays episodes on another arm's processes (planted, switched off in
     place): complete once its episodes are; no drill, quality pass or compatibility suite."""
-    from specpilot.pilot import armrun
+    from specpilot.pilot.run import armrun
 
     if armrun.LOAD_STEP not in steps.rec.completed_steps:
         raise RuntimeError(f"arm {steps.run.arm.name}: measured phases left")

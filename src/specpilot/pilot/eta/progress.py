@@ -1,7 +1,7 @@
 """What the pilot shows while it runs: arm, step, requests done/failed, ETA.
 
 On a terminal a one-line live status (rich) is redrawn twice a second, its elapsed time and
-ETA read afresh at each redraw (the ETA counts down inside a step: ``pilot.eta``); elsewhere
+ETA read afresh at each redraw (the ETA counts down inside a step: ``pilot.eta.remaining``); elsewhere
 (``specpilot.terminal.live``: in CI or when stderr is not a terminal) one plain line per step
 edge, so logs stay short.
 """
@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from specpilot.pilot.eta import EtaClock
+from specpilot.pilot.eta.remaining import EtaClock
 from specpilot.terminal import live
 
 

@@ -78,7 +78,7 @@ class RuntimeSwitch:
     def off(self) -> tuple[float, float]:
         """-> (requested_t, in_force_t) on this host's monotonic clock. The table ``on()``
         restores is read at the first ``off()`` only: a switch kept for a process's life
-        (``pilot.planted.Switched``) never takes a table left at k = 0 for the one to restore."""
+        (``pilot.run.planted.Switched``) never takes a table left at k = 0 for the one to restore."""
         if self._saved is None:
             got = httpx.get(self.endpoint + "/admin/strategy", headers=self.headers, timeout=10.0)
             got.raise_for_status()

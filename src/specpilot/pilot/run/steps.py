@@ -2,11 +2,11 @@
 the measured phases, the rollback drill, the compatibility suite, the quality pass, stop.
 
 Each step is added to ``ArmRecord.completed_steps`` when it is done, so a resumed pilot skips
-it; the engine always stops, whatever happened. ``pilot.episode_run`` calls ``start`` on
+it; the engine always stops, whatever happened. ``pilot.run.episode_run`` calls ``start`` on
 every arm's processes, ``load`` one episode at a time on each in the design's order, then
 ``finish`` and ``stop``. ``ArmLife`` is the
 start, the measured phases and the stop alone: ``specpilot load``'s one-arm pilot
-(``pilot.one_arm``) runs those, with the same records and the same resume rule.
+(``pilot.run.one_arm``) runs those, with the same records and the same resume rule.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import request_headers
 from specpilot.loadgen.client import served_model
-from specpilot.pilot import eta
-from specpilot.pilot.context import ArmContext, PilotContext, RunPlan
+from specpilot.pilot.eta import remaining as eta
+from specpilot.pilot.run.context import ArmContext, PilotContext, RunPlan
 from specpilot.records import ArmRecord
 
 if TYPE_CHECKING:
@@ -93,10 +93,10 @@ class ArmLife:
             raise
 
     def _fingerprint(self) -> None:
-        """The process's decode time per token on a fixed prompt (``pilot.fingerprint``),
+        """The process's decode time per token on a fixed prompt (``pilot.run.fingerprint``),
         kept in its manifest; it warms the process up, so its first episode has no warm-up."""
-        from specpilot.pilot.drill import RuntimeSwitch
-        from specpilot.pilot.fingerprint import fingerprint
+        from specpilot.pilot.run.drill import RuntimeSwitch
+        from specpilot.pilot.run.fingerprint import fingerprint
 
         plan = self.run.arm
         self.p.progress.step(plan.name, f"process {self.run.process}: fingerprint")
@@ -120,7 +120,7 @@ class ArmLife:
     def load(self, phases: list[str] | None = None) -> None:
         """The measured ``phases`` not yet complete (None: all); the load step is done once
         every measured phase of the schedule is complete for this run."""
-        from specpilot.pilot import armrun
+        from specpilot.pilot.run import armrun
 
         if armrun.LOAD_STEP in self.rec.completed_steps:
             return
@@ -160,7 +160,7 @@ class ArmSteps(ArmLife):
 
     def finish(self) -> None:
         """The drill, the quality pass and the compatibility suite; then the arm is complete."""
-        from specpilot.pilot import armrun
+        from specpilot.pilot.run import armrun
 
         p, plan = self.p, self.run.arm
         timed = p.progress.clock.timed

@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specpilot.pilot.config import PilotConfigError
-from specpilot.pilot.context import PilotContext
+from specpilot.pilot.config.file import PilotConfigError
 from specpilot.pilot.design import LEAST_PER_PROCESS
-from specpilot.pilot.eta import Step, eta_s
+from specpilot.pilot.eta.remaining import Step, eta_s
+from specpilot.pilot.run.context import PilotContext
 
 SLACK = 0.10  # the least design may run past the budget by this share before it is cut
 BELOW_LEAST = "budget, below the least design"

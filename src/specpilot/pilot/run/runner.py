@@ -9,7 +9,7 @@
 
 Order of work: every arm's plan is checked first (one switch at a time, R6) and the llama.cpp
 draft file is exported, so a bad config fails before any engine starts. Every pilot runs the
-episode design (``pilot.design``, executed by ``pilot.episode_run``): every process of every
+episode design (``pilot.design``, executed by ``pilot.run.episode_run``): every process of every
 arm started first (cold starts timed apart), then each load level's episodes replayed on every
 arm in a balanced order, one arm serving load at a time (they would share the cores), with
 counters and memory scraped at every episode's edges; then each arm's rollback drill,
@@ -33,18 +33,18 @@ import httpx
 
 from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend
-from specpilot.pilot.arms import ArmPlan, check_one_switch, plan_arms
-from specpilot.pilot.assets import ASSET_STEPS, prepare
-from specpilot.pilot.capacity import capacity_note, over_capacity, wants_probe
-from specpilot.pilot.config import LoadSettings, PilotConfig, PilotConfigError
-from specpilot.pilot.context import RunPlan, new_record
-from specpilot.pilot.engines import check_credentials
-from specpilot.pilot.episode_run import EpisodeRun
-from specpilot.pilot.eta_plan import plan_for
-from specpilot.pilot.gates import Gates
-from specpilot.pilot.looks import check_budget
-from specpilot.pilot.progress import PilotProgress
-from specpilot.pilot.runplans import derive_kv_slots, plain_overrides, target_changed
+from specpilot.pilot.config.file import LoadSettings, PilotConfig, PilotConfigError
+from specpilot.pilot.eta.progress import PilotProgress
+from specpilot.pilot.plan.arms import ArmPlan, check_one_switch, plan_arms
+from specpilot.pilot.plan.assets import ASSET_STEPS, prepare
+from specpilot.pilot.plan.engines import check_credentials
+from specpilot.pilot.plan.runplans import derive_kv_slots, plain_overrides, target_changed
+from specpilot.pilot.run.capacity import capacity_note, over_capacity, wants_probe
+from specpilot.pilot.run.context import RunPlan, new_record
+from specpilot.pilot.run.episode_run import EpisodeRun
+from specpilot.pilot.run.eta_plan import plan_for
+from specpilot.pilot.run.gates import Gates
+from specpilot.pilot.run.looks import check_budget
 from specpilot.records import ArmRecord, MetricSnapshot, PilotRecord
 from specpilot.store import Store
 from specpilot.workload import Schedule
@@ -160,11 +160,11 @@ class Pilot:
 
     def _fitted(self, t0: float) -> Schedule:
         """The schedule with the levels given as fractions of capacity fitted to the budget
-        (``pilot.fit``): planned at their least, then lengthened by what the budget leaves; a
+        (``pilot.plan.fit``): planned at their least, then lengthened by what the budget leaves; a
         resumed pilot keeps the lengths it started with."""
-        from specpilot.pilot.episode_run import episode_runs
-        from specpilot.pilot.eta import eta_s
-        from specpilot.pilot.fit import fit, fit_note, lengths
+        from specpilot.pilot.eta.remaining import eta_s
+        from specpilot.pilot.plan.fit import fit, fit_note, lengths
+        from specpilot.pilot.run.episode_run import episode_runs
         from specpilot.workload import build_schedule
 
         ep = self.cfg.episodes
@@ -192,9 +192,9 @@ class Pilot:
         return build_schedule(self.wl.with_durations(fitted), base_dir=base_dir, capacity_rps=rps)
 
     def _capacity(self, plans: list[ArmPlan], wl: WorkloadConfig, base_dir: Path) -> dict[str, Any]:
-        """The capacity probe's figures (``pilot.capacity``): the stored ones when resuming the
+        """The capacity probe's figures (``pilot.run.capacity``): the stored ones when resuming the
         same pilot (its schedule is rebuilt at the same rate), else measured now."""
-        from specpilot.pilot.capacity import (
+        from specpilot.pilot.run.capacity import (
             NoSustainableRate,
             baseline_probe,
             given_capacity,
@@ -258,8 +258,8 @@ class Pilot:
     # -- running -------------------------------------------------------------------------
     def run(self) -> PilotResult:
         """Run every arm not yet complete, then the cross-arm gates, analysis and report."""
-        from specpilot.pilot import finish
-        from specpilot.pilot.gates import Gates
+        from specpilot.pilot.run import finish
+        from specpilot.pilot.run.gates import Gates
         from specpilot.store import Store
 
         t0 = self.started = time.perf_counter()
@@ -278,7 +278,7 @@ class Pilot:
             design = (pilot.schedule or {}).get("design", design)  # as stored
             runs = self._episode_runs(design, pilot.pilot_id)
             clock = self.progress.clock
-            clock.plan = plan_for(self, runs)  # the ETA from here on (pilot.eta)
+            clock.plan = plan_for(self, runs)  # the ETA from here on (pilot.eta.remaining)
             # a budget too small for the least pilot: refused now
             check_budget(design, clock.plan, time.perf_counter() - t0)
             failed = EpisodeRun(self, runs, design).run()
@@ -303,9 +303,9 @@ class Pilot:
         """The episode design's record (``pilot.design``), each level of ``self.schedule`` cut
         into its episodes (``quiet``: a trial, its notes not said)."""
         ep = self.cfg.episodes
+        from specpilot.pilot.config.sizing import refuse_short_levels
         from specpilot.pilot.design import design_arms, design_record, split_schedule
-        from specpilot.pilot.noise import episode_plan
-        from specpilot.pilot.sizing import refuse_short_levels
+        from specpilot.pilot.plan.noise import episode_plan
         from specpilot.report.fmt import clean
 
         for note in refuse_short_levels(self.cfg, self.level_schedule):  # before any start
@@ -326,8 +326,8 @@ class Pilot:
     def _episode_runs(self, design: dict[str, Any], pilot_id: str) -> list[RunPlan]:
         """The episode design's runs, a resumed in-place pilot's split episodes reopened, the
         looks said."""
-        from specpilot.pilot.episode_run import episode_runs, reopen_split
-        from specpilot.pilot.looks import looks_notes
+        from specpilot.pilot.run.episode_run import episode_runs, reopen_split
+        from specpilot.pilot.run.looks import looks_notes
 
         ep = self.cfg.episodes
         # the budget is this command's (--budget), not the design's: a rerun with another one
@@ -442,7 +442,7 @@ class Pilot:
         self.store.add_snapshots([snap])
         return snap
 
-    # -- per-arm helpers (used by pilot.steps) ------------------------------------------------
+    # -- per-arm helpers (used by pilot.run.steps) ------------------------------------------------
     def backend_for(
         self,
         plan: ArmPlan,
@@ -453,7 +453,7 @@ class Pilot:
     ) -> Backend:
         """The arm's backend; ``plain`` is the same engine with speculation off (the drill's
         restart), on ``port`` so clients keep their endpoint."""
-        from specpilot.pilot.engines import make_backend
+        from specpilot.pilot.plan.engines import make_backend
 
         over = dict(overrides or self.overrides.get(plan.name, {}))
         if plain:
@@ -490,8 +490,8 @@ class Pilot:
     def manifest(
         self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
     ) -> dict[str, Any]:
-        """``pilot.arms.arm_manifest`` of the started backend."""
-        from specpilot.pilot.arms import arm_manifest
+        """``pilot.plan.arms.arm_manifest`` of the started backend."""
+        from specpilot.pilot.plan.arms import arm_manifest
 
         return arm_manifest(backend.describe().to_dict(), plan, overrides)
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specpilot.analysis.service.capacity import slots_in
-from specpilot.pilot.config import PilotConfigError
+from specpilot.pilot.config.file import PilotConfigError
 from specpilot.records import RequestRecord, ScheduledRequest
 from specpilot.simulate.sustain import (
     FACTOR,
@@ -47,9 +47,9 @@ from specpilot.simulate.sustain import (
 
 if TYPE_CHECKING:
     from specpilot.backends import ResponseParser
-    from specpilot.pilot.arms import ArmPlan
-    from specpilot.pilot.config import LoadSettings, PilotConfig
-    from specpilot.pilot.context import PilotContext
+    from specpilot.pilot.config.file import LoadSettings, PilotConfig
+    from specpilot.pilot.plan.arms import ArmPlan
+    from specpilot.pilot.run.context import PilotContext
     from specpilot.workload import Schedule
     from specpilot.workload.config import WorkloadConfig
 
@@ -321,8 +321,8 @@ def baseline_probe(
     of a fresh machine runs once, for the probe and the episodes alike."""
     from specpilot.backends.protocol import request_headers
     from specpilot.loadgen.client import served_model
-    from specpilot.pilot.drill import RuntimeSwitch
-    from specpilot.pilot.engines import make_backend
+    from specpilot.pilot.plan.engines import make_backend
+    from specpilot.pilot.run.drill import RuntimeSwitch
 
     start = in_place if in_place is not None else plan
     backend = make_backend(start, files=pilot.files.get(start.name, {}))

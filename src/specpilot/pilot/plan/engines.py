@@ -2,10 +2,10 @@
 
 An arm given by URL gets a ``backends.openai.OpenAIBackend``: nothing to start or stop, a
 manifest that says what is unknown, counters only if its engine's ``/metrics`` parser is known,
-no drill; its credentials (``pilot.credentials``) read from the environment when it is made.
+no drill; its credentials (``pilot.config.credentials``) read from the environment when it is made.
 
-    >>> from specpilot.pilot.config import parse_pilot
-    >>> from specpilot.pilot.arms import plan_arms
+    >>> from specpilot.pilot.config.file import parse_pilot
+    >>> from specpilot.pilot.plan.arms import plan_arms
     >>> cfg = parse_pilot({"workload": "w.yaml", "arms": [
     ...   {"name": "b", "role": "baseline", "engine": "vllm", "options": {"model": "m"}},
     ...   {"name": "s", "role": "speculative", "engine": "vllm",
@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from specpilot.backends.protocol import Backend
-from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.config import EngineOptions
+from specpilot.pilot.config.file import EngineOptions
+from specpilot.pilot.plan.arms import ArmPlan
 
 
 def engine_options(
@@ -38,7 +38,7 @@ def engine_options(
     from pydantic import ValidationError
 
     from specpilot.errors import ConfigError
-    from specpilot.pilot.config import OPTIONS
+    from specpilot.pilot.config.file import OPTIONS
     from specpilot.validation import format_errors
 
     model = OPTIONS.get(engine)
@@ -78,8 +78,7 @@ def one_arm(
     from pydantic import TypeAdapter, ValidationError
 
     from specpilot.errors import ConfigError
-    from specpilot.pilot.arms import plan_arm, strategy_of
-    from specpilot.pilot.config import (
+    from specpilot.pilot.config.file import (
         ARM_MODELS,
         Arm,
         BuiltinArm,
@@ -88,6 +87,7 @@ def one_arm(
         SglangArm,
         VllmArm,
     )
+    from specpilot.pilot.plan.arms import plan_arm, strategy_of
     from specpilot.records import ARM_ROLES
     from specpilot.validation import format_errors
 
@@ -107,7 +107,7 @@ def one_arm(
         except ValidationError as exc:
             raise ConfigError(format_errors(exc, "--arm/--role", root=root)) from None
         # by URL its options are unknown, not the engine's defaults: no strategy, no frozen
-        # settings are claimed for it (pilot.arms.strategy_of, frozen_of)
+        # settings are claimed for it (pilot.plan.arms.strategy_of, frozen_of)
         a = a if url is None else a.model_copy(update={"options": None})
         return cast("BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm", a)
 
@@ -134,7 +134,7 @@ def make_backend(
     (the drill)."""
     if plan.url is not None:  # its credentials read from the environment now
         from specpilot.backends.openai import OpenAIBackend
-        from specpilot.pilot import credentials
+        from specpilot.pilot.config import credentials
 
         a = plan.spec
         return OpenAIBackend(

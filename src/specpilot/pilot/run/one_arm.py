@@ -1,7 +1,7 @@
 """``specpilot load``'s pilot: one arm, through the pilot's own lifecycle.
 
-The arm is resolved as a pilot file's (``pilot.engines.one_arm``), started, measured and
-stopped by ``pilot.steps.ArmLife`` (the steps every pilot arm takes before its drill and its
+The arm is resolved as a pilot file's (``pilot.plan.engines.one_arm``), started, measured and
+stopped by ``pilot.run.steps.ArmLife`` (the steps every pilot arm takes before its drill and its
 checks), with the pilot's records: the arm's manifest and cold start, each phase's edges and
 scrapes, every request as it finishes, ``completed_steps``. So its resume rule is the pilot's
 too: a run given again by its run id starts its engine afresh, skips every complete phase and
@@ -18,11 +18,11 @@ from typing import Any
 
 from specpilot.backends.protocol import Backend
 from specpilot.errors import ConfigError
-from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.config import LoadSettings
-from specpilot.pilot.context import RunPlan, new_record
-from specpilot.pilot.progress import PilotProgress
-from specpilot.pilot.steps import ArmLife
+from specpilot.pilot.config.file import LoadSettings
+from specpilot.pilot.eta.progress import PilotProgress
+from specpilot.pilot.plan.arms import ArmPlan
+from specpilot.pilot.run.context import RunPlan, new_record
+from specpilot.pilot.run.steps import ArmLife
 from specpilot.records import ArmRecord
 from specpilot.store import Store
 from specpilot.workload import Schedule
@@ -30,7 +30,7 @@ from specpilot.workload import Schedule
 
 @dataclass
 class OneArm:
-    """The ``ArmContext`` of a one-arm pilot (``pilot.context``). ``run``: what the run replays
+    """The ``ArmContext`` of a one-arm pilot (``pilot.run.context``). ``run``: what the run replays
     and how (the load settings, the schedule's seed, the endpoint and role), kept in its
     manifest as ``load``; ``resumed``: the manifest a resumed run was started with (its engine
     and its ``load`` must be the same)."""
@@ -55,7 +55,7 @@ class OneArm:
         port: int | None = None,
         plain: bool = False,
     ) -> Backend:
-        from specpilot.pilot.engines import make_backend
+        from specpilot.pilot.plan.engines import make_backend
 
         if plain:
             raise ConfigError("a one-arm load does not switch its engine", fix="run a pilot")
@@ -67,7 +67,7 @@ class OneArm:
     def manifest(
         self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
     ) -> dict[str, Any]:
-        from specpilot.pilot.arms import arm_manifest
+        from specpilot.pilot.plan.arms import arm_manifest
 
         man = {**arm_manifest(backend.describe().to_dict(), plan, overrides), "load": self.run}
         was = self.resumed or {}

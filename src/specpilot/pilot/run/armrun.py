@@ -18,10 +18,10 @@ from specpilot.analysis.rollback.drill import summarize
 from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend, request_headers
 from specpilot.definitions import goodput
-from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.context import ArmContext, PilotContext, RunPlan
 from specpilot.pilot.design import level_of
-from specpilot.pilot.drill import (
+from specpilot.pilot.plan.arms import ArmPlan
+from specpilot.pilot.run.context import ArmContext, PilotContext, RunPlan
+from specpilot.pilot.run.drill import (
     DRILL_PHASE,
     RestartSwitch,
     RuntimeSwitch,
@@ -42,7 +42,7 @@ from specpilot.store import Store
 if TYPE_CHECKING:
     from specpilot.loadgen import LoadConfig, LoadResult, LoadRunner
     from specpilot.loadgen.config import Extras
-    from specpilot.pilot.progress import PilotProgress
+    from specpilot.pilot.eta.progress import PilotProgress
 
 LOAD_STEP = "load"
 
@@ -190,7 +190,7 @@ def run_phases(
 
 def clear_phases(store: Store, run_id: str, phases: list[str]) -> None:
     """Delete every per-request record of ``phases`` of a run (a cut phase's partial data, or
-    an in-place episode run again on every arm: ``pilot.episode_run``)."""
+    an in-place episode run again on every arm: ``pilot.run.episode_run``)."""
     ids = [r.request_id for r in store.records("requests", run_id=run_id) if r.phase in phases]
     for rid in ids:
         store.delete("chunks", run_id=run_id, request_id=rid)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from specpilot import cache_root
 
 if TYPE_CHECKING:
-    from specpilot.pilot.config import PilotConfig
+    from specpilot.pilot.config.file import PilotConfig
 
 KEEP = 200  # entries kept in the file (the oldest dropped)
 VERIFY_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
@@ -218,7 +218,7 @@ def episode_plan(cfg: PilotConfig) -> dict[str, Any]:
     (80% power at the level that decides: the last look's alpha shared by Bonferroni over the
     comparison's cells), if every episode runs (a budget or a look that stops a level ends it
     with fewer), from the noise this machine measured in its last episode pilot
-    (``pilot.noise``), else from the stated prior."""
+    (``pilot.plan.noise``), else from the stated prior."""
     from specpilot.analysis.episodes.estimate import mde
     from specpilot.analysis.episodes.sequential import nominal_alphas
     from specpilot.backends.facts import hardware_info

@@ -1,7 +1,7 @@
 """Engine options of a pilot arm (``arms[].options``), one model per engine (each engine's
 adapter holds its own: ``backends.adapters``), and the arm's resource budget: the one
 vocabulary of engine options, shared by pilot files and ``specpilot load --start
---engine-opt`` (:func:`specpilot.pilot.engines.engine_options`).
+--engine-opt`` (:func:`specpilot.pilot.plan.engines.engine_options`).
 
     >>> BuiltinOptions(draft="shipped:smollm2-135m-instruct-d4", k=3).max_slots
     4

@@ -15,14 +15,15 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from specpilot.pilot import eta
-from specpilot.pilot.armrun import LOAD_STEP, clear_phases, phases_left
-from specpilot.pilot.arms import ArmPlan
-from specpilot.pilot.config import PilotConfigError
-from specpilot.pilot.context import PilotContext, RunPlan
+from specpilot.pilot.config.file import PilotConfigError
 from specpilot.pilot.design import K0, PLANTED, WITHIN
-from specpilot.pilot.looks import Looks, blocks
-from specpilot.pilot.planted import (
+from specpilot.pilot.eta import remaining as eta
+from specpilot.pilot.plan.arms import ArmPlan
+from specpilot.pilot.plan.runplans import matched_after
+from specpilot.pilot.run.armrun import LOAD_STEP, clear_phases, phases_left
+from specpilot.pilot.run.context import PilotContext, RunPlan
+from specpilot.pilot.run.looks import Looks, blocks
+from specpilot.pilot.run.planted import (
     InPlaceSteps,
     PlantedSteps,
     Reaching,
@@ -30,8 +31,7 @@ from specpilot.pilot.planted import (
     WithinSteps,
     owner_of,
 )
-from specpilot.pilot.runplans import matched_after
-from specpilot.pilot.steps import ArmSteps
+from specpilot.pilot.run.steps import ArmSteps
 from specpilot.records import StrategySpec
 
 
@@ -230,7 +230,7 @@ class EpisodeRun:
 
     def _episodes(self) -> None:
         """The blocks of episodes, a look after each that leaves episodes to run, the budget
-        checked before every episode not yet complete (``pilot.looks``); then the last look.
+        checked before every episode not yet complete (``pilot.run.looks``); then the last look.
         A resumed pilot walks the same blocks: its complete episodes are neither run nor
         dropped again, and its looks already run are not repeated."""
         looks = Looks(self.p, self.design, self._keys_of)

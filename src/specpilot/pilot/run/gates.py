@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specpilot.pilot.config import PilotConfig
+from specpilot.pilot.config.file import PilotConfig
 from specpilot.records import ArmRecord, CompatRecord, OutputRecord, PilotData
 from specpilot.workload.config import WorkloadConfig
 
