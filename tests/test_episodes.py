@@ -30,11 +30,8 @@ import pytest
 from scipy import stats as sp
 
 from specpilot.analysis.base import stats
-from specpilot.analysis.episodes.estimate import (
-    EpisodeEstimate,
-    episode_effect,
-    mde,
-)
+from specpilot.analysis.episodes.estimate import EpisodeEstimate, episode_effect
+from specpilot.analysis.episodes.power import mde
 from specpilot.errors import ConfigError
 from specpilot.pilot.design import arm_orders, crossed
 

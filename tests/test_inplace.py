@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from specpilot.analysis.base import stats
-from specpilot.analysis.episodes.estimate import mde
 from specpilot.analysis.episodes.inplace import switch_effect
+from specpilot.analysis.episodes.power import mde
 from specpilot.errors import ConfigError
 
 M, E = 5, 14  # the default pilot: speculative processes, episodes per level

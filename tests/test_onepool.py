@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from specpilot.analysis.base import stats
-from specpilot.analysis.episodes.estimate import episode_effect, mde
+from specpilot.analysis.episodes.estimate import episode_effect
 from specpilot.analysis.episodes.onepool import pool_effect
+from specpilot.analysis.episodes.power import mde
 from specpilot.errors import ConfigError
 from specpilot.pilot.design import crossed
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from specpilot.analysis.comparison.paired import Interval, PairedComparison
 from specpilot.analysis.episodes.celltest import episode_noise
-from specpilot.analysis.episodes.estimate import half_width, mde
 from specpilot.analysis.episodes.onepool import pool_effect
+from specpilot.analysis.episodes.power import half_width, mde
 from specpilot.analysis.verdicts.predicted import prediction_checks
 from specpilot.pilot.design import crossed
 

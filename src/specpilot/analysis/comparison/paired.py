@@ -47,7 +47,7 @@ import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -232,6 +232,17 @@ def _on_time_test(
 SIGN_FLIP_MAX = 5000  # above this many episodes the normal limit (the CLT holds there)
 
 
+class _Cell(NamedTuple):
+    """One cell measured: its pairs, the bootstrap's descriptive intervals and its test."""
+
+    phase: str
+    group: str
+    pairs: int
+    unmatched: int
+    intervals: list[Interval]
+    test: CellTest
+
+
 def compare_arms(
     t: RequestTable,
     baseline: str,
@@ -244,128 +255,153 @@ def compare_arms(
 ) -> list[PairedComparison]:
     """Per (phase, group) and (phase, ``*``): the candidate against the baseline, paired, by
     processes and episodes (module docstring; ``fingerprints``: log plain decode step per run,
-    ``physical``: the run whose process each run reached)."""
-    resamples, seed, level = settings.resamples, settings.seed, settings.level
-    min_pairs, min_effect = settings.min_pairs, settings.min_effect
+    ``physical``: the run whose process each run reached): each cell measured
+    (``_measured``), the multiplicity plan over them (``_families``), each judged
+    (``_judged``)."""
+    cells = _measured(t, (baseline, candidate), settings, (fingerprints or {}, physical or {}))
+    alpha = 1.0 - settings.level
+    adj, deciding_of = _families(cells, alpha, settings.min_pairs)
+    context = _Context(
+        (baseline, candidate),
+        settings,
+        method_text(settings.resamples, settings.seed, settings.level),
+        _pooled_sd([x.test for x in cells]),
+        {x.phase: x.test.clusters for x in cells if x.group == "*"},  # episodes each level ran
+        offered_rates or {},
+    )
+    return [
+        _judged(x, (adj.get((i, "task"), 1.0), adj.get((i, "on"), 1.0)), deciding_of[i], context)
+        for i, x in enumerate(cells)
+    ]
+
+
+def _measured(
+    t: RequestTable,
+    arms: tuple[str, str],
+    settings: CompareSettings,
+    facts: tuple[Mapping[str, float], Mapping[str, str]],
+) -> list[_Cell]:
+    """Every cell of the pair of arms, steady pairs only: per (phase, group), then per phase
+    pooled over groups; each with its descriptive intervals and its test by episodes."""
+    baseline, candidate = arms
     steady = ~t.cold_start
     b, c, _ = pair_rows(t, baseline, candidate)
     keep = steady[b] & steady[c]
     b, c = b[keep], c[keep]
-    ph_c, ph_l = t.codes("phase")
     labels = episode_labels(t, b, f"{candidate} against {baseline}")
-    method = method_text(resamples, seed, level)
+    ph_c, ph_l = t.codes("phase")
     g_c, g_l = t.codes("task_group")
     arm_c, arm_l = t.codes("arm")
-    in_arms = np.isin(arm_c, [arm_l.index(a) for a in (baseline, candidate) if a in arm_l]) & steady
-    cells = sorted({(int(p), int(g)) for p, g in zip(ph_c[b], g_c[b], strict=True)})
-    cells += sorted({(p, -1) for p, _ in cells})
-    rows = []
-    for pc, gc in cells:
+    in_arms = np.isin(arm_c, [arm_l.index(a) for a in arms if a in arm_l]) & steady
+    keys = sorted({(int(p), int(g)) for p, g in zip(ph_c[b], g_c[b], strict=True)})
+    keys += sorted({(p, -1) for p, _ in keys})
+    out = []
+    for pc, gc in keys:
         phase, group = ph_l[pc], (g_l[gc] if gc >= 0 else ALL)
         m = (ph_c[b] == pc) & ((g_c[b] == gc) if gc >= 0 else True)
         bb, cc, lab = b[m], c[m], labels[m]
         in_cell = in_arms & (ph_c == pc) & ((g_c == gc) if gc >= 0 else True)
-        unmatched = int(np.count_nonzero(in_cell)) - 2 * int(bb.size)
         x = stat_columns(t, bb, cc)
         key = f"{baseline}|{candidate}|{phase}|{group}".encode()
-        rng = np.random.default_rng([seed, zlib.crc32(key)])
+        rng = np.random.default_rng([settings.seed, zlib.crc32(key)])
         est = column_stats(x.sum(axis=0))
-        boot = bootstrap(x, resamples, rng, lab) if bb.size else np.zeros((0, NSTATS))
-        iv = [percentile_interval(float(est[j]), boot[:, j], level) for j in range(NSTATS)]
+        boot = bootstrap(x, settings.resamples, rng, lab) if bb.size else np.zeros((0, NSTATS))
+        iv = [percentile_interval(float(est[j]), boot[:, j], settings.level) for j in range(NSTATS)]
         strata = g_c[bb] if gc < 0 else None  # a pooled cell: each pair's own task group
         tst = _pairs_test(t, bb, cc, lab, rng, strata)
-        facts = (fingerprints or {}, physical or {})
         tst = episode_test(t, bb, cc, lab, tst, facts, settings.level, strata, settings.pool)
-        rows.append((phase, group, bb.size, unmatched, iv, tst))
-    alpha = 1.0 - level
-    adj, deciding_of = _families(rows, alpha, min_pairs)
-    pooled_sd = _pooled_sd([r[5] for r in rows])
-    eff = float(np.log1p(min_effect))
-    per_level = {r[0]: r[5].clusters for r in rows if r[1] == "*"}  # episodes each level ran
-    out = []
-    for i, (phase, group, n_pairs, unmatched, iv, tst) in enumerate(rows):
-        p_task, p_on = adj.get((i, "task"), 1.0), adj.get((i, "on"), 1.0)
-        deciding = deciding_of[i]
-        task = _task_interval(tst, deciding)
-        outcome, why = _outcome(tst, task, p_task, p_on, alpha, settings)
-        sd = tst.sd if tst.sd is not None and tst.n >= 3 else pooled_sd
-        family = alpha / (1.0 - deciding)  # the Bonferroni divisor of this row
-        need_ep = (
-            _episodes_needed(tst, deciding, settings, per_level.get(phase))
-            if outcome == "insufficient"
-            else None
-        )
-        if need_ep is None and outcome == "insufficient" and tst.min_episodes:
-            need_ep = _scaled(tst.min_episodes, tst.clusters, per_level.get(phase))
-        out.append(
-            PairedComparison(
-                baseline_arm=baseline,
-                candidate_arm=candidate,
-                phase=phase,
-                task_group=group,
-                offered_rate=(offered_rates or {}).get((candidate, phase)),
-                pairs=int(n_pairs),
-                unmatched=unmatched,
-                both_ok=tst.n,
-                task_rel_change=task,
-                e2e_rel_change=iv[1],
-                e2e_diff_s=iv[2],
-                ttft_rel_change=iv[3],
-                on_time_diff=iv[4],
-                outcome=outcome,
-                method=method,
-                log_change=tst.log_change,
-                se_within=tst.se_w,
-                df=tst.df,
-                p_value=tst.p if tst.n >= 2 else None,
-                p_on_time=tst.p_on,
-                p_adjusted=min(p_task, p_on),
-                power=stats.power(eff, tst.se, alpha / family) if tst.se else None,
-                pairs_needed=(
-                    max(min_pairs, n)
-                    if sd is not None
-                    and (n := stats.pairs_needed(sd, 0.0, eff, alpha / family)) is not None
-                    else None
-                ),
-                clusters=tst.clusters,
-                deciding_level=deciding,
-                equivalence_margin=settings.equivalence_margin,
-                undecided_because=why,
-                episodes_needed=need_ep,
-                processes_needed=(
-                    _processes_needed(tst, deciding, settings)
-                    if outcome == "insufficient" and need_ep is None
-                    else None
-                ),
-                episode_noise=tst.noise,
-            )
-        )
+        unmatched = int(np.count_nonzero(in_cell)) - 2 * int(bb.size)
+        out.append(_Cell(phase, group, int(bb.size), unmatched, iv, tst))
     return out
 
 
+class _Context(NamedTuple):
+    """What judging every cell of one pair of arms shares."""
+
+    arms: tuple[str, str]
+    settings: CompareSettings
+    method: str
+    pooled_sd: float | None
+    per_level: dict[str, int]
+    offered_rates: Mapping[tuple[str, str], float]
+
+
+def _judged(x: _Cell, p: tuple[float, float], deciding: float, ctx: _Context) -> PairedComparison:
+    """The cell's outcome at its adjusted p-values ``p`` (task time, on time) and its deciding
+    level, with what an undecided one would need."""
+    st, tst = ctx.settings, x.test
+    alpha = 1.0 - st.level
+    task = _task_interval(tst, deciding)
+    outcome, why = _outcome(tst, task, p[0], p[1], alpha, st)
+    sd = tst.sd if tst.sd is not None and tst.n >= 3 else ctx.pooled_sd
+    family = alpha / (1.0 - deciding)  # the Bonferroni divisor of this row
+    eff = float(np.log1p(st.min_effect))
+    need_ep, need_m = None, None
+    if outcome == "insufficient":
+        need_ep = _episodes_needed(tst, deciding, st, ctx.per_level.get(x.phase))
+        if need_ep is None and tst.min_episodes:
+            need_ep = _scaled(tst.min_episodes, tst.clusters, ctx.per_level.get(x.phase))
+        if need_ep is None:
+            need_m = _processes_needed(tst, deciding, st)
+    n_pairs = stats.pairs_needed(sd, 0.0, eff, alpha / family) if sd is not None else None
+    return PairedComparison(
+        baseline_arm=ctx.arms[0],
+        candidate_arm=ctx.arms[1],
+        phase=x.phase,
+        task_group=x.group,
+        offered_rate=ctx.offered_rates.get((ctx.arms[1], x.phase)),
+        pairs=x.pairs,
+        unmatched=x.unmatched,
+        both_ok=tst.n,
+        task_rel_change=task,
+        e2e_rel_change=x.intervals[1],
+        e2e_diff_s=x.intervals[2],
+        ttft_rel_change=x.intervals[3],
+        on_time_diff=x.intervals[4],
+        outcome=outcome,
+        method=ctx.method,
+        log_change=tst.log_change,
+        se_within=tst.se_w,
+        df=tst.df,
+        p_value=tst.p if tst.n >= 2 else None,
+        p_on_time=tst.p_on,
+        p_adjusted=min(p),
+        power=stats.power(eff, tst.se, alpha / family) if tst.se else None,
+        pairs_needed=max(st.min_pairs, n_pairs) if n_pairs is not None else None,
+        clusters=tst.clusters,
+        deciding_level=deciding,
+        equivalence_margin=st.equivalence_margin,
+        undecided_because=why,
+        episodes_needed=need_ep,
+        processes_needed=need_m,
+        episode_noise=tst.noise,
+    )
+
+
 def _families(
-    rows: Sequence[tuple[Any, ...]], alpha: float, min_pairs: int
+    rows: Sequence[_Cell], alpha: float, min_pairs: int
 ) -> tuple[dict[tuple[int, str], float], list[float]]:
     """The multiplicity plan (module docstring): two families, the pooled load-level cells (the
     primary question: does it pay at this load) and the task groups' cells, each given half of
     alpha (Bonferroni across the two; one family with all of it when there is one task group).
     Within a family, Holm over Tarone's family of every estimated cell's task-time test (at
-    least ``min_pairs`` both-ok pairs, the episode estimate fitted) and every on-time test. Returns the adjusted p-values, scaled so that comparing them with
-    ``alpha`` tests at the family's share, and each row's deciding level (1 - share / K)."""
-    pooled = [i for i, r in enumerate(rows) if r[1] == "*"]
-    groups = [i for i, r in enumerate(rows) if r[1] != "*"]
-    n_groups = len({rows[i][1] for i in groups})
+    least ``min_pairs`` both-ok pairs, the episode estimate fitted) and every on-time test.
+    Returns the adjusted p-values, scaled so that comparing them with ``alpha`` tests at the
+    family's share, and each row's deciding level (1 - share / K)."""
+    pooled = [i for i, r in enumerate(rows) if r.group == "*"]
+    groups = [i for i, r in enumerate(rows) if r.group != "*"]
+    n_groups = len({rows[i].group for i in groups})
     families = [pooled, groups] if pooled and n_groups > 1 else [pooled + groups]
     share = alpha / len(families)
     adj: dict[tuple[int, str], float] = {}
     deciding = [1.0 - alpha] * len(rows)
     for fam in families:
         tests = [
-            (i, "task") for i in fam if rows[i][5].n >= min_pairs and rows[i][5].se is not None
+            (i, "task") for i in fam if rows[i].test.n >= min_pairs and rows[i].test.se is not None
         ]
         tests += [(i, "on") for i in fam]
-        pv = [rows[i][5].p if k == "task" else rows[i][5].p_on for i, k in tests]
-        mp = [rows[i][5].min_p if k == "task" else rows[i][5].min_p_on for i, k in tests]
+        pv = [rows[i].test.p if k == "task" else rows[i].test.p_on for i, k in tests]
+        mp = [rows[i].test.min_p if k == "task" else rows[i].test.min_p_on for i, k in tests]
         for key, q in zip(tests, stats.holm_tarone(pv, mp, share), strict=True):
             adj[key] = min(1.0, q * alpha / share)
         level = 1.0 - share / stats.tarone_k(mp, share)  # Bonferroni over Tarone's family

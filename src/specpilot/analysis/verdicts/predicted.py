@@ -5,7 +5,7 @@ Before an episode pilot runs, the planner (``pilot.plan.noise.episode_plan``, th
 with 80% power and the median half-width of its deciding interval, from the noise this machine
 measured in its last episode pilot (or a stated prior); the prediction is stored in the design
 record. After the run, each pooled cell says what it achieved: its interval's half-width, and
-the smallest effect detectable at the noise it measured itself (``analysis.episodes.mde`` with
+the smallest effect detectable at the noise it measured itself (``analysis.episodes.power.mde`` with
 the components of ``episode_noise``, on the same processes, episodes and deciding level).
 A ratio outside [1/1.5, 1.5] means the planner's noise did not carry to this pilot: the next
 ``--dry-run`` reads this pilot's noise instead.
@@ -32,7 +32,7 @@ from typing import Any
 
 from specpilot.analysis.base.columns import ALL
 from specpilot.analysis.comparison.paired import PairedComparison
-from specpilot.analysis.episodes.estimate import mde
+from specpilot.analysis.episodes.power import mde
 from specpilot.numbers import pct
 
 FACTOR = 1.5  # a prediction within this factor of the achieved value is "as planned"

@@ -127,41 +127,8 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
         parts = [_window_text(g) for g in gvs if g.verdict == WINDOWS]
         summary = "adopt only " + "; ".join(parts)
     else:
-        verdict, rng = NO, None
-        quality = [g for g in gvs if (g.bottleneck or "").startswith("quality:")]
-        if quality and len(quality) == len(gvs):
-            why = {g.task_group: (g.bottleneck or "")[len("quality: ") :] for g in quality}
-            if len(set(why.values())) == 1:  # one reason for all (a compat regression): once
-                neck = f"quality gate failed for every group ({next(iter(why.values()))})"
-            else:
-                neck = (
-                    "quality gate failed for every group ("
-                    + "; ".join(f"{g}: {w}" for g, w in why.items())
-                    + ")"
-                )
-        elif all(g.verdict == UNDECIDED for g in gvs):  # none at all: undecided too
-            need = next(
-                (g.bottleneck for g in gvs if g.bottleneck),
-                pooled.bottleneck or "undecided: nothing was measured",
-            )
-            if pooled.verdict == NO:  # measured pooled: a reason, not a lack of evidence
-                neck = (pooled.bottleneck or need) + " (all groups pooled; per group: undecided)"
-            else:  # undecided pooled too, or it pays pooled: not enough for any one group (R7)
-                verdict = UNDECIDED
-                neck = need + (" (per group)" if gvs else "")
-                if pooled.verdict in (ADOPT, WINDOWS):
-                    neck += (
-                        f"; pooled over groups speculation {pooled.window}: measure per group "
-                        "before switching it on"
-                    )
-        else:
-            neck = (
-                pooled.bottleneck
-                or next((g.bottleneck for g in gvs if g.bottleneck), None)
-                or "no measured gain"
-            )
-            if quality:
-                neck = f"quality gate failed for {', '.join(g.task_group for g in quality)}; {neck}"
+        rng = None
+        verdict, neck = _not_adopted(gvs, pooled)
         summary = (
             f"undecided: {neck.removeprefix('undecided: ')}"
             if verdict == UNDECIDED
@@ -193,6 +160,50 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
         groups=(*gvs, pooled),
         conditions=tuple(conds),
         aa_control=inp.aa.text if inp.aa is not None else "no A/A control arm in this pilot",
+    )
+
+
+def _not_adopted(gvs: Sequence[GroupVerdict], pooled: GroupVerdict) -> tuple[str, str]:
+    """No group adopted, none in windows: DO_NOT_ADOPT with its measured reason, or UNDECIDED
+    where nothing was decided (pooled undecided too, or paying pooled but for no one group)."""
+    quality = [g for g in gvs if (g.bottleneck or "").startswith("quality:")]
+    if quality and len(quality) == len(gvs):
+        return NO, _quality_neck(quality)
+    if all(g.verdict == UNDECIDED for g in gvs):  # none at all: undecided too
+        need = next(
+            (g.bottleneck for g in gvs if g.bottleneck),
+            pooled.bottleneck or "undecided: nothing was measured",
+        )
+        if pooled.verdict == NO:  # measured pooled: a reason, not a lack of evidence
+            return NO, (pooled.bottleneck or need) + " (all groups pooled; per group: undecided)"
+        # undecided pooled too, or it pays pooled: not enough for any one group (R7)
+        neck = need + (" (per group)" if gvs else "")
+        if pooled.verdict in (ADOPT, WINDOWS):
+            neck += (
+                f"; pooled over groups speculation {pooled.window}: measure per group "
+                "before switching it on"
+            )
+        return UNDECIDED, neck
+    neck = (
+        pooled.bottleneck
+        or next((g.bottleneck for g in gvs if g.bottleneck), None)
+        or "no measured gain"
+    )
+    if quality:
+        neck = f"quality gate failed for {', '.join(g.task_group for g in quality)}; {neck}"
+    return NO, neck
+
+
+def _quality_neck(quality: Sequence[GroupVerdict]) -> str:
+    """Every group failed its quality gate: the reason once where it is one (a compatibility
+    regression), else each group's."""
+    why = {g.task_group: (g.bottleneck or "")[len("quality: ") :] for g in quality}
+    if len(set(why.values())) == 1:
+        return f"quality gate failed for every group ({next(iter(why.values()))})"
+    return (
+        "quality gate failed for every group ("
+        + "; ".join(f"{g}: {w}" for g, w in why.items())
+        + ")"
     )
 
 

@@ -166,7 +166,7 @@ def _predicted(
     """The planner's MDE and interval half-width (median, 80th percentile) at noise ``c``
     (``in_place``: both arms on one process per episode, ``analysis.episodes.inplace``; ``strata_df``:
     the task groups' strata in the pooled cell)."""
-    from specpilot.analysis.episodes.estimate import half_width, mde
+    from specpilot.analysis.episodes.power import half_width, mde
 
     args = (c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha)
     hw = half_width(*args, in_place=in_place, strata_df=strata_df)
@@ -219,7 +219,7 @@ def episode_plan(cfg: PilotConfig) -> dict[str, Any]:
     comparison's cells), if every episode runs (a budget or a look that stops a level ends it
     with fewer), from the noise this machine measured in its last episode pilot
     (``pilot.plan.noise``), else from the stated prior."""
-    from specpilot.analysis.episodes.estimate import mde
+    from specpilot.analysis.episodes.power import mde
     from specpilot.analysis.episodes.sequential import nominal_alphas
     from specpilot.backends.facts import hardware_info
 
