@@ -93,26 +93,41 @@ def episode_test(
         return _fitted(
             base, 0, lambda: pool_effect(raw, episodes[ok], c_ids, b_ids, level=level), pair_sd
         )
-    cand_runs, cand = np.unique(t.run_id[c][ok].astype(str), return_inverse=True)
-    base_runs, bas = np.unique(t.run_id[b][ok].astype(str), return_inverse=True)
-    fp_c = {i: fingerprints[r] for i, r in enumerate(cand_runs) if r in fingerprints}
-    fp_b = {i: fingerprints[r] for i, r in enumerate(base_runs) if r in fingerprints}
-    full = len(fp_c) == len(cand_runs) and len(fp_b) == len(base_runs)
+    runs = (t.run_id[c][ok].astype(str), t.run_id[b][ok].astype(str))
     return _fitted(
         base,
         lost,
-        lambda: episode_effect(
-            d,
-            episodes[ok],
-            cand,
-            bas,
-            cand_fp=fp_c if full else None,
-            base_fp=fp_b if full else None,
-            level=level,
-            strata_df=lost,
-            pool=pool,
-        ),
+        lambda: _two_pools(d, episodes[ok], runs, fingerprints, level, lost, pool),
         pair_sd,
+    )
+
+
+def _two_pools(
+    d: np.ndarray,
+    episodes: np.ndarray,
+    runs: tuple[np.ndarray, np.ndarray],
+    fingerprints: Mapping[str, float],
+    level: float,
+    lost: int,
+    pool: bool,
+) -> EpisodeEstimate:
+    """Each arm on processes of its own (``estimate.episode_effect``); ``runs``: each pair's
+    candidate and baseline run, the fingerprints used only where every run has one."""
+    cand_runs, cand = np.unique(runs[0], return_inverse=True)
+    base_runs, bas = np.unique(runs[1], return_inverse=True)
+    fp_c = {i: fingerprints[r] for i, r in enumerate(cand_runs) if r in fingerprints}
+    fp_b = {i: fingerprints[r] for i, r in enumerate(base_runs) if r in fingerprints}
+    full = len(fp_c) == len(cand_runs) and len(fp_b) == len(base_runs)
+    return episode_effect(
+        d,
+        episodes,
+        cand,
+        bas,
+        cand_fp=fp_c if full else None,
+        base_fp=fp_b if full else None,
+        level=level,
+        strata_df=lost,
+        pool=pool,
     )
 
 

@@ -50,6 +50,24 @@ def recovery_time(
     return None
 
 
+def _observed(
+    records: Sequence[RequestRecord], requested_t: float, in_force_t: float | None, kind: str
+) -> tuple[float | None, float | None]:
+    """When the switch was in force as the clients saw it, and the first request sent after
+    the call that the server served with k = 0 (a runtime switch: the later of the two)."""
+    first_plain = min(
+        (
+            r.sent_t
+            for r in records
+            if r.sent_t is not None and r.sent_t >= requested_t and r.served_k == 0
+        ),
+        default=None,
+    )
+    if kind == "runtime_switch" and first_plain is not None:
+        return max(in_force_t or first_plain, first_plain), first_plain
+    return in_force_t, first_plain
+
+
 def summarize(
     records: Sequence[RequestRecord],
     *,
@@ -71,17 +89,7 @@ def summarize(
     uses the later of the two. ``interrupted``: requests that failed in [requested, in force +
     window]; ``delayed``: ok requests in that span that missed their TTFT SLO or deadline.
     """
-    first_plain = min(
-        (
-            r.sent_t
-            for r in records
-            if r.sent_t is not None and r.sent_t >= requested_t and r.served_k == 0
-        ),
-        default=None,
-    )
-    observed = in_force_t
-    if kind == "runtime_switch" and first_plain is not None:
-        observed = max(in_force_t or first_plain, first_plain)
+    observed, first_plain = _observed(records, requested_t, in_force_t, kind)
     end = (observed or requested_t) + window_s
     span = [r for r in records if _overlaps(r, requested_t, end)]
     interrupted = sum(r.status in FAILED or r.status == "not_sent" for r in span)

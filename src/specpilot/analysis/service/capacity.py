@@ -155,6 +155,18 @@ def draft_as_kv_slots(snap: MetricSnapshot, slots: int) -> SlotEquivalent | None
     return SlotEquivalent(draft, per, draft / per)
 
 
+def _peaks(
+    base: Sequence[MetricSnapshot], cand: Sequence[MetricSnapshot], notes: list[str]
+) -> tuple[int | None, int | None]:
+    """The two arms' peak memory: the GPU's where both report it (and a note says so), else
+    the process RSS."""
+    b_gpu, c_gpu = _max(base, "gpu_memory_bytes"), _max(cand, "gpu_memory_bytes")
+    if b_gpu is not None and c_gpu is not None:
+        notes.append("peak memory from the GPU")
+        return b_gpu, c_gpu
+    return _max(base, "rss_bytes"), _max(cand, "rss_bytes")
+
+
 def memory_budget(
     snapshots: Sequence[MetricSnapshot],
     arms: Sequence[ArmRecord],
@@ -173,11 +185,7 @@ def memory_budget(
     cand = [s for s in snapshots if s.arm == candidate]
     notes: list[str] = []
     dw, dkv = _max(cand, "draft_weight_bytes"), _max(cand, "draft_kv_bytes")
-    b_rss, c_rss = _max(base, "rss_bytes"), _max(cand, "rss_bytes")
-    b_gpu, c_gpu = _max(base, "gpu_memory_bytes"), _max(cand, "gpu_memory_bytes")
-    if b_gpu is not None and c_gpu is not None:
-        b_rss, c_rss = b_gpu, c_gpu
-        notes.append("peak memory from the GPU")
+    b_rss, c_rss = _peaks(base, cand, notes)
     work = None
     if b_rss is not None and c_rss is not None:
         work = max(0, c_rss - b_rss - (dw or 0) - (dkv or 0))

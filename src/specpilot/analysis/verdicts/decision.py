@@ -373,7 +373,16 @@ def bottleneck(
         )
         if s <= 1.0:
             return _decode_neck(inp, group, rs), conds
-    # The alternative is the reason only where speculation beat the baseline but lost to it.
+    neck = _end_to_end_neck(inp, group, rs)
+    if neck is not None:
+        return neck, conds
+    return not_shown(inp.comparisons, group, levels, inp.planted_missed, inp.per_level), conds
+
+
+def _end_to_end_neck(inp: DecisionInputs, group: str, rs: RoundSummary | None) -> str | None:
+    """Decode pays (or is not split): the equal-budget alternative, where speculation beat the
+    baseline but lost to it, else a net end-to-end loss and where it comes from; None if
+    neither."""
     beat_base = {
         c.phase for c in inp.comparisons if c.task_group == group and c.outcome == "faster"
     }
@@ -384,30 +393,26 @@ def bottleneck(
     ]
     if alt_better:
         return (
-            f"the equal-budget alternative {alt_better[0].baseline_arm} is faster: give the draft's resources to it",
-            conds,
+            f"the equal-budget alternative {alt_better[0].baseline_arm} is faster: give the "
+            "draft's resources to it"
         )
     slower = [
         c
         for c in inp.comparisons
         if c.task_group == group and c.outcome == "slower" and c.task_rel_change.estimate
     ]
-    if slower:
-        w = max(slower, key=lambda c: c.task_rel_change.estimate or 0.0)
-        why = (
-            "decode alone is faster, so the loss is outside decode (prefill, queueing)"
-            if rs is not None
-            else f"{inp.counters.text} (no per-round times: verification and drafting are not "
-            "split)"
-            if inp.counters is not None
-            else "the engine reports no per-round timings to split it into verification, draft "
-            "and acceptance"
-        )
-        return (
-            f"net slower end to end: task time {w.task_rel_change.estimate:+.0%} at {w.phase}; {why}",
-            conds,
-        )
-    return not_shown(inp.comparisons, group, levels, inp.planted_missed, inp.per_level), conds
+    if not slower:
+        return None
+    w = max(slower, key=lambda c: c.task_rel_change.estimate or 0.0)
+    why = (
+        "decode alone is faster, so the loss is outside decode (prefill, queueing)"
+        if rs is not None
+        else f"{inp.counters.text} (no per-round times: verification and drafting are not split)"
+        if inp.counters is not None
+        else "the engine reports no per-round timings to split it into verification, draft "
+        "and acceptance"
+    )
+    return f"net slower end to end: task time {w.task_rel_change.estimate:+.0%} at {w.phase}; {why}"
 
 
 def _decode_neck(inp: DecisionInputs, group: str, rs: RoundSummary) -> str:

@@ -33,7 +33,14 @@ BASELINE_ON_TIME_FLOOR = 0.5  # below this at the lowest load, the SLOs are not 
 
 
 def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
-    """Why the verdict can only be a pilot hypothesis (empty: it is a decision)."""
+    """Why the verdict can only be a pilot hypothesis (empty: it is a decision): what was
+    measured on (``_measured_on``), then what the cells hold (``_cell_reasons``)."""
+    return _measured_on(inp, cfg) + _cell_reasons(inp, cfg)
+
+
+def _measured_on(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
+    """The traffic, the steady state, the baseline's own SLOs, the A/A control and the
+    machine's sharing."""
     out = []
     rep = (
         cfg.representative_traffic if cfg.representative_traffic is not None else inp.representative
@@ -68,6 +75,13 @@ def hypothesis_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
             + " (load that hit one arm's run of a phase and not the others': drift the "
             "episodes' balanced order did not spread; rerun on an idle machine)"
         )
+    return out
+
+
+def _cell_reasons(inp: DecisionInputs, cfg: VerdictConfig) -> list[str]:
+    """Groups with no pairs, undecided cells and what would decide the closest, decided cells
+    on few pairs or with a wide interval."""
+    out = []
     seen = {c.task_group for c in inp.comparisons if c.task_group != ALL}
     for g in sorted(set(cfg.required_groups) | set(inp.groups_expected)):
         if g not in seen:
@@ -113,21 +127,15 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
     open_ = tuple(g.task_group for g in gvs if g.verdict == UNDECIDED)
     pooled = group_verdict(inp, ALL, cfg)
     reasons = hypothesis_reasons(inp, cfg)
+    rng: tuple[float, float] | None = None
     if adopted:
-        verdict = ADOPT
-        lo = min(g.load_range_rps[0] for g in gvs if g.load_range_rps)
-        hi = max(g.load_range_rps[1] for g in gvs if g.load_range_rps)
-        rng: tuple[float, float] | None = (lo, hi)
-        neck = None
-        summary = f"adopt for {', '.join(adopted)} at {_range(lo, hi)}"
-        if windows:
-            summary += f"; only in windows for {', '.join(windows)}"
+        verdict, neck = ADOPT, None
+        rng, summary = _adopted(gvs, adopted, windows)
     elif windows:
-        verdict, rng, neck = WINDOWS, None, None
+        verdict, neck = WINDOWS, None
         parts = [_window_text(g) for g in gvs if g.verdict == WINDOWS]
         summary = "adopt only " + "; ".join(parts)
     else:
-        rng = None
         verdict, neck = _not_adopted(gvs, pooled)
         summary = (
             f"undecided: {neck.removeprefix('undecided: ')}"
@@ -161,6 +169,18 @@ def decide(inp: DecisionInputs, cfg: VerdictConfig) -> Verdict:
         conditions=tuple(conds),
         aa_control=inp.aa.text if inp.aa is not None else "no A/A control arm in this pilot",
     )
+
+
+def _adopted(
+    gvs: Sequence[GroupVerdict], adopted: tuple[str, ...], windows: tuple[str, ...]
+) -> tuple[tuple[float, float], str]:
+    """Some group adopted: the load range over the groups' ranges, and the summary."""
+    lo = min(g.load_range_rps[0] for g in gvs if g.load_range_rps)
+    hi = max(g.load_range_rps[1] for g in gvs if g.load_range_rps)
+    summary = f"adopt for {', '.join(adopted)} at {_range(lo, hi)}"
+    if windows:
+        summary += f"; only in windows for {', '.join(windows)}"
+    return (lo, hi), summary
 
 
 def _not_adopted(gvs: Sequence[GroupVerdict], pooled: GroupVerdict) -> tuple[str, str]:

@@ -22,8 +22,21 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from specpilot.backends.protocol import Backend
-from specpilot.pilot.config.file import EngineOptions
-from specpilot.pilot.plan.arms import ArmPlan
+from specpilot.errors import ConfigError
+from specpilot.pilot.config.file import (
+    ARM_MODELS,
+    OPTIONS,
+    Arm,
+    BuiltinArm,
+    EngineOptions,
+    LlamaCppArm,
+    OpenAIArm,
+    SglangArm,
+    VllmArm,
+)
+from specpilot.pilot.plan.arms import ArmPlan, plan_arm, strategy_of
+from specpilot.records import ARM_ROLES
+from specpilot.validation import format_errors
 
 
 def engine_options(
@@ -36,10 +49,6 @@ def engine_options(
         3
     """
     from pydantic import ValidationError
-
-    from specpilot.errors import ConfigError
-    from specpilot.pilot.config.file import OPTIONS
-    from specpilot.validation import format_errors
 
     model = OPTIONS.get(engine)
     if model is None:
@@ -67,8 +76,9 @@ def one_arm(
     """``specpilot load``'s arm as a pilot file would give it: ``raw`` checked as its
     ``arms[].options`` (``--start``), or the endpoint ``url`` someone else runs (with its
     ``headers`` and ``api_key_env`` as written: references, not values), and the arm
-    resolved by ``plan_arm`` (the same role rules, frozen settings and manifest). ``name`` defaults to ``role``, else ``baseline`` for plain decoding
-    and ``speculative`` otherwise; ``role`` to the name when it is a role, else ``extra``.
+    resolved by ``plan_arm`` (the same role rules, frozen settings and manifest). ``name``
+    defaults to ``role``, else ``baseline`` for plain decoding and ``speculative`` otherwise;
+    ``role`` to the name when it is a role, else ``extra``.
 
         >>> plan = one_arm("builtin", None, None, {"draft": "truncate:0,1", "k": 2},
         ...                resolve_files=False)
@@ -76,20 +86,6 @@ def one_arm(
         ('speculative', 'speculative', 2, True)
     """
     from pydantic import TypeAdapter, ValidationError
-
-    from specpilot.errors import ConfigError
-    from specpilot.pilot.config.file import (
-        ARM_MODELS,
-        Arm,
-        BuiltinArm,
-        LlamaCppArm,
-        OpenAIArm,
-        SglangArm,
-        VllmArm,
-    )
-    from specpilot.pilot.plan.arms import plan_arm, strategy_of
-    from specpilot.records import ARM_ROLES
-    from specpilot.validation import format_errors
 
     if url is None:
         fields: dict[str, Any] = {"options": engine_options(engine, raw)}
@@ -165,7 +161,6 @@ def backend_for(
     """The backend for ``engine`` from its validated options (``engine_options``), by its
     adapter (``backends.adapters``)."""
     from specpilot.backends.adapters import adapter_of
-    from specpilot.errors import ConfigError
 
     a = adapter_of(engine)
     if a is None or not isinstance(o, a.options):
