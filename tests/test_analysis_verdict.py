@@ -75,7 +75,7 @@ def test_a_one_pair_level_between_paying_levels_does_not_break_the_window() -> N
     levels = {c.subject["phase"]: c for c in g.conditions if c.kind == "e2e_change"}
     mid = levels["mid"].text
     assert "undecided" in mid and "1 both-ok pairs in 1 episodes" in mid
-    assert "too few pairs in too few episodes for an estimate" in mid
+    assert "-> undecided (1 both-ok pairs in 1 episodes; a direction needs 8 pairs)" in mid
     # pays at 1 and 4 req/s, not measured at 2: a window over the paying levels, never ADOPT
     assert g.verdict == "ADOPT_IN_WINDOWS" and g.windows == ("off_peak", "peak")
     assert g.below_rps is None

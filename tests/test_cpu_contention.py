@@ -103,3 +103,22 @@ def test_only_an_engine_that_is_our_child_gets_the_cpu_measured(tmp_path):
     with Store(tmp_path / "p.duckdb") as st:
         assert PhaseRecorder(st, "r", "a", None, {}, local_engine=True).cpu is cpu_sample
         assert PhaseRecorder(st, "r", "a", None, {}).cpu is None
+
+
+def test_an_arms_processes_are_compared_with_the_other_arms_not_with_each_other():
+    """With several processes an arm, a run is named for load the other arms' runs of the
+    phase did not have, not for what its own arm's other process had; and once per arm."""
+    from types import SimpleNamespace as P
+
+    from specpilot.analysis.comparison.contention import contended
+
+    def ph(arm, run, cores):
+        return P(arm=arm, run_id=run, phase="peak", warmup=False, other_cpu_cores=cores,
+                 steal_fraction=0.0)  # fmt: skip
+
+    own = [ph("b", "b0", 0.9), ph("b", "b1", 0.05)]
+    assert contended(own, ["b"]) == ()  # b1 is b's own: not what b0 is compared with
+    uneven = [ph("b", "b0", 0.9), ph("b", "b1", 0.6), ph("s", "s0", 0.1), ph("s", "s1", 0.05)]
+    assert contended(uneven, ["b", "s"]) == (
+        "b/peak: 0.90 cores used outside the pilot (0.05 beside s/peak)",
+    )

@@ -311,7 +311,7 @@ def test_a_level_left_open_is_said_as_such_whatever_its_cell_reads():
     def cell(phase, outcome, **kw):
         return PairedComparison(
             "b", "s", phase, "*", 1.0, 40, 0, 40, iv, none, none, none, none, outcome, "",
-            equivalence_margin=0.1, unit="episode", **kw,
+            equivalence_margin=0.1, unit="episode", df=9.0, **kw,
         )  # fmt: skip
 
     cells = [

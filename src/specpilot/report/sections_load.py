@@ -201,6 +201,7 @@ def outcome_text(c: Doc) -> str:
             c.get("episodes_needed"),
             c.get("processes_needed"),
             estimated=c.get("df") is not None,
+            because=c.get("undecided_because"),
         )
         return f"insufficient ({why})"
     return str(c["outcome"])

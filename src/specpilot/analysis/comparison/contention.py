@@ -58,7 +58,11 @@ def contended(
             ("steal_fraction", CONTENDED_STEAL, "{:.0%}", "of the CPU stolen by the hypervisor"),
         ):
             v = getattr(p, field)
-            rest = [(getattr(q, field), q) for q in group if q is not p]
+            rest = [
+                (getattr(q, field), q)
+                for q in group
+                if q is not p and (across != "arms" or q.arm != p.arm)
+            ]
             rest = [(x, q) for x, q in rest if x is not None]
             if v is None or not rest:
                 continue

@@ -208,6 +208,11 @@ def _pairs_test(
     p_on, min_p_on, on_slower = _on_time_test(t, b, c, labels, rng)
     mean = float(d.mean()) if n else None
     sd = float(d.std(ddof=1)) * float(np.sqrt((n - 1) / max(n - 1 - lost, 1))) if n > 1 else None
+    if sd and mean is not None and g >= 2:  # pairs of one episode move together: its effect
+        groups = np.unique(labels[ok], return_inverse=True)[1]
+        resid = np.bincount(groups, weights=d - mean, minlength=g)
+        var_w = g / (g - 1) * float(np.sum(resid**2)) / (n * n)  # CR1 over episodes
+        sd *= float(np.sqrt(max(1.0, var_w / (sd * sd / n))))
     return CellTest(n, mean, None, None, None, 1.0, 1.0, p_on, min_p_on, on_slower, sd, g)
 
 
@@ -363,7 +368,7 @@ def _judged(x: _Cell, p: tuple[float, float], deciding: float, ctx: _Context) ->
         log_change=tst.log_change,
         se_within=tst.se_w,
         df=tst.df,
-        p_value=tst.p if tst.n >= 2 else None,
+        p_value=tst.p if tst.se is not None else None,
         p_on_time=tst.p_on,
         p_adjusted=min(p),
         power=stats.power(eff, tst.se, alpha / family) if tst.se else None,

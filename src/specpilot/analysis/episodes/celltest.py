@@ -33,7 +33,7 @@ class CellTest:
     p_on: float
     min_p_on: float
     on_slower: bool
-    sd: float | None  # per pair, times the square root of the clustering's design effect
+    sd: float | None  # per pair, times the square root of the episodes' design effect
     clusters: int
     p_design: float | None = None  # the episode design's permutation test over processes
     processes: str = ""  # the episode design's estimate in words (components, fingerprint)
@@ -149,7 +149,9 @@ def _fitted(
     try:
         est = fit()
     except ConfigError as exc:
-        why = f"not estimable by processes and episodes: {exc}"
+        why = f"not estimable by processes and episodes: {exc}" + (
+            f" ({exc.fix})" if exc.fix else ""
+        )
         return dataclasses.replace(base, processes=why, undecided=why)
     spent = est.m_cand if est.one_pool else est.m_cand + est.m_base - 1
     resid = est.n_episodes - spent - lost

@@ -9,9 +9,10 @@ One definition each (DESIGN.md; the same as ``analysis.mechanism.rounds`` over r
   time already divided by its batch size; split into draft / verify / overhead shares
 - decode speed-up = plain cost per token / speculative cost per token, plain taken from the
   baseline arm in the same group and phase (same window definition); its interval
-  (``speedup_intervals``) resamples the episodes of both arms (percentile bootstrap of the log
-  ratio of sums): the requests of one episode share the machine's moment, so they are one
-  unit, as in the verdict's test (requests where the file has no episodes)
+  (``speedup_intervals``) resamples each arm's episodes (requests where the file has none),
+  independently for the two arms, and is the estimate +- z x the resampled log ratio's sd (a
+  normal interval on the bootstrap's spread): the requests of one episode share the machine's
+  moment, so they are one unit. Descriptive: the verdict's own test is the task time
 
 The pooled figures lean toward long completions (they hold more rounds), so each cell also
 carries the per-request distribution: a histogram of per-request acceptance rates and the

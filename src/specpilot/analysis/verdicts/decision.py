@@ -237,7 +237,13 @@ def cell_text(c: PairedComparison) -> str:
 
 
 def _needs(c: PairedComparison) -> str:
-    why = needs(c.clusters, c.episodes_needed, c.processes_needed, estimated=c.df is not None)
+    why = needs(
+        c.clusters,
+        c.episodes_needed,
+        c.processes_needed,
+        estimated=c.df is not None,
+        because=c.undecided_because,
+    )
     return f" ({why})"
 
 

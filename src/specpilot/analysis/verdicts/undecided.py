@@ -63,10 +63,12 @@ def needs(
     episodes_needed: int | None = None,
     processes_needed: int | None = None,
     estimated: bool = True,
+    because: str | None = None,
 ) -> str:
     """What an undecided cell lacks, in words (the verdict and the report both say it), in
     episodes per level, the unit the pilot repeats, or where those would not do, processes;
-    ``estimated`` False: the cell had too few episodes for an estimate at all.
+    ``estimated`` False: the cell had no estimate at all, ``because`` the estimator's reason
+    where more episodes would not give one (one process per arm, say).
 
     >>> needs(12, episodes_needed=30)
     'about 30 episodes per level would decide it at the effect and spread measured (this cell has 12)'
@@ -93,7 +95,7 @@ def needs(
             "the episodes each serves now) would"
         )
     if not estimated:
-        return (
+        return because or (
             f"too few pairs in too few episodes for an estimate (this cell has {clusters}): "
             "more requests per level, in more episodes"
         )
@@ -136,6 +138,9 @@ def closest_text(mine: Sequence[PairedComparison], planned: int | None, what: st
             f"; more episodes alone would not decide it (the processes differ), about "
             f"{min(need_m)} processes per arm would decide the closest {what}"
         )
+    unfit = [c for c in mine if c.df is None and c.undecided_because]
+    if unfit and len(unfit) == len(mine):  # none could be estimated: the estimator says why
+        return f"; no {what} could be estimated: {unfit[0].undecided_because}"
     return "; no number of episodes decides it at the effect and spread measured"
 
 
@@ -170,6 +175,9 @@ def not_shown(
 
 
 def _decides(c: PairedComparison, planned: int | None) -> str:
+    if c.episodes_needed is not None and c.df is None:  # too few episodes for an estimate
+        n = c.episodes_needed
+        return f" (at least {n} episodes per level would give it an estimate{rerun(n, planned)})"
     if c.episodes_needed is not None:
         n = c.episodes_needed
         return f" (about {n} episodes per level would decide it{rerun(n, planned)})"
