@@ -96,16 +96,12 @@ class OpenAIBackend:
 
         deadline = time.monotonic() + (timeout_s or START_WAIT_S)
         last = ""
-        url = self.endpoint + "/v1/models"
         while time.monotonic() < deadline:
             try:
-                r = httpx.get(url, headers=dict(self.headers), timeout=5.0)
-                if r.status_code in REFUSED:
-                    sent = sorted(self.headers)
-                    raise refusal(self.name, url, r.status_code, sent, self.source)
-                if r.status_code < 500:
+                status = self._models()
+                if status < 500:
                     return
-                last = f"HTTP {r.status_code}"
+                last = f"HTTP {status}"
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.5)
@@ -116,13 +112,20 @@ class OpenAIBackend:
         an endpoint that does not answer yet is ``start``'s to wait for."""
         import httpx
 
-        url = self.endpoint + "/v1/models"
         try:
-            r = httpx.get(url, headers=dict(self.headers), timeout=5.0)
+            self._models()
         except httpx.HTTPError:
             return
-        if r.status_code in REFUSED:
-            raise refusal(self.name, url, r.status_code, sorted(self.headers), self.source)
+
+    def _models(self) -> int:
+        """``/v1/models``' status with the arm's headers; a 401 or 403 raises its refusal."""
+        import httpx
+
+        url = self.endpoint + "/v1/models"
+        status = httpx.get(url, headers=dict(self.headers), timeout=5.0).status_code
+        if status in REFUSED:
+            raise refusal(self.name, url, status, sorted(self.headers), self.source)
+        return status
 
     def stop(self) -> None:
         """Nothing to stop."""
