@@ -7,10 +7,9 @@ after deleting what the cut phase had written).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,18 +42,26 @@ if TYPE_CHECKING:
     from specpilot.loadgen import LoadConfig, LoadResult, LoadRunner
     from specpilot.loadgen.config import Extras
     from specpilot.pilot.eta.progress import PilotProgress
+    from specpilot.pilot.run.steps import Held
 
 LOAD_STEP = "load"
 
 
 def load_config(
-    ctx: ArmContext, run_id: str, arm: str, url: str, model: str, extras: Extras, **over: Any
+    ctx: ArmContext,
+    run_id: str,
+    arm: str,
+    url: str,
+    model: str,
+    extras: Extras,
+    over: Mapping[str, object] | None = None,
 ) -> LoadConfig:
-    """The load generator's config for one arm (the pilot's load settings)."""
+    """The load generator's config for one arm (the pilot's load settings), with the options
+    in ``over`` (plain names, as ``LoadConfig.with_options`` takes them) changed."""
     from specpilot.loadgen import LoadConfig
 
     s = ctx.load_settings
-    opts: dict[str, Any] = dict(
+    opts: dict[str, object] = dict(
         api=s.api,
         model=model,
         run_id=run_id,
@@ -72,7 +79,7 @@ def load_config(
         phase_timing=s.phase_timing,
         progress=False,
     )
-    opts.update(over)
+    opts.update(over or {})
     return LoadConfig.build(url, **opts)
 
 
@@ -165,7 +172,7 @@ def run_phases(
         url,
         model,
         backend.response_extras,
-        headers=dict(request_headers(backend)),  # an arm by URL: its credentials
+        {"headers": dict(request_headers(backend))},  # an arm by URL: its credentials
     )
     runner = LoadRunner.for_schedule(ctx.schedule, cfg, None, measured, warmup=warmup)
     runner.sink = ProgressSink(store.sink, ctx.progress, len(runner.schedule))
@@ -300,15 +307,13 @@ def _drill_record(
     return rec
 
 
-def run_drill(
-    ctx: PilotContext, run: RunPlan, holder: dict[str, Backend], url: str, model: str
-) -> DrillRecord:
+def run_drill(ctx: PilotContext, run: RunPlan, held: Held, url: str, model: str) -> DrillRecord:
     """Replay the drill phase; switch speculation off after ``switch_after_s``, on again after
     ``hold_s``; summarise from the drill phase's records."""
     from specpilot.loadgen import LoadRunner
 
     plan, d = run.arm, ctx.cfg.drill
-    backend = holder["backend"]
+    backend = held.engine()
     if plan.url is not None:
         return not_possible(
             run.run_id, plan.name, "the arm is given by URL: specpilot cannot switch or restart it"
@@ -325,10 +330,12 @@ def run_drill(
         url,
         model,
         backend.response_extras,
-        abort_after_connect_errors=None,
-        cold_start_requests=0,  # the drill's requests are compared with the baseline's as
-        cancel_fraction=0.0,  # they are: none marked cold, none cancelled on purpose, and
-        run_stages=True,  # its client-side stages run (a rollback's whole path)
+        {
+            "abort_after_connect_errors": None,
+            "cold_start_requests": 0,  # the drill's requests are compared with the baseline's
+            "cancel_fraction": 0.0,  # as they are: none marked cold, none cancelled on purpose,
+            "run_stages": True,  # and its client-side stages run (a rollback's whole path)
+        },
     )
     cfg = cfg.with_options(stages=dict(ctx.schedule.stages), stages_base_dir=ctx.schedule.base_dir)
     runner = LoadRunner(requests, cfg, ProgressSink(ctx.store.sink, ctx.progress, len(requests)))
@@ -340,7 +347,7 @@ def run_drill(
     actor.start()
     result = runner.run()
     actor.join(timeout=ctx.cfg.load.start_timeout_s)
-    holder["backend"] = switch.current if isinstance(switch, RestartSwitch) else backend
+    held.backend = switch.current if isinstance(switch, RestartSwitch) else backend
     if result.summary.interrupted:
         raise KeyboardInterrupt(f"{plan.name}: interrupted during the rollback drill")
     ctx.store.flush()
@@ -388,7 +395,3 @@ def _snapshot(
         ctx.store.add_snapshots([scrape(run_id, arm, DRILL_PHASE, label)])
     except Exception:  # a failed scrape does not stop the drill
         return
-
-
-def updated(rec: ArmRecord, **changes: Any) -> ArmRecord:
-    return dataclasses.replace(rec, **changes)

@@ -274,7 +274,7 @@ class EpisodeRun:
             for key, s in list(self.steps.items()):  # one at a time: each start on an idle machine
                 self._call(key, lambda s: s.start())
                 if key in self.steps:
-                    snap = p.snapshot_at_start(s.run, s.holder["backend"])
+                    snap = p.snapshot_at_start(s.run, s.held.engine())
                     if snap is not None and snap.rss_bytes and s.run.arm.name in own:
                         rss.setdefault(s.run.arm.name, int(snap.rss_bytes))
                     fit = processes_that_fit(available, rss, own, int(self.design["processes"]))

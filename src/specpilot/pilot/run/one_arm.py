@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specpilot.backends.protocol import Backend
@@ -126,9 +126,14 @@ def measure(ctx: OneArm, run: RunPlan, rec: ArmRecord, *, warm: bool = False) ->
     life.start()
     try:
         life.save(
-            manifest={**life.rec.manifest, "model_sent": life.model},
-            # as served: the draft's sha256 (by URL: as its role declares it)
-            strategy=strategy_of(life.rec.manifest) if run.arm.url is None else life.rec.strategy,
+            replace(
+                life.rec,
+                manifest={**life.rec.manifest, "model_sent": life.model},
+                # as served: the draft's sha256 (by URL: as its role declares it)
+                strategy=strategy_of(life.rec.manifest)
+                if run.arm.url is None
+                else life.rec.strategy,
+            )
         )
         life.load()
     finally:

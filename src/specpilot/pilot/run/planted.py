@@ -12,33 +12,58 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
-from specpilot.backends.protocol import Backend
-from specpilot.pilot.run.steps import ArmSteps
-from specpilot.records import ArmRecord, MetricSnapshot
+from specpilot.backends.protocol import Backend, Manifest, request_headers
+from specpilot.pilot.run.steps import ArmSteps, Held
+from specpilot.records import ArmRecord, MetricSnapshot, ResponseExtras
 
 if TYPE_CHECKING:
     from specpilot.pilot.run.context import PilotContext, RunPlan
     from specpilot.pilot.run.drill import RuntimeSwitch
 
 
-class PlantedBackend:
+class _Through:
+    """A backend reached through another run's process: its name, description, response
+    parsing and credentials are that process's; ``kill`` is refused (the process is not its
+    own to end)."""
+
+    def __init__(self, base: Backend) -> None:
+        self.base = base
+        self.name = base.name
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return request_headers(self.base)
+
+    def kill(self) -> None:
+        raise RuntimeError(f"{self.base.name}: a run reaching another's process cannot kill it")
+
+    def describe(self) -> Manifest:
+        return self.base.describe()
+
+    def response_extras(
+        self, obj: Mapping[str, object], headers: Mapping[str, str] | None = None
+    ) -> ResponseExtras:
+        return self.base.response_extras(obj, headers)
+
+
+class PlantedBackend(_Through):
     """The baseline process's backend seen through the dilating proxy: its endpoint is the
     proxy's; scrapes and response parsing are the baseline engine's own."""
 
     def __init__(self, base: Backend, factor: float) -> None:
         from specpilot.loadgen.dilate import DilatingProxy
 
-        self.base = base
+        super().__init__(base)
         self.proxy = DilatingProxy(base.endpoint, factor)
 
     @property
     def endpoint(self) -> str:
         return str(self.proxy.url)
 
-    def start(self, timeout_s: float = 0.0) -> None:
+    def start(self, timeout_s: float | None = None) -> None:
         self.proxy.start()
 
     def stop(self) -> None:  # the proxy only: the engine is the baseline's
@@ -48,9 +73,6 @@ class PlantedBackend:
         self, run_id: str = "", arm: str = "", phase: str = "", label: str = ""
     ) -> MetricSnapshot:
         return self.base.scrape(run_id, arm, phase, label)
-
-    def __getattr__(self, name: str) -> Any:  # response_extras and the rest: the engine's
-        return getattr(self.base, name)
 
 
 class Reaching(ArmSteps):
@@ -87,10 +109,10 @@ class Switched(Reaching):
         table it restores is the process's as started, whatever an earlier failure left."""
         from specpilot.pilot.run.drill import RuntimeSwitch
 
-        held = self.reached().holder  # the process's: its backend, and now its switch
-        if "switch" not in held:
-            held["switch"] = RuntimeSwitch(self.url, self.p.admin_token)
-        return held["switch"]
+        held = self.reached().held  # the process's: its backend, and now its switch
+        if held.switch is None:
+            held.switch = RuntimeSwitch(self.url, self.p.admin_token)
+        return held.switch
 
     def load(self, phases: list[str] | None = None) -> None:
         switched_off(self.switch(), lambda: super(Switched, self).load(phases))
@@ -118,12 +140,12 @@ class PlantedSteps(Reaching):
 
     def _start(self) -> None:
         base = self.bases[self.run.process]
-        backend = PlantedBackend(base.holder["backend"], self.factor)
+        backend = PlantedBackend(base.held.engine(), self.factor)
         backend.start()
-        self.holder = {"backend": backend}
+        self.held = Held(backend)
         self.url, self.model, self.headers = backend.endpoint, base.model, base.headers
         how = "every latency the client sees dilated by 1 + factor (loadgen.dilate)"
-        reaching(self, base, "planted", factor=self.factor, upstream=base.url, how=how)
+        reaching(self, base, "planted", {"factor": self.factor, "upstream": base.url, "how": how})
 
     def load(self, phases: list[str] | None = None) -> None:
         base = self.bases[self.run.process]
@@ -136,20 +158,17 @@ class PlantedSteps(Reaching):
         replay_done(self)
 
 
-class InPlaceBackend:
+class InPlaceBackend(_Through):
     """A speculative process seen as its own plain arm: the same endpoint; stopping it stops
     nothing (the process is the speculative arm's). Its scrapes keep the counters (speculation
     is off in its episodes) and leave out the process's memory: that is the speculative arm's,
     draft included, and the baseline's own was not measured."""
 
-    def __init__(self, base: Backend) -> None:
-        self.base = base
-
     @property
     def endpoint(self) -> str:
         return str(self.base.endpoint)
 
-    def start(self, timeout_s: float = 0.0) -> None:
+    def start(self, timeout_s: float | None = None) -> None:
         return None
 
     def stop(self) -> None:
@@ -167,9 +186,6 @@ class InPlaceBackend:
             draft_kv_bytes=None,
         )
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.base, name)
-
 
 class WithinSteps(Switched):
     """One run of a speculative arm's process with speculation switched off at run time for
@@ -184,13 +200,13 @@ class WithinSteps(Switched):
 
     def _start(self) -> None:
         spec = self.of[self.run.process]
-        self.holder = {"backend": InPlaceBackend(spec.holder["backend"])}
+        self.held = Held(InPlaceBackend(spec.held.engine()))
         self.url, self.model = spec.url, spec.model
         how = (
             "the speculative process with k = 0 for every scope during its episodes (the "
             "builtin server's runtime switch), on again after each"
         )
-        reaching(self, spec, "within", how=how)
+        reaching(self, spec, "within", {"how": how})
 
     def finish(self) -> None:
         replay_done(self)
@@ -227,7 +243,7 @@ def switched_off(switch: RuntimeSwitch, work: Callable[[], None]) -> None:
             raise SwitchFailed(f"speculation could not be switched on again: {exc}") from exc
 
 
-def reaching(steps: ArmSteps, of: ArmSteps, key: str, **info: Any) -> None:
+def reaching(steps: ArmSteps, of: ArmSteps, key: str, info: dict[str, object]) -> None:
     """Record a run that reaches another run's (warm) process: its manifest names that run
     under ``key`` (``analysis.episodes.celltest.physical_of`` reads it), the frozen settings are its."""
     manifest = {
@@ -238,10 +254,13 @@ def reaching(steps: ArmSteps, of: ArmSteps, key: str, **info: Any) -> None:
     if "capacity" in of.rec.manifest:  # the slots it serves with (the simulator reads them)
         manifest["capacity"] = of.rec.manifest["capacity"]
     steps.save(
-        status="running",
-        manifest=manifest,
-        manifest_sha256=of.rec.manifest_sha256,
-        started_unix=steps.rec.started_unix or time.time(),
+        dataclasses.replace(
+            steps.rec,
+            status="running",
+            manifest=manifest,
+            manifest_sha256=of.rec.manifest_sha256,
+            started_unix=steps.rec.started_unix or time.time(),
+        )
     )
     steps.warm = True
 
@@ -253,4 +272,4 @@ def replay_done(steps: ArmSteps) -> None:
 
     if armrun.LOAD_STEP not in steps.rec.completed_steps:
         raise RuntimeError(f"arm {steps.run.arm.name}: measured phases left")
-    steps.save(status="complete", finished_unix=time.time())
+    steps.save(dataclasses.replace(steps.rec, status="complete", finished_unix=time.time()))

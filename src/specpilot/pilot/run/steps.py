@@ -11,12 +11,12 @@ start, the measured phases and the stop alone: ``specpilot load``'s one-arm pilo
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from specpilot.backends.adapters import adapter_of
-from specpilot.backends.protocol import request_headers
+from specpilot.backends.protocol import Backend, request_headers
 from specpilot.loadgen.client import served_model
 from specpilot.pilot.eta import remaining as eta
 from specpilot.pilot.run.context import ArmContext, PilotContext, RunPlan
@@ -24,6 +24,21 @@ from specpilot.records import ArmRecord
 
 if TYPE_CHECKING:
     from specpilot.loadgen import LoadResult
+    from specpilot.pilot.run.drill import RuntimeSwitch
+
+
+@dataclass
+class Held:
+    """What a run holds of its engine process: the backend (None once stopped) and, for a
+    process switched at run time, its one switch (``pilot.run.planted.Switched.switch``)."""
+
+    backend: Backend | None = None
+    switch: RuntimeSwitch | None = None
+
+    def engine(self) -> Backend:
+        if self.backend is None:
+            raise RuntimeError("the run's engine is not started (or already stopped)")
+        return self.backend
 
 
 class ArmLife:
@@ -33,7 +48,7 @@ class ArmLife:
         self.p = pilot
         self.run = run
         self.rec = rec
-        self.holder: dict[str, Any] = {}
+        self.held = Held()  # the engine process this run started (or reaches through)
         self.url = ""
         self.model = ""
         self.headers: dict[str, str] = {}  # an arm by URL: its credentials, on every request
@@ -41,12 +56,13 @@ class ArmLife:
         self.fingerprint = False  # the episode design: measure the process's fingerprint
         self.result: LoadResult | None = None  # the last load call's (None: nothing left)
 
-    def save(self, **changes: Any) -> None:
-        self.rec = dataclasses.replace(self.rec, **changes)
-        self.p.store.add_arm(self.rec)
+    def save(self, rec: ArmRecord) -> None:
+        """Keep ``rec`` as the arm's record, stored at once (a crash keeps it)."""
+        self.rec = rec
+        self.p.store.add_arm(rec)
 
     def done(self, step: str) -> None:
-        self.save(completed_steps=[*self.rec.completed_steps, step])
+        self.save(replace(self.rec, completed_steps=[*self.rec.completed_steps, step]))
 
     def start(self) -> None:
         """Start the engine (cold start timed) and record the arm's manifest."""
@@ -62,16 +78,19 @@ class ArmLife:
         backend.start(p.load_settings.start_timeout_s)
         # an endpoint given by URL only answered: its seconds are no cold start
         cold = time.perf_counter() - t0 if plan.url is None else None
-        self.holder = {"backend": backend}
+        self.held = Held(backend)
         self.headers = dict(request_headers(backend))
         try:
             manifest = p.manifest(backend, plan, overrides)
             self.save(
-                status="running",
-                manifest=manifest,
-                manifest_sha256=manifest["frozen_sha256"],
-                cold_start_s=self.rec.cold_start_s if self.rec.cold_start_s else cold,
-                started_unix=self.rec.started_unix or time.time(),
+                replace(
+                    self.rec,
+                    status="running",
+                    manifest=manifest,
+                    manifest_sha256=manifest["frozen_sha256"],
+                    cold_start_s=self.rec.cold_start_s if self.rec.cold_start_s else cold,
+                    started_unix=self.rec.started_unix or time.time(),
+                )
             )
             engine = adapter_of(plan.engine)
             if engine is not None and engine.measured_at_start(manifest):
@@ -114,7 +133,7 @@ class ArmLife:
             if switch is not None:
                 switch.on()
         fp["plain"] = plan.strategy.kind == "none" or switch is not None
-        self.save(manifest={**self.rec.manifest, "fingerprint": fp})
+        self.save(replace(self.rec, manifest={**self.rec.manifest, "fingerprint": fp}))
         self.warm = True
 
     def load(self, phases: list[str] | None = None) -> None:
@@ -129,7 +148,7 @@ class ArmLife:
             self.result = armrun.run_phases(
                 self.p,
                 self.run,
-                self.holder["backend"],
+                self.held.engine(),
                 self.url,
                 self.model,
                 self.rec,
@@ -142,10 +161,9 @@ class ArmLife:
             self.done(armrun.LOAD_STEP)
 
     def stop(self) -> None:
-        backend = self.holder.get("backend")
+        backend, self.held = self.held.backend, Held()
         if backend is not None:
             backend.stop()
-            self.holder.clear()
 
 
 class ArmSteps(ArmLife):
@@ -173,7 +191,7 @@ class ArmSteps(ArmLife):
         if "drill" not in steps and plan.strategy.kind != "none" and self.run.process == 0:
             if plan.drill:
                 with timed(eta.step_key(rid, "drill")):
-                    armrun.run_drill(p, self.run, self.holder, self.url, self.model)
+                    armrun.run_drill(p, self.run, self.held, self.url, self.model)
             else:
                 p.store.add_drills([armrun.not_drilled(self.run.run_id, plan)])
             self.done("drill")
@@ -195,4 +213,4 @@ class ArmSteps(ArmLife):
             with timed(eta.step_key(rid, "compat")):
                 p.store.add_compat(p.gates.compat(self.url, self.model, self.rec, self.headers))
             self.done("compat")
-        self.save(status="complete", finished_unix=time.time())
+        self.save(replace(self.rec, status="complete", finished_unix=time.time()))
