@@ -19,7 +19,7 @@ from specpilot.backends.protocol import Backend, request_headers
 from specpilot.definitions import goodput
 from specpilot.pilot.design import level_of
 from specpilot.pilot.plan.arms import ArmPlan
-from specpilot.pilot.run.context import ArmContext, PilotContext, RunPlan
+from specpilot.pilot.run.context import ArmContext, Held, PilotContext, RunPlan
 from specpilot.pilot.run.drill import (
     DRILL_PHASE,
     RestartSwitch,
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from specpilot.loadgen import LoadConfig, LoadResult, LoadRunner
     from specpilot.loadgen.config import Extras
     from specpilot.pilot.eta.progress import PilotProgress
-    from specpilot.pilot.run.steps import Held
 
 LOAD_STEP = "load"
 

@@ -12,10 +12,25 @@ from specpilot.backends.protocol import Backend
 from specpilot.pilot.config.file import LoadSettings, PilotConfig
 from specpilot.pilot.eta.progress import PilotProgress
 from specpilot.pilot.plan.arms import ArmPlan
+from specpilot.pilot.run.drill import RuntimeSwitch
 from specpilot.pilot.run.gates import Gates
 from specpilot.records import ArmRecord, MetricSnapshot
 from specpilot.store import Store
 from specpilot.workload import Schedule
+
+
+@dataclass
+class Held:
+    """What a run holds of its engine process: the backend (None once stopped) and, for a
+    process switched at run time, its one switch (``pilot.run.planted.Switched.switch``)."""
+
+    backend: Backend | None = None
+    switch: RuntimeSwitch | None = None
+
+    def engine(self) -> Backend:
+        if self.backend is None:
+            raise RuntimeError("the run's engine is not started (or already stopped)")
+        return self.backend
 
 
 @dataclass

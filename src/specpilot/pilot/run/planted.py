@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from specpilot.backends.protocol import Backend, Manifest, request_headers
-from specpilot.pilot.run.steps import ArmSteps, Held
+from specpilot.pilot.run.context import Held
+from specpilot.pilot.run.steps import ArmSteps
 from specpilot.records import ArmRecord, MetricSnapshot, ResponseExtras
 
 if TYPE_CHECKING:

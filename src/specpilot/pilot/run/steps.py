@@ -12,33 +12,19 @@ start, the measured phases and the stop alone: ``specpilot load``'s one-arm pilo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from specpilot.backends.adapters import adapter_of
-from specpilot.backends.protocol import Backend, request_headers
+from specpilot.backends.protocol import request_headers
 from specpilot.loadgen.client import served_model
 from specpilot.pilot.eta import remaining as eta
-from specpilot.pilot.run.context import ArmContext, PilotContext, RunPlan
+from specpilot.pilot.run.context import ArmContext, Held, PilotContext, RunPlan
+from specpilot.pilot.run.drill import RuntimeSwitch
 from specpilot.records import ArmRecord
 
 if TYPE_CHECKING:
     from specpilot.loadgen import LoadResult
-    from specpilot.pilot.run.drill import RuntimeSwitch
-
-
-@dataclass
-class Held:
-    """What a run holds of its engine process: the backend (None once stopped) and, for a
-    process switched at run time, its one switch (``pilot.run.planted.Switched.switch``)."""
-
-    backend: Backend | None = None
-    switch: RuntimeSwitch | None = None
-
-    def engine(self) -> Backend:
-        if self.backend is None:
-            raise RuntimeError("the run's engine is not started (or already stopped)")
-        return self.backend
 
 
 class ArmLife:
@@ -114,7 +100,6 @@ class ArmLife:
     def _fingerprint(self) -> None:
         """The process's decode time per token on a fixed prompt (``pilot.run.fingerprint``),
         kept in its manifest; it warms the process up, so its first episode has no warm-up."""
-        from specpilot.pilot.run.drill import RuntimeSwitch
         from specpilot.pilot.run.fingerprint import fingerprint
 
         plan = self.run.arm
