@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from specpilot.backends.adapters import ADAPTERS, adapter_of
-from specpilot.pilot.config.file import ARM_MODELS
+from specpilot.pilot.config.arms import ARM_MODELS
 from specpilot.pilot.config.options import OPTIONS
 from specpilot.pilot.plan.engines import engine_options
 

@@ -14,7 +14,7 @@ import pytest
 from specpilot.analysis import analyze
 from specpilot.cli import main
 from specpilot.errors import ConfigError
-from specpilot.pilot.config.file import LoadSettings
+from specpilot.pilot.config.settings import LoadSettings
 from specpilot.pilot.run.capacity import (
     NoSustainableRate,
     over_capacity,

@@ -308,7 +308,7 @@ def test_a_resumed_run_must_reach_the_engine_config_it_started_with(tmp_path):
     other load settings: ``test_a_killed_load_resumes_by_its_run_id_as_a_pilot_does``)."""
     from specpilot.backends.openai import OpenAIBackend
     from specpilot.errors import ConfigError
-    from specpilot.pilot.config.file import LoadSettings
+    from specpilot.pilot.config.settings import LoadSettings
     from specpilot.pilot.eta.progress import PilotProgress
     from specpilot.pilot.plan.engines import one_arm
     from specpilot.pilot.run.one_arm import OneArm
@@ -333,7 +333,7 @@ def test_a_run_of_phases_its_schedule_does_not_hold_is_an_error_not_an_empty_run
     """A run whose phases are not in the schedule it replays would replay nothing and be
     recorded complete (a slip of this kind once left a pilot's episodes without a request):
     ``armrun.phases_left`` says so instead."""
-    from specpilot.pilot.config.file import LoadSettings
+    from specpilot.pilot.config.settings import LoadSettings
     from specpilot.pilot.eta.progress import PilotProgress
     from specpilot.pilot.plan.engines import one_arm
     from specpilot.pilot.run.armrun import phases_left

@@ -226,7 +226,7 @@ def _settings(args: argparse.Namespace) -> Any:
     """The run's ``LoadSettings`` (a pilot file's ``load:``) from the options."""
     from pydantic import ValidationError
 
-    from specpilot.pilot.config.file import LoadSettings
+    from specpilot.pilot.config.settings import LoadSettings
 
     try:
         return LoadSettings.model_validate(

@@ -16,7 +16,7 @@ The public names, imported on first use (so the other rooms do not load the runn
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from specpilot.pilot.config.file import PilotConfig, default_pilot_path, load_pilot
@@ -31,7 +31,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # the names above, typed by their imports
     if name not in _WHERE:
         raise AttributeError(f"module 'specpilot.pilot' has no attribute {name!r}")
     import importlib

@@ -36,13 +36,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from specpilot.records import EPISODE_SEP as SEP
-from specpilot.records import MOST_EPISODES, level_of
+from specpilot.records import MOST_EPISODES, ScheduledRequest, level_of
 from specpilot.validation import StrictModel
 from specpilot.workload.schedule import PhaseInfo, Schedule
 
@@ -162,7 +162,7 @@ def split_schedule(schedule: Schedule, per_level: int) -> Schedule:
     return dataclasses.replace(schedule, phases=phases, requests=requests)
 
 
-def _parts(reqs: Sequence[Any], n: int) -> list[list[Any]]:
+def _parts(reqs: Sequence[ScheduledRequest], n: int) -> list[list[ScheduledRequest]]:
     """``reqs`` (in send order) in ``n`` consecutive runs cut at the ``n - 1`` widest gaps
     between arrivals (one run a request where there are fewer than ``n``). An episode drains
     to idle before the next, so a cut removes whatever queue the next request would have met:
@@ -275,7 +275,20 @@ def crossed(episodes: int, m: int, arms: int, seed: int) -> list[list[int]]:
     return [base] + [[(b + k // m + a) % m for k, b in enumerate(base)] for a in range(1, arms)]
 
 
-def design_arms(plans: Sequence[Any], settings: EpisodeSettings) -> list[str]:
+class DesignArm(Protocol):
+    """What the design reads of an arm (``pilot.plan.arms.ArmPlan`` has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def engine(self) -> str: ...
+
+
+def design_arms(plans: Sequence[DesignArm], settings: EpisodeSettings) -> list[str]:
     """The arms the design replays: the pilot's own, each builtin speculative arm switched off
     in place (``within``), and the planted arm."""
     arms = [p.name for p in plans]

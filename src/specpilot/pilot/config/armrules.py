@@ -16,20 +16,23 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specpilot.backends.adapters import adapter_of
 from specpilot.validation import FieldProblem
 
+if TYPE_CHECKING:
+    from specpilot.pilot.config.arms import Arm
 
-def check_arms(arms: Sequence[Any]) -> None:
+
+def check_arms(arms: Sequence[Arm]) -> None:
     """Raise the first problem across ``arms`` (the pilot's validated arms, in file order)."""
     _unique_names(arms)
     _one_arm_per_role(arms)
     _references(arms)
 
 
-def _unique_names(arms: Sequence[Any]) -> None:
+def _unique_names(arms: Sequence[Arm]) -> None:
     first: dict[str, int] = {}
     for i, a in enumerate(arms):
         if a.name in first:
@@ -49,7 +52,7 @@ _ONE_OF = {
 }
 
 
-def _one_arm_per_role(arms: Sequence[Any]) -> None:
+def _one_arm_per_role(arms: Sequence[Arm]) -> None:
     for role, why in _ONE_OF.items():
         at = [i for i, a in enumerate(arms) if a.role == role]
         if not at and role in ("baseline", "speculative"):
@@ -66,7 +69,7 @@ def _one_arm_per_role(arms: Sequence[Any]) -> None:
             )
 
 
-def _references(arms: Sequence[Any]) -> None:
+def _references(arms: Sequence[Arm]) -> None:
     names = [a.name for a in arms]
     for i, a in enumerate(arms):
         others = [n for n in names if n != a.name]

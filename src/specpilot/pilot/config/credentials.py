@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Protocol
 
 from specpilot.errors import ConfigError
 from specpilot.validation import FieldProblem
@@ -40,6 +40,17 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # a header whose name says it carries a credential: its value must come from the environment
 SECRET_WORDS = ("auth", "key", "token", "secret", "password", "cookie", "session", "signature")
 BEARER = "Authorization"
+
+
+class Credentialed(Protocol):
+    """An arm with credentials (``pilot.config.arms.ArmBase``, ``pilot.plan.arms.ArmPlan``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def api_key_env(self) -> str | None: ...
 
 
 def is_credential(name: str) -> bool:
@@ -158,6 +169,6 @@ def source(headers: Mapping[str, str], api_key_env: str | None) -> str:
     return ", ".join(f"${r}" for r in dict.fromkeys(refs))
 
 
-def arm_headers(arm: Any) -> dict[str, str]:
+def arm_headers(arm: Credentialed) -> dict[str, str]:
     """An arm's (``pilot.config.file``'s arm model) headers, resolved from the environment now."""
     return resolve(arm.name, arm.headers, arm.api_key_env)

@@ -24,30 +24,31 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from specpilot import validation
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.errors import ConfigError, InputFileError
 from specpilot.pilot.config.armrules import check_arms
-from specpilot.pilot.config.credentials import check_headers
+from specpilot.pilot.config.arms import NAME_PATTERN, Arm
 from specpilot.pilot.config.options import (
     OPTIONS,
-    BudgetModel,
     BuiltinOptions,
     EngineOptions,
     LlamaCppOptions,
     SglangOptions,
     VllmOptions,
 )
+from specpilot.pilot.config.settings import CompatSettings, DrillSettings, LoadSettings
 from specpilot.pilot.design import EpisodeSettings
 from specpilot.quality.config import QualityConfig
 from specpilot.records import ENGINES
-from specpilot.validation import FieldProblem, StrictModel
+from specpilot.validation import Lines, StrictModel
 from specpilot.workload.config import WorkloadConfig
 from specpilot.yamlpos import LineMap, yaml_error_text
 
@@ -63,7 +64,6 @@ __all__ = [  # the engine options are defined in pilot.config.options and re-exp
     "load_pilot",
     "parse_pilot",
 ]
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 class PilotConfigError(ConfigError):
@@ -73,167 +73,13 @@ class PilotConfigError(ConfigError):
     check, a model file): ``specpilot pilot`` turns it into the file's line."""
 
     def __init__(
-        self, message: str, *, fix: str | None = None, at: tuple[Any, ...] | None = None
+        self, message: str, *, fix: str | None = None, at: tuple[str | int, ...] | None = None
     ) -> None:
         super().__init__(message, fix=fix)
         self.at = at
 
 
 _Model = StrictModel
-
-
-class _ArmBase(_Model):
-    name: str = Field(pattern=NAME_PATTERN)
-    role: Literal["baseline", "speculative", "alternative", "control", "extra"]
-    url: str | None = None  # an endpoint someone else runs: no start, no drill, partial manifest
-    # a baseline by URL may take the capacity probe's load (target_utilization needs it)
-    probe: bool = False
-    compare_to: str | None = None
-    budget: BudgetModel = Field(default_factory=lambda: BudgetModel())
-    drill: bool | None = None  # None: drill the speculative arm
-    model_name: str | None = None  # the model id sent in requests (default: the endpoint's)
-    # an arm by URL: headers sent with every request to it, "${VAR}" read from the environment
-    # at run time; api_key_env: NAME is Authorization: Bearer ${NAME} (pilot.config.credentials)
-    headers: dict[str, str] = Field(default_factory=dict)
-    api_key_env: str | None = None
-
-    @model_validator(mode="after")
-    def _credentials(self) -> _ArmBase:
-        if (self.headers or self.api_key_env) and self.url is None:
-            raise FieldProblem(
-                f"arm {self.name!r}: headers and api_key_env are for an arm given by url:",
-                fix="remove them: specpilot starts this engine itself, without credentials",
-                path=("headers" if self.headers else "api_key_env",),
-            )
-        check_headers(self.headers, self.api_key_env)
-        return self
-
-
-class BuiltinArm(_ArmBase):
-    engine: Literal["builtin"]
-    options: BuiltinOptions = Field(default_factory=lambda: BuiltinOptions())
-
-
-class LlamaCppArm(_ArmBase):
-    engine: Literal["llamacpp"]
-    options: LlamaCppOptions = Field(default_factory=lambda: LlamaCppOptions())
-
-
-class VllmArm(_ArmBase):
-    engine: Literal["vllm"]
-    options: VllmOptions | None = None  # None only with url
-
-
-class SglangArm(_ArmBase):
-    engine: Literal["sglang"]
-    options: SglangOptions | None = None
-
-
-class OpenAIArm(_ArmBase):
-    engine: Literal["openai"]
-    url: str  # required: specpilot cannot start a managed API
-    options: None = None
-
-
-Arm = Annotated[
-    BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm, Field(discriminator="engine")
-]
-# engine -> its arm model (an arm specpilot starts)
-ARM_MODELS: dict[str, type[BuiltinArm | LlamaCppArm | VllmArm | SglangArm]] = {
-    "builtin": BuiltinArm,
-    "llamacpp": LlamaCppArm,
-    "vllm": VllmArm,
-    "sglang": SglangArm,
-}
-
-
-# -- the rest of the pilot -------------------------------------------------------------------
-
-
-class LoadSettings(_Model):
-    """The load generator's settings for every measured run (a pilot file's ``load:``, and
-    ``specpilot load``'s options: its one-arm pilot, ``pilot.run.one_arm``)."""
-
-    api: Literal["chat", "completions"] = "chat"
-    timeout_s: float = Field(120.0, gt=0)
-    enforce_deadlines: bool = True
-    max_concurrency: int | None = Field(None, ge=1)
-    lag_threshold_ms: float = Field(10.0, gt=0)
-    start_timeout_s: float = Field(600.0, gt=0)
-    phase_timing: Literal["back_to_back", "schedule"] = Field(
-        "back_to_back",
-        description="back_to_back: each phase starts when the previous one has drained (its "
-        "counter deltas are exact); schedule: one open-loop timeline at the schedule's start times",
-    )
-    cancel_fraction: float = Field(
-        0.0, ge=0, le=1, description="of the requests closed mid-stream on purpose (R7)"
-    )
-    cold_start_requests: int = Field(
-        0,
-        ge=0,
-        description="the first N measured requests of each replay are marked cold_start (a "
-        "pilot replays each episode apart; never the drill)",
-    )
-    include_usage: bool = True  # ask for stream_options.include_usage
-    capacity_probe: bool | None = Field(
-        None,
-        description="measure the baseline's sustainable rate before the episodes (pilot."
-        "capacity): None runs it where a phase gives target_utilization; true also states "
-        "what absolute rates mean on this machine; false refuses target_utilization",
-    )
-    run_stages: bool = Field(
-        False,
-        description="run the workload's client-side stages (retrieval, tool calls) before each "
-        "model call and measure them; false: the records keep their planned seconds (the "
-        "drill runs them either way; specpilot load runs them unless --no-stages)",
-    )
-
-
-class DrillSettings(_Model):
-    """The rollback drill (R8): replay ``phase`` once more on each drilled arm, switch
-    speculation off ``switch_after_s`` into it, back on ``hold_s`` after the switch is in force."""
-
-    enabled: bool = True
-    phase: str = "peak"
-    switch_after_s: float = Field(5.0, ge=0)
-    hold_s: float = Field(8.0, gt=0)
-    recovery_window_s: float = Field(4.0, gt=0)
-    replay_s: float | None = Field(
-        None,
-        gt=0,
-        description="seconds of the phase replayed (null: all of it); the summary reads only "
-        "the requests up to the switch back, so the rest of a long phase is time spent for "
-        "nothing. At least switch_after_s + hold_s + recovery_window_s",
-    )
-
-    @model_validator(mode="after")
-    def _replay_covers_the_switch(self) -> DrillSettings:
-        need = self.switch_after_s + self.hold_s + self.recovery_window_s
-        if self.replay_s is not None and self.replay_s < need:
-            raise FieldProblem(
-                f"replay_s {self.replay_s:g} ends before the switch back and its recovery "
-                f"window (switch_after_s + hold_s + recovery_window_s = {need:g})",
-                fix=f"set drill.replay_s to at least {need:g}, or null to replay the whole phase",
-            )
-        return self
-
-
-class CompatSettings(_Model):
-    enabled: bool = True
-    # None: the whole suite (specpilot.quality.compat.FEATURES); a subset runs only those
-    features: list[str] | None = None
-
-    @field_validator("features")
-    @classmethod
-    def _known(cls, v: list[str] | None) -> list[str] | None:
-        from specpilot.quality.compat import FEATURES
-
-        bad = [f for f in v or [] if f not in FEATURES]
-        if bad:
-            raise FieldProblem(
-                f"unknown compat feature(s) {bad}", fix=f"choose from {', '.join(FEATURES)}"
-            )
-        return v
 
 
 class PilotConfig(_Model):
@@ -257,7 +103,7 @@ class PilotConfig(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _one_process_by_url(cls, data: Any) -> Any:
+    def _one_process_by_url(cls, data: object) -> object:
         """``episodes: null`` is the design's defaults; where an arm is by URL and the file does
         not set ``episodes.processes``, 1 process an arm (an endpoint is one process;
         specpilot starts no more of it)."""
@@ -375,22 +221,25 @@ _FIXES = {
 _QUICK = " (with its quick: overrides)"
 
 
-def format_errors(exc: ValidationError, where: str, lines: Any = None) -> str:
+def format_errors(exc: ValidationError, where: str, lines: Lines | None = None) -> str:
     return validation.format_errors(
         exc, where, root=PilotConfig, lines=lines, tags=ENGINES, fixes=_FIXES, special=_too_few
     )
 
 
-def _too_few(e: Any) -> tuple[str, str] | None:
-    if e["type"] == "too_short" and tuple(e["loc"]) == ("arms",):
+def _too_few(e: Mapping[str, object]) -> tuple[str, str] | None:
+    """A pydantic error (``ErrorDetails``) of too few arms, in the pilot's words."""
+    loc, ctx = e.get("loc"), e.get("ctx")
+    if e.get("type") == "too_short" and isinstance(loc, tuple | list) and tuple(loc) == ("arms",):
+        given = ctx.get("actual_length", 0) if isinstance(ctx, Mapping) else 0
         return (
-            f"a pilot compares arms: {e['ctx'].get('actual_length', 0)} given",
+            f"a pilot compares arms: {given} given",
             "give a baseline arm and a speculative arm at least (role: baseline, speculative)",
         )
     return None
 
 
-def at_line(where: str, lines: Any, path: tuple[Any, ...]) -> str:
+def at_line(where: str, lines: Lines | None, path: tuple[str | int, ...]) -> str:
     """``where:LINE: field`` for a field of the file (``where: field`` without lines)."""
     line = lines.line(path) if lines is not None else None
     return (
@@ -407,11 +256,11 @@ class _QuickLines:
     def __init__(self, lines: LineMap | None) -> None:
         self.lines = lines
 
-    def line(self, path: Any) -> int | None:
+    def line(self, path: Sequence[str | int]) -> int | None:
         return self.lines.line(("quick", *path)) if self.lines is not None else None
 
 
-def deep_merge(base: Any, over: Any) -> Any:
+def deep_merge(base: object, over: object) -> object:
     """``over`` merged into ``base``: mappings merge key by key; lists of named items (arms)
     merge by ``name``; anything else is replaced."""
     if isinstance(base, dict) and isinstance(over, dict):
@@ -441,7 +290,7 @@ def deep_merge(base: Any, over: Any) -> Any:
 
 
 def parse_pilot(
-    data: Any, where: str = "pilot", *, quick: bool = False, lines: LineMap | None = None
+    data: object, where: str = "pilot", *, quick: bool = False, lines: LineMap | None = None
 ) -> PilotConfig:
     """Validate a pilot mapping; ``quick`` applies its ``quick:`` overrides first."""
     if not isinstance(data, dict):
@@ -457,6 +306,7 @@ def parse_pilot(
         return full
     # the quick profile is checked on every load, so a broken one fails before a run, not in CI
     merged = deep_merge({k: v for k, v in data.items() if k != "quick"}, over)
+    assert isinstance(merged, dict)  # a mapping merged into a mapping
     merged["profile"] = "quick"
     try:
         fast = _validate(merged, where, _QuickLines(lines))
@@ -466,7 +316,7 @@ def parse_pilot(
     return fast if quick else full
 
 
-def _not_a_mapping(data: Any, where: str, lines: LineMap | None) -> PilotConfigError:
+def _not_a_mapping(data: object, where: str, lines: LineMap | None) -> PilotConfigError:
     line = (lines.line(()) if lines is not None else None) or 1
     if data is None:
         return PilotConfigError(
@@ -494,7 +344,7 @@ RETIRED = {
 }
 
 
-def _validate(data: dict[str, Any], where: str, lines: Any) -> PilotConfig:
+def _validate(data: dict[str, Any], where: str, lines: Lines | None) -> PilotConfig:
     for key, fix in RETIRED.items():
         if key in data:
             raise PilotConfigError(
@@ -517,7 +367,7 @@ def _validate(data: dict[str, Any], where: str, lines: Any) -> PilotConfig:
     return cfg
 
 
-def _check_drill(cfg: PilotConfig, phases: list[str], where: str, lines: Any) -> None:
+def _check_drill(cfg: PilotConfig, phases: list[str], where: str, lines: Lines | None) -> None:
     """The drill replays one of the workload's phases: a name that is not one fails at load,
     not after every arm has run."""
     drilled = cfg.drill.enabled and any(

@@ -25,15 +25,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from specpilot.backends.adapters import adapter_of
 from specpilot.pilot.config.options import SHIPPED_DRAFT
 
+if TYPE_CHECKING:
+    from specpilot.pilot.config.arms import Arm
+
 
 class _HasArms(Protocol):
     @property
-    def arms(self) -> Sequence[Any]: ...
+    def arms(self) -> Sequence[Arm]: ...
 
 
 _DEFAULT_TARGET = "remove it to use the default target (SmolLM2-135M-Instruct)"
@@ -57,7 +60,10 @@ def missing_models(cfg: _HasArms) -> list[MissingModel]:
 
 
 def missing_model_lines(
-    cfg: _HasArms, where: str, locate: Callable[[tuple[Any, ...]], str], raw_arms: Any = None
+    cfg: _HasArms,
+    where: str,
+    locate: Callable[[tuple[str | int, ...]], str],
+    raw_arms: object = None,
 ) -> list[str]:
     """The lines of one error listing every missing model file at its line (empty: none).
     ``locate``: a field's path to ``FILE:LINE: field``; ``raw_arms``: the file's own ``arms:``
@@ -65,7 +71,8 @@ def missing_model_lines(
     missing = missing_models(cfg)
     if not missing:
         return []
-    order = [a.get("name") if isinstance(a, dict) else None for a in raw_arms or []]
+    listed = raw_arms if isinstance(raw_arms, list) else []
+    order = [a.get("name") if isinstance(a, dict) else None for a in listed]
     out = [f"{where}: {len(missing)} model file(s) missing"]
     for m in missing:
         index = order.index(m.arm) if m.arm in order else m.index
@@ -73,7 +80,7 @@ def missing_model_lines(
     return out
 
 
-def _arm(i: int, arm: Any) -> Iterator[MissingModel]:
+def _arm(i: int, arm: Arm) -> Iterator[MissingModel]:
     o = arm.options
     if arm.url is not None or o is None:  # an endpoint someone else runs
         return

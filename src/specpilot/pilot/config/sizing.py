@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from specpilot.pilot.config.file import PilotConfig, PilotConfigError
+from specpilot.pilot.config.settings import DrillSettings
 from specpilot.pilot.design import LEAST_PER_PROCESS, EpisodeSettings, short_levels
 from specpilot.records import MOST_EPISODES
 
@@ -146,7 +147,7 @@ def _scaled_phases(
 
 def _drill_kept(
     cfg: PilotConfig, before: dict[str, float], f: float, per_level: int, flag: str
-) -> Any:
+) -> DrillSettings:
     """The drill with the seconds it replays kept as now (a phase replayed whole would grow
     with it), refused where the scaled phase ends before the drill's switch back."""
     d = cfg.drill

@@ -25,11 +25,8 @@ from typing import Any
 
 from specpilot.backends.adapters import adapter_of
 from specpilot.pilot.config import credentials
-from specpilot.pilot.config.file import (
-    Arm,
-    PilotConfig,
-    PilotConfigError,
-)
+from specpilot.pilot.config.arms import Arm
+from specpilot.pilot.config.file import PilotConfig, PilotConfigError
 from specpilot.records import ResourceBudget, StrategySpec
 
 # Settings that must be equal between an arm and its reference (R6). "capacity" may differ

@@ -23,17 +23,16 @@ from typing import Any, cast
 
 from specpilot.backends.protocol import Backend
 from specpilot.errors import ConfigError
-from specpilot.pilot.config.file import (
+from specpilot.pilot.config.arms import (
     ARM_MODELS,
-    OPTIONS,
     Arm,
     BuiltinArm,
-    EngineOptions,
     LlamaCppArm,
     OpenAIArm,
     SglangArm,
     VllmArm,
 )
+from specpilot.pilot.config.options import OPTIONS, EngineOptions
 from specpilot.pilot.plan.arms import ArmPlan, plan_arm, strategy_of
 from specpilot.records import ARM_ROLES
 from specpilot.validation import format_errors

@@ -47,7 +47,8 @@ from specpilot.simulate.sustain import (
 
 if TYPE_CHECKING:
     from specpilot.backends import ResponseParser
-    from specpilot.pilot.config.file import LoadSettings, PilotConfig
+    from specpilot.pilot.config.file import PilotConfig
+    from specpilot.pilot.config.settings import LoadSettings
     from specpilot.pilot.plan.arms import ArmPlan
     from specpilot.pilot.run.context import PilotContext
     from specpilot.workload import Schedule

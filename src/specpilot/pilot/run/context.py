@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specpilot.backends.protocol import Backend
-from specpilot.pilot.config.file import LoadSettings, PilotConfig
+from specpilot.pilot.config.file import PilotConfig
+from specpilot.pilot.config.settings import LoadSettings
 from specpilot.pilot.eta.progress import PilotProgress
 from specpilot.pilot.plan.arms import ArmPlan
 from specpilot.pilot.run.drill import RuntimeSwitch

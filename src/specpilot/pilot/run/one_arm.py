@@ -18,7 +18,7 @@ from typing import Any
 
 from specpilot.backends.protocol import Backend
 from specpilot.errors import ConfigError
-from specpilot.pilot.config.file import LoadSettings
+from specpilot.pilot.config.settings import LoadSettings
 from specpilot.pilot.eta.progress import PilotProgress
 from specpilot.pilot.plan.arms import ArmPlan
 from specpilot.pilot.run.context import RunPlan, new_record

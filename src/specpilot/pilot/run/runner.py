@@ -33,7 +33,8 @@ import httpx
 
 from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend
-from specpilot.pilot.config.file import LoadSettings, PilotConfig, PilotConfigError
+from specpilot.pilot.config.file import PilotConfig, PilotConfigError
+from specpilot.pilot.config.settings import LoadSettings
 from specpilot.pilot.eta.progress import PilotProgress
 from specpilot.pilot.plan.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.plan.assets import ASSET_STEPS, prepare

@@ -1,0 +1,86 @@
+"""The arms of a pilot file: one model per engine (``engine:`` picks it), each with its role,
+its engine options (``pilot.config.options``), and for an arm given by ``url:`` its
+credentials (``pilot.config.credentials``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from specpilot.pilot.config.credentials import check_headers
+from specpilot.pilot.config.options import (
+    BudgetModel,
+    BuiltinOptions,
+    LlamaCppOptions,
+    SglangOptions,
+    VllmOptions,
+)
+from specpilot.validation import FieldProblem, StrictModel
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class ArmBase(StrictModel):
+    name: str = Field(pattern=NAME_PATTERN)
+    role: Literal["baseline", "speculative", "alternative", "control", "extra"]
+    url: str | None = None  # an endpoint someone else runs: no start, no drill, partial manifest
+    # a baseline by URL may take the capacity probe's load (target_utilization needs it)
+    probe: bool = False
+    compare_to: str | None = None
+    budget: BudgetModel = Field(default_factory=lambda: BudgetModel())
+    drill: bool | None = None  # None: drill the speculative arm
+    model_name: str | None = None  # the model id sent in requests (default: the endpoint's)
+    # an arm by URL: headers sent with every request to it, "${VAR}" read from the environment
+    # at run time; api_key_env: NAME is Authorization: Bearer ${NAME} (pilot.config.credentials)
+    headers: dict[str, str] = Field(default_factory=dict)
+    api_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _credentials(self) -> ArmBase:
+        if (self.headers or self.api_key_env) and self.url is None:
+            raise FieldProblem(
+                f"arm {self.name!r}: headers and api_key_env are for an arm given by url:",
+                fix="remove them: specpilot starts this engine itself, without credentials",
+                path=("headers" if self.headers else "api_key_env",),
+            )
+        check_headers(self.headers, self.api_key_env)
+        return self
+
+
+class BuiltinArm(ArmBase):
+    engine: Literal["builtin"]
+    options: BuiltinOptions = Field(default_factory=lambda: BuiltinOptions())
+
+
+class LlamaCppArm(ArmBase):
+    engine: Literal["llamacpp"]
+    options: LlamaCppOptions = Field(default_factory=lambda: LlamaCppOptions())
+
+
+class VllmArm(ArmBase):
+    engine: Literal["vllm"]
+    options: VllmOptions | None = None  # None only with url
+
+
+class SglangArm(ArmBase):
+    engine: Literal["sglang"]
+    options: SglangOptions | None = None
+
+
+class OpenAIArm(ArmBase):
+    engine: Literal["openai"]
+    url: str  # required: specpilot cannot start a managed API
+    options: None = None
+
+
+Arm = Annotated[
+    BuiltinArm | LlamaCppArm | VllmArm | SglangArm | OpenAIArm, Field(discriminator="engine")
+]
+# engine -> its arm model (an arm specpilot starts)
+ARM_MODELS: dict[str, type[BuiltinArm | LlamaCppArm | VllmArm | SglangArm]] = {
+    "builtin": BuiltinArm,
+    "llamacpp": LlamaCppArm,
+    "vllm": VllmArm,
+    "sglang": SglangArm,
+}
