@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import Field, model_validator
 
+from specpilot.backends.adapters import adapter_of
 from specpilot.records import EPISODE_SEP as SEP
 from specpilot.records import MOST_EPISODES, ScheduledRequest, level_of
 from specpilot.validation import StrictModel
@@ -372,7 +373,5 @@ def in_place_of(arms: Sequence[str], baseline: str) -> str:
 
 def _in_place(engine: str) -> bool:
     """The engine switches speculation off inside a running process (``backends.adapter``)."""
-    from specpilot.backends.adapters import adapter_of
-
     a = adapter_of(engine)
     return a is not None and a.in_place

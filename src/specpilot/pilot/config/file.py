@@ -33,9 +33,11 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from specpilot import validation
 from specpilot.analysis.config import AnalysisConfig
+from specpilot.backends.adapters import adapter_of
 from specpilot.errors import ConfigError, InputFileError
 from specpilot.pilot.config.armrules import check_arms
 from specpilot.pilot.config.arms import NAME_PATTERN, Arm
+from specpilot.pilot.config.files import missing_model_lines
 from specpilot.pilot.config.options import (
     OPTIONS,
     BuiltinOptions,
@@ -49,7 +51,7 @@ from specpilot.pilot.design import EpisodeSettings
 from specpilot.quality.config import QualityConfig
 from specpilot.records import ENGINES
 from specpilot.validation import Lines, StrictModel
-from specpilot.workload.config import WorkloadConfig
+from specpilot.workload.config import WorkloadConfig, missing_trace_lines
 from specpilot.yamlpos import LineMap, yaml_error_text
 
 __all__ = [  # the engine options are defined in pilot.config.options and re-exported here
@@ -150,8 +152,6 @@ class PilotConfig(_Model):
     def _in_place(self) -> None:
         """``episodes.in_place``: one speculative arm beside the baseline, on an engine that
         switches speculation off inside a running process."""
-        from specpilot.backends.adapters import adapter_of
-
         others = [a.name for a in self.arms if a.role not in ("baseline", "speculative")]
         spec = [a for a in self.arms if a.role == "speculative"]
         if others or len(spec) != 1:
@@ -397,9 +397,6 @@ def read_pilot_yaml(path: str | Path) -> tuple[dict[str, Any], LineMap]:
 def load_pilot(path: str | Path, *, quick: bool = False) -> PilotConfig:
     """Read and validate a pilot YAML; a relative ``workload:`` path resolves against it, and
     every model file an arm names must exist (``pilot.config.files``)."""
-    from specpilot.pilot.config.files import missing_model_lines
-    from specpilot.workload.config import missing_trace_lines
-
     p = Path(path)
     data, lines = read_pilot_yaml(p)
     cfg = parse_pilot(data, str(p), quick=quick, lines=lines)

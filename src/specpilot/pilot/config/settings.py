@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from specpilot.quality.compat import FEATURES
 from specpilot.validation import FieldProblem, StrictModel
 
 
@@ -86,8 +87,6 @@ class CompatSettings(StrictModel):
     @field_validator("features")
     @classmethod
     def _known(cls, v: list[str] | None) -> list[str] | None:
-        from specpilot.quality.compat import FEATURES
-
         bad = [f for f in v or [] if f not in FEATURES]
         if bad:
             raise FieldProblem(

@@ -15,6 +15,7 @@ from specpilot.pilot.config.file import PilotConfig, PilotConfigError
 from specpilot.pilot.config.settings import DrillSettings
 from specpilot.pilot.design import LEAST_PER_PROCESS, EpisodeSettings, short_levels
 from specpilot.records import MOST_EPISODES
+from specpilot.workload import build_schedule
 
 if TYPE_CHECKING:
     from specpilot.workload import Schedule
@@ -40,8 +41,6 @@ def with_episodes(
     arrivals that end sooner (a trace window), a drill phase shorter than its switch window.
     The looks stay where they are. The scaled config hashes differently: another pilot's
     episodes are not resumed."""
-    from specpilot.workload import build_schedule
-
     ep, flag = cfg.episodes, f"--episodes {n}"
     if not isinstance(cfg.workload, dict):
         raise PilotConfigError(

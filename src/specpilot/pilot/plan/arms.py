@@ -24,9 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot.backends.adapters import adapter_of
+from specpilot.backends.facts import model_file, tokenizer_sha256
+from specpilot.backends.freeze import frozen_sha256
+from specpilot.backends.freeze import strategy_of as served_strategy
 from specpilot.pilot.config import credentials
 from specpilot.pilot.config.arms import Arm
 from specpilot.pilot.config.file import PilotConfig, PilotConfigError
+from specpilot.pilot.config.files import missing_models
 from specpilot.records import ResourceBudget, StrategySpec
 
 # Settings that must be equal between an arm and its reference (R6). "capacity" may differ
@@ -96,15 +100,11 @@ def frozen_of(
 
 
 def _content_hash(path: str) -> str:
-    from specpilot.backends.facts import model_file
-
     mf = model_file("target", path)
     return f"sha256:{mf.sha256}" if mf is not None and mf.sha256 else path
 
 
 def _tokenizer_hash(path: str) -> str | None:
-    from specpilot.backends.facts import tokenizer_sha256
-
     try:
         return tokenizer_sha256(path)
     except Exception:  # not a GGUF/HF checkpoint we can read: the model hash still decides
@@ -216,8 +216,6 @@ def plan_arms(cfg: PilotConfig, *, resolve_files: bool = True) -> list[ArmPlan]:
 
 
 def _check_files(cfg: PilotConfig) -> None:
-    from specpilot.pilot.config.files import missing_models
-
     missing = missing_models(cfg)
     if missing:
         m = missing[0]
@@ -235,9 +233,6 @@ def arm_manifest(
     The strategy the engine reports must be the one the arm asked for: a builtin server that
     silently fell back to plain decoding would otherwise pass as speculative.
     """
-    from specpilot.backends.freeze import frozen_sha256
-    from specpilot.backends.freeze import strategy_of as served_strategy
-
     if plan.url is None:
         served = served_strategy(described)
         if (served.kind == "none") != (plan.strategy.kind == "none"):

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from specpilot.backends.adapters import adapter_of
+from specpilot.backends.openai import OpenAIBackend
 from specpilot.backends.protocol import Backend
 from specpilot.errors import ConfigError
 from specpilot.pilot.config.arms import (
@@ -159,8 +161,6 @@ def backend_for(
 ) -> Backend:
     """The backend for ``engine`` from its validated options (``engine_options``), by its
     adapter (``backends.adapters``)."""
-    from specpilot.backends.adapters import adapter_of
-
     a = adapter_of(engine)
     if a is None or not isinstance(o, a.options):
         raise ConfigError(
@@ -174,8 +174,6 @@ def check_credentials(plans: list[ArmPlan]) -> None:
     """Every arm by URL: its headers read from the environment and tried on ``/v1/models``,
     so a missing variable or a refused key (401, 403) stops the pilot before anything is
     measured, not after the other arms ran."""
-    from specpilot.backends.openai import OpenAIBackend
-
     for plan in plans:
         if plan.url is not None:
             backend = make_backend(plan)

@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specpilot import cache_root
+from specpilot.analysis.episodes.power import half_width, mde
+from specpilot.analysis.episodes.sequential import nominal_alphas
+from specpilot.backends.facts import hardware_info
 
 if TYPE_CHECKING:
     from specpilot.pilot.config.file import PilotConfig
@@ -166,8 +169,6 @@ def _predicted(
     """The planner's MDE and interval half-width (median, 80th percentile) at noise ``c``
     (``in_place``: both arms on one process per episode, ``analysis.episodes.inplace``; ``strata_df``:
     the task groups' strata in the pooled cell)."""
-    from specpilot.analysis.episodes.power import half_width, mde
-
     args = (c["s_a"], c["s_b"], c["s_xi"], m, mb, e, alpha)
     hw = half_width(*args, in_place=in_place, strata_df=strata_df)
     return {
@@ -219,10 +220,6 @@ def episode_plan(cfg: PilotConfig) -> dict[str, Any]:
     comparison's cells), if every episode runs (a budget or a look that stops a level ends it
     with fewer), from the noise this machine measured in its last episode pilot
     (``pilot.plan.noise``), else from the stated prior."""
-    from specpilot.analysis.episodes.power import mde
-    from specpilot.analysis.episodes.sequential import nominal_alphas
-    from specpilot.backends.facts import hardware_info
-
     ep = cfg.episodes
     m, e = ep.processes, ep.per_level
     wl = cfg.workload_config()

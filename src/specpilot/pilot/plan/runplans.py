@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specpilot.analysis.service.capacity import draft_as_kv_slots
 from specpilot.backends.adapters import adapter_of
 from specpilot.pilot.config.file import PilotConfigError
 from specpilot.pilot.plan.arms import ArmPlan
@@ -78,7 +79,6 @@ def derive_kv_slots(store: Store, plan: ArmPlan, plans: list[ArmPlan]) -> dict[s
             f"arm {plan.name!r}: budget.derive kv_slots needs the memory of arm {matched!r}, "
             "which has no snapshot with draft memory (did it run and expose memory?)"
         )
-    from specpilot.analysis.service.capacity import draft_as_kv_slots
 
     s = snaps[-1]
     matched_plan = next(p for p in plans if p.name == matched)

@@ -17,6 +17,7 @@ from specpilot.analysis.rollback.drill import summarize
 from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import Backend, request_headers
 from specpilot.definitions import goodput
+from specpilot.loadgen import LoadConfig, LoadRunner
 from specpilot.pilot.design import level_of
 from specpilot.pilot.plan.arms import ArmPlan
 from specpilot.pilot.run.context import ArmContext, Held, PilotContext, RunPlan
@@ -36,7 +37,7 @@ from specpilot.records import (
     RequestRecord,
     RoundRecord,
 )
-from specpilot.store import Store
+from specpilot.store import PhaseRecorder, Store
 
 if TYPE_CHECKING:
     from specpilot.loadgen import LoadConfig, LoadResult, LoadRunner
@@ -57,8 +58,6 @@ def load_config(
 ) -> LoadConfig:
     """The load generator's config for one arm (the pilot's load settings), with the options
     in ``over`` (plain names, as ``LoadConfig.with_options`` takes them) changed."""
-    from specpilot.loadgen import LoadConfig
-
     s = ctx.load_settings
     opts: dict[str, object] = dict(
         api=s.api,
@@ -156,9 +155,6 @@ def run_phases(
     """The warm-up (unless ``warmup`` is False: the run is warm already) and every measured
     phase not yet complete (of ``only`` when given), with edges recorded; client-side stages
     and the phases' start times come from the schedule (``LoadRunner.for_schedule``)."""
-    from specpilot.loadgen import LoadRunner
-    from specpilot.store import PhaseRecorder
-
     store = ctx.store
     measured = [p for p in phases_left(ctx, run) if only is None or p in only]
     if not measured:
@@ -309,8 +305,6 @@ def _drill_record(
 def run_drill(ctx: PilotContext, run: RunPlan, held: Held, url: str, model: str) -> DrillRecord:
     """Replay the drill phase; switch speculation off after ``switch_after_s``, on again after
     ``hold_s``; summarise from the drill phase's records."""
-    from specpilot.loadgen import LoadRunner
-
     plan, d = run.arm, ctx.cfg.drill
     backend = held.engine()
     if plan.url is not None:

@@ -34,7 +34,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specpilot.analysis.service.capacity import slots_in
+from specpilot.backends.protocol import request_headers
+from specpilot.loadgen import LoadConfig, LoadRunner
+from specpilot.loadgen.client import served_model
 from specpilot.pilot.config.file import PilotConfigError
+from specpilot.pilot.plan.engines import make_backend
+from specpilot.pilot.run.drill import RuntimeSwitch
 from specpilot.records import RequestRecord, ScheduledRequest
 from specpilot.simulate.sustain import (
     FACTOR,
@@ -265,7 +270,6 @@ def replayer(
     requests open-loop against ``url`` with the pilot's load settings ``s`` and returns every
     record (the probe's runs are not stored: they serve no arm's comparison); ``headers``:
     the endpoint's credentials (a baseline by URL)."""
-    from specpilot.loadgen import LoadConfig, LoadRunner
 
     def run(reqs: list[ScheduledRequest], cap: int | None) -> list[RequestRecord]:
         cfg = LoadConfig.build(
@@ -320,11 +324,6 @@ def baseline_probe(
     (``episodes.in_place``): the probe starts one of those, speculation switched off, so it
     measures the baseline exactly as the episodes serve it, and the weight-format calibration
     of a fresh machine runs once, for the probe and the episodes alike."""
-    from specpilot.backends.protocol import request_headers
-    from specpilot.loadgen.client import served_model
-    from specpilot.pilot.plan.engines import make_backend
-    from specpilot.pilot.run.drill import RuntimeSwitch
-
     start = in_place if in_place is not None else plan
     backend = make_backend(start, files=pilot.files.get(start.name, {}))
     pilot.progress.step(plan.name, "capacity probe: starting a baseline process")

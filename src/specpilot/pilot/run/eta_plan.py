@@ -18,6 +18,8 @@ from specpilot.pilot.eta.remaining import (
 )
 from specpilot.pilot.run.armrun import LOAD_STEP, phases_left, phases_of
 from specpilot.pilot.run.context import PilotContext, RunPlan
+from specpilot.quality.compat import FEATURES
+from specpilot.simulate.sustain import phase_drains
 
 if TYPE_CHECKING:
     from specpilot.workload import Schedule
@@ -65,8 +67,6 @@ def _phases(ctx: PilotContext, run: RunPlan, fresh: bool) -> list[str]:
 def plan_for(ctx: PilotContext, runs: Sequence[RunPlan], fresh: bool = False) -> list[Step]:
     """The plan of a pilot about to run ``runs`` (a resumed one: only what is not done;
     ``fresh``: all of it, before the pilot file exists)."""
-    from specpilot.quality.compat import FEATURES
-
     cfg = ctx.cfg
     quality = ctx.gates.plan()
     rounds = quality_rounds([q.temperature for q in quality], cfg.quality.concurrency)
@@ -89,8 +89,6 @@ def plan_for(ctx: PilotContext, runs: Sequence[RunPlan], fresh: bool = False) ->
 def with_drains(tt: Timetable, schedule: Schedule, capacity: dict[str, Any] | None) -> Timetable:
     """``tt`` with each phase's drain simulated from the capacity probe's figures (the plan's
     load times from this machine's measured steps, not a prior), where a probe ran."""
-    from specpilot.simulate.sustain import phase_drains
-
     if not capacity:
         return tt
     reqs: dict[str, list[tuple[float, int, int]]] = {}

@@ -12,13 +12,16 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from specpilot.analysis.comparison.contention import contended
 from specpilot.analysis.verdicts.decision import ADOPT, WINDOWS
 from specpilot.pilot.config.file import PilotConfig
 from specpilot.pilot.eta.progress import PilotProgress
 from specpilot.pilot.plan.arms import ArmPlan
 from specpilot.pilot.plan.noise import remember
 from specpilot.pilot.run.gates import Gates
-from specpilot.store import Store
+from specpilot.report import build_report
+from specpilot.simulate.section import pilot_simulation
+from specpilot.store import Store, read_pilot
 
 
 def pairs(plans: list[ArmPlan]) -> list[tuple[str, str]]:
@@ -40,11 +43,6 @@ def report(
     path: Path, out_dir: Path, cfg: PilotConfig, progress: PilotProgress
 ) -> tuple[dict[str, Path], dict[str, Any]]:
     """Analyse the pilot file and write the report next to it; returns (files, document)."""
-    from specpilot.analysis.comparison.contention import contended
-    from specpilot.report import build_report
-    from specpilot.simulate.section import pilot_simulation
-    from specpilot.store import read_pilot
-
     progress.step("all arms", "analysis and report")
     data = read_pilot(path)
     rep = build_report(data, cfg.analysis, simulation=pilot_simulation)

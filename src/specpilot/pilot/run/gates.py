@@ -14,8 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specpilot.pilot.config.file import PilotConfig
+from specpilot.quality.compat import FEATURES, run_compat
+from specpilot.quality.consistency import greedy_consistency
+from specpilot.quality.recheck import recheck, resolve_groups
+from specpilot.quality.runner import run_quality_pass
 from specpilot.records import ArmRecord, CompatRecord, OutputRecord, PilotData
 from specpilot.workload.config import WorkloadConfig
+from specpilot.workload.resolve import resolve_group
 
 if TYPE_CHECKING:
     from specpilot.quality.runner import QualityRequest
@@ -25,8 +30,6 @@ if TYPE_CHECKING:
 
 class Gates:
     def __init__(self, cfg: PilotConfig, base_dir: Path) -> None:
-        from specpilot.quality.recheck import resolve_groups
-
         self.cfg = cfg.quality
         self.compat_features = cfg.compat.features
         workload = cfg.workload_config()
@@ -47,7 +50,6 @@ class Gates:
     def compat(
         self, url: str, model: str, rec: ArmRecord, headers: Mapping[str, str] | None = None
     ) -> list[CompatRecord]:
-        from specpilot.quality.compat import FEATURES, run_compat
 
         features = self.compat_features or FEATURES
         return run_compat(
@@ -58,8 +60,6 @@ class Gates:
         self, url: str, model: str, rec: ArmRecord, headers: Mapping[str, str] | None = None
     ) -> list[OutputRecord]:
         """``headers``: the endpoint's credentials (an arm by URL)."""
-        from specpilot.quality.runner import run_quality_pass
-
         return run_quality_pass(
             url,
             model,
@@ -75,9 +75,6 @@ class Gates:
         self, data: PilotData, pairs: list[tuple[str, str]]
     ) -> tuple[list[QualityRecord], list[ConsistencyRecord]]:
         """(QualityRecords for every stored answer, ConsistencyRecords per compared pair)."""
-        from specpilot.quality.consistency import greedy_consistency
-        from specpilot.quality.recheck import recheck
-
         quality = recheck(data, self.groups, self.cfg.sandbox.limits())
         consistency = []
         for base, cand in pairs:
@@ -89,6 +86,4 @@ class Gates:
 
 def _task_groups(workload: WorkloadConfig, base_dir: Path) -> list[TaskGroup]:
     """The workload's groups as the schedule resolves them (its length and sampling overrides)."""
-    from specpilot.workload.resolve import resolve_group
-
     return [resolve_group(name, gm, Path(base_dir)) for name, gm in workload.groups.items()]

@@ -29,6 +29,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from specpilot.analysis.episodes.celltest import MIN_RESIDUAL_DF
+from specpilot.analysis.episodes.sequential import decided_levels, final_alpha, interim_alpha
+from specpilot.analysis.pilot import analyze
 from specpilot.pilot.config.file import PilotConfigError
 from specpilot.pilot.design import LEAST_PER_PROCESS
 from specpilot.pilot.eta.remaining import Step, eta_s
@@ -54,8 +57,6 @@ def least(design: dict[str, Any]) -> int:
     cell keeps ``MIN_RESIDUAL_DF`` for its episode noise after the mean and the process
     offsets (one pool of m in place, m_cand + m_base - 1 for arms on processes of their own)
     and the task groups' strata took theirs; fewer, and it is undecided by construction."""
-    from specpilot.analysis.episodes.celltest import MIN_RESIDUAL_DF
-
     m = int(design["processes"])
     fit = m if design.get("in_place") else 2 * m - 1
     return max(LEAST_PER_PROCESS * m, fit + int(design.get("strata") or 0) + MIN_RESIDUAL_DF)
@@ -191,9 +192,6 @@ class Looks:
     def look(self, j: int, done: Sequence[str], ahead: Sequence[str]) -> None:
         """Interim look ``j`` (0-based) over the episodes ``done``: levels decided at its
         nominal level get none of ``ahead``."""
-        from specpilot.analysis.episodes.sequential import decided_levels, interim_alpha
-        from specpilot.analysis.pilot import analyze
-
         levels = self.design["levels"]
         closed = {x for r in self.lk["ran"] for x in r.get("closed", [])}
         fraction = self.lk["at"][j] / self.lk["at"][-1]  # of the planned episodes per level
@@ -224,8 +222,6 @@ class Looks:
         self.save()
 
     def final(self, done: Sequence[str]) -> None:
-        from specpilot.analysis.episodes.sequential import final_alpha
-
         not_run: dict[str, dict[str, int]] = {}
         for n, why in self.skipped.items():
             lv = not_run.setdefault(self.level_of(n), {})

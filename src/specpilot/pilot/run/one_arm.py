@@ -16,11 +16,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specpilot.backends.freeze import strategy_of
 from specpilot.backends.protocol import Backend
 from specpilot.errors import ConfigError
 from specpilot.pilot.config.settings import LoadSettings
 from specpilot.pilot.eta.progress import PilotProgress
-from specpilot.pilot.plan.arms import ArmPlan
+from specpilot.pilot.plan.arms import ArmPlan, arm_manifest
+from specpilot.pilot.plan.engines import make_backend
 from specpilot.pilot.run.context import RunPlan, new_record
 from specpilot.pilot.run.steps import ArmLife
 from specpilot.records import ArmRecord
@@ -55,7 +57,6 @@ class OneArm:
         port: int | None = None,
         plain: bool = False,
     ) -> Backend:
-        from specpilot.pilot.plan.engines import make_backend
 
         if plain:
             raise ConfigError("a one-arm load does not switch its engine", fix="run a pilot")
@@ -67,7 +68,6 @@ class OneArm:
     def manifest(
         self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
     ) -> dict[str, Any]:
-        from specpilot.pilot.plan.arms import arm_manifest
 
         man = {**arm_manifest(backend.describe().to_dict(), plan, overrides), "load": self.run}
         was = self.resumed or {}
@@ -119,8 +119,6 @@ def measure(ctx: OneArm, run: RunPlan, rec: ArmRecord, *, warm: bool = False) ->
     """Start the arm, replay its phases not yet complete, stop it (whatever happened); the
     returned life's ``rec`` says what was done (``completed_steps``), ``result`` the last
     load run's. ``warm``: no warm-up requests (``--no-warmup``)."""
-    from specpilot.backends.freeze import strategy_of
-
     life = ArmLife(ctx, run, rec)
     life.warm = warm
     life.start()

@@ -16,7 +16,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from specpilot.backends.protocol import Backend, Manifest, request_headers
+from specpilot.loadgen.dilate import DilatingProxy
+from specpilot.pilot.run import armrun
 from specpilot.pilot.run.context import Held
+from specpilot.pilot.run.drill import RuntimeSwitch
 from specpilot.pilot.run.steps import ArmSteps
 from specpilot.records import ArmRecord, MetricSnapshot, ResponseExtras
 
@@ -55,8 +58,6 @@ class PlantedBackend(_Through):
     proxy's; scrapes and response parsing are the baseline engine's own."""
 
     def __init__(self, base: Backend, factor: float) -> None:
-        from specpilot.loadgen.dilate import DilatingProxy
-
         super().__init__(base)
         self.proxy = DilatingProxy(base.endpoint, factor)
 
@@ -108,8 +109,6 @@ class Switched(Reaching):
     def switch(self) -> RuntimeSwitch:
         """The process's switch, one for its life (every run reaching it shares it): the
         table it restores is the process's as started, whatever an earlier failure left."""
-        from specpilot.pilot.run.drill import RuntimeSwitch
-
         held = self.reached().held  # the process's: its backend, and now its switch
         if held.switch is None:
             held.switch = RuntimeSwitch(self.url, self.p.admin_token)
@@ -269,8 +268,6 @@ def reaching(steps: ArmSteps, of: ArmSteps, key: str, info: dict[str, object]) -
 def replay_done(steps: ArmSteps) -> None:
     """An arm that only replays episodes on another arm's processes (planted, switched off in
     place): complete once its episodes are; no drill, quality pass or compatibility suite."""
-    from specpilot.pilot.run import armrun
-
     if armrun.LOAD_STEP not in steps.rec.completed_steps:
         raise RuntimeError(f"arm {steps.run.arm.name}: measured phases left")
     steps.save(dataclasses.replace(steps.rec, status="complete", finished_unix=time.time()))

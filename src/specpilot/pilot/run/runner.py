@@ -32,23 +32,40 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from specpilot.backends.adapters import adapter_of
+from specpilot.backends.facts import model_file
 from specpilot.backends.protocol import Backend
 from specpilot.pilot.config.file import PilotConfig, PilotConfigError
 from specpilot.pilot.config.settings import LoadSettings
+from specpilot.pilot.config.sizing import refuse_short_levels
+from specpilot.pilot.design import design_arms, design_record, in_place_of, split_schedule
 from specpilot.pilot.eta.progress import PilotProgress
-from specpilot.pilot.plan.arms import ArmPlan, check_one_switch, plan_arms
+from specpilot.pilot.eta.remaining import eta_s
+from specpilot.pilot.plan.arms import ArmPlan, arm_manifest, check_one_switch, plan_arms
 from specpilot.pilot.plan.assets import ASSET_STEPS, prepare
-from specpilot.pilot.plan.engines import check_credentials
-from specpilot.pilot.plan.runplans import derive_kv_slots, plain_overrides, target_changed
-from specpilot.pilot.run.capacity import capacity_note, over_capacity, wants_probe
+from specpilot.pilot.plan.engines import check_credentials, make_backend
+from specpilot.pilot.plan.fit import fit, fit_note, lengths
+from specpilot.pilot.plan.noise import episode_plan
+from specpilot.pilot.plan.runplans import derive_kv_slots, plain_overrides
+from specpilot.pilot.run import finish
+from specpilot.pilot.run.capacity import (
+    NoSustainableRate,
+    baseline_probe,
+    capacity_note,
+    given_capacity,
+    over_capacity,
+    refuse_unprobed,
+    wants_probe,
+)
 from specpilot.pilot.run.context import RunPlan, new_record
-from specpilot.pilot.run.episode_run import EpisodeRun
+from specpilot.pilot.run.episode_run import EpisodeRun, episode_runs, reopen_split
 from specpilot.pilot.run.eta_plan import plan_for
 from specpilot.pilot.run.gates import Gates
-from specpilot.pilot.run.looks import check_budget
-from specpilot.records import ArmRecord, MetricSnapshot, PilotRecord
+from specpilot.pilot.run.looks import check_budget, looks_notes
+from specpilot.pilot.run.record import open_pilot, stored_capacity
+from specpilot.records import ArmRecord, MetricSnapshot
+from specpilot.report.fmt import clean
 from specpilot.store import Store
-from specpilot.workload import Schedule
+from specpilot.workload import Schedule, build_schedule
 
 if TYPE_CHECKING:
     from specpilot.workload.config import WorkloadConfig
@@ -104,8 +121,6 @@ class Pilot:
     # -- planning ------------------------------------------------------------------------
     def prepare(self) -> tuple[list[ArmPlan], Schedule]:
         """Check the arms (R6) and build the schedule; export drafts llama.cpp needs."""
-        from specpilot.workload import build_schedule
-
         plans = plan_arms(self.cfg)
         check_one_switch(plans)
         check_credentials(plans)  # before any engine starts, any probe, any measurement
@@ -163,11 +178,6 @@ class Pilot:
         """The schedule with the levels given as fractions of capacity fitted to the budget
         (``pilot.plan.fit``): planned at their least, then lengthened by what the budget leaves; a
         resumed pilot keeps the lengths it started with."""
-        from specpilot.pilot.eta.remaining import eta_s
-        from specpilot.pilot.plan.fit import fit, fit_note, lengths
-        from specpilot.pilot.run.episode_run import episode_runs
-        from specpilot.workload import build_schedule
-
         ep = self.cfg.episodes
         assert ep.budget_min is not None and self.capacity is not None
         base_dir = self.cfg.workload_dir(self.base_dir)
@@ -195,15 +205,7 @@ class Pilot:
     def _capacity(self, plans: list[ArmPlan], wl: WorkloadConfig, base_dir: Path) -> dict[str, Any]:
         """The capacity probe's figures (``pilot.run.capacity``): the stored ones when resuming the
         same pilot (its schedule is rebuilt at the same rate), else measured now."""
-        from specpilot.pilot.run.capacity import (
-            NoSustainableRate,
-            baseline_probe,
-            given_capacity,
-            refuse_unprobed,
-        )
-        from specpilot.workload import build_schedule
-
-        stored = self._stored_capacity()
+        stored = stored_capacity(self.out_dir / "pilot.duckdb", self.cfg.sha256())
         if stored is not None:
             return stored
         base = next(p for p in plans if p.role == "baseline")
@@ -236,8 +238,6 @@ class Pilot:
     def _in_place_arm(self, plans: list[ArmPlan]) -> ArmPlan | None:
         """The speculative arm whose processes serve the baseline in place (None: the baseline
         runs on processes of its own, or by URL)."""
-        from specpilot.pilot.design import design_arms, in_place_of
-
         ep = self.cfg.episodes
         if not ep.in_place:
             return None
@@ -245,24 +245,9 @@ class Pilot:
         name = in_place_of(design_arms(plans, ep), base)
         return next((p for p in plans if p.name == name and p.url is None), None)
 
-    def _stored_capacity(self) -> dict[str, Any] | None:
-        """The capacity a resumed pilot measured when it started (None: a new pilot)."""
-        path = self.out_dir / "pilot.duckdb"
-        if not path.is_file():
-            return None
-        with Store(path) as store:
-            old = store.records("pilots")
-        if not old or old[0].config_sha256 != self.cfg.sha256():
-            return None
-        return (old[0].schedule or {}).get("capacity")
-
     # -- running -------------------------------------------------------------------------
     def run(self) -> PilotResult:
         """Run every arm not yet complete, then the cross-arm gates, analysis and report."""
-        from specpilot.pilot.run import finish
-        from specpilot.pilot.run.gates import Gates
-        from specpilot.store import Store
-
         t0 = self.started = time.perf_counter()
         self.plans, self.level_schedule = self.prepare()
         self.schedule = self.level_schedule
@@ -275,7 +260,7 @@ class Pilot:
         path = self.out_dir / "pilot.duckdb"
         with Store(path) as store:
             self.store = store
-            pilot = self._open_pilot(store, design)
+            pilot = open_pilot(self, store, design)
             design = (pilot.schedule or {}).get("design", design)  # as stored
             runs = self._episode_runs(design, pilot.pilot_id)
             clock = self.progress.clock
@@ -304,10 +289,6 @@ class Pilot:
         """The episode design's record (``pilot.design``), each level of ``self.schedule`` cut
         into its episodes (``quiet``: a trial, its notes not said)."""
         ep = self.cfg.episodes
-        from specpilot.pilot.config.sizing import refuse_short_levels
-        from specpilot.pilot.design import design_arms, design_record, split_schedule
-        from specpilot.pilot.plan.noise import episode_plan
-        from specpilot.report.fmt import clean
 
         for note in refuse_short_levels(self.cfg, self.level_schedule):  # before any start
             if not quiet:
@@ -327,9 +308,6 @@ class Pilot:
     def _episode_runs(self, design: dict[str, Any], pilot_id: str) -> list[RunPlan]:
         """The episode design's runs, a resumed in-place pilot's split episodes reopened, the
         looks said."""
-        from specpilot.pilot.run.episode_run import episode_runs, reopen_split
-        from specpilot.pilot.run.looks import looks_notes
-
         ep = self.cfg.episodes
         # the budget is this command's (--budget), not the design's: a rerun with another one
         # resumes under it
@@ -339,86 +317,6 @@ class Pilot:
         for note in looks_notes(design):
             self.progress.note(note)
         return runs
-
-    def _open_pilot(self, store: Store, design: dict[str, Any]) -> PilotRecord:
-        """A new pilot record, or the existing one when resuming the same config."""
-        from specpilot import __version__
-        from specpilot.backends.facts import hardware_facts
-
-        sha = self.cfg.sha256()
-        existing = store.records("pilots")
-        if existing:
-            old = existing[0]
-            if old.config_sha256 != sha:
-                raise PilotConfigError(
-                    f"{store.path} holds another pilot ({old.name}, config sha256 "
-                    f"{old.config_sha256[:12]}); this config is {sha[:12]}: choose another --out "
-                    "to start a new pilot, or rerun the same config to resume"
-                )
-            changed = self.schedule.change_from(old.schedule) if old.schedule else None
-            if changed is not None:
-                raise PilotConfigError(
-                    f"{store.path}: the pilot's schedule changed since it started ({changed}): "
-                    "a file the workload reads (the workload file, a prompt file, a trace) was "
-                    "edited, so a resumed pilot would compare arms on different traffic; choose "
-                    "another --out to start anew, or restore the files"
-                )
-            self._check_models_unchanged(store)
-            self.progress.note(f"resuming pilot {old.pilot_id} from {store.path}")
-            return dataclasses.replace(old, status="running")
-        pilot = PilotRecord(
-            pilot_id=f"{self.cfg.name}-{time.strftime('%Y%m%dT%H%M%S')}",
-            name=self.cfg.name,
-            config=self.cfg.model_dump(mode="json"),
-            config_sha256=sha,
-            specpilot_version=__version__,
-            created_unix=time.time(),
-            hardware=hardware_facts(),
-            schedule={
-                **self.schedule.to_dict(),
-                "design": design,
-                **({"capacity": self.capacity} if self.capacity else {}),
-            },
-            notes=self._notes(),
-        )
-        store.add_pilot(pilot)
-        return pilot
-
-    def _notes(self) -> list[str]:
-        ep = self.cfg.episodes
-        who = (
-            f"{ep.processes} speculative engine processes, each serving the baseline with "
-            "speculation switched off in place and the speculative arm with it on, so each "
-            "episode's two arms share a process"
-            if ep.in_place
-            else f"{ep.processes} engine process{'es' if ep.processes > 1 else ''} per arm"
-        )
-        notes = [
-            f"measurement design: episodes ({who}, all up at once and fingerprinted; each "
-            f"measured phase cut into {ep.per_level} episodes, each replayed on every arm "
-            "in a seeded balanced order on the process a crossed assignment gives, drained "
-            "before the next"
-            + (f"; a planted +{ep.planted:.0%} slowdown arm" if ep.planted else "")
-            + ")"
-        ]
-        if self.cfg.profile == "quick":
-            notes.append("quick profile: short phases, few requests per group")
-        if not self.cfg.representative_traffic:
-            notes.append("synthetic traffic: prompts and arrivals are not the service's own")
-        if not any(p.role == "alternative" for p in self.plans):
-            notes.append(
-                "no equal-budget alternative arm: the verdict cannot say speculation "
-                "beats the best other use of the draft's resources"
-            )
-        return notes
-
-    def _check_models_unchanged(self, store: Store) -> None:
-        changed = target_changed(store.records("arms"), self.plans)
-        if changed:
-            raise PilotConfigError(
-                f"{store.path}: {changed}: a resumed pilot would compare arms on different "
-                "models; choose another --out to start anew, or restore the file"
-            )
 
     def record_failure(self, run: RunPlan, exc: BaseException) -> None:
         """The arm's run as failed, with the error, in the pilot file and on the terminal."""
@@ -435,7 +333,6 @@ class Pilot:
     def snapshot_at_start(self, run: RunPlan, backend: Backend) -> MetricSnapshot | None:
         """Counters and memory of a freshly started arm (the derived alternative reads the
         draft's memory from it before the arm has served a phase); None: the scrape failed."""
-
         try:
             snap = backend.scrape(run.run_id, run.arm.name, "start", "after")
         except Exception:  # a failed scrape only costs the figure
@@ -454,8 +351,6 @@ class Pilot:
     ) -> Backend:
         """The arm's backend; ``plain`` is the same engine with speculation off (the drill's
         restart), on ``port`` so clients keep their endpoint."""
-        from specpilot.pilot.plan.engines import make_backend
-
         over = dict(overrides or self.overrides.get(plan.name, {}))
         if plain:
             over.update(plain_overrides(plan))
@@ -492,8 +387,6 @@ class Pilot:
         self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
     ) -> dict[str, Any]:
         """``pilot.plan.arms.arm_manifest`` of the started backend."""
-        from specpilot.pilot.plan.arms import arm_manifest
-
         return arm_manifest(backend.describe().to_dict(), plan, overrides)
 
     def arm_record(self, run: RunPlan) -> ArmRecord:
@@ -504,8 +397,6 @@ class Pilot:
 
 
 def _sha256(path: Path) -> str:
-    from specpilot.backends.facts import model_file
-
     mf = model_file("draft", path)
     return mf.sha256 if mf is not None and mf.sha256 else ""
 

@@ -19,8 +19,10 @@ from specpilot.backends.adapters import adapter_of
 from specpilot.backends.protocol import request_headers
 from specpilot.loadgen.client import served_model
 from specpilot.pilot.eta import remaining as eta
+from specpilot.pilot.run import armrun
 from specpilot.pilot.run.context import ArmContext, Held, PilotContext, RunPlan
 from specpilot.pilot.run.drill import RuntimeSwitch
+from specpilot.pilot.run.fingerprint import fingerprint
 from specpilot.records import ArmRecord
 
 if TYPE_CHECKING:
@@ -100,8 +102,6 @@ class ArmLife:
     def _fingerprint(self) -> None:
         """The process's decode time per token on a fixed prompt (``pilot.run.fingerprint``),
         kept in its manifest; it warms the process up, so its first episode has no warm-up."""
-        from specpilot.pilot.run.fingerprint import fingerprint
-
         plan = self.run.arm
         self.p.progress.step(plan.name, f"process {self.run.process}: fingerprint")
         # the target's plain decode on every process, so fingerprints compare across arms: a
@@ -124,8 +124,6 @@ class ArmLife:
     def load(self, phases: list[str] | None = None) -> None:
         """The measured ``phases`` not yet complete (None: all); the load step is done once
         every measured phase of the schedule is complete for this run."""
-        from specpilot.pilot.run import armrun
-
         if armrun.LOAD_STEP in self.rec.completed_steps:
             return
         left = phases if phases is not None else armrun.phases_left(self.p, self.run)
@@ -163,8 +161,6 @@ class ArmSteps(ArmLife):
 
     def finish(self) -> None:
         """The drill, the quality pass and the compatibility suite; then the arm is complete."""
-        from specpilot.pilot.run import armrun
-
         p, plan = self.p, self.run.arm
         timed = p.progress.clock.timed
         rid = self.run.run_id
