@@ -97,10 +97,10 @@ class Fit:
 
 
 def _pooled(ms: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The sometimes-pool rule (``analysis.episodes.estimate``'s docstring): each process mean square whose F against
-    the episode noise's is below its ``1 - POOL_ALPHA`` quantile joins the episode noise.
-    Returns the mean squares with the pooled ones replaced by the pooled noise's, and the
-    degrees of freedom with the pooled ones moved to the noise."""
+    """The sometimes-pool rule (``analysis.episodes.estimate``'s docstring): each process mean
+    square whose F against the episode noise's is below its ``1 - POOL_ALPHA`` quantile joins
+    the episode noise. Returns the mean squares with the pooled ones replaced by the pooled
+    noise's, and the degrees of freedom with the pooled ones moved to the noise."""
     pool = [
         bool(df[k] > 0 and df[2] > 0 and ms[k] < ms[2] * f_crit(float(df[k]), float(df[2])))
         for k in (0, 1)
