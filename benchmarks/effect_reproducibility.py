@@ -37,7 +37,7 @@ import numpy as np
 
 from specpilot.analysis.base.requests import RequestTable
 from specpilot.analysis.base.stats import stratify
-from specpilot.analysis.comparison.paired import pair_rows
+from specpilot.analysis.comparison.pairs import pair_rows
 from specpilot.analysis.episodes.celltest import task_log_ratios
 from specpilot.records import level_of
 from specpilot.store.store import read_pilot

@@ -56,7 +56,7 @@ def test_the_on_time_test_of_many_episodes_is_the_mcnemar_test_in_its_normal_lim
     # p (scipy) and the normal limit agree
     from scipy import stats as sp
 
-    from specpilot.analysis.comparison.paired import SIGN_FLIP_MAX
+    from specpilot.analysis.comparison.pairs import SIGN_FLIP_MAX
 
     def late(arm: str, i: int) -> bool:
         return (arm == "cand" and i < 3100) or (arm == "base" and 3100 <= i < 6000)

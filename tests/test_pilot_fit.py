@@ -16,7 +16,7 @@ from specpilot.pilot.config.file import parse_pilot
 from specpilot.pilot.plan.fit import MARGIN, fit, least_s
 from specpilot.pilot.run.gates import Gates
 from specpilot.pilot.run.runner import Pilot
-from specpilot.report.sections_load import probe_text
+from specpilot.report.sections_capacity import probe_text
 from specpilot.workload import parse_workload
 
 DEFAULT = Path(__file__).resolve().parent.parent / "src" / "specpilot" / "data" / "pilots"

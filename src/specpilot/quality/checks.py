@@ -2,7 +2,7 @@
 on one answer, and say pass/fail with the key errors.
 
 A declaration is a mapping validated by the workload's ``CheckModel`` (``kind``, ``name``,
-``severity`` key|minor and the kind's parameters; see ``workload/config.py``). Values written
+``severity`` key|minor and the kind's parameters; see ``workload/checks.py``). Values written
 ``meta:KEY`` are read from each prompt's ``meta``, so one declaration serves a whole group;
 a prompt whose value is null skips that check. Kinds: ``json_schema``, ``json_fields``,
 ``code_tests`` (sandboxed), ``regex``, ``required``, ``forbidden``, ``numeric``, ``length``,
@@ -28,7 +28,8 @@ from pydantic import TypeAdapter, ValidationError
 from specpilot.errors import ConfigError
 from specpilot.quality import structchecks, textchecks
 from specpilot.quality.sandbox import SandboxLimits
-from specpilot.workload.config import CheckModel, format_errors
+from specpilot.workload.checks import CheckModel
+from specpilot.workload.config import format_errors
 from specpilot.workload.groups import Prompt, TaskGroup
 
 # Parameters that may be written "meta:KEY" (read from the prompt), per kind.

@@ -20,17 +20,15 @@ from specpilot.report.fmt import (
     pct,
     simulated_for,
 )
+from specpilot.report.sections_capacity import LEVEL_HEAD, level_rows, probe_text
 from specpilot.report.sections_load import (
-    LEVEL_HEAD,
     LOOKS_NOTE,
     PREDICTION_HEAD,
     PREDICTION_NOTE,
-    level_rows,
     looks_lines,
     method_of,
     outcome_text,
     prediction_rows,
-    probe_text,
 )
 
 

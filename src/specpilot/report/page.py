@@ -14,6 +14,7 @@ from html import escape
 from typing import Any
 
 from specpilot.report import sections as s
+from specpilot.report import sections_capacity as sc
 from specpilot.report import sections_load as sl
 from specpilot.report import sections_ops as so
 
@@ -50,8 +51,8 @@ SECTIONS = (
     ("quality", "Per-group quality and consistency", sl.quality),
     ("load", "Peak and burst behaviour", sl.load),
     ("end-to-end", "End to end", sl.end_to_end),
-    ("capacity", "Capacity and crossover", sl.capacity),
-    ("simulation", "Simulation (calibrated on this pilot)", sl.simulation),
+    ("capacity", "Capacity and crossover", sc.capacity),
+    ("simulation", "Simulation (calibrated on this pilot)", sc.simulation),
     ("memory", "Memory", so.memory),
     ("cost", "Cost", so.cost),
     ("compatibility", "Compatibility matrix", so.compatibility),

@@ -60,7 +60,7 @@ def episode_test(
     strata: np.ndarray | None = None,
     pool: bool = True,
 ) -> CellTest:
-    """``base`` (what the pairs alone say: ``paired._pairs_test``) with the task-time test
+    """``base`` (what the pairs alone say: ``comparison.pairs.pairs_test``) with the task-time test
     replaced by the process-and-episode estimate; ``facts``: each run's log fingerprint and
     the run whose process it reaches (``physical_of``). Where both arms of every episode ran
     on the same process (switched in place), each process's offset cancels and how processes

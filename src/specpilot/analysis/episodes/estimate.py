@@ -15,7 +15,8 @@ least-norm episode weights giving each candidate process 1/m_cand and each basel
 s_xi^2 sum(w^2). **Components by moments** (Henderson III: the residual and the reductions
 R(a | mu, b), R(b | mu, a) of the crossed, possibly unbalanced fit, with their exact
 expectations, truncated at 0), not REML: closed-form and unbiased (microseconds, no iteration
-to fail on the 1-5 df per component of m = 2..6); df by Satterthwaite over the mean squares.
+to fail on the 1-5 df per component of m = 2..6); df by Satterthwaite over the mean squares
+(``analysis.episodes.components``).
 
 **Sometimes-pool** (Bancroft 1944; Bozivich, Bancroft & Hartley 1956): a process component
 with 2 df estimated near 0 still brings its 2 df into Satterthwaite's sum and leaves the
@@ -73,9 +74,9 @@ from typing import Any
 import numpy as np
 
 from specpilot.analysis.base import stats
+from specpilot.analysis.episodes.components import Design, Fit, design, fit_moments
 from specpilot.errors import ConfigError
 
-POOL_ALPHA = 0.25  # a process component whose F test has p above this joins the episode noise
 FP_MIN_R = 0.5  # keep the fingerprint when its within-arm correlation is above this
 # ... and never, for now: over 10,000 simulated A/A pilots (4 + 4 processes, 16 episodes, the
 # pilot's own crossed assignment, tests/test_episodes.py) the adjusted interval excluded 0 in
@@ -166,124 +167,15 @@ def pool_estimate(
 
 
 @dataclass(frozen=True)
-class _Design:
-    """What depends on the layout only (not on y): projections and their expectations."""
-
-    c: np.ndarray  # (E,) candidate process index
-    b: np.ndarray  # (E,) baseline process index
-    m_c: int
-    m_b: int
-    proj: np.ndarray  # (3, E, E): residual, R(a | mu, b), R(b | mu, a) quadratic forms
-    df: np.ndarray  # (3,) their degrees of freedom: a, b, residual
-    q: np.ndarray  # (2,) df / tr(form Z Z'): s_a^2 = q_a (MS_A - MSE)
-    coef: np.ndarray  # (1 + m_c + m_b, E): least-squares coefficients of the additive fit
-    w: np.ndarray  # (E,) process-balanced episode weights
-    pot: np.ndarray  # (m_c + m_b, E): process potentials of y_e = pot_c - pot_b
-    pool: bool = True  # the sometimes-pool rule applies (``episode_effect``'s ``pool``)
-
-
-def _design(c: np.ndarray, b: np.ndarray, m_c: int, m_b: int) -> _Design:
-    n_ep = c.size
-    if m_c < 2 or m_b < 2:
-        raise ConfigError(
-            f"{m_c} candidate and {m_b} baseline processes: with one process an arm's process "
-            "offset cannot be told from the effect",
-            fix="serve each arm with at least 2 processes (episodes.processes)",
-        )
-    zc = (c[:, None] == np.arange(m_c)).astype(np.float64)  # (E, m_c)
-    zb = (b[:, None] == np.arange(m_b)).astype(np.float64)  # (E, m_b)
-    one = np.ones((n_ep, 1))
-    full = np.hstack([one, zc, zb])
-    pinv = np.linalg.pinv(full)
-    p_full = full @ pinv
-    p_b = (x := np.hstack([one, zb])) @ np.linalg.pinv(x)
-    p_c = (x := np.hstack([one, zc])) @ np.linalg.pinv(x)
-    rank = [round(float(np.trace(p))) for p in (p_full, p_b, p_c)]
-    if rank[0] < m_c + m_b - 1:
-        raise ConfigError(
-            "the episodes do not connect every candidate process with every baseline process",
-            fix="assign processes as the pilot does (pilot.design.crossed: every candidate "
-            "process meets every baseline process)",
-        )
-    if rank[0] >= n_ep:
-        raise ConfigError(
-            f"{n_ep} episodes for {m_c} + {m_b} processes leave no episode-noise df",
-            fix=f"replay at least {m_c + m_b} episodes per level",
-        )
-    forms = np.stack([np.eye(n_ep) - p_full, p_full - p_b, p_full - p_c])
-    df = np.array([rank[0] - rank[1], rank[0] - rank[2], n_ep - rank[0]], dtype=np.float64)
-    k = np.array([np.sum(forms[1] * (zc @ zc.T)), np.sum(forms[2] * (zb @ zb.T))])
-    cons = np.vstack([zc.T, zb.T])  # process-balanced weights: least norm meeting the shares
-    w = np.linalg.pinv(cons) @ np.r_[np.full(m_c, 1.0 / m_c), np.full(m_b, 1.0 / m_b)]
-    pot = np.linalg.pinv(np.hstack([zc, -zb]))  # incidence: +1 at c(e), -1 at b(e)
-    return _Design(c, b, m_c, m_b, forms, df, df[:2] / k, pinv, w, pot)
-
-
-@dataclass(frozen=True)
-class _Fit:
-    ms: np.ndarray  # (3,) MS_A, MS_B, MSE
-    df: np.ndarray  # (3,)
-    comp: np.ndarray  # (3,) s_a^2, s_b^2, s_xi^2 (truncated at 0)
-    var: float  # of the estimate
-    dof: float  # Satterthwaite
-
-
-def _pooled(ms: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The sometimes-pool rule (module docstring): each process mean square whose F against
-    the episode noise's is below its ``1 - POOL_ALPHA`` quantile joins the episode noise.
-    Returns the mean squares with the pooled ones replaced by the pooled noise's, and the
-    degrees of freedom with the pooled ones moved to the noise."""
-    pool = [
-        bool(df[k] > 0 and df[2] > 0 and ms[k] < ms[2] * f_crit(float(df[k]), float(df[2])))
-        for k in (0, 1)
-    ]
-    if not any(pool):
-        return ms, df
-    dfe = df[2] + sum(df[k] for k in (0, 1) if pool[k])
-    mse = (ms[2] * df[2] + sum(ms[k] * df[k] for k in (0, 1) if pool[k])) / dfe
-    out_ms = np.array([mse if pool[0] else ms[0], mse if pool[1] else ms[1], mse])
-    return out_ms, np.array([0.0 if pool[0] else df[0], 0.0 if pool[1] else df[1], dfe])
-
-
-@functools.lru_cache(maxsize=256)
-def f_crit(d1: float, d2: float) -> float:
-    """The sometimes-pool test's critical F (``POOL_ALPHA``), cached: the planner asks for it
-    once per simulated design."""
-    return stats.f_quantile(1.0 - POOL_ALPHA, d1, d2)
-
-
-def _fit(des: _Design, y: np.ndarray, lost: np.ndarray, extra: np.ndarray) -> _Fit:
-    """Mean squares, components and the estimate's variance. ``lost``: (2,) degrees of freedom
-    a covariate took from the process strata; ``extra``: (2,) coefficients on (MS_A, MS_B) the
-    covariate's own error adds."""
-    ss = np.einsum("e,kef,f->k", y, des.proj, y)  # residual, R(a | b), R(b | a)
-    df = np.array([des.df[0] - lost[0], des.df[1] - lost[1], des.df[2]])
-    ms = np.array([ss[1], ss[2], ss[0]]) / np.maximum(df, 1e-12)
-    if des.pool:
-        ms, df = _pooled(ms, df)
-    comp = np.array([des.q[0] * (ms[0] - ms[2]), des.q[1] * (ms[1] - ms[2]), ms[2]])
-    wa = np.bincount(des.c, weights=des.w, minlength=des.m_c)  # each process's share of w
-    wb = np.bincount(des.b, weights=des.w, minlength=des.m_b)
-    cw = np.array([wa @ wa, wb @ wb, des.w @ des.w])
-    la = cw[0] * des.q[0] if comp[0] > 0 else 0.0  # a truncated component drops its terms
-    lb = cw[1] * des.q[1] if comp[1] > 0 else 0.0
-    parts = np.array([la + extra[0], lb + extra[1], cw[2] - la - lb]) * ms
-    var = float(parts.sum())
-    parts = np.array([parts[0] * (df[0] > 0), parts[1] * (df[1] > 0), parts @ (df <= 0) + parts[2]])
-    den = float(np.sum(np.where(df > 0, parts**2 / np.maximum(df, 1e-12), 0.0)))
-    return _Fit(ms, df, np.maximum(comp, 0.0), var, var * var / den if den > 0 else math.inf)
-
-
-@dataclass(frozen=True)
 class _Fp:
-    fit: _Fit
+    fit: Fit
     shift: float  # gamma * (fingerprint mean difference): subtracted from the estimate
     r: float
     r2: float
     used: bool
 
 
-def _fingerprint(des: _Design, y: np.ndarray, fc: np.ndarray, fb: np.ndarray, base: _Fit) -> _Fp:
+def _fingerprint(des: Design, y: np.ndarray, fc: np.ndarray, fb: np.ndarray, base: Fit) -> _Fp:
     """The fingerprint-adjusted fit, its explanatory power and the module's rule."""
     coef = des.coef @ y
     alpha = coef[1 : 1 + des.m_c] - coef[1 : 1 + des.m_c].mean()  # candidate effects
@@ -300,7 +192,7 @@ def _fingerprint(des: _Design, y: np.ndarray, fc: np.ndarray, fb: np.ndarray, ba
     x = fc[des.c] - fb[des.b]  # (E,)
     x_mean = float(des.w @ x)  # the process-balanced mean of x: the arms' fingerprint gap
     extra = x_mean**2 * np.array([sc * des.q[0], sb * des.q[1]]) / (s * s)
-    fit = _fit(des, y - gamma * x, np.array([sc, sb]) / s, extra)
+    fit = fit_moments(des, y - gamma * x, np.array([sc, sb]) / s, extra)
     before, after = base.comp[0] + base.comp[1], fit.comp[0] + fit.comp[1]
     r2 = min(1.0, max(0.0, 1.0 - after / before)) if before > 0 else 0.0
     pooled = s / max(des.m_c + des.m_b - 2, 1)
@@ -326,7 +218,7 @@ def _splits(m_c: int, m_b: int) -> np.ndarray:
     return out
 
 
-def _design_p(des: _Design, y: np.ndarray, fp: np.ndarray | None) -> tuple[float, float]:
+def _design_p(des: Design, y: np.ndarray, fp: np.ndarray | None) -> tuple[float, float]:
     """p and its smallest attainable value, by relabelling whole processes (docstring)."""
     pot = des.pot @ y  # (m_c + m_b,) least-norm: centred
     if fp is not None and float((f := fp - fp.mean()) @ f) > 0:  # label-free: keeps exchangeability
@@ -375,7 +267,7 @@ def episode_effect(
     c[e], b[e] = ci, bi
     if np.any(c[e] != ci) or np.any(b[e] != bi):
         raise ConfigError("an episode was served by more than one process of an arm")
-    des = dataclasses.replace(_design(c, b, int(cid.size), int(bid.size)), pool=pool)
+    des = dataclasses.replace(design(c, b, int(cid.size), int(bid.size)), pool=pool)
     if strata_df:
         if des.df[2] - strata_df < 1:
             raise ConfigError(
@@ -383,7 +275,7 @@ def episode_effect(
                 fix="replay more episodes per level",
             )
         des = dataclasses.replace(des, df=des.df - np.array([0.0, 0.0, float(strata_df)]))
-    plain = _fit(des, y, np.zeros(2), np.zeros(2))
+    plain = fit_moments(des, y, np.zeros(2), np.zeros(2))
     mu = float(des.w @ y)
     fp, f_all = None, None
     if cand_fp is not None and base_fp is not None:
@@ -440,13 +332,13 @@ def _connected(
 
 def _estimate(
     mu: float,
-    fit: _Fit,
-    plain: _Fit,
+    fit: Fit,
+    plain: Fit,
     fp: _Fp | None,
     level: float,
     p: tuple[float, float],  # design p-value, its smallest attainable value
     n: tuple[int, int],  # pairs, episodes
-    des: _Design,
+    des: Design,
 ) -> EpisodeEstimate:
     (p_design, p_min), (n_pairs, n_ep) = p, n
     se = math.sqrt(max(fit.var, 0.0))
@@ -496,4 +388,4 @@ def _rel(x: float) -> float:
     return math.expm1(x) if x < 700.0 else math.inf  # a 1-df interval can be that wide
 
 
-__all__ = ["EpisodeEstimate", "episode_effect", "f_crit", "pool_estimate"]
+__all__ = ["EpisodeEstimate", "episode_effect", "pool_estimate"]

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from specpilot.analysis.base import stats
-from specpilot.analysis.episodes.estimate import POOL_ALPHA, EpisodeEstimate, pool_estimate
+from specpilot.analysis.episodes.components import POOL_ALPHA
+from specpilot.analysis.episodes.estimate import EpisodeEstimate, pool_estimate
 from specpilot.errors import ConfigError
 from specpilot.records import DRILL_PHASE, PilotData
 

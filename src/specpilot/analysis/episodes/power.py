@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from specpilot.analysis.base import stats
-from specpilot.analysis.episodes.estimate import f_crit
+from specpilot.analysis.episodes.components import f_crit
 
 MDE_DRAWS = 20_000  # Monte Carlo draws of the mean squares behind ``mde``
 
