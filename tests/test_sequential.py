@@ -206,3 +206,29 @@ def test_the_report_level_moves_only_where_looks_ran_or_episodes_were_dropped():
     assert report_alpha(cut) == 0.05
     assert thin_levels(cut, 4) == ["peak"]  # 10 < 3 x 4: tested without the sometimes-pool
     assert thin_levels(cut, 3) == []
+
+
+def test_the_analysis_settings_are_derived_once_from_the_config_and_the_design():
+    """``analysis.settings.effective``: the design's looks set the level and, where a budget
+    cut a level, pooling off, each said in a line; a user's own "pooling off" stays off."""
+    from specpilot.analysis.config import AnalysisConfig
+    from specpilot.analysis.settings import Design, effective
+
+    plain = {"at": [14], "alpha": 0.05, "ran": [], "final": {"episodes": {"peak": 14},
+             "alpha": 0.05, "not_run": {}}}  # fmt: skip
+    cut = dict(plain, skipped={"peak~14": "budget"})
+    cut["final"] = dict(plain["final"], alpha=0.02, episodes={"peak": 10, "off_peak": 14})
+
+    def design(looks: dict) -> Design:
+        return Design(per_level=14, processes=4, looks=looks, prediction=None, in_place=None)
+
+    untouched = effective(AnalysisConfig(ci_level=0.9), design(plain))
+    assert untouched.config.ci_level == 0.9 and untouched.lines == () and untouched.looks is None
+    eff = effective(AnalysisConfig(), design(cut))
+    assert eff.config.ci_level == pytest.approx(0.98) and not eff.config.episode_pooling
+    assert eff.looks is not None and eff.looks["without_pool"] == ["peak"]
+    assert "ci_level 0.98 (given 0.95)" in eff.lines[0]
+    assert "episode pooling off (given on): a budget cut peak" in eff.lines[1]
+    kept = effective(AnalysisConfig(episode_pooling=False), design(dict(cut, final=dict(
+        cut["final"], episodes={"peak": 14, "off_peak": 14}))))  # fmt: skip
+    assert not kept.config.episode_pooling and len(kept.lines) == 1  # off as given: no line

@@ -26,23 +26,22 @@ from specpilot.analysis.comparison.contention import contended
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.episodes.celltest import fingerprints_of, physical_of
 from specpilot.analysis.episodes.inplace import switch_held
-from specpilot.analysis.episodes.sequential import looks_text, report_alpha, thin_levels
 from specpilot.analysis.mechanism.counters import CounterAcceptance, counter_acceptance
-from specpilot.analysis.mechanism.leviathan import LeviathanGap, compare
+from specpilot.analysis.mechanism.leviathan import LeviathanGap
 from specpilot.analysis.mechanism.round_summary import (
     RoundsTable,
     RoundSummary,
     speedup_intervals,
-    summarize_rounds,
-    with_plain,
 )
+from specpilot.analysis.mechanism.section import rounds_section
 from specpilot.analysis.mechanism.tune_k import KChoice, KRun, choose_k
-from specpilot.analysis.mechanism.verify_cost import VerifyCurve, curve_for, verify_curves
+from specpilot.analysis.mechanism.verify_cost import VerifyCurve, curve_for
 from specpilot.analysis.plan import Pairing, hardware_text, pair_arms, representative
 from specpilot.analysis.rollback import rules as rollback
 from specpilot.analysis.rollback.parity import RollbackParity, drill_outcomes, parity_of
 from specpilot.analysis.service import capacity as cap
 from specpilot.analysis.service import cost, e2e, load
+from specpilot.analysis.settings import Design, Effective, effective
 from specpilot.analysis.verdicts import planted as pl
 from specpilot.analysis.verdicts import quality
 from specpilot.analysis.verdicts.decision import DecisionInputs, Verdict
@@ -55,7 +54,7 @@ from specpilot.analysis.verdicts.verdict import (
     validation_arm,
     with_triggers,
 )
-from specpilot.records import DERIVED_TIMES_ENGINES, TOTALS_ENGINES, ArmRecord, PilotData
+from specpilot.records import ArmRecord, PilotData
 
 
 @dataclass
@@ -103,26 +102,23 @@ class PilotAnalysis:
     predicted: list[PredictionCheck] = field(default_factory=list)
     # the looks of the episode design and what each spent (analysis.episodes.sequential); None: no looks
     sequential: dict[str, Any] | None = None
+    settings: Effective | None = None  # the settings as run (analysis.settings); None: not analysed
 
 
 def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis:
     """Run every section; a section without inputs is empty, and ``notes`` says why."""
-    cfg = cfg or AnalysisConfig()
-    design = (data.pilot.schedule or {}).get("design") or {}
-    looks = design.get("looks") or {}
-    alpha = report_alpha(looks)
-    if alpha is not None:  # the last look's level: what the earlier looks left of the error
-        thin = thin_levels(looks, int(design.get("processes") or 1))
-        cfg = cfg.model_copy(update={"ci_level": 1.0 - alpha, "episode_pooling": not thin})
-        looks = dict(looks, without_pool=thin)
+    eff = effective(cfg or AnalysisConfig(), Design.of(data.pilot))  # the one derivation
+    cfg = eff.config
     data = fold(data)  # the episode design's records by load level (analysis.base.fold)
     if data.request_columns is not None:
         table = RequestTable.from_columns(data.request_columns, data.quality, data.arms)
     else:
         table = RequestTable.build(data.requests, data.quality, data.arms)
     plan = pair_arms(data.arms, set(table.arm.tolist()))
-    a = PilotAnalysis(data, cfg, plan, hardware_text(data.pilot.hardware), notes=list(plan.notes))
-    a.sequential = dict(looks, lines=looks_text(looks)) if alpha is not None else None
+    a = PilotAnalysis(
+        data, cfg, plan, hardware_text(data.pilot.hardware), settings=eff, notes=list(plan.notes)
+    )
+    a.sequential = eff.looks
     a.scheduled = len(table)
     a.notes += cut_phases(data)
     a.notes += switch_held(data)
@@ -132,7 +128,10 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     a.load_cells = load.load_cells(table, data.phases, data.chunk_gaps, data.snapshots)
     a.latency_cdf = latency_cdf(table)
     a.counters = counter_acceptance(data.snapshots)
-    _rounds(a, data)
+    r = rounds_section(data, a.plan.baseline or "", a.plan.pairs)
+    a.round_table, a.rounds, a.rounds_pooled = r.table, r.rounds, r.pooled
+    a.curves, a.gaps = r.curves, r.gaps
+    a.notes += r.notes
     _quality(a, data)
     _comparisons(a, table)
     _end_to_end(a, table)
@@ -149,59 +148,6 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     )
     a.time_per_token = time_per_token(a.rounds_pooled)
     return a
-
-
-def _rounds(a: PilotAnalysis, data: PilotData) -> None:
-    base = a.plan.baseline or ""
-    pairs = a.plan.pairs
-    if data.request_rounds_columns is not None:
-        rt = RoundsTable.from_columns(data.request_rounds_columns)
-    else:
-        rt = RoundsTable.build(data.request_rounds)
-    a.round_table = rt
-    cells = summarize_rounds(rt)
-    pooled = summarize_rounds(rt, ("arm", "task_group"))
-    pooled += summarize_rounds(rt, ("arm",))  # task_group "*"
-    for b in {p[0] for p in pairs}:
-        mine = [c for _, c in pairs if _ == b]
-        cells = with_plain(cells, b, mine)
-        pooled = with_plain(pooled, b, mine)
-    a.rounds, a.rounds_pooled = cells, pooled
-    a.curves = verify_curves(data.verify_costs, base)
-    for b, c in pairs:
-        plain = {(r.task_group, r.phase): r for r in [*cells, *pooled] if r.arm == b}
-        for s in (r for r in [*cells, *pooled] if r.arm == c and r.k):
-            v, src = curve_for(a.curves, c, round(s.k or 0) + 1, s.mean_batch_size)
-            p = plain.get((s.task_group, s.phase))
-            gap = compare(s, p, v, src) if p else None
-            if gap is not None:
-                a.gaps.append(gap)
-    if len(rt) == 0:
-        a.notes.append("no round records: the per-round section is empty")
-    with_rounds = {str(x) for x in rt.labels["arm"]} if len(rt) else set()
-    derived = sorted(
-        {r.arm for r in data.arms if r.engine in DERIVED_TIMES_ENGINES and r.arm in with_rounds}
-    )
-    if derived:
-        a.notes.append(
-            f"{', '.join(derived)}: vLLM exports no per-round times. Its round rows are the "
-            "response's per_step_accepted / per_step_drafted counts, and each round's time is "
-            "its committed tokens x the request's generation time per token (generation_time_ms "
-            "/ tokens after the first), shown as verify time: the draft / verify split and the "
-            "Leviathan gap of a vLLM arm are not measured"
-        )
-    totals = sorted(
-        {r.arm for r in data.arms if r.engine in TOTALS_ENGINES and r.arm in with_rounds}
-    )
-    if totals:
-        a.notes.append(
-            f"{', '.join(totals)}: llama.cpp reports per-response totals, not rounds. Each ok "
-            "request is one row: drafted / accepted tokens (timings.draft_n / draft_n_accepted), "
-            "decode steps = output tokens - 1 - accepted, and the decode time (predicted_ms) as "
-            "verify time. Which steps carried a draft is not reported, so k, alpha and the "
-            "draft / verify split of a llama.cpp arm are not measured; tokens per decode step "
-            "counts the steps without a draft (the counters' figure is per draft)"
-        )
 
 
 def _quality(a: PilotAnalysis, data: PilotData) -> None:
@@ -239,8 +185,8 @@ def _comparisons(a: PilotAnalysis, table: RequestTable) -> None:
             a.aa = (
                 aa_control(shifted, a.plan.baseline, shifted[0].candidate_arm) if shifted else None
             )
-    design = (a.data.pilot.schedule or {}).get("design") or {}
-    a.predicted = prediction_checks(design.get("prediction"), a.comparisons, a.plan.planted)
+    prediction = a.settings.design.prediction if a.settings else None
+    a.predicted = prediction_checks(prediction, a.comparisons, a.plan.planted)
 
 
 def _speedup_cis(a: PilotAnalysis) -> None:
@@ -355,8 +301,7 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
     base = a.plan.baseline or ""
     rep = representative(data.pilot.config)
     unjudged = not_measured(data)
-    design = (data.pilot.schedule or {}).get("design") or {}
-    planned = int(design["per_level"]) if design.get("per_level") else None
+    planned = a.settings.design.per_level if a.settings else None
     for b, c in a.plan.pairs:
         why = "; ".join(f"{x}: {unjudged[x]}" for x in (b, c) if x in unjudged)
         if why:  # a failed or cut arm gets no verdict and no rollback rules

@@ -149,7 +149,9 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
         "compatibility": _compat(a),
         "drills": [clean(d) for d in a.drills],
         "rollback_rules": dict(a.rollback_yaml),
-        "analysis_config": a.config.model_dump(mode="json"),
+        "analysis_config": a.config.model_dump(mode="json"),  # as run (analysis.settings)
+        # what the design changed in the given config, and why (empty: nothing)
+        "analysis_settings": list(a.settings.lines) if a.settings is not None else [],
         "definitions": [{"name": n, "definition": d} for n, d in DEFINITIONS],
         "notes": list(a.notes),
     }

@@ -269,8 +269,10 @@ LOOKS_NOTE = (
 
 
 def looks_lines(doc: Doc) -> list[str]:
-    """The looks in words (``report.json`` ``sequential``); empty: no looks."""
-    return list((doc.get("sequential") or {}).get("lines") or [])
+    """The looks in words (``report.json`` ``sequential``), then the analysis settings they
+    changed (``analysis_settings``); empty: no looks."""
+    looks = list((doc.get("sequential") or {}).get("lines") or [])
+    return looks + [f"Tested with {x}" for x in doc.get("analysis_settings") or []] if looks else []
 
 
 def load(doc: Doc, svgs: Svgs) -> str:
