@@ -445,3 +445,31 @@ def test_every_pilot_runs_the_episode_design_and_the_retired_designs_are_refused
         with pytest.raises(PilotConfigError) as exc:
             parse_pilot({"workload": "w.yaml", "arms": arms, key: value})
         assert "retired" in exc.value.message and fix in str(exc.value.fix)
+
+
+@pytest.mark.parametrize(
+    ("spec", "base", "needle"),
+    [
+        ({"extra_args": ["--kv-cache-dtype", "fp8"]}, {}, "differ in engine_args"),
+        ({}, {"extra_args": ["--quantization", "fp8"]}, "(options.extra_args)"),
+        ({"tensor_parallel_size": 2}, {}, "differ in tensor_parallel_size (2 vs None)"),
+        # the speculative flags are the one switch: not a second
+        ({"extra_args": ["--speculative-disable-by-batch-size", "8"]}, {}, None),
+    ],
+)
+def test_vllm_arms_differing_in_flags_passed_verbatim_are_refused(spec, base, needle):
+    """The one-switch rule (R6) covers every setting a vLLM arm passes: its ``extra_args``
+    (less ``--speculative-*``) and ``tensor_parallel_size``, as well as the typed options."""
+    model = {"model": "/models/llama-8b", "max_model_len": 4096}
+    arms = [
+        {"name": "b", "role": "baseline", "engine": "vllm", "options": {**model, **base}},
+        {"name": "s", "role": "speculative", "engine": "vllm",
+         "options": {**model, "draft": "/models/llama-1b", "k": 3, **spec}},
+    ]  # fmt: skip
+    plans = plan_arms(parse_pilot({"workload": "w.yaml", "arms": arms}), resolve_files=False)
+    if needle is None:
+        check_one_switch(plans)
+        return
+    with pytest.raises(PilotConfigError) as err:
+        check_one_switch(plans)
+    assert needle in err.value.describe()

@@ -68,6 +68,7 @@ class LlamaCppAdapter(EngineAdapter):
         "target": "model",
         "tokenizer_sha256": "model",
         "context_limit": "n_ctx",
+        "engine_args": "extra",
     }
 
     def backend(
@@ -114,6 +115,10 @@ class LlamaCppAdapter(EngineAdapter):
             "dtype": "gguf",  # the file's own quantisation: same file, same format
             "threads": o.threads or cores,
             "context_limit": o.n_ctx // o.n_parallel,
+            # the server parameters passed verbatim, less the speculative ones (the switch)
+            "engine_args": tuple(
+                sorted((k, repr(v)) for k, v in o.extra.items() if not _speculative(k))
+            ),
         }
         return target, frozen, {"n_parallel": o.n_parallel}
 
@@ -130,3 +135,8 @@ class LlamaCppAdapter(EngineAdapter):
 
 
 __all__ = ["LlamaCppAdapter", "LlamaCppOptions"]
+
+
+def _speculative(param: str) -> bool:
+    """A server parameter of the speculative switch (``speculative.n_max``, ``draft_*``...)."""
+    return "spec" in param or "draft" in param

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -31,6 +31,11 @@ class SglangAdapter(EngineAdapter):
     engine = "sglang"
     options = SglangOptions
     start_prior_s = 90.0
+    option_of: ClassVar[dict[str, str]] = {
+        "target": "model",
+        "tokenizer_sha256": "model",
+        "engine_args": "extra_args",
+    }
 
     def backend(
         self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int | None

@@ -13,7 +13,7 @@ directories first (``Asset``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -74,6 +74,30 @@ def served_strategy(o: Any, speculative_config: dict[str, Any] | None) -> Strate
     return StrategySpec()
 
 
+def engine_args(args: Sequence[str]) -> tuple[str, ...]:
+    """The launch flags an arm passes verbatim (``extra_args``) less its speculative ones
+    (``--speculative-*`` with their values: the one switch), compared between arms (R6):
+    ``--quantization fp8`` or ``--kv-cache-dtype fp8`` on one arm only is a second switch.
+
+    >>> engine_args(["--quantization", "fp8", "--speculative-num-steps", "3", "--enforce-eager"])
+    ('--quantization', 'fp8', '--enforce-eager')
+    >>> engine_args(["--speculative-config={}", "--kv-cache-dtype=fp8"])
+    ('--kv-cache-dtype=fp8',)
+    """
+    out: list[str] = []
+    skip_value = False
+    for a in args:
+        if skip_value and not a.startswith("-"):
+            skip_value = False
+            continue
+        skip_value = False
+        if a.startswith("--speculative"):
+            skip_value = "=" not in a
+            continue
+        out.append(a)
+    return tuple(out)
+
+
 def server_frozen(o: Any, target: str | None) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
     """vLLM's and SGLang's frozen and capacity settings (what their options say)."""
     frozen = {
@@ -81,6 +105,8 @@ def server_frozen(o: Any, target: str | None) -> tuple[str | None, dict[str, Any
         "dtype": getattr(o, "dtype", None),
         "threads": getattr(o, "threads_bind", None),
         "context_limit": getattr(o, "max_model_len", None),
+        "tensor_parallel_size": getattr(o, "tensor_parallel_size", None),
+        "engine_args": engine_args(getattr(o, "extra_args", None) or []),
     }
     capacity = {
         "max_num_seqs": getattr(o, "max_num_seqs", None),
@@ -99,6 +125,7 @@ class VllmAdapter(EngineAdapter):
         "tokenizer_sha256": "model",
         "threads": "threads_bind",
         "context_limit": "max_model_len",
+        "engine_args": "extra_args",
     }
 
     def backend(
@@ -160,4 +187,4 @@ class VllmAdapter(EngineAdapter):
         return out
 
 
-__all__ = ["VllmAdapter", "VllmOptions", "served_strategy", "server_frozen"]
+__all__ = ["VllmAdapter", "VllmOptions", "engine_args", "served_strategy", "server_frozen"]

@@ -35,7 +35,15 @@ from specpilot.records import ResourceBudget, StrategySpec
 
 # Settings that must be equal between an arm and its reference (R6). "capacity" may differ
 # only for the equal-budget alternative, and only where its budget declares it.
-FROZEN = ("target", "tokenizer_sha256", "dtype", "threads", "context_limit")
+FROZEN = (
+    "target",
+    "tokenizer_sha256",
+    "dtype",
+    "threads",
+    "context_limit",
+    "tensor_parallel_size",  # vLLM: devices per replica
+    "engine_args",  # flags passed verbatim (extra_args / extra), less the speculative ones
+)
 CAPACITY = (
     "max_slots",
     "max_batch_size",
