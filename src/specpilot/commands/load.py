@@ -53,11 +53,16 @@ import json
 import sys
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specpilot.commands._header_args import add_header_args, header_options
 from specpilot.errors import ConfigError
 from specpilot.records import ARM_ROLES, ENGINES
+
+if TYPE_CHECKING:
+    from specpilot.loadgen.summary import LoadResult
+    from specpilot.records import ArmRecord, PilotRecord
+    from specpilot.store import Store
 
 START_TIMEOUT_S = 600.0  # specpilot.backends.START_TIMEOUT_S (not imported: keeps --help fast)
 URL_WAIT_S = 30.0  # an endpoint someone else runs: how long to wait for it to answer
@@ -78,6 +83,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_run_args(p)
+    _add_engine_args(p)
+    _add_client_args(p)
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.set_defaults(func=run)
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    """What is replayed, against which URL, into which file and arm."""
     p.add_argument(
         "url",
         nargs="?",
@@ -110,6 +124,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="run id (default: a new one); a run of this file left incomplete is resumed",
     )
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    """What serves the requests: the engine (started by specpilot or not), the model name sent
+    and the headers a URL needs."""
     p.add_argument(
         "--engine",
         default="openai",
@@ -141,6 +160,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="model name sent in each request (default: the first of /v1/models, else 'default')",
     )
     add_header_args(p)
+
+
+def _add_client_args(p: argparse.ArgumentParser) -> None:
+    """How the load generator sends: the API, timeouts, caps and phase timing."""
     p.add_argument("--api", default="chat", choices=["chat", "completions"])
     p.add_argument("--timeout", type=float, default=120.0, help="client timeout per request (s)")
     p.add_argument(
@@ -171,8 +194,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-usage", action="store_true", help="do not ask for stream_options.include_usage"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress display")
-    p.set_defaults(func=run)
 
 
 def _schedule(args: argparse.Namespace) -> Any:
@@ -287,16 +308,7 @@ def run(args: argparse.Namespace) -> int:
     from specpilot.pilot.run.one_arm import OneArm, measure, run_record
     from specpilot.store import Store
 
-    if args.start == (args.url is not None):
-        raise ConfigError("give either an endpoint URL or --start (specpilot starts the engine)")
-    if args.engine_opt and not args.start:
-        raise ConfigError("--engine-opt needs --start")
-    if args.start and args.engine == "openai":
-        raise ConfigError("--start needs --engine builtin, llamacpp, vllm or sglang")
-    if args.start and (args.header or args.api_key_env):
-        raise ConfigError(
-            "--header and --api-key-env are for an endpoint URL: --start's engine takes none"
-        )
+    _refuse_conflicts(args)
     sched = _schedule(args)
     if not sched.select(args.phase, warmup=not args.no_warmup):
         raise ConfigError("the selection has no requests")
@@ -324,26 +336,55 @@ def run(args: argparse.Namespace) -> int:
             result, rec = exc.result, store.records("arms", run_id=run_id)[0]
         except BaseException as exc:  # a new run that failed is kept as failed, saying why
             if resumed is None:  # (a resumed one keeps its state: it can be resumed again)
-                rec = store.records("arms", run_id=run_id)[0]
-                store.add_arm(dataclasses.replace(rec, status="failed", error=repr(exc)))
-                pilot.status, pilot.finished_unix = "failed", time.time()
-                store.add_pilot(pilot)
+                _keep_failed(store, pilot, run_id, exc)
             if not isinstance(exc, BackendError):
                 raise
             print(f"specpilot load: the {args.engine} engine did not start: {exc}", file=sys.stderr)
             return 1
-        status = "complete" if armrun.LOAD_STEP in rec.completed_steps else "interrupted"
-        summary = result.summary.to_dict() if result is not None else rec.load_summary
-        store.add_arm(
-            dataclasses.replace(rec, status=status, finished_unix=time.time(), load_summary=summary)
-        )
-        pilot.status, pilot.finished_unix = status, time.time()
-        store.add_pilot(pilot)
+        _keep_finished(store, pilot, rec, result)
     if result is None:
         print(f"run {run_id} -> {args.out}: nothing left to replay")
         return 0
     _report(args, run_id, result)
     return 130 if result.summary.interrupted else 0
+
+
+def _refuse_conflicts(args: argparse.Namespace) -> None:
+    """Options that contradict each other (a URL and --start, or --start's with a URL's)."""
+    if args.start == (args.url is not None):
+        raise ConfigError("give either an endpoint URL or --start (specpilot starts the engine)")
+    if args.engine_opt and not args.start:
+        raise ConfigError("--engine-opt needs --start")
+    if args.start and args.engine == "openai":
+        raise ConfigError("--start needs --engine builtin, llamacpp, vllm or sglang")
+    if args.start and (args.header or args.api_key_env):
+        raise ConfigError(
+            "--header and --api-key-env are for an endpoint URL: --start's engine takes none"
+        )
+
+
+def _keep_failed(store: Store, pilot: PilotRecord, run_id: str, exc: BaseException) -> None:
+    """The run's arm and the pilot marked failed, with the exception that ended them."""
+    rec = store.records("arms", run_id=run_id)[0]
+    store.add_arm(dataclasses.replace(rec, status="failed", error=repr(exc)))
+    pilot.status, pilot.finished_unix = "failed", time.time()
+    store.add_pilot(pilot)
+
+
+def _keep_finished(
+    store: Store, pilot: PilotRecord, rec: ArmRecord, result: LoadResult | None
+) -> None:
+    """The arm and the pilot marked complete (the load step done) or interrupted, with the
+    load summary (the stored one when nothing was left to replay)."""
+    from specpilot.pilot.run import armrun
+
+    status = "complete" if armrun.LOAD_STEP in rec.completed_steps else "interrupted"
+    summary = result.summary.to_dict() if result is not None else rec.load_summary
+    store.add_arm(
+        dataclasses.replace(rec, status=status, finished_unix=time.time(), load_summary=summary)
+    )
+    pilot.status, pilot.finished_unix = status, time.time()
+    store.add_pilot(pilot)
 
 
 def _plan(args: argparse.Namespace) -> Any:

@@ -20,6 +20,7 @@ from specpilot.errors import ConfigError
 
 if TYPE_CHECKING:
     from specpilot.engine.generate import Engine
+    from specpilot.serve.app import ServerConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +30,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_model_args(p)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    _add_engine_args(p)
+    _add_scheduler_args(p)
+    _add_api_args(p)
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=run)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """What is served: the target, the draft (or none) and the draft tokens per round."""
     p.add_argument(
         "--target",
         help="target model (GGUF file or checkpoint dir); default: SmolLM2-135M-Instruct",
@@ -49,12 +62,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="default draft tokens per round (default 3 with a draft, 0 without)",
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    """How the engine runs: formats and device, threads, KV cache size."""
     add_engine_format_args(p)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--max-slots", type=int, default=4, help="KV cache slots = max running requests")
     p.add_argument("--max-seq-len", type=int, default=2048, help="context length per slot")
+
+
+def _add_scheduler_args(p: argparse.ArgumentParser) -> None:
+    """How requests are batched, queued and timed out."""
     p.add_argument(
         "--max-batch-size",
         type=int,
@@ -70,6 +89,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--request-timeout", type=float, default=None, help="server-side limit per request (s)"
     )
+
+
+def _add_api_args(p: argparse.ArgumentParser) -> None:
+    """What the HTTP API shows and who may use it: model ids, strategies, keys, limits."""
     p.add_argument(
         "--served-model-name", default=None, help="model id in the API (default: target file stem)"
     )
@@ -109,8 +132,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seconds a client has to send a whole request (headers and body) before its "
         "connection is closed (slow clients)",
     )
-    p.add_argument("--log-level", default="warning")
-    p.set_defaults(func=run)
 
 
 def api_key(args: argparse.Namespace) -> str | None:
@@ -125,9 +146,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from specpilot.engine.runtime import DEFAULT_DRAFT, build_engine
-        from specpilot.engine.scheduler import SchedulerConfig
-        from specpilot.serve.app import ServerConfig, create_app
+        from specpilot.engine.runtime import DEFAULT_DRAFT
+        from specpilot.serve.app import create_app
     except ImportError as exc:  # pragma: no cover - depends on the install
         print(
             f"specpilot serve needs the server extra: pip install 'specpilot[server]' ({exc})",
@@ -140,56 +160,10 @@ def run(args: argparse.Namespace) -> int:
     if not target.exists():
         raise FileNotFoundError(f"--target {target} does not exist")
     draft = None if args.no_draft else (args.draft or DEFAULT_DRAFT)
-    # k=3 by default: with the shipped draft, k=1..3 gave the best decode speed-ups (1.14-1.19x,
-    # benchmarks/engine_speed.py) and k>=4 was slower than plain decoding on this CPU.
-    k = args.k if args.k is not None else (3 if draft else 0)
-    if k < 0:
-        raise ConfigError(f"-k must be >= 0, got {k}")
-    if k > 0 and draft is None:
-        raise ConfigError("-k > 0 needs a draft; drop --no-draft or set -k 0")
+    k = _draft_tokens(args, draft)
     token = args.admin_token or os.environ.get("SPECPILOT_ADMIN_TOKEN") or secrets.token_urlsafe(16)
-    sched = SchedulerConfig(
-        max_running=args.max_slots,
-        max_queued=args.max_queued,
-        queue_timeout_s=args.queue_timeout,
-        request_timeout_s=args.request_timeout,
-        max_batch_size=args.max_batch_size,
-    )
-    sched.validate(args.max_slots)
-    cfg = ServerConfig(
-        model_name=args.served_model_name or target.stem,
-        aliases=tuple(args.model_alias),
-        draft_name=draft,
-        default_k=k,
-        scheduler=sched,
-        admin_token=token,
-        api_key=api_key(args),
-        admin_trust_proxy=args.admin_trust_proxy,
-        strategy_file=args.strategy_file,
-        spec_metrics=args.per_request_spec_decode_metrics,
-    )
-
-    def load() -> Engine:
-        engine, spec = build_engine(
-            target,
-            draft,
-            dtype=args.dtype,
-            max_slots=args.max_slots,
-            max_seq_len=args.max_seq_len,
-            threads=args.threads,
-            device=args.device,
-            k=k,
-            calibration=args.calibration,
-        )
-        print(
-            f"specpilot serve: model loaded ({cfg.model_name}, draft={draft}, k={k}, "
-            f"target {spec.dtype}, draft {spec.draft_dtype}, {spec.device})",
-            file=sys.stderr,
-            flush=True,
-        )
-        return engine
-
-    app = create_app(cfg, loader=load)
+    cfg = _server_config(args, target, draft, k, token)
+    app = create_app(cfg, loader=lambda: _load_engine(args, target, draft, k, cfg.model_name))
     print(
         f"specpilot serve: http://{args.host}:{args.port} (model {cfg.model_name!r}; "
         f"admin token {'from option/env' if args.admin_token or os.environ.get('SPECPILOT_ADMIN_TOKEN') else token}; "
@@ -210,3 +184,71 @@ def run(args: argparse.Namespace) -> int:
         http=timed_protocol(args.request_read_timeout),
     )
     return 0
+
+
+def _draft_tokens(args: argparse.Namespace, draft: str | None) -> int:
+    """The default k: ``-k``, else 3 with a draft and 0 without; refused below 0, or above 0
+    with no draft."""
+    # k=3 by default: with the shipped draft, k=1..3 gave the best decode speed-ups (1.14-1.19x,
+    # benchmarks/engine_speed.py) and k>=4 was slower than plain decoding on this CPU.
+    k: int = args.k if args.k is not None else (3 if draft else 0)
+    if k < 0:
+        raise ConfigError(f"-k must be >= 0, got {k}")
+    if k > 0 and draft is None:
+        raise ConfigError("-k > 0 needs a draft; drop --no-draft or set -k 0")
+    return k
+
+
+def _server_config(
+    args: argparse.Namespace, target: Path, draft: str | None, k: int, token: str
+) -> ServerConfig:
+    """The app's configuration: model ids, scheduler limits (checked), tokens and keys."""
+    from specpilot.engine.scheduler import SchedulerConfig
+    from specpilot.serve.app import ServerConfig
+
+    sched = SchedulerConfig(
+        max_running=args.max_slots,
+        max_queued=args.max_queued,
+        queue_timeout_s=args.queue_timeout,
+        request_timeout_s=args.request_timeout,
+        max_batch_size=args.max_batch_size,
+    )
+    sched.validate(args.max_slots)
+    return ServerConfig(
+        model_name=args.served_model_name or target.stem,
+        aliases=tuple(args.model_alias),
+        draft_name=draft,
+        default_k=k,
+        scheduler=sched,
+        admin_token=token,
+        api_key=api_key(args),
+        admin_trust_proxy=args.admin_trust_proxy,
+        strategy_file=args.strategy_file,
+        spec_metrics=args.per_request_spec_decode_metrics,
+    )
+
+
+def _load_engine(
+    args: argparse.Namespace, target: Path, draft: str | None, k: int, model_name: str
+) -> Engine:
+    """Build the engine (the app calls this once, on its loader thread) and say what loaded."""
+    from specpilot.engine.runtime import build_engine
+
+    engine, spec = build_engine(
+        target,
+        draft,
+        dtype=args.dtype,
+        max_slots=args.max_slots,
+        max_seq_len=args.max_seq_len,
+        threads=args.threads,
+        device=args.device,
+        k=k,
+        calibration=args.calibration,
+    )
+    print(
+        f"specpilot serve: model loaded ({model_name}, draft={draft}, k={k}, "
+        f"target {spec.dtype}, draft {spec.draft_dtype}, {spec.device})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return engine

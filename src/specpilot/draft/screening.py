@@ -162,65 +162,24 @@ def screen(
         raise ConfigError("k must be >= 1 (plain decoding is measured anyway)")
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     say = log or (lambda _m: None)
+
+    def engine(draft: Transformer | None) -> Engine:
+        return Engine(target, draft, tokenizer=tokenizer, max_seq_len=max_seq_len, eos_ids=eos_ids)
+
     # plain decoding: the baseline, and the target's outputs (for perplexity)
-    plain = Engine(target, None, tokenizer=tokenizer, max_seq_len=max_seq_len, eos_ids=eos_ids)
-    plain_cost: dict[str, float] = {}
-    outputs: dict[str, list[tuple[list[int], int]]] = {}
-    for g, ps in prompts.items():
-        rounds: list[RoundRecord] = []
-        outputs[g] = []
-        for p in ps:
-            res = plain.generate(list(p), params, 0)
-            rounds += res.rounds
-            outputs[g].append(([*p, *res.output_ids], len(p)))
-        plain_cost[g] = window_metrics(rounds).cost_per_token_s
-        say(f"plain {g}: {plain_cost[g] * 1e3:.1f} ms/token")
-    t_step = step_time(target, 1, repeats=repeats)
-    verify = {k: step_time(target, k + 1, repeats=repeats) for k in sorted(set(ks))}
-    results: list[CandidateResult] = []
-    for name, draft in candidates.items():
-        engine = Engine(
-            target, draft, tokenizer=tokenizer, max_seq_len=max_seq_len, eos_ids=eos_ids
-        )
-        d_step = step_time(draft, 1, repeats=repeats)
-        engine.target.setup_cache(engine.max_seq_len, engine.max_slots)  # step_time may resize
-        draft.setup_cache(engine.max_seq_len, engine.max_slots)
-        cr = CandidateResult(
-            name=name,
-            draft_step_s=d_step,
-            draft_weight_bytes=draft.weight_bytes(exclude=target),
-            perplexity={g: perplexity(draft, outputs[g]) for g in prompts},
-        )
-        for g, ps in prompts.items():
-            cr.groups[g] = {}
-            for k in ks:
-                rounds = []
-                for p in ps:
-                    rounds += engine.generate(list(p), params, k).rounds
-                m = window_metrics(rounds)
-                alpha = _fit_k(rounds)
-                cr.groups[g][k] = KResult(
-                    k=k,
-                    rounds=m.rounds,
-                    committed=m.committed,
-                    mean_acceptance_length=m.mean_acceptance_length,
-                    acceptance_rate=m.acceptance_rate or 0.0,
-                    acceptance_per_position=list(m.acceptance_per_position),
-                    cost_per_token_s=m.cost_per_token_s,
-                    speedup=plain_cost[g] / m.cost_per_token_s,
-                    alpha_pos1=alpha,
-                    predicted_mean_acceptance_length=expected_committed(alpha, k),
-                    predicted_speedup=speedup_from_costs(alpha, k, d_step, verify[k], t_step),
-                    leviathan_bound=leviathan_speedup(alpha, k, d_step / t_step),
-                )
-                r = cr.groups[g][k]
-                say(
-                    f"{name} {g} k={k}: mean acceptance length {r.mean_acceptance_length:.2f}, "
-                    f"{r.cost_per_token_s * 1e3:.1f} ms/token, speed-up {r.speedup:.2f}x "
-                    f"(predicted {r.predicted_speedup:.2f}x)"
-                )
-            cr.best_k[g] = min(ks, key=lambda k, g=g: cr.groups[g][k].cost_per_token_s)  # type: ignore[misc]
-        results.append(cr)
+    plain_cost, outputs = _decode_plain(engine(None), prompts, params, say)
+    bench = _Bench(
+        prompts=prompts,
+        ks=ks,
+        params=params,
+        repeats=repeats,
+        say=say,
+        plain_cost=plain_cost,
+        outputs=outputs,
+        t_step=step_time(target, 1, repeats=repeats),
+        verify={k: step_time(target, k + 1, repeats=repeats) for k in sorted(set(ks))},
+    )
+    results = [_candidate(bench, engine(draft), name, draft) for name, draft in candidates.items()]
     ranking = {
         g: [
             c.name
@@ -229,8 +188,8 @@ def screen(
         for g in prompts
     }
     return ScreenReport(
-        target_step_s=t_step,
-        verify_s=verify,
+        target_step_s=bench.t_step,
+        verify_s=bench.verify,
         plain_cost_per_token_s=plain_cost,
         candidates=results,
         ranking=ranking,
@@ -242,6 +201,102 @@ def screen(
             "prompts_per_group": {g: len(p) for g, p in prompts.items()},
             "threads": torch.get_num_threads(),
         },
+    )
+
+
+@dataclass(frozen=True)
+class _Bench:
+    """What every candidate is measured on and against: the prompts, ks and sampling; the
+    target's plain cost per token and greedy outputs per group; its one-token step and its
+    verify time per k (k + 1 tokens)."""
+
+    prompts: Mapping[str, Sequence[Sequence[int]]]
+    ks: Sequence[int]
+    params: SamplingParams
+    repeats: int
+    say: Callable[[str], None]
+    plain_cost: dict[str, float]
+    outputs: dict[str, list[tuple[list[int], int]]]
+    t_step: float
+    verify: dict[int, float]
+
+
+def _decode_plain(
+    plain: Engine,
+    prompts: Mapping[str, Sequence[Sequence[int]]],
+    params: SamplingParams,
+    say: Callable[[str], None],
+) -> tuple[dict[str, float], dict[str, list[tuple[list[int], int]]]]:
+    """Each group's cost per token without a draft, and the target's outputs as (prompt and
+    output ids, where the output starts)."""
+    plain_cost: dict[str, float] = {}
+    outputs: dict[str, list[tuple[list[int], int]]] = {}
+    for g, ps in prompts.items():
+        rounds: list[RoundRecord] = []
+        outputs[g] = []
+        for p in ps:
+            res = plain.generate(list(p), params, 0)
+            rounds += res.rounds
+            outputs[g].append(([*p, *res.output_ids], len(p)))
+        plain_cost[g] = window_metrics(rounds).cost_per_token_s
+        say(f"plain {g}: {plain_cost[g] * 1e3:.1f} ms/token")
+    return plain_cost, outputs
+
+
+def _candidate(b: _Bench, engine: Engine, name: str, draft: Transformer) -> CandidateResult:
+    """One draft (``engine`` speculates with it) on every group and k; its best k per group."""
+    d_step = step_time(draft, 1, repeats=b.repeats)
+    engine.target.setup_cache(engine.max_seq_len, engine.max_slots)  # step_time may resize
+    draft.setup_cache(engine.max_seq_len, engine.max_slots)
+    cr = CandidateResult(
+        name=name,
+        draft_step_s=d_step,
+        draft_weight_bytes=draft.weight_bytes(exclude=engine.target),
+        perplexity={g: perplexity(draft, b.outputs[g]) for g in b.prompts},
+    )
+    for g, ps in b.prompts.items():
+        cr.groups[g] = {}
+        for k in b.ks:
+            rounds = []
+            for p in ps:
+                rounds += engine.generate(list(p), b.params, k).rounds
+            r = cr.groups[g][k] = _k_result(
+                rounds, k, b.plain_cost[g], d_step, b.verify[k], b.t_step
+            )
+            b.say(
+                f"{name} {g} k={k}: mean acceptance length {r.mean_acceptance_length:.2f}, "
+                f"{r.cost_per_token_s * 1e3:.1f} ms/token, speed-up {r.speedup:.2f}x "
+                f"(predicted {r.predicted_speedup:.2f}x)"
+            )
+        cr.best_k[g] = min(b.ks, key=lambda k, g=g: cr.groups[g][k].cost_per_token_s)  # type: ignore[misc]
+    return cr
+
+
+def _k_result(
+    rounds: Sequence[RoundRecord],
+    k: int,
+    plain_cost: float,
+    d_step: float,
+    verify_s: float,
+    t_step: float,
+) -> KResult:
+    """The measured figures of one group at ``k`` next to the Leviathan prediction from its
+    first-position acceptance and the step times (draft step, verify, target step)."""
+    m = window_metrics(rounds)
+    alpha = _fit_k(rounds)
+    return KResult(
+        k=k,
+        rounds=m.rounds,
+        committed=m.committed,
+        mean_acceptance_length=m.mean_acceptance_length,
+        acceptance_rate=m.acceptance_rate or 0.0,
+        acceptance_per_position=list(m.acceptance_per_position),
+        cost_per_token_s=m.cost_per_token_s,
+        speedup=plain_cost / m.cost_per_token_s,
+        alpha_pos1=alpha,
+        predicted_mean_acceptance_length=expected_committed(alpha, k),
+        predicted_speedup=speedup_from_costs(alpha, k, d_step, verify_s, t_step),
+        leviathan_bound=leviathan_speedup(alpha, k, d_step / t_step),
     )
 
 

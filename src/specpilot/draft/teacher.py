@@ -46,6 +46,16 @@ class _Row:
     ids: list[torch.Tensor] = field(default_factory=list)
     lps: list[torch.Tensor] = field(default_factory=list)
 
+    def sample(self) -> TeacherSample:
+        return TeacherSample(
+            group=self.group,
+            tokens=self.tokens,
+            prompt_len=self.prompt_len,
+            temperature=self.temperature,
+            topk_ids=torch.stack(self.ids),
+            topk_logprobs=torch.stack(self.lps),
+        )
+
 
 def _pick_batch(
     logits: torch.Tensor, temps: torch.Tensor, gen: torch.Generator | None
@@ -95,79 +105,93 @@ def generate_teacher_data(
     queue = list(enumerate(prompts))[::-1]
     rows: dict[int, _Row] = {}
 
-    def record(batch_rows: list[_Row], logits: torch.Tensor) -> None:
-        """logits (b, V) for ``batch_rows``: keep top-k log-probs, append the next token."""
-        v, i = torch.log_softmax(logits.float(), dim=-1).topk(topk)  # (b, K)
-        temps = torch.tensor([r.temperature for r in batch_rows], device=logits.device)
-        nxt = _pick_batch(logits, temps, gen).tolist()
-        v, i = v.to(torch.float16).cpu(), i.to(torch.int32).cpu()  # one host copy per step
-        for j, r in enumerate(batch_rows):
-            r.ids.append(i[j])
-            r.lps.append(v[j])
-            r.tokens.append(int(nxt[j]))
-
     def finished(row: _Row) -> bool:
         n = len(row.tokens) - row.prompt_len
         return n >= max_new or row.tokens[-1] in eos or len(row.tokens) >= seq
-
-    def sample_of(row: _Row) -> TeacherSample:
-        return TeacherSample(
-            group=row.group,
-            tokens=row.tokens,
-            prompt_len=row.prompt_len,
-            temperature=row.temperature,
-            topk_ids=torch.stack(row.ids),
-            topk_logprobs=torch.stack(row.lps),
-        )
 
     while queue or rows:
         if deadline is not None and time.monotonic() > deadline:
             return
         free = [s for s in range(batch) if s not in rows]
-        new: list[_Row] = []
-        while free and queue:
-            idx, (group, ids) = queue.pop()
-            if len(ids) + 2 > seq:
-                continue
-            t = float(temperatures[idx % len(temperatures)])
-            new.append(_Row(free.pop(0), group, list(ids), len(ids), t))
-        if new:  # prefill the new rows together, right-padded (pads at the scratch position)
-            width = max(r.prompt_len for r in new)
-            tokens = torch.zeros(len(new), width, dtype=torch.long)
-            pos = torch.full((len(new), width), seq, dtype=torch.long)
-            for j, r in enumerate(new):
-                tokens[j, : r.prompt_len] = torch.tensor(r.tokens)
-                pos[j, : r.prompt_len] = torch.arange(r.prompt_len)
-            slots = torch.tensor([r.slot for r in new])
-            last = torch.tensor([r.prompt_len - 1 for r in new])
-            if (
-                _has_last(target) and device.type == "cpu"
-            ):  # the engine can return only the last position's logits
-                logits = target(
-                    tokens.to(device), pos.to(device), slots.to(device), last=last.to(device)
-                )[:, 0]
-            else:
-                logits = target(tokens.to(device), pos.to(device), slots.to(device))
-                logits = logits[torch.arange(len(new), device=device), last.to(device)]
-            record(new, logits)
+        new = _take_prompts(queue, free, seq, temperatures)
+        if new:
+            _record(new, _prefill(target, new, seq), topk, gen)
             for r in new:
                 rows[r.slot] = r
         for s in [s for s, r in rows.items() if finished(r)]:
-            yield sample_of(rows.pop(s))
+            yield rows.pop(s).sample()
         if not rows:
             continue
-        # one decode step over all slots (a contiguous cache view); idle slots feed a pad
-        tokens = torch.zeros(batch, 1, dtype=torch.long)
-        pos = torch.full((batch, 1), seq, dtype=torch.long)
-        for s, r in rows.items():
-            tokens[s, 0] = r.tokens[-1]
-            pos[s, 0] = len(r.tokens) - 1
-        logits = target(tokens.to(device), pos.to(device), torch.arange(batch, device=device))
         live = sorted(rows)
-        record([rows[s] for s in live], logits[torch.tensor(live, device=device), 0])
+        _record([rows[s] for s in live], _decode_step(target, rows, batch, seq), topk, gen)
         for s in live:
             if finished(rows[s]):
-                yield sample_of(rows.pop(s))
+                yield rows.pop(s).sample()
+
+
+def _take_prompts(
+    queue: list[tuple[int, tuple[str, list[int]]]],
+    free: list[int],
+    seq: int,
+    temperatures: Sequence[float],
+) -> list[_Row]:
+    """Rows for the next queued prompts (popped from the end), one per ``free`` slot; a prompt
+    too long for the cache is skipped. Prompt ``i`` decodes at ``temperatures[i % len]``."""
+    new: list[_Row] = []
+    while free and queue:
+        idx, (group, ids) = queue.pop()
+        if len(ids) + 2 > seq:
+            continue
+        t = float(temperatures[idx % len(temperatures)])
+        new.append(_Row(free.pop(0), group, list(ids), len(ids), t))
+    return new
+
+
+def _prefill(target: Transformer, new: list[_Row], seq: int) -> torch.Tensor:
+    """Prefill the new rows together, right-padded (pads at the scratch position ``seq``):
+    the logits (b, V) at each row's last prompt position."""
+    device = target.embed.weight.device
+    width = max(r.prompt_len for r in new)
+    tokens = torch.zeros(len(new), width, dtype=torch.long)
+    pos = torch.full((len(new), width), seq, dtype=torch.long)
+    for j, r in enumerate(new):
+        tokens[j, : r.prompt_len] = torch.tensor(r.tokens)
+        pos[j, : r.prompt_len] = torch.arange(r.prompt_len)
+    slots = torch.tensor([r.slot for r in new])
+    last = torch.tensor([r.prompt_len - 1 for r in new])
+    if _has_last(target) and device.type == "cpu":
+        # the engine can return only the last position's logits
+        logits = target(tokens.to(device), pos.to(device), slots.to(device), last=last.to(device))
+        return logits[:, 0]
+    logits = target(tokens.to(device), pos.to(device), slots.to(device))
+    return logits[torch.arange(len(new), device=device), last.to(device)]
+
+
+def _decode_step(target: Transformer, rows: dict[int, _Row], batch: int, seq: int) -> torch.Tensor:
+    """One decode step over all ``batch`` slots (a contiguous cache view; idle slots feed a pad
+    at ``seq``): the logits (b, V) of the running rows, in slot order."""
+    device = target.embed.weight.device
+    tokens = torch.zeros(batch, 1, dtype=torch.long)
+    pos = torch.full((batch, 1), seq, dtype=torch.long)
+    for s, r in rows.items():
+        tokens[s, 0] = r.tokens[-1]
+        pos[s, 0] = len(r.tokens) - 1
+    logits = target(tokens.to(device), pos.to(device), torch.arange(batch, device=device))
+    return logits[torch.tensor(sorted(rows), device=device), 0]
+
+
+def _record(
+    batch_rows: list[_Row], logits: torch.Tensor, topk: int, gen: torch.Generator | None
+) -> None:
+    """logits (b, V) for ``batch_rows``: keep top-k log-probs, append the next token."""
+    v, i = torch.log_softmax(logits.float(), dim=-1).topk(topk)  # (b, K)
+    temps = torch.tensor([r.temperature for r in batch_rows], device=logits.device)
+    nxt = _pick_batch(logits, temps, gen).tolist()
+    v, i = v.to(torch.float16).cpu(), i.to(torch.int32).cpu()  # one host copy per step
+    for j, r in enumerate(batch_rows):
+        r.ids.append(i[j])
+        r.lps.append(v[j])
+        r.tokens.append(int(nxt[j]))
 
 
 def save_shard(samples: Sequence[TeacherSample], path: Path) -> None:

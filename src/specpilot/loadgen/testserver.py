@@ -162,131 +162,170 @@ class _Handler:
             self.stats.active -= 1
 
     async def generate(self, path: str, body: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
-        cfg = self.cfg
         d = _directives(body)
         if "hang" in d:
             await asyncio.sleep(3600)
         if "error" in d:
             self._simple(writer, 500, {"error": {"message": "forced error"}})
             return True
-        n = int(d.get("tokens") or cfg.output_tokens or body.get("max_tokens") or 16)
-        chat = path.endswith("chat/completions")
-        stream = bool(body.get("stream"))
-        so = body.get("stream_options") or {}
-        usage_final = bool(so.get("include_usage"))
-        usage_each = bool(so.get("continuous_usage_stats"))
-        tool = "tool" in d
-        prompt_tokens = (
-            sum(len(str(m.get("content", "")).split()) for m in body.get("messages", [])) or 1
-        )
-        ttft = d.get("sleep") or cfg.ttft_s
-        if not stream:
-            await asyncio.sleep(ttft + cfg.itl_s * max(n - 1, 0))
-            text = " tok" * n
-            choice: dict[str, Any] = (
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "length",
-                }
-                if chat
-                else {"index": 0, "text": text, "finish_reason": "length"}
-            )
-            self.stats.completed += 1
-            self.stats.tokens += n
-            usage = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": n,
-                "total_tokens": prompt_tokens + n,
-            }
-            self._simple(
-                writer,
-                200,
-                {
-                    "id": "cmpl-test",
-                    "object": "chat.completion",
-                    "choices": [choice],
-                    "usage": usage,
-                },
-            )
+        reply = _Reply.of(self.cfg, path, body, d)
+        if not body.get("stream"):
+            await self._whole(reply, writer)
             return True
+        return await self._stream(reply, writer)
+
+    async def _whole(self, r: _Reply, writer: asyncio.StreamWriter) -> None:
+        """Answer in one JSON body after the time the stream would have taken."""
+        await asyncio.sleep(r.ttft_s + self.cfg.itl_s * max(r.n - 1, 0))
+        text = " tok" * r.n
+        choice: dict[str, Any] = (
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
+            if r.chat
+            else {"index": 0, "text": text, "finish_reason": "length"}
+        )
+        self.stats.completed += 1
+        self.stats.tokens += r.n
+        self._simple(
+            writer,
+            200,
+            {
+                "id": "cmpl-test",
+                "object": "chat.completion",
+                "choices": [choice],
+                "usage": r.usage(r.n),
+            },
+        )
+
+    async def _stream(self, r: _Reply, writer: asyncio.StreamWriter) -> bool:
+        """Stream the reply as chunked SSE on the configured timetable (first token after
+        ``r.ttft_s``, then one chunk every ``itl_s``); False when the client went away."""
+        cfg = self.cfg
         self.stats.by_status[200] = self.stats.by_status.get(200, 0) + 1
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
         )
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        model = cfg.model
-
-        def event(delta_or_text: Any, finish: str | None, sent: int, usage: bool) -> bytes:
-            if chat:
-                ch: dict[str, Any] = {"index": 0, "delta": delta_or_text, "finish_reason": finish}
-            else:
-                ch = {"index": 0, "text": delta_or_text, "finish_reason": finish}
-            o: dict[str, Any] = {"id": "cmpl-test", "object": obj, "model": model, "choices": [ch]}
-            if usage:
-                o["usage"] = {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": sent,
-                    "total_tokens": prompt_tokens + sent,
-                }
-            o["t_server"] = time.perf_counter()
-            return _chunk(b"data: " + json.dumps(o, separators=(",", ":")).encode() + b"\n\n")
-
         try:
-            if chat:
-                writer.write(event({"role": "assistant", "content": ""}, None, 0, usage_each))
-            if ttft:
+            if r.chat:
+                writer.write(r.event({"role": "assistant", "content": ""}, None, 0))
+            if r.ttft_s:
                 await writer.drain()
-                await asyncio.sleep(ttft)
+                await asyncio.sleep(r.ttft_s)
             sent = 0
             k = max(1, cfg.tokens_per_chunk)
-            while sent < n:
-                m = min(k, n - sent)
+            while sent < r.n:
+                m = min(k, r.n - sent)
                 sent += m
-                if tool:
-                    args = json.dumps({"i": sent})
-                    piece: Any = {
-                        "tool_calls": [
-                            {
-                                "index": 0,
-                                "id": "call_0",
-                                "type": "function",
-                                "function": {"name": "f", "arguments": args},
-                            }
-                        ]
-                    }
-                else:
-                    piece = {"content": " tok" * m} if chat else " tok" * m
-                writer.write(event(piece, None, sent, usage_each))
-                if cfg.itl_s and sent < n:
+                writer.write(r.event(r.piece(m, sent), None, sent))
+                if cfg.itl_s and sent < r.n:
                     await writer.drain()
                     await asyncio.sleep(cfg.itl_s)
-            finish = "tool_calls" if tool else "length"
-            writer.write(event({} if chat else "", finish, sent, usage_each))
-            if usage_final:
-                u = {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": sent,
-                    "total_tokens": prompt_tokens + sent,
-                }
-                final = {
-                    "id": "cmpl-test",
-                    "object": obj,
-                    "model": model,
-                    "choices": [],
-                    "usage": u,
-                    "t_server": time.perf_counter(),
-                }
-                writer.write(_chunk(b"data: " + json.dumps(final).encode() + b"\n\n"))
+            finish = "tool_calls" if r.tool else "length"
+            writer.write(r.event({} if r.chat else "", finish, sent))
+            if r.usage_final:
+                writer.write(r.final_usage(sent))
             writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             await writer.drain()
         except (ConnectionError, RuntimeError):
             self.stats.disconnected += 1
             return False
         self.stats.completed += 1
-        self.stats.tokens += n
+        self.stats.tokens += r.n
         return True
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """What one completion request gets: ``n`` made-up tokens (a tool call's argument deltas
+    with ``tool``), for the chat or the completions route, with usage as its stream options
+    ask (``usage_each``: in every chunk; ``usage_final``: a last chunk of its own)."""
+
+    n: int
+    chat: bool
+    tool: bool
+    prompt_tokens: int
+    ttft_s: float
+    usage_each: bool
+    usage_final: bool
+    model: str
+
+    @classmethod
+    def of(
+        cls, cfg: TestServerConfig, path: str, body: dict[str, Any], d: dict[str, float | None]
+    ) -> _Reply:
+        so = body.get("stream_options") or {}
+        return cls(
+            n=int(d.get("tokens") or cfg.output_tokens or body.get("max_tokens") or 16),
+            chat=path.endswith("chat/completions"),
+            tool="tool" in d,
+            prompt_tokens=(
+                sum(len(str(m.get("content", "")).split()) for m in body.get("messages", [])) or 1
+            ),
+            ttft_s=d.get("sleep") or cfg.ttft_s,
+            usage_each=bool(so.get("continuous_usage_stats")),
+            usage_final=bool(so.get("include_usage")),
+            model=cfg.model,
+        )
+
+    @property
+    def chunk_object(self) -> str:
+        return "chat.completion.chunk" if self.chat else "text_completion"
+
+    def usage(self, sent: int) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": sent,
+            "total_tokens": self.prompt_tokens + sent,
+        }
+
+    def piece(self, m: int, sent: int) -> dict[str, object] | str:
+        """The delta of a chunk of ``m`` tokens, ``sent`` in all so far."""
+        if self.tool:
+            args = json.dumps({"i": sent})
+            return {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_0",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": args},
+                    }
+                ]
+            }
+        return {"content": " tok" * m} if self.chat else " tok" * m
+
+    def event(self, delta_or_text: dict[str, object] | str, finish: str | None, sent: int) -> bytes:
+        """One SSE chunk, stamped with the server's clock (``t_server``)."""
+        if self.chat:
+            ch: dict[str, Any] = {"index": 0, "delta": delta_or_text, "finish_reason": finish}
+        else:
+            ch = {"index": 0, "text": delta_or_text, "finish_reason": finish}
+        o: dict[str, Any] = {
+            "id": "cmpl-test",
+            "object": self.chunk_object,
+            "model": self.model,
+            "choices": [ch],
+        }
+        if self.usage_each:
+            o["usage"] = self.usage(sent)
+        o["t_server"] = time.perf_counter()
+        return _chunk(b"data: " + json.dumps(o, separators=(",", ":")).encode() + b"\n\n")
+
+    def final_usage(self, sent: int) -> bytes:
+        """The usage-only chunk that ends a stream which asked for ``include_usage``."""
+        final = {
+            "id": "cmpl-test",
+            "object": self.chunk_object,
+            "model": self.model,
+            "choices": [],
+            "usage": self.usage(sent),
+            "t_server": time.perf_counter(),
+        }
+        return _chunk(b"data: " + json.dumps(final).encode() + b"\n\n")
 
 
 async def serve(

@@ -154,6 +154,22 @@ def gate(
             outputs, baseline_arm, candidate_arm, cfg.greedy_threshold, pilot_id
         )
     )
+    _greedy(v, cfg)
+    _distribution(v, outputs, compat, cfg, target_logprobs)
+    v.pass_rates = [r for r in pass_rates(quality, cfg.alpha) if r.arm in arms]
+    v.non_inferiority = non_inferiority(
+        v.pass_rates, baseline_arm, cfg.margin, cfg.alpha, cfg.min_power, cfg.uninformative_below
+    )
+    _key_checks(v, cfg)
+    _how_checked(v, quality)
+    _compat(compat, baseline_arm, candidate_arm, v)
+    v.passed = not v.reasons
+    return v
+
+
+def _greedy(v: QualityVerdict, cfg: QualityConfig) -> None:
+    """The greedy comparisons summarised per group; each defect (a divergence where the
+    target's margin exceeds the threshold) a failure of its group."""
     v.greedy = summarise(v.consistency)
     for g in v.greedy:
         for r in v.consistency:
@@ -164,13 +180,24 @@ def gate(
                     f"{g.task_group}: greedy defect on {r.prompt_id} at token {r.divergence_index} "
                     f"({r.baseline_token!r} -> {r.candidate_token!r}, margin {m} > {cfg.greedy_threshold})",
                 )
+
+
+def _distribution(
+    v: QualityVerdict,
+    outputs: Sequence[OutputRecord],
+    compat: Sequence[CompatRecord],
+    cfg: QualityConfig,
+    target_logprobs: bool,
+) -> None:
+    """The sampled outputs' distribution tests (the log-prob ones only where comparable); a
+    group whose samples differ from the baseline's fails."""
     # the log-prob statistics assume both arms report the target's log-probs alike: where
     # that is not known, they measure the engine's reporting, not the outputs
-    why = not_comparable(compat, candidate_arm, target_logprobs)
+    why = not_comparable(compat, v.candidate_arm, target_logprobs)
     v.distribution = distribution_tests(
         outputs,
-        baseline_arm,
-        candidate_arm,
+        v.baseline_arm,
+        v.candidate_arm,
         cfg.positions,
         cfg.span,
         cfg.alpha,
@@ -190,11 +217,12 @@ def gate(
                 t.task_group,
                 f"{t.task_group}: samples differ from the baseline ({t.test}, Holm p = {t.p_holm:.4f})",
             )
-    v.pass_rates = [r for r in pass_rates(quality, cfg.alpha) if r.arm in arms]
-    v.non_inferiority = non_inferiority(
-        v.pass_rates, baseline_arm, cfg.margin, cfg.alpha, cfg.min_power, cfg.uninformative_below
-    )
-    _key_checks(v, cfg)
+
+
+def _how_checked(v: QualityVerdict, quality: Sequence[QualityRecord]) -> None:
+    """Notes for the groups whose code ran under resource limits only, and for those with no
+    checks declared (compared between arms only)."""
+    arms = (v.baseline_arm, v.candidate_arm)
     weak = sorted({q.task_group for q in quality if q.isolation == "rlimits" and q.arm in arms})
     for grp in weak:
         v.note(
@@ -203,6 +231,3 @@ def gate(
     only = sorted({q.task_group for q in quality if q.kind == "consistency_only" and q.arm in arms})
     for grp in only:
         v.note(grp, f"{grp}: no checks declared, compared between arms only")
-    _compat(compat, baseline_arm, candidate_arm, v)
-    v.passed = not v.reasons
-    return v

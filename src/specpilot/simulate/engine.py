@@ -83,6 +83,11 @@ class _Replica:
         self.n = 0  # requests present (running + joining + queued)
         self.done = 0
 
+    def account(self, t: float) -> None:
+        """Add the requests present since the last update to the time integral, up to ``t``."""
+        self.area += self.n * (t - self.last)
+        self.last = t
+
 
 _QUEUED, _JOINING, _RUNNING, _GONE = 0, 1, 2, 3
 
@@ -113,144 +118,190 @@ def simulate(
         raise ValueError(f"router {router!r}: one of {', '.join(ROUTERS)}")
     if slots < 1 or replicas < 1:
         raise ValueError(f"slots ({slots}) and replicas ({replicas}) must be >= 1")
-    n = len(arrival_t)
-    ttft = np.full(n, np.inf)
-    e2e = np.full(n, np.inf)
-    status = np.full(n, "ok", dtype=object)
-    where = np.zeros(n, dtype=np.int64)
-    reps = [_Replica() for _ in range(replicas)]
-    step_cache: dict[int, float] = {}
-    need = [int(s) for s in steps]
-    pre = [float(prefill_s(int(p))) for p in prompt_tokens]  # each request's prefill seconds
-    arr = [float(a) for a in arrival_t]
-    inf = float("inf")
-    if abort_s is None:
-        give_up = [inf] * n
-    else:
-        give_up = [
-            a + (inf if not np.isfinite(d) else float(d)) for a, d in zip(arr, abort_s, strict=True)
-        ]
-    state = [_QUEUED] * n
+    sim = _Sim(
+        arrival_t,
+        prompt_tokens,
+        steps,
+        step_s=step_s,
+        prefill_s=prefill_s,
+        slots=slots,
+        replicas=replicas,
+        router=router,
+        queue_timeout_s=queue_timeout_s,
+        overhead_s=overhead_s,
+        abort_s=abort_s,
+    )
+    for i, t in enumerate(sim.arr):
+        sim.arrive(i, sim.route(i, t), t)
+    sim.drain()
+    return sim.result()
 
-    def tau(b: int) -> float:
-        v = step_cache.get(b)
+
+class _Sim:
+    """One run of ``simulate``: the requests' fates (per-request arrays and lists) and the
+    replicas, with the event steps the arrival loop drives (all times in seconds)."""
+
+    def __init__(
+        self,
+        arrival_t: np.ndarray,
+        prompt_tokens: np.ndarray,
+        steps: np.ndarray,
+        *,
+        step_s: Callable[[int], float],
+        prefill_s: Callable[[int], float],
+        slots: int,
+        replicas: int,
+        router: str,
+        queue_timeout_s: float,
+        overhead_s: float,
+        abort_s: np.ndarray | None,
+    ) -> None:
+        n = len(arrival_t)
+        self.step_s = step_s
+        self.slots = slots
+        self.router = router
+        self.queue_timeout_s = queue_timeout_s
+        self.overhead_s = overhead_s
+        self.ttft = np.full(n, np.inf)
+        self.e2e = np.full(n, np.inf)
+        self.status = np.full(n, "ok", dtype=object)
+        self.where = np.zeros(n, dtype=np.int64)
+        self.reps = [_Replica() for _ in range(replicas)]
+        self.rr = 0  # the round-robin router's next pick
+        self.step_cache: dict[int, float] = {}
+        self.need = [int(s) for s in steps]
+        self.pre = [float(prefill_s(int(p))) for p in prompt_tokens]  # each prefill's seconds
+        self.arr = [float(a) for a in arrival_t]
+        inf = float("inf")
+        if abort_s is None:
+            self.give_up = [inf] * n
+        else:
+            self.give_up = [
+                a + (inf if not np.isfinite(d) else float(d))
+                for a, d in zip(self.arr, abort_s, strict=True)
+            ]
+        self.state = [_QUEUED] * n
+
+    def tau(self, b: int) -> float:
+        v = self.step_cache.get(b)
         if v is None:
-            v = step_cache[b] = float(step_s(b)) if b else 0.0
+            v = self.step_cache[b] = float(self.step_s(b)) if b else 0.0
         return v
 
-    def account(r: _Replica, t: float) -> None:
-        r.area += r.n * (t - r.last)
-        r.last = t
-
-    def leave(r: _Replica, i: int, why: str) -> None:
-        status[i] = why
-        state[i] = _GONE
-        account(r, r.t)
+    def leave(self, r: _Replica, i: int, why: str) -> None:
+        self.status[i] = why
+        self.state[i] = _GONE
+        r.account(r.t)
         r.n -= 1
 
-    def expire(r: _Replica, upto: float) -> None:
+    def expire(self, r: _Replica, upto: float) -> None:
         """Queued requests whose client gave up by ``upto`` leave then (not when a slot frees):
         the queue, the count the router reads and the time integral see them go."""
+        state = self.state
         while r.qwatch and r.qwatch[0][0] <= upto:
             g, i = heapq.heappop(r.qwatch)
             if state[i] == _QUEUED:
-                status[i] = "timeout"
+                self.status[i] = "timeout"
                 state[i] = _GONE
-                account(r, max(g, r.last))
+                r.account(max(g, r.last))
                 r.n -= 1
 
-    def admit(r: _Replica) -> None:
+    def admit(self, r: _Replica) -> None:
         """At a step boundary: queued requests take free slots (FIFO), dropping expired ones."""
         if r.qwatch:
-            expire(r, r.t)
-        while r.queue and r.nrun + len(r.joining) < slots:
+            self.expire(r, r.t)
+        state, give_up = self.state, self.give_up
+        while r.queue and r.nrun + len(r.joining) < self.slots:
             i = r.queue.popleft()
             if state[i] == _GONE:  # gave up while queued
                 continue
-            if r.t - arr[i] > queue_timeout_s or r.t >= give_up[i]:
-                leave(r, i, "timeout")
+            if r.t - self.arr[i] > self.queue_timeout_s or r.t >= give_up[i]:
+                self.leave(r, i, "timeout")
                 continue
             state[i] = _JOINING
             r.joining.append(i)
-            if give_up[i] < inf:
+            if give_up[i] < float("inf"):
                 heapq.heappush(r.watch, (give_up[i], i))
 
-    def aborts(r: _Replica) -> None:
+    def aborts(self, r: _Replica) -> None:
         """At a step boundary: admitted requests whose client gave up leave the batch."""
+        state = self.state
         while r.watch and r.watch[0][0] <= r.t:
             _, i = heapq.heappop(r.watch)
             if state[i] == _RUNNING:
                 r.nrun -= 1
-                leave(r, i, "timeout")
+                self.leave(r, i, "timeout")
             elif state[i] == _JOINING:  # not prefilled yet (cannot happen at a boundary)
                 r.joining.remove(i)
-                leave(r, i, "timeout")
+                self.leave(r, i, "timeout")
 
-    def boundary(r: _Replica) -> None:
+    def boundary(self, r: _Replica) -> None:
         if r.running and r.running[0][0] <= r.steps:
-            pop_done(r)
+            self.pop_done(r)
         if r.watch and r.watch[0][0] <= r.t:
-            aborts(r)
+            self.aborts(r)
         if r.queue:
-            admit(r)
+            self.admit(r)
 
-    def one_step(r: _Replica, dt: float) -> None:
+    def one_step(self, r: _Replica, dt: float) -> None:
         """A step of ``dt`` that prefills the joining requests (and advances the running ones)."""
         b = r.nrun
         t_end = r.t + dt
         r.steps += 1 if b else 0
         joined, r.joining = r.joining, []
         if r.qwatch:
-            expire(r, t_end)
+            self.expire(r, t_end)
         r.t = t_end
         for i in joined:
-            ttft[i] = t_end - arr[i]
-            if need[i] <= 0:
-                finish(r, i, t_end)
+            self.ttft[i] = t_end - self.arr[i]
+            if self.need[i] <= 0:
+                self.finish(r, i, t_end)
             else:
-                state[i] = _RUNNING
+                self.state[i] = _RUNNING
                 r.nrun += 1
-                heapq.heappush(r.running, (r.steps + need[i], i))
-        boundary(r)
+                heapq.heappush(r.running, (r.steps + self.need[i], i))
+        self.boundary(r)
 
-    def finish(r: _Replica, i: int, t: float) -> None:
-        if t + overhead_s >= give_up[i]:  # done after the client left: a timeout
-            ttft[i] = np.inf
-            leave(r, i, "timeout")
+    def finish(self, r: _Replica, i: int, t: float) -> None:
+        if t + self.overhead_s >= self.give_up[i]:  # done after the client left: a timeout
+            self.ttft[i] = np.inf
+            self.leave(r, i, "timeout")
             return
-        e2e[i] = t - arr[i] + overhead_s
-        ttft[i] += overhead_s
-        state[i] = _GONE
-        account(r, t)
+        self.e2e[i] = t - self.arr[i] + self.overhead_s
+        self.ttft[i] += self.overhead_s
+        self.state[i] = _GONE
+        r.account(t)
         r.n -= 1
         r.done += 1
 
-    def pop_done(r: _Replica) -> None:
+    def pop_done(self, r: _Replica) -> None:
         while r.running and r.running[0][0] <= r.steps:
             _, i = heapq.heappop(r.running)
-            if state[i] == _RUNNING:
+            if self.state[i] == _RUNNING:
                 r.nrun -= 1
-                finish(r, i, r.t)
+                self.finish(r, i, r.t)
 
-    def next_live(r: _Replica) -> int:
+    def next_live(self, r: _Replica) -> int:
+        state = self.state
         while r.running and state[r.running[0][1]] != _RUNNING:
             heapq.heappop(r.running)
         return r.running[0][0] if r.running else 0
 
-    def advance(r: _Replica, until: float) -> None:
+    def advance(self, r: _Replica, until: float) -> None:
         """Run the replica's steps that end by ``until``."""
+        state, pre = self.state, self.pre
         while True:
             if r.joining:
-                dt = tau(r.nrun) + sum(pre[i] for i in r.joining)
+                dt = self.tau(r.nrun) + sum(pre[i] for i in r.joining)
                 if r.t + dt > until:
                     return
-                one_step(r, dt)
+                self.one_step(r, dt)
                 continue
             if not r.nrun:
                 return
-            d = tau(r.nrun)
-            m = next_live(r) - r.steps  # steps until the next completion
-            if r.queue and r.nrun < slots:
+            d = self.tau(r.nrun)
+            m = self.next_live(r) - r.steps  # steps until the next completion
+            if r.queue and r.nrun < self.slots:
                 m = 1  # a waiting request joins at the next boundary
             while r.watch and state[r.watch[0][1]] == _GONE:
                 heapq.heappop(r.watch)
@@ -259,53 +310,65 @@ def simulate(
             if r.t + m * d <= until:
                 r.steps += m
                 if r.qwatch:
-                    expire(r, r.t + m * d)
+                    self.expire(r, r.t + m * d)
                 r.t += m * d
-                boundary(r)
+                self.boundary(r)
             else:
                 k = int((until - r.t) / d) if d > 0 else m
                 r.steps += k
                 r.t += k * d
                 return
 
-    rr = 0
-    for i in range(n):
-        t = arr[i]
-        if router == "least_loaded" or replicas == 1:
+    def route(self, i: int, t: float) -> _Replica:
+        """The replica request ``i`` goes to at its arrival ``t``, the replicas the router
+        looks at brought up to ``t`` first."""
+        reps = self.reps
+        replicas = len(reps)
+        least = self.router == "least_loaded"
+        if least or replicas == 1:
             for r in reps:
-                advance(r, t)
+                self.advance(r, t)
             j = min(range(replicas), key=lambda x: (reps[x].n, x)) if replicas > 1 else 0
         else:
-            j = rr % replicas
-            rr += 1
-            advance(reps[j], t)
-        r = reps[j]
-        where[i] = j
-        for x in reps if router == "least_loaded" else (r,):
+            j = self.rr % replicas
+            self.rr += 1
+            self.advance(reps[j], t)
+        for x in reps if least else (reps[j],):
             if x.qwatch and x.qwatch[0][0] <= t:
-                expire(x, t)
-        if router == "least_loaded" and replicas > 1:  # the router sees who is still there
+                self.expire(x, t)
+        if least and replicas > 1:  # the router sees who is still there
             j = min(range(replicas), key=lambda x: (reps[x].n, x))
-            r = reps[j]
-            where[i] = j
-        account(r, t)
+        self.where[i] = j
+        return reps[j]
+
+    def arrive(self, i: int, r: _Replica, t: float) -> None:
+        """Request ``i`` joins ``r``'s queue at ``t``; admitted now when ``r`` is at a step
+        boundary."""
+        r.account(t)
         r.n += 1
         idle = not r.nrun and not r.joining
         r.queue.append(i)
-        if give_up[i] < inf and len(r.queue) > slots - r.nrun - len(r.joining):
+        if self.give_up[i] < float("inf") and len(r.queue) > self.slots - r.nrun - len(r.joining):
             # no slot free for it at the next boundary: watch its give-up while it waits (one
             # that joins at the next boundary is checked there, within a step)
-            heapq.heappush(r.qwatch, (give_up[i], i))
+            heapq.heappush(r.qwatch, (self.give_up[i], i))
         if idle or r.t == t:  # at a step boundary (an idle engine's is the arrival): admitted now
             r.t = max(r.t, t)
-            aborts(r)
-            admit(r)
-    for r in reps:
-        while r.joining or r.nrun or r.queue:
-            advance(r, inf)
-            if not (r.joining or r.nrun):
-                admit(r)  # only queued requests left (an idle engine): they join now
-    span = max((r.t for r in reps), default=0.0)
-    for r in reps:
-        account(r, span)
-    return SimResult(ttft, e2e, status, where, [r.area for r in reps], span)
+            self.aborts(r)
+            self.admit(r)
+
+    def drain(self) -> None:
+        """After the last arrival: every replica runs until its requests are all gone."""
+        for r in self.reps:
+            while r.joining or r.nrun or r.queue:
+                self.advance(r, float("inf"))
+                if not (r.joining or r.nrun):
+                    self.admit(r)  # only queued requests left (an idle engine): they join now
+
+    def result(self) -> SimResult:
+        span = max((r.t for r in self.reps), default=0.0)
+        for r in self.reps:
+            r.account(span)
+        return SimResult(
+            self.ttft, self.e2e, self.status, self.where, [r.area for r in self.reps], span
+        )

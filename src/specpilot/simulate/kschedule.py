@@ -36,6 +36,7 @@ from specpilot.records import PilotData
 from specpilot.simulate.costs import ArmCosts, calibrate
 
 if TYPE_CHECKING:
+    from specpilot.simulate.predict import Workload
     from specpilot.simulate.profile import HardwareProfile
 
 
@@ -167,8 +168,7 @@ def check(
     """Goodput and p50 E2E of ``schedule`` vs the fixed K over ``rates`` (default: six from a
     sixteenth of the fixed K's estimated capacity to 1.5 times it), on Poisson arrivals with
     the lengths of the arm's last measured phase."""
-    from specpilot.simulate import stepwise
-    from specpilot.simulate.predict import figures, measured, measured_phases, poisson_workload
+    from specpilot.simulate.predict import measured, measured_phases, poisson_workload
 
     plain, spec = _costs(data, plain_arm, spec_arm, profile)
     if spec.k is None:
@@ -180,13 +180,8 @@ def check(
     if not phases:
         raise ConfigError(f"arm {spec_arm!r} has no measured phase to take requests from")
     template, _ = measured(data, spec_arm, phases[-1])  # the last phase of the schedule
-    if rates is None:  # around the fixed k's capacity: all slots busy, no queue
-        per_request = float(
-            np.mean(template.output_tokens) / spec.mean_committed("*") * spec.step(spec.slots)
-            + spec.prefill(float(np.mean(template.prompt_tokens)))
-        )
-        cap = spec.slots / max(per_request, 1e-9)
-        rates = np.geomspace(cap / 16, 1.5 * cap, 6).round(6).tolist()
+    if rates is None:
+        rates = _around_capacity(template, spec)
 
     def k_of(b: int) -> int:
         return next((kk for lo, hi, kk in schedule.ranges if lo <= b <= hi), schedule.ranges[-1][2])
@@ -197,54 +192,96 @@ def check(
         for seed in seeds:
             w = poisson_workload(template, rate, n, np.random.default_rng([seed, int(rate * 1e6)]))
             for name, policy in (("fixed", lambda b: k), ("schedule", k_of)):
-                r = stepwise.run(
-                    w.arrival_t,
-                    w.prompt_tokens,
-                    w.output_tokens,
-                    w.group,
-                    accepted=accepted,
-                    k_of_b=policy,
-                    step_k=step,
-                    prefill_s=spec.prefill,
-                    slots=spec.slots,
-                    overhead_s=spec.overhead_s,
-                    abort_s=w.abort_s,
-                    seed=seed,
-                )
-                f = figures(w, r.ok, r.e2e, r.ttft)
-                got[name].append((f.goodput, f.e2e_p50))
-        diff = np.array([s[0] - f[0] for s, f in zip(got["schedule"], got["fixed"], strict=True)])
-        se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
+                got[name].append(_goodput_and_p50(spec, w, accepted, policy, step, seed))
+        rows.append(_paired_row(rate, got["fixed"], got["schedule"]))
+    text = _verdict(rows, rates, k, len(seeds))
+    return ScheduleCheck(k, tuple(rows), f"checked step by step: {text}", spec.profile)
 
-        def mean(xs: list[float | None]) -> float | None:
-            v = [x for x in xs if x is not None]
-            return float(np.mean(v)) if v else None
 
-        rows.append(
-            {
-                "rate": float(rate),
-                "goodput_fixed": mean([g for g, _ in got["fixed"]]),
-                "goodput_schedule": mean([g for g, _ in got["schedule"]]),
-                "e2e_p50_fixed": mean([e for _, e in got["fixed"]]),
-                "e2e_p50_schedule": mean([e for _, e in got["schedule"]]),
-                "goodput_diff": float(diff.mean()),
-                "goodput_diff_se": se,
-            }
-        )
+def _around_capacity(template: Workload, spec: ArmCosts) -> list[float]:
+    """Six rates from a sixteenth of the fixed k's capacity (all slots busy, no queue) to 1.5
+    times it, geometrically spaced."""
+    per_request = float(
+        np.mean(template.output_tokens) / spec.mean_committed("*") * spec.step(spec.slots)
+        + spec.prefill(float(np.mean(template.prompt_tokens)))
+    )
+    cap = spec.slots / max(per_request, 1e-9)
+    rates: list[float] = np.geomspace(cap / 16, 1.5 * cap, 6).round(6).tolist()
+    return rates
+
+
+def _goodput_and_p50(
+    spec: ArmCosts,
+    w: Workload,
+    accepted: dict[str, tuple[np.ndarray, np.ndarray]],
+    policy: Callable[[int], int],
+    step: Callable[[int, int], float],
+    seed: int,
+) -> tuple[float, float | None]:
+    """``w`` simulated step by step with k = ``policy(batch size)``: its goodput and p50 E2E."""
+    from specpilot.simulate import stepwise
+    from specpilot.simulate.predict import figures
+
+    r = stepwise.run(
+        w.arrival_t,
+        w.prompt_tokens,
+        w.output_tokens,
+        w.group,
+        accepted=accepted,
+        k_of_b=policy,
+        step_k=step,
+        prefill_s=spec.prefill,
+        slots=spec.slots,
+        overhead_s=spec.overhead_s,
+        abort_s=w.abort_s,
+        seed=seed,
+    )
+    f = figures(w, r.ok, r.e2e, r.ttft)
+    return f.goodput, f.e2e_p50
+
+
+def _paired_row(
+    rate: float,
+    fixed: list[tuple[float, float | None]],
+    schedule: list[tuple[float, float | None]],
+) -> dict[str, float | None]:
+    """One rate's row: the means over seeds of (goodput, p50 E2E) under each policy and the
+    paired goodput difference (schedule - fixed, seed by seed) with its standard error."""
+    diff = np.array([s[0] - f[0] for s, f in zip(schedule, fixed, strict=True)])
+    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
+    return {
+        "rate": float(rate),
+        "goodput_fixed": _mean([g for g, _ in fixed]),
+        "goodput_schedule": _mean([g for g, _ in schedule]),
+        "e2e_p50_fixed": _mean([e for _, e in fixed]),
+        "e2e_p50_schedule": _mean([e for _, e in schedule]),
+        "goodput_diff": float(diff.mean()),
+        "goodput_diff_se": se,
+    }
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return float(np.mean(v)) if v else None
+
+
+def _verdict(
+    rows: Sequence[dict[str, float | None]], rates: Sequence[float], k: int, n_seeds: int
+) -> str:
+    """Where the schedule gains or loses goodput against a fixed ``k`` (a paired difference
+    beyond 2 standard errors), and where it makes no difference."""
     gains = [r["rate"] for r in rows if (r["goodput_diff"] or 0) > 2 * (r["goodput_diff_se"] or 0)]
     loses = [r["rate"] for r in rows if (r["goodput_diff"] or 0) < -2 * (r["goodput_diff_se"] or 0)]
     fmt = lambda xs: ", ".join(f"{x:.3g}" for x in xs)  # noqa: E731
     same = [r for r in rates if r not in gains and r not in loses]
     if not gains and not loses:
-        text = (
+        return (
             f"the schedule and a fixed k={k} give the same goodput (within 2 standard errors "
-            f"over {len(seeds)} seeds) at every simulated rate ({fmt(rates)} req/s)"
+            f"over {n_seeds} seeds) at every simulated rate ({fmt(rates)} req/s)"
         )
-    else:
-        parts = [
-            f"the schedule gains goodput over a fixed k={k} at {fmt(gains)} req/s" if gains else "",
-            f"loses to it at {fmt(loses)} req/s" if loses else "",
-            f"no difference at {fmt(same)} req/s" if same else "",
-        ]
-        text = "; ".join(x for x in parts if x) + f" (simulated over {len(seeds)} seeds)"
-    return ScheduleCheck(k, tuple(rows), f"checked step by step: {text}", spec.profile)
+    parts = [
+        f"the schedule gains goodput over a fixed k={k} at {fmt(gains)} req/s" if gains else "",
+        f"loses to it at {fmt(loses)} req/s" if loses else "",
+        f"no difference at {fmt(same)} req/s" if same else "",
+    ]
+    return "; ".join(x for x in parts if x) + f" (simulated over {n_seeds} seeds)"

@@ -37,79 +37,96 @@ def pilot_simulation(
         return out
     data = with_records(data)
     arms = list(dict.fromkeys(a for pair in pairs for a in pair))
+    done, out["notes"] = _validate_arms(data, arms)
+    out["validations"] = [v.to_dict() for v in done.values()]
+    for b, c in pairs:
+        ks = _k_schedule_entry(data, b, c, done, requests)
+        if ks is not None:
+            out["k_schedules"].append(ks)
+        if b in done and c in done:
+            x = _crossover_entry(data, b, c, done, requests)
+            if x is not None:
+                out["crossovers"].append(x)
+    return out
+
+
+def _validate_arms(data: PilotData, arms: Sequence[str]) -> tuple[dict[str, Validation], list[str]]:
+    """Each arm's simulation calibrated on its first measured phase and validated on the
+    others; notes for the arms with one phase or that could not be simulated."""
     done: dict[str, Validation] = {}
+    notes: list[str] = []
     for arm in arms:
         phases = measured_phases(data, arm)
         if len(phases) < 2:
-            out["notes"].append(f"{arm}: one measured phase, nothing to validate a simulation on")
+            notes.append(f"{arm}: one measured phase, nothing to validate a simulation on")
             continue
         try:
-            v = validate(data, arm, phases[:1], phases[1:])
+            done[arm] = validate(data, arm, phases[:1], phases[1:])
         except SpecpilotError as exc:
-            out["notes"].append(f"{arm}: not simulated ({exc.message})")
-            continue
-        done[arm] = v
-        out["validations"].append(v.to_dict())
-    for b, c in pairs:
-        try:
-            ks = k_schedule(data, b, c)
-        except SpecpilotError:
-            ks = None
-        if ks is not None:
-            try:
-                chk = check(data, b, c, ks, n=requests // 5, seeds=(0, 1, 2)).to_dict()
-            except SpecpilotError as exc:
-                chk = {"text": f"not checked ({exc.message})", "rows": []}
-            ok = b in done and c in done and done[b].validated and done[c].validated
-            if not ok:  # modelled from costs whose simulation missed its gate: no evidence
-                chk["text"] += " (NOT validated: the simulation of these arms missed its gate)"
-            out["k_schedules"].append(
-                {
-                    "baseline_arm": b,
-                    "candidate_arm": c,
-                    "ranges": [list(r) for r in ks.ranges],
-                    "text": f"{c}: {ks.text}",
-                    "check": chk,
-                    "validated": ok,
-                    "vllm_speculative_config": ks.vllm_speculative_config(),
-                    "notes": list(ks.notes),
-                }
-            )
-        if b not in done or c not in done:
-            continue
-        if not (done[b].validated and done[c].validated):
-            bad = [a for a in (b, c) if not done[a].validated]
-            out["crossovers"].append(
-                {
-                    "baseline_arm": b,
-                    "candidate_arm": c,
-                    "bracket": None,
-                    "validated": False,
-                    "text": f"{c} vs {b}: no simulated crossover, the simulation of {', '.join(bad)} "
-                    "is not validated (simulated figures are no evidence here)",
-                }
-            )
-            continue
-        rates = [p.offered_rate for p in data.phases if p.arm == b and not p.warmup]
-        rates = [r for r in rates if r > 0]
-        if not rates:
-            continue
-        grid = np.geomspace(min(rates), 2 * max(rates), RATES).round(4).tolist()
-        template, _ = measured(data, b, measured_phases(data, b)[-1])
-        x = crossover(calibrate(data, b), calibrate(data, c), template, grid, n=requests)
-        out["crossovers"].append(
-            {
-                "baseline_arm": b,
-                "candidate_arm": c,
-                "bracket": x.bracket,
-                "validated": True,
-                "rates": list(x.rates),
-                "ratio_p50": [list(r) for r in x.ratio_p50],
-                "outcome": list(x.outcome),
-                "text": f"{x.text} (simulated, validated on this pilot's phases)",
-            }
-        )
-    return out
+            notes.append(f"{arm}: not simulated ({exc.message})")
+    return done, notes
+
+
+def _k_schedule_entry(
+    data: PilotData, b: str, c: str, done: dict[str, Validation], requests: int
+) -> dict[str, object] | None:
+    """The candidate's k per batch size against the baseline, checked step by step and marked
+    NOT validated unless both arms' simulations passed the gate; None without a schedule."""
+    try:
+        ks = k_schedule(data, b, c)
+    except SpecpilotError:
+        return None
+    try:
+        chk = check(data, b, c, ks, n=requests // 5, seeds=(0, 1, 2)).to_dict()
+    except SpecpilotError as exc:
+        chk = {"text": f"not checked ({exc.message})", "rows": []}
+    ok = b in done and c in done and done[b].validated and done[c].validated
+    if not ok:  # modelled from costs whose simulation missed its gate: no evidence
+        chk["text"] += " (NOT validated: the simulation of these arms missed its gate)"
+    return {
+        "baseline_arm": b,
+        "candidate_arm": c,
+        "ranges": [list(r) for r in ks.ranges],
+        "text": f"{c}: {ks.text}",
+        "check": chk,
+        "validated": ok,
+        "vllm_speculative_config": ks.vllm_speculative_config(),
+        "notes": list(ks.notes),
+    }
+
+
+def _crossover_entry(
+    data: PilotData, b: str, c: str, done: dict[str, Validation], requests: int
+) -> dict[str, object] | None:
+    """The simulated crossover over rates from the baseline's lowest measured level to twice
+    its highest, or why there is none (an arm not validated); None without a measured rate."""
+    if not (done[b].validated and done[c].validated):
+        bad = [a for a in (b, c) if not done[a].validated]
+        return {
+            "baseline_arm": b,
+            "candidate_arm": c,
+            "bracket": None,
+            "validated": False,
+            "text": f"{c} vs {b}: no simulated crossover, the simulation of {', '.join(bad)} "
+            "is not validated (simulated figures are no evidence here)",
+        }
+    rates = [p.offered_rate for p in data.phases if p.arm == b and not p.warmup]
+    rates = [r for r in rates if r > 0]
+    if not rates:
+        return None
+    grid = np.geomspace(min(rates), 2 * max(rates), RATES).round(4).tolist()
+    template, _ = measured(data, b, measured_phases(data, b)[-1])
+    x = crossover(calibrate(data, b), calibrate(data, c), template, grid, n=requests)
+    return {
+        "baseline_arm": b,
+        "candidate_arm": c,
+        "bracket": x.bracket,
+        "validated": True,
+        "rates": list(x.rates),
+        "ratio_p50": [list(r) for r in x.ratio_p50],
+        "outcome": list(x.outcome),
+        "text": f"{x.text} (simulated, validated on this pilot's phases)",
+    }
 
 
 _REQUEST_FIELDS = tuple(
