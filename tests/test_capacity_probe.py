@@ -384,7 +384,7 @@ def test_a_resumed_pilot_keeps_the_capacity_it_measured(tmp_path) -> None:
     probe is not rerun: a second figure would give another schedule); another config's
     figure is never taken."""
     from specpilot.pilot.config.file import load_pilot
-    from specpilot.pilot.run.runner import Pilot
+    from specpilot.pilot.run.record import stored_capacity
     from specpilot.store import Store
 
     cfg = load_pilot(_util_example(tmp_path))
@@ -395,14 +395,14 @@ def test_a_resumed_pilot_keeps_the_capacity_it_measured(tmp_path) -> None:
         store.add_pilot(
             PilotRecord("p1", cfg.name, {}, cfg.sha256(), "0", 0.0, schedule={"capacity": stored})
         )
-    assert Pilot(cfg, out)._stored_capacity() == stored
+    assert stored_capacity(out / "pilot.duckdb", cfg.sha256()) == stored
     other = tmp_path / "other"
     other.mkdir()
     with Store(other / "pilot.duckdb") as store:
         store.add_pilot(
             PilotRecord("p2", cfg.name, {}, "0" * 64, "0", 0.0, schedule={"capacity": stored})
         )
-    assert Pilot(cfg, other)._stored_capacity() is None
+    assert stored_capacity(other / "pilot.duckdb", cfg.sha256()) is None
 
 
 def test_a_given_capacity_is_said_to_be_given_not_probed() -> None:

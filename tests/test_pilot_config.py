@@ -320,21 +320,27 @@ def test_resume_refuses_a_schedule_that_changed_under_it(tmp_path):
     import dataclasses
 
     from specpilot.pilot.config.file import PilotConfigError, default_pilot_path, load_pilot
+    from specpilot.pilot.run.record import open_pilot
     from specpilot.pilot.run.runner import Pilot
+    from specpilot.pilot.run.session import PilotSession
     from specpilot.store import Store
 
     path = default_pilot_path().resolve()
     cfg = load_pilot(path, quick=True)
     p = Pilot(cfg, tmp_path, base_dir=path.parent)
-    p.plans, p.schedule = p.prepare()
+    prep = p.prepare()
     with Store(tmp_path / "pilot.duckdb") as st:
-        first = p._open_pilot(st, None)
-        assert p._open_pilot(st, None).pilot_id == first.pilot_id  # unchanged: it resumes
-        edited = p.schedule.to_dict()
+        s = PilotSession(cfg, store=st, gates=p.gates, plans=prep.plans, files=prep.files,
+                         capacity=prep.capacity, level_schedule=prep.level_schedule,
+                         schedule=prep.level_schedule, progress=p.progress,
+                         admin_token="t", started=0.0)  # fmt: skip
+        first = open_pilot(s, st, {})
+        assert open_pilot(s, st, {}).pilot_id == first.pilot_id  # unchanged: it resumes
+        edited = s.schedule.to_dict()
         edited["phases"][1]["requests"] += 3
         st.add_pilot(dataclasses.replace(first, schedule=edited))
         with pytest.raises(PilotConfigError, match=r"schedule changed since it started \(phase"):
-            p._open_pilot(st, None)
+            open_pilot(s, st, {})
 
 
 def test_a_resume_refuses_a_target_file_whose_content_changed():
@@ -342,7 +348,7 @@ def test_a_resume_refuses_a_target_file_whose_content_changed():
     plan whose file at the same path now hashes otherwise stop the resume, naming both."""
     from types import SimpleNamespace as NS
 
-    from specpilot.pilot.run.runner import target_changed
+    from specpilot.pilot.plan.runplans import target_changed
 
     rec = NS(arm="base", manifest={"frozen": {"target": "sha256:aaaa1111"}})
     plan = NS(name="base", frozen={"target": "sha256:bbbb2222", "target_path": "/m/t.gguf"})
@@ -360,14 +366,16 @@ def test_every_builtin_arm_runs_the_format_the_first_started_one_chose_also_afte
     import dataclasses
     from types import SimpleNamespace
 
-    from specpilot.pilot.run.runner import Pilot
+    from specpilot.pilot.run.session import PilotSession
     from specpilot.store import Store
     from test_store import _arm, _pilot
 
     with Store(tmp_path / "p.duckdb") as st:
         st.add_pilot(_pilot())
         holder = SimpleNamespace(store=st)
-        assert Pilot.pinned_format(holder) is None  # nothing started yet: the arm's own option
+        assert (
+            PilotSession.pinned_format(holder) is None
+        )  # nothing started yet: the arm's own option
 
         def chose(fmt):
             return {"calibration": {"formats": {"target": fmt}}, "frozen": {"dtype": "auto"}}
@@ -380,7 +388,7 @@ def test_every_builtin_arm_runs_the_format_the_first_started_one_chose_also_afte
         for a in (later, llama, silent, first):
             st.add_arm(a)
         # the first builtin arm by run order that reported a choice ("auto" is no choice)
-        assert Pilot.pinned_format(holder) == "int8-bf16"
+        assert PilotSession.pinned_format(holder) == "int8-bf16"
 
 
 def test_a_workload_file_is_parsed_once_at_load_and_its_errors_name_it(tmp_path, capsys):

@@ -229,7 +229,7 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
         store=NS(records=lambda table, run_id: [p for p in phases if p.run_id == run_id]),
         capacity=None,
     )  # fmt: skip
-    plan = eta_plan.plan_for(ctx, runs)
+    plan = eta_plan.plan_for(ctx, runs, resumed=ctx)
     assert [s.key for s in plan] == [
         "spec:start", "spec:quality", "spec:compat",
         "plain:start", "plain:load:peak", "plain:quality", "plain:compat",
@@ -246,14 +246,14 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
     assert all(s.drain_s is None for s in plan)  # no probe: the learned drains
     # with the capacity probe's figures the loads are planned at their simulated drains
     ctx.capacity = {"step_s": [0.05, 0.08], "slots": 4, "prefill_s": 0.1}
-    sim = {s.key: s for s in eta_plan.plan_for(ctx, runs)}
+    sim = {s.key: s for s in eta_plan.plan_for(ctx, runs, resumed=ctx)}
     assert sim["ctl:load:off"].drain_s is not None and sim["ctl:load:off"].drain_s > 0
 
 
 def test_a_failed_arm_takes_its_steps_out_of_the_eta():
-    """``Pilot.record_failure`` (both designs call it) drops the run's steps still to come."""
+    """``PilotSession.record_failure`` (the episode design calls it) drops the run's steps still to come."""
     from specpilot.pilot.eta.progress import PilotProgress
-    from specpilot.pilot.run.runner import Pilot
+    from specpilot.pilot.run.session import PilotSession
     from specpilot.records import ArmRecord
 
     progress = PilotProgress(quiet=True)
@@ -265,7 +265,9 @@ def test_a_failed_arm_takes_its_steps_out_of_the_eta():
         arm_record=lambda run: ArmRecord("p", run.run_id, "s", "speculative", "builtin"),
         store=NS(add_arm=stored.append),
     )
-    Pilot.record_failure(holder, NS(run_id="s", arm=NS(name="s")), RuntimeError("engine died"))
+    PilotSession.record_failure(
+        holder, NS(run_id="s", arm=NS(name="s")), RuntimeError("engine died")
+    )
     assert stored[0].status == "failed"
     keys = {s.key for s in progress.clock.plan}
     assert "s:start" in keys and not any(k.startswith("s:") and k != "s:start" for k in keys)
@@ -306,7 +308,7 @@ def test_an_arm_that_fails_to_start_leaves_the_rotation_and_the_eta():
     good, bad = arm("b", lambda: None), arm("s", boom)
     failures = []
 
-    def record_failure(run, exc):  # as Pilot.record_failure does
+    def record_failure(run, exc):  # as PilotSession.record_failure does
         failures.append(run.run_id)
         clock.drop_run(run.run_id)
 

@@ -4,6 +4,7 @@ resumed pilot's lengths, and what is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -14,8 +15,7 @@ from pilot_cases import BUILTIN_DEADLINES
 from specpilot.cli import main
 from specpilot.pilot.config.file import parse_pilot
 from specpilot.pilot.plan.fit import MARGIN, fit, least_s
-from specpilot.pilot.run.gates import Gates
-from specpilot.pilot.run.runner import Pilot
+from specpilot.pilot.run.runner import Pilot, Prepared
 from specpilot.report.sections_capacity import probe_text
 from specpilot.workload import parse_workload
 
@@ -93,12 +93,9 @@ def _default(**episodes: object) -> dict:
     return data
 
 
-def _prepared(tmp_path: Path, rps: float, **episodes: object) -> Pilot:
+def _prepared(tmp_path: Path, rps: float, **episodes: object) -> tuple[Pilot, Prepared]:
     pilot = Pilot(parse_pilot(_default(**episodes)), tmp_path / "out", capacity_rps=rps)
-    pilot.plans, pilot.level_schedule = pilot.prepare()
-    pilot.schedule = pilot.level_schedule
-    pilot.gates = Gates(pilot.cfg, pilot.base_dir)
-    return pilot
+    return pilot, pilot.prepare()
 
 
 @pytest.mark.parametrize("rps", [0.5, 2.0])
@@ -108,20 +105,20 @@ def test_the_runner_fits_the_default_to_its_budget_with_its_own_plan(tmp_path, c
     budget less the margin; a faster machine plays more requests in the same budget."""
     from specpilot.pilot.eta.remaining import eta_s
     from specpilot.pilot.run.episode_run import episode_runs
-    from specpilot.pilot.run.eta_plan import plan_for
+    from specpilot.pilot.run.eta_plan import Planning, plan_for
 
-    pilot = _prepared(tmp_path, rps)
-    most = {p.name: p.duration_s for p in pilot.level_schedule.phases if not p.warmup}
+    pilot, prep = _prepared(tmp_path, rps)
+    most = {p.name: p.duration_s for p in prep.level_schedule.phases if not p.warmup}
     t0 = time.perf_counter()
-    sched = pilot._fitted(t0)
-    fitted = pilot.capacity["fitted_s"]
+    out = pilot._fitted(prep, t0)
+    sched, fitted = out.level_schedule, out.capacity["fitted_s"]
     assert set(fitted) == {"off_peak", "peak"}
     for p in sched.phases:
         if not p.warmup:
             assert p.requests >= 14 and p.duration_s <= most[p.name]
-    pilot.level_schedule = pilot.schedule = sched
-    design = pilot._design(quiet=True)
-    plan = plan_for(pilot, episode_runs(pilot.plans, design, "t"), fresh=True)
+    schedule, design = pilot._design(prep.plans, sched, quiet=True)
+    ahead = Planning(pilot.cfg, pilot.gates, schedule, sched, out.capacity)
+    plan = plan_for(ahead, episode_runs(prep.plans, design, "t"))
     budget_s = pilot.cfg.episodes.budget_min * 60.0
     assert time.perf_counter() - t0 + eta_s(plan, {}) <= budget_s * (1 - MARGIN) + 1.0
     assert "levels fitted to the budget of 8.8 min" in capsys.readouterr().err
@@ -130,16 +127,18 @@ def test_the_runner_fits_the_default_to_its_budget_with_its_own_plan(tmp_path, c
 def test_more_capacity_plays_more_requests_in_the_same_budget(tmp_path) -> None:
     counts = {}
     for rps in (0.5, 2.0):
-        pilot = _prepared(tmp_path / str(rps), rps)
-        sched = pilot._fitted(time.perf_counter())
+        pilot, prep = _prepared(tmp_path / str(rps), rps)
+        sched = pilot._fitted(prep, time.perf_counter()).level_schedule
         counts[rps] = sum(1 for r in sched.requests if not r.warmup)
     assert counts[2.0] > counts[0.5]
 
 
 def test_a_resumed_pilot_keeps_the_lengths_it_was_fitted_to(tmp_path) -> None:
-    pilot = _prepared(tmp_path, 0.5)
-    pilot.capacity = {**pilot.capacity, "fitted_s": {"off_peak": 150.0, "peak": 40.0}}
-    sched = pilot._fitted(time.perf_counter())
+    pilot, prep = _prepared(tmp_path, 0.5)
+    assert prep.capacity is not None
+    kept = {**prep.capacity, "fitted_s": {"off_peak": 150.0, "peak": 40.0}}
+    sched = pilot._fitted(dataclasses.replace(prep, capacity=kept), time.perf_counter())
+    sched = sched.level_schedule
     got = {p.name: p.duration_s for p in sched.phases if not p.warmup}
     assert got == {"off_peak": 150.0, "peak": 40.0}
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from specpilot.loadgen import LoadConfig, LoadResult, LoadRunner
     from specpilot.loadgen.config import Extras
     from specpilot.pilot.eta.progress import PilotProgress
+    from specpilot.workload import Schedule
 
 LOAD_STEP = "load"
 
@@ -113,23 +114,23 @@ def phases_left(ctx: ArmContext, run: RunPlan) -> list[str]:
         for p in ctx.store.records("phases", run_id=run.run_id)
         if p.status == "complete" and not p.warmup
     }
-    return phases_of(ctx, run, done)
+    return phases_of(ctx.schedule, run, done)
 
 
 def phases_of(
-    ctx: ArmContext, run: RunPlan, done: set[str] | frozenset[str] = frozenset()
+    schedule: Schedule, run: RunPlan, done: set[str] | frozenset[str] = frozenset()
 ) -> list[str]:
     """The run's measured phases less ``done``, in schedule order (a plan made before the
     pilot file exists: none done)."""
     mine = set(run.phases) if run.phases is not None else None
-    missing = sorted((mine or set()) - {p.name for p in ctx.schedule.phases})
+    missing = sorted((mine or set()) - {p.name for p in schedule.phases})
     if missing:  # a run of phases its schedule does not hold would replay nothing, silently
         raise RuntimeError(
             f"run {run.run_id}: phases {', '.join(missing)} are not in the schedule it replays"
         )
     return [
         p.name
-        for p in ctx.schedule.phases
+        for p in schedule.phases
         if not p.warmup and p.name not in done and (mine is None or p.name in mine)
     ]
 

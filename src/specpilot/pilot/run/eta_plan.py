@@ -4,9 +4,10 @@ clock): what each run still has to do, from the pilot file, and the schedule's t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
+from specpilot.pilot.config.file import PilotConfig
 from specpilot.pilot.eta.remaining import (
     DRILL_RESTARTS,
     RunLeft,
@@ -18,22 +19,52 @@ from specpilot.pilot.eta.remaining import (
 )
 from specpilot.pilot.run.armrun import LOAD_STEP, phases_left, phases_of
 from specpilot.pilot.run.context import PilotContext, RunPlan
+from specpilot.pilot.run.gates import Gates
 from specpilot.quality.compat import FEATURES
 from specpilot.simulate.sustain import phase_drains
+from specpilot.workload import Schedule
 
-if TYPE_CHECKING:
-    from specpilot.workload import Schedule
+
+class PlanContext(Protocol):
+    """What a plan reads of a pilot: its config, gates, schedule as replayed and by level, and
+    the capacity probe's figures (``Planning``; a running pilot's ``PilotSession``)."""
+
+    @property
+    def cfg(self) -> PilotConfig: ...
+    @property
+    def gates(self) -> Gates: ...
+    @property
+    def schedule(self) -> Schedule: ...
+    @property
+    def level_schedule(self) -> Schedule: ...
+    @property
+    def capacity(self) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class Planning:
+    """A pilot planned before its file exists (the budget's fit tries lengths with it)."""
+
+    cfg: PilotConfig
+    gates: Gates
+    schedule: Schedule
+    level_schedule: Schedule
+    capacity: dict[str, Any] | None
 
 
 def run_left(
-    ctx: PilotContext, run: RunPlan, rounds: int, checks: int, fresh: bool = False
+    ctx: PlanContext,
+    run: RunPlan,
+    rounds: int,
+    checks: int,
+    resumed: PilotContext | None = None,
 ) -> RunLeft | None:
-    """What the pilot file says ``run`` has left (None: complete); ``fresh``: all of it (a plan
-    made before the pilot file exists)."""
-    if fresh:
+    """What the pilot file says ``run`` has left (None: complete); ``resumed``: the running
+    pilot whose file says it (None: all of it, a plan made before the pilot file exists)."""
+    if resumed is None:
         done: set[str] = set()
     else:
-        rec = ctx.arm_record(run)
+        rec = resumed.arm_record(run)
         if rec.status == "complete":
             return None
         done = set(rec.completed_steps)
@@ -53,25 +84,29 @@ def run_left(
         run.run_id,
         # an arm that reaches another's processes starts nothing: a URL's start
         "url" if plan.url is not None or reaches else plan.engine,
-        () if LOAD_STEP in done else tuple(_phases(ctx, run, fresh)),
+        () if LOAD_STEP in done else tuple(_phases(ctx, run, resumed)),
         restarts,
         rounds if own and "quality" not in done else 0,
         checks if own and ctx.cfg.compat.enabled and "compat" not in done else 0,
     )
 
 
-def _phases(ctx: PilotContext, run: RunPlan, fresh: bool) -> list[str]:
-    return phases_of(ctx, run) if fresh else phases_left(ctx, run)
+def _phases(ctx: PlanContext, run: RunPlan, resumed: PilotContext | None) -> list[str]:
+    return phases_of(ctx.schedule, run) if resumed is None else phases_left(resumed, run)
 
 
-def plan_for(ctx: PilotContext, runs: Sequence[RunPlan], fresh: bool = False) -> list[Step]:
-    """The plan of a pilot about to run ``runs`` (a resumed one: only what is not done;
-    ``fresh``: all of it, before the pilot file exists)."""
+def plan_for(
+    ctx: PlanContext, runs: Sequence[RunPlan], resumed: PilotContext | None = None
+) -> list[Step]:
+    """The plan of a pilot about to run ``runs``: all of it, or with ``resumed`` (the running
+    pilot) only what its file says is not done."""
     cfg = ctx.cfg
     quality = ctx.gates.plan()
     rounds = quality_rounds([q.temperature for q in quality], cfg.quality.concurrency)
     checks = len(cfg.compat.features or FEATURES)
-    left = [r for r in (run_left(ctx, run, rounds, checks, fresh) for run in runs) if r is not None]
+    left = [
+        r for r in (run_left(ctx, run, rounds, checks, resumed) for run in runs) if r is not None
+    ]
     tt = timetable(ctx.schedule, cfg.drill.phase, cfg.drill.switch_after_s + cfg.drill.hold_s)
     # one call per episode; the drill replays a whole level (its first replay_s)
     drill = timetable(ctx.level_schedule, cfg.drill.phase, 0.0).arrivals

@@ -33,19 +33,17 @@ import httpx
 
 from specpilot.backends.adapters import adapter_of
 from specpilot.backends.facts import model_file
-from specpilot.backends.protocol import Backend
 from specpilot.pilot.config.file import PilotConfig, PilotConfigError
 from specpilot.pilot.config.settings import LoadSettings
 from specpilot.pilot.config.sizing import refuse_short_levels
 from specpilot.pilot.design import design_arms, design_record, in_place_of, split_schedule
 from specpilot.pilot.eta.progress import PilotProgress
 from specpilot.pilot.eta.remaining import eta_s
-from specpilot.pilot.plan.arms import ArmPlan, arm_manifest, check_one_switch, plan_arms
+from specpilot.pilot.plan.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.plan.assets import ASSET_STEPS, prepare
-from specpilot.pilot.plan.engines import check_credentials, make_backend
+from specpilot.pilot.plan.engines import check_credentials
 from specpilot.pilot.plan.fit import fit, fit_note, lengths
 from specpilot.pilot.plan.noise import episode_plan
-from specpilot.pilot.plan.runplans import derive_kv_slots, plain_overrides
 from specpilot.pilot.run import finish
 from specpilot.pilot.run.capacity import (
     NoSustainableRate,
@@ -56,13 +54,13 @@ from specpilot.pilot.run.capacity import (
     refuse_unprobed,
     wants_probe,
 )
-from specpilot.pilot.run.context import RunPlan, new_record
+from specpilot.pilot.run.context import RunPlan
 from specpilot.pilot.run.episode_run import EpisodeRun, episode_runs, reopen_split
-from specpilot.pilot.run.eta_plan import plan_for
+from specpilot.pilot.run.eta_plan import Planning, plan_for
 from specpilot.pilot.run.gates import Gates
 from specpilot.pilot.run.looks import check_budget, looks_notes
 from specpilot.pilot.run.record import open_pilot, stored_capacity
-from specpilot.records import ArmRecord, MetricSnapshot
+from specpilot.pilot.run.session import PilotSession
 from specpilot.report.fmt import clean
 from specpilot.store import Store
 from specpilot.workload import Schedule, build_schedule
@@ -81,15 +79,33 @@ class PilotResult:
     failed_arms: list[str] = field(default_factory=list)
 
 
-class Pilot:
-    """Runs a validated :class:`PilotConfig` into ``out_dir`` (pilot.duckdb + the report); the
-    ``PilotContext`` its arms' steps call (``schedule``, ``store`` and ``gates`` are set by
-    ``run``)."""
+@dataclass(frozen=True)
+class Prepared:
+    """What the pilot decides before anything is measured (``Pilot.prepare``): every arm's plan
+    (R6 checked), the files each engine needs, the capacity probe's figures, the workload (its
+    deadlines measured where it asks for them) and its schedule by load level."""
 
-    schedule: Schedule
+    plans: list[ArmPlan]
+    files: dict[str, dict[str, str]]  # arm -> option -> the prepared file (pilot.plan.assets)
+    capacity: dict[str, Any] | None  # the probe's figures (None: not probed)
+    wl: WorkloadConfig
     level_schedule: Schedule
-    store: Store
-    gates: Gates
+
+
+@dataclass(frozen=True)
+class Probing:
+    """What the capacity probe reads of the pilot (``pilot.run.capacity.ProbeContext``)."""
+
+    files: dict[str, dict[str, str]]
+    progress: PilotProgress
+    load_settings: LoadSettings
+    admin_token: str
+
+
+class Pilot:
+    """Runs a validated :class:`PilotConfig` into ``out_dir`` (pilot.duckdb + the report):
+    ``prepare`` decides what runs, ``run`` opens the pilot file and runs it as one
+    ``PilotSession`` (``pilot.run.session``), built whole."""
 
     def __init__(
         self,
@@ -102,59 +118,56 @@ class Pilot:
     ) -> None:
         self.cfg = cfg
         self.capacity_given = capacity_rps  # --capacity: the figure instead of the probe
-        self.capacity: dict[str, Any] | None = None  # the probe's figures, once prepared
         self.out_dir = Path(out_dir)
         self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
         self.progress = progress or PilotProgress()
         # the admin switch's token reaches the builtin servers through their environment, so it
         # stays out of launch lines and manifests
         self.admin_token = os.environ.setdefault("SPECPILOT_ADMIN_TOKEN", secrets.token_hex(16))
-        self.files: dict[str, dict[str, str]] = {}  # arm -> option -> the prepared file
-        self.plans: list[ArmPlan] = []
-        self.overrides: dict[str, dict[str, Any]] = {}
-        self.started = time.perf_counter()  # reset by run(): the budget counts from there
-
-    @property
-    def load_settings(self) -> LoadSettings:
-        return self.cfg.load
+        self.gates = Gates(cfg, self.base_dir)
 
     # -- planning ------------------------------------------------------------------------
-    def prepare(self) -> tuple[list[ArmPlan], Schedule]:
-        """Check the arms (R6) and build the schedule; export drafts llama.cpp needs."""
+    def prepare(self) -> Prepared:
+        """Check the arms (R6), prepare the files each engine needs, probe the capacity where
+        the rates need it, and build the schedule by load level."""
         plans = plan_arms(self.cfg)
         check_one_switch(plans)
         check_credentials(plans)  # before any engine starts, any probe, any measurement
         wl = self.cfg.workload_config()
         base_dir = self.cfg.workload_dir(self.base_dir)
-        self.capacity = None
-        for p in plans:  # the files each engine needs prepared (backends.adapter.Asset)
-            a = adapter_of(p.engine)
-            if a is None or p.url is not None or p.spec.options is None:
-                continue
-            got: dict[str, str] = {}
-            for option, asset in a.assets(p.spec.options).items():
-                self.progress.step(p.name, ASSET_STEPS[asset.kind])
-                got[option] = str(prepare(asset))
-            self.files[p.name] = got
-            draft = Path(got["draft"]) if "draft" in got else None
-            if draft is not None and draft.is_file():
-                p.strategy.draft_sha256 = _sha256(draft)
+        files = {p.name: self._assets(p) for p in plans if _has_assets(p)}
+        capacity = None
         if wants_probe(self.cfg, wl):  # the rates a fraction of it need it first
-            self.capacity = self._capacity(plans, wl, base_dir)
-        rps = self.capacity["sustainable_rps"] if self.capacity else None
+            capacity = self._capacity(plans, files, wl, base_dir)
+        rps = capacity["sustainable_rps"] if capacity else None
         if wl.unloaded_slo_groups():
-            wl = self._measured_deadlines(wl)
-        self.wl = wl
+            wl = self._measured_deadlines(wl, capacity)
         schedule = build_schedule(wl, base_dir=base_dir, capacity_rps=rps)
         if rps is not None:
             for note in over_capacity(schedule, rps):
                 self.progress.note(note)
-        return plans, schedule
+        return Prepared(plans, files, capacity, wl, schedule)
 
-    def _measured_deadlines(self, wl: WorkloadConfig) -> WorkloadConfig:
+    def _assets(self, p: ArmPlan) -> dict[str, str]:
+        """The files ``p``'s engine needs, prepared (``backends.adapter.Asset``); a draft file's
+        sha256 is the arm's strategy's."""
+        a = adapter_of(p.engine)
+        assert a is not None and p.spec.options is not None
+        got: dict[str, str] = {}
+        for option, asset in a.assets(p.spec.options).items():
+            self.progress.step(p.name, ASSET_STEPS[asset.kind])
+            got[option] = str(prepare(asset))
+        draft = Path(got["draft"]) if "draft" in got else None
+        if draft is not None and draft.is_file():
+            p.strategy.draft_sha256 = _sha256(draft)
+        return got
+
+    def _measured_deadlines(
+        self, wl: WorkloadConfig, capacity: dict[str, Any] | None
+    ) -> WorkloadConfig:
         """``wl`` with each ``slo.unloaded_x`` made seconds from the probe's unloaded task
         times; refused where no probe measured them (``--capacity``)."""
-        got = (self.capacity or {}).get("deadlines_s") or {}
+        got = (capacity or {}).get("deadlines_s") or {}
         groups = wl.unloaded_slo_groups()
         if not got:
             first = sorted(groups)[0]
@@ -174,35 +187,46 @@ class Pilot:
             )
         return wl.with_deadlines(got)
 
-    def _fitted(self, t0: float) -> Schedule:
+    def _fitted(self, prep: Prepared, t0: float) -> Prepared:
         """The schedule with the levels given as fractions of capacity fitted to the budget
         (``pilot.plan.fit``): planned at their least, then lengthened by what the budget leaves; a
-        resumed pilot keeps the lengths it started with."""
-        ep = self.cfg.episodes
-        assert ep.budget_min is not None and self.capacity is not None
+        resumed pilot keeps the lengths it started with (the capacity figures' ``fitted_s``, stored)."""
+        ep, capacity = self.cfg.episodes, prep.capacity
+        assert ep.budget_min is not None and capacity is not None
         base_dir = self.cfg.workload_dir(self.base_dir)
-        rps = self.capacity["sustainable_rps"]
-        names = set(self.wl.utilization_phases())
-        rates = {p.name: p.offered_rate for p in self.level_schedule.phases if p.name in names}
-        fitted = self.capacity.get("fitted_s")
+        rps = capacity["sustainable_rps"]
+        names = set(prep.wl.utilization_phases())
+        rates = {p.name: p.offered_rate for p in prep.level_schedule.phases if p.name in names}
+        fitted = capacity.get("fitted_s")
         if fitted is None:
-            levels = lengths(self.level_schedule, names, ep.per_level)
+            levels = lengths(prep.level_schedule, names, ep.per_level)
             spent = time.perf_counter() - t0
 
             def planned(seconds: dict[str, float]) -> float:
-                self.level_schedule = build_schedule(
-                    self.wl.with_durations(seconds), base_dir=base_dir, capacity_rps=rps
+                trial = build_schedule(
+                    prep.wl.with_durations(seconds), base_dir=base_dir, capacity_rps=rps
                 )
-                design = self._design(quiet=True)
-                plan = plan_for(self, episode_runs(self.plans, design, "fit"), fresh=True)
-                return spent + eta_s(plan, {})
+                schedule, design = self._design(prep.plans, trial, quiet=True)
+                ahead = Planning(self.cfg, self.gates, schedule, trial, capacity)
+                return spent + eta_s(plan_for(ahead, episode_runs(prep.plans, design, "fit")), {})
 
             fitted = fit(levels, planned, ep.budget_min * 60.0)
-            self.capacity = {**self.capacity, "fitted_s": fitted}
         self.progress.note(fit_note(fitted, rates, ep.per_level, ep.budget_min))
-        return build_schedule(self.wl.with_durations(fitted), base_dir=base_dir, capacity_rps=rps)
+        levels_now = build_schedule(
+            prep.wl.with_durations(fitted), base_dir=base_dir, capacity_rps=rps
+        )
+        # the lengths kept with the pilot's capacity figures: a resumed pilot fits no more
+        return dataclasses.replace(
+            prep, capacity={**capacity, "fitted_s": fitted}, level_schedule=levels_now
+        )
 
-    def _capacity(self, plans: list[ArmPlan], wl: WorkloadConfig, base_dir: Path) -> dict[str, Any]:
+    def _capacity(
+        self,
+        plans: list[ArmPlan],
+        files: dict[str, dict[str, str]],
+        wl: WorkloadConfig,
+        base_dir: Path,
+    ) -> dict[str, Any]:
         """The capacity probe's figures (``pilot.run.capacity``): the stored ones when resuming the
         same pilot (its schedule is rebuilt at the same rate), else measured now."""
         stored = stored_capacity(self.out_dir / "pilot.duckdb", self.cfg.sha256())
@@ -214,8 +238,9 @@ class Pilot:
         refuse_unprobed(self.cfg, base)
         provisional = build_schedule(wl, base_dir=base_dir, capacity_rps=1.0)  # its requests
         try:
+            probing = Probing(files, self.progress, self.cfg.load, self.admin_token)
             figures = baseline_probe(
-                self, base, provisional, wl.unloaded_slo_groups(), self._in_place_arm(plans)
+                probing, base, provisional, wl.unloaded_slo_groups(), self._in_place_arm(plans)
             )
         except NoSustainableRate as exc:
             raise PilotConfigError(
@@ -248,28 +273,39 @@ class Pilot:
     # -- running -------------------------------------------------------------------------
     def run(self) -> PilotResult:
         """Run every arm not yet complete, then the cross-arm gates, analysis and report."""
-        t0 = self.started = time.perf_counter()
-        self.plans, self.level_schedule = self.prepare()
-        self.schedule = self.level_schedule
-        self.gates = Gates(self.cfg, self.base_dir)
+        t0 = time.perf_counter()
+        prep = self.prepare()
         ep = self.cfg.episodes
-        if ep.fit_budget and self.capacity and self.wl.utilization_phases():
-            self.level_schedule = self.schedule = self._fitted(t0)
-        design = self._design()  # the episode design: self.schedule cut into episodes
+        if ep.fit_budget and prep.capacity and prep.wl.utilization_phases():
+            prep = self._fitted(prep, t0)
+        levels = prep.level_schedule
+        schedule, design = self._design(prep.plans, levels)  # each level cut into episodes
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / "pilot.duckdb"
         with Store(path) as store:
-            self.store = store
-            pilot = open_pilot(self, store, design)
+            s = PilotSession(
+                self.cfg,
+                store=store,
+                gates=self.gates,
+                plans=prep.plans,
+                files=prep.files,
+                capacity=prep.capacity,
+                level_schedule=levels,
+                schedule=schedule,
+                progress=self.progress,
+                admin_token=self.admin_token,
+                started=t0,
+            )
+            pilot = open_pilot(s, store, design)
             design = (pilot.schedule or {}).get("design", design)  # as stored
-            runs = self._episode_runs(design, pilot.pilot_id)
+            runs = self._episode_runs(prep.plans, design, pilot.pilot_id, s)
             clock = self.progress.clock
-            clock.plan = plan_for(self, runs)  # the ETA from here on (pilot.eta.remaining)
+            clock.plan = plan_for(s, runs, resumed=s)  # the ETA from here on (pilot.eta)
             # a budget too small for the least pilot: refused now
             check_budget(design, clock.plan, time.perf_counter() - t0)
-            failed = EpisodeRun(self, runs, design).run()
+            failed = EpisodeRun(s, runs, design).run()
             with clock.timed("cross_arm"):
-                finish.cross_arm(store, self.gates, self.plans, self.progress)
+                finish.cross_arm(store, self.gates, prep.plans, self.progress)
             store.add_pilot(
                 dataclasses.replace(pilot, status="complete", finished_unix=time.time())
             )
@@ -285,115 +321,43 @@ class Pilot:
             failed_arms=failed,
         )
 
-    def _design(self, quiet: bool = False) -> dict[str, Any]:
-        """The episode design's record (``pilot.design``), each level of ``self.schedule`` cut
-        into its episodes (``quiet``: a trial, its notes not said)."""
+    def _design(
+        self, plans: list[ArmPlan], levels: Schedule, quiet: bool = False
+    ) -> tuple[Schedule, dict[str, Any]]:
+        """The schedule the runs replay (each level of ``levels`` cut into its episodes) and
+        the episode design's record (``pilot.design``; ``quiet``: a trial, its notes not said)."""
         ep = self.cfg.episodes
-
-        for note in refuse_short_levels(self.cfg, self.level_schedule):  # before any start
+        for note in refuse_short_levels(self.cfg, levels):  # before any start
             if not quiet:
                 self.progress.note(note)
-        self.schedule = split_schedule(self.level_schedule, ep.per_level)
-        arms = design_arms(self.plans, ep)
-        base = next(p.name for p in self.plans if p.role == "baseline")
-        alpha = (
-            1.0 - self.cfg.analysis.ci_level
-        )  # the looks share it (analysis.episodes.sequential)
-        design = design_record(self.schedule, arms, base, ep.processes, ep, alpha)
+        schedule = split_schedule(levels, ep.per_level)
+        arms = design_arms(plans, ep)
+        base = next(p.name for p in plans if p.role == "baseline")
+        alpha = 1.0 - self.cfg.analysis.ci_level  # the looks share it (analysis.episodes)
+        design = design_record(schedule, arms, base, ep.processes, ep, alpha)
         # what the planner predicts from the noise measured before this pilot: the report
         # sets it beside what the pilot achieved (analysis.verdicts.predicted)
         design["prediction"] = clean(episode_plan(self.cfg)) if not quiet else {}
-        return design
+        return schedule, design
 
-    def _episode_runs(self, design: dict[str, Any], pilot_id: str) -> list[RunPlan]:
+    def _episode_runs(
+        self,
+        plans: list[ArmPlan],
+        design: dict[str, Any],
+        pilot_id: str,
+        s: PilotSession,
+    ) -> list[RunPlan]:
         """The episode design's runs, a resumed in-place pilot's split episodes reopened, the
         looks said."""
         ep = self.cfg.episodes
         # the budget is this command's (--budget), not the design's: a rerun with another one
         # resumes under it
         design.setdefault("looks", {})["budget_min"] = ep.budget_min
-        runs = episode_runs(self.plans, design, pilot_id)
-        reopen_split(self, runs, design)  # a resumed in-place pilot's split episodes
+        runs = episode_runs(plans, design, pilot_id)
+        reopen_split(s, runs, design)  # a resumed in-place pilot's split episodes
         for note in looks_notes(design):
             self.progress.note(note)
         return runs
-
-    def record_failure(self, run: RunPlan, exc: BaseException) -> None:
-        """The arm's run as failed, with the error, in the pilot file and on the terminal."""
-        err = f"{type(exc).__name__}: {exc}"
-        self.progress.note(f"arm {run.arm.name} failed: {err}")
-        self.progress.clock.drop_run(run.run_id)  # its steps still to come: out of the ETA
-        latest = self.arm_record(run)
-        self.store.add_arm(
-            dataclasses.replace(
-                latest, status="failed", error=err[:2000], finished_unix=time.time()
-            )
-        )
-
-    def snapshot_at_start(self, run: RunPlan, backend: Backend) -> MetricSnapshot | None:
-        """Counters and memory of a freshly started arm (the derived alternative reads the
-        draft's memory from it before the arm has served a phase); None: the scrape failed."""
-        try:
-            snap = backend.scrape(run.run_id, run.arm.name, "start", "after")
-        except Exception:  # a failed scrape only costs the figure
-            return None
-        self.store.add_snapshots([snap])
-        return snap
-
-    # -- per-arm helpers (used by pilot.run.steps) ------------------------------------------------
-    def backend_for(
-        self,
-        plan: ArmPlan,
-        *,
-        overrides: dict[str, Any] | None = None,
-        port: int | None = None,
-        plain: bool = False,
-    ) -> Backend:
-        """The arm's backend; ``plain`` is the same engine with speculation off (the drill's
-        restart), on ``port`` so clients keep their endpoint."""
-        over = dict(overrides or self.overrides.get(plan.name, {}))
-        if plain:
-            over.update(plain_overrides(plan))
-        return make_backend(
-            plan,
-            dtype=self.pinned_format(),
-            files=self.files.get(plan.name, {}),
-            overrides=over,
-            port=port,
-        )
-
-    def pinned_format(self) -> str | None:
-        """The weight format every builtin arm runs: the one the first started builtin arm's
-        engine reported choosing (its manifest's calibration, read from the file, so a resumed
-        pilot keeps the first run's choice); None before any builtin engine has reported one
-        (each arm then runs its own ``dtype`` option)."""
-        arms = [a for a in self.store.records("arms") if a.manifest]
-        for a in sorted(arms, key=lambda a: (a.run_order, a.repetition)):
-            engine = adapter_of(a.engine)
-            chosen = engine.chosen_format(a.manifest) if engine is not None else None
-            if chosen:
-                return chosen
-        return None
-
-    def derived_overrides(self, plan: ArmPlan) -> dict[str, Any]:
-        """Option changes the arm's budget derives from another arm's measurement (kv_slots)."""
-        over: dict[str, Any] = {}
-        if plan.role == "alternative" and plan.spec.budget.derive == "kv_slots":
-            over = derive_kv_slots(self.store, plan, self.plans)
-        self.overrides[plan.name] = over
-        return over
-
-    def manifest(
-        self, backend: Backend, plan: ArmPlan, overrides: dict[str, Any]
-    ) -> dict[str, Any]:
-        """``pilot.plan.arms.arm_manifest`` of the started backend."""
-        return arm_manifest(backend.describe().to_dict(), plan, overrides)
-
-    def arm_record(self, run: RunPlan) -> ArmRecord:
-        found = self.store.records("arms", run_id=run.run_id)
-        if found:
-            return found[0]
-        return new_record(run, self.store.records("pilots")[0].pilot_id)
 
 
 def _sha256(path: Path) -> str:
@@ -403,3 +367,8 @@ def _sha256(path: Path) -> str:
 
 def default_out_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def _has_assets(p: ArmPlan) -> bool:
+    """An arm whose engine specpilot starts with options (its files may need preparing)."""
+    return adapter_of(p.engine) is not None and p.url is None and p.spec.options is not None
