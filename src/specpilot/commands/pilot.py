@@ -133,6 +133,7 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
                 "budget": p.budget.to_dict(),
                 "drill": p.drill,
                 "url": p.url,
+                "urls": p.spec.replicas,  # an arm by URL: one replica per process
                 "headers_sent": names(p.spec.headers, p.spec.api_key_env) if p.url else [],
                 "launch": command,
             }
@@ -249,6 +250,11 @@ def _print_arm(a: dict[str, Any]) -> None:
     print(f"  {a['name']:<16} {a['role']:<11} {a['engine']:<8} {strat}{ref}")
     if a["launch"]:
         print("      " + " ".join(str(x) for x in a["launch"]))
+    elif len(a.get("urls") or []) > 1:
+        print(
+            f"      replicas {', '.join(a['urls'])} (one per process; given by URL: not "
+            "started, not drilled)"
+        )
     elif a["url"]:
         print(f"      endpoint {a['url']} (given by URL: not started, not drilled)")
         if a["headers_sent"]:

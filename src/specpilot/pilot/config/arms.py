@@ -25,6 +25,9 @@ class ArmBase(StrictModel):
     name: str = Field(pattern=NAME_PATTERN)
     role: Literal["baseline", "speculative", "alternative", "control", "extra"]
     url: str | None = None  # an endpoint someone else runs: no start, no drill, partial manifest
+    # replicas of one configuration someone else runs, each one of the arm's processes in the
+    # episode design (url: is then the first); pilot.config.file checks their count
+    urls: list[str] | None = Field(None, min_length=1)
     # a baseline by URL may take the capacity probe's load (target_utilization needs it)
     probe: bool = False
     compare_to: str | None = None
@@ -35,6 +38,39 @@ class ArmBase(StrictModel):
     # at run time; api_key_env: NAME is Authorization: Bearer ${NAME} (pilot.config.credentials)
     headers: dict[str, str] = Field(default_factory=dict)
     api_key_env: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_replica(cls, data: object) -> object:
+        """``urls:`` given: ``url`` is its first replica (every rule for an arm by URL holds)."""
+        if not isinstance(data, dict) or data.get("urls") is None:
+            return data
+        if data.get("url") is not None:
+            raise FieldProblem(
+                "give url: (one endpoint) or urls: (its replicas), not both",
+                fix="list every replica under urls: and remove url:",
+                path=("url",),
+            )
+        urls = data["urls"]
+        first = urls[0] if isinstance(urls, list) and urls else None
+        return {**data, "url": first} if isinstance(first, str) else data
+
+    @model_validator(mode="after")
+    def _replicas(self) -> ArmBase:
+        urls = self.urls or []
+        twice = sorted({u for u in urls if urls.count(u) > 1})
+        if twice:
+            raise FieldProblem(
+                f"arm {self.name!r}: replica {twice[0]} is listed twice: a replica is one process",
+                fix="list each replica once under urls:",
+                path=("urls",),
+            )
+        return self
+
+    @property
+    def replicas(self) -> list[str]:
+        """The endpoints of an arm by URL, one per process (empty: specpilot starts it)."""
+        return list(self.urls) if self.urls else [self.url] if self.url is not None else []
 
     @model_validator(mode="after")
     def _credentials(self) -> ArmBase:

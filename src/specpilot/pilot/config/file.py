@@ -107,20 +107,22 @@ class PilotConfig(_Model):
     @classmethod
     def _one_process_by_url(cls, data: object) -> object:
         """``episodes: null`` is the design's defaults; where an arm is by URL and the file does
-        not set ``episodes.processes``, 1 process an arm (an endpoint is one process;
-        specpilot starts no more of it)."""
+        not set ``episodes.processes``, as many processes an arm as the first such arm has
+        replicas (an endpoint is one process: 1 for ``url:``, one per entry of ``urls:``)."""
         if not isinstance(data, dict):
             return data
         if "episodes" in data and data["episodes"] is None:  # null: the design's defaults
             data = {k: v for k, v in data.items() if k != "episodes"}
         arms, ep = data.get("arms"), data.get("episodes")
-        by_url = isinstance(arms, list) and any(
-            isinstance(a, dict) and a.get("url") is not None for a in arms
-        )
-        if by_url and ep is None:
-            return {**data, "episodes": {"processes": 1}}
-        if by_url and isinstance(ep, dict) and "processes" not in ep:
-            return {**data, "episodes": {**ep, "processes": 1}}
+        replicas = [
+            len(a["urls"]) if isinstance(a.get("urls"), list) and a["urls"] else 1
+            for a in (arms if isinstance(arms, list) else [])
+            if isinstance(a, dict) and (a.get("url") is not None or a.get("urls") is not None)
+        ]
+        if replicas and ep is None:
+            return {**data, "episodes": {"processes": replicas[0]}}
+        if replicas and isinstance(ep, dict) and "processes" not in ep:
+            return {**data, "episodes": {**ep, "processes": replicas[0]}}
         return data
 
     @model_validator(mode="after")
@@ -129,7 +131,7 @@ class PilotConfig(_Model):
         return self._episodes()
 
     def _episodes(self) -> PilotConfig:
-        url = [a.name for a in self.arms if a.url is not None]
+        url = [a for a in self.arms if a.url is not None]
         ep = self.episodes
         if "planted" in {a.name for a in self.arms} and ep.planted:
             raise ValueError(
@@ -140,11 +142,15 @@ class PilotConfig(_Model):
                 "load.phase_timing: schedule: the episode design drains every episode before "
                 "the next; set load.phase_timing: back_to_back (the default)"
             )
-        if url and ep.processes > 1:
-            raise ValueError(
-                f"episodes.processes {ep.processes}: arm {url[0]!r} is given by URL, and "
-                "specpilot cannot start more processes of it; set episodes.processes: 1"
-            )
+        for a in url:  # each replica is one process: as many as the design's processes
+            n = len(a.replicas)
+            if n != ep.processes:
+                raise ValueError(
+                    f"episodes.processes {ep.processes}: arm {a.name!r} is given by URL with "
+                    f"{n} replica{'s' if n > 1 else ''}, and specpilot starts no more of it; "
+                    f"list {ep.processes} replicas under its urls: (one per process), or set "
+                    f"episodes.processes: {n}"
+                )
         if ep.in_place:
             self._in_place()
         return self

@@ -122,8 +122,9 @@ def make_backend(
     files: Mapping[str, str] | None = None,
     overrides: dict[str, Any] | None = None,
     port: int | None = None,
+    process: int = 0,
 ) -> Backend:
-    """The backend of an arm (not started). ``dtype`` pins the weight format of engines that
+    """The backend of an arm's ``process`` (not started; an arm by URL: that replica). ``dtype`` pins the weight format of engines that
     choose one (every arm of a pilot uses the first arm's choice); ``files``: what the pilot
     prepared for the arm (``backends.adapter.Asset``: a draft exported to GGUF, a target
     converted for vLLM); ``overrides`` replace option fields (the alternative's derived
@@ -135,7 +136,7 @@ def make_backend(
 
         a = plan.spec
         return OpenAIBackend(
-            plan.url,
+            a.replicas[process],
             engine=plan.engine,
             unknown=tuple(plan.unknown),
             name=plan.name,
@@ -175,7 +176,7 @@ def check_credentials(plans: list[ArmPlan]) -> None:
     so a missing variable or a refused key (401, 403) stops the pilot before anything is
     measured, not after the other arms ran."""
     for plan in plans:
-        if plan.url is not None:
-            backend = make_backend(plan)
+        for process in range(len(plan.spec.replicas)):  # every replica of an arm by URL
+            backend = make_backend(plan, process=process)
             if isinstance(backend, OpenAIBackend):
                 backend.check_credentials()

@@ -79,6 +79,7 @@ class ArmContext(Protocol):
         overrides: dict[str, Any] | None = None,
         port: int | None = None,
         plain: bool = False,
+        process: int = 0,
     ) -> Backend: ...
 
     def derived_overrides(self, plan: ArmPlan) -> dict[str, Any]: ...

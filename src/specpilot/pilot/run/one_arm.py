@@ -56,11 +56,12 @@ class OneArm:
         overrides: dict[str, Any] | None = None,
         port: int | None = None,
         plain: bool = False,
+        process: int = 0,
     ) -> Backend:
 
         if plain:
             raise ConfigError("a one-arm load does not switch its engine", fix="run a pilot")
-        return make_backend(plan, overrides=overrides, port=port)
+        return make_backend(plan, overrides=overrides, port=port, process=process)
 
     def derived_overrides(self, plan: ArmPlan) -> dict[str, Any]:
         return {}  # no other arm to derive from

@@ -94,9 +94,11 @@ class PilotSession:
         overrides: dict[str, Any] | None = None,
         port: int | None = None,
         plain: bool = False,
+        process: int = 0,
     ) -> Backend:
-        """The arm's backend; ``plain`` is the same engine with speculation off (the drill's
-        restart), on ``port`` so clients keep their endpoint."""
+        """The backend of the arm's ``process`` (an arm by URL: its replica); ``plain`` is the
+        same engine with speculation off (the drill's restart), on ``port`` so clients keep
+        their endpoint."""
         over = dict(overrides or self.overrides.get(plan.name, {}))
         if plain:
             over.update(plain_overrides(plan))
@@ -106,6 +108,7 @@ class PilotSession:
             files=self.files.get(plan.name, {}),
             overrides=over,
             port=port,
+            process=process,
         )
 
     def pinned_format(self) -> str | None:

@@ -60,7 +60,7 @@ class ArmLife:
     def _start(self) -> None:
         p, plan = self.p, self.run.arm
         overrides = p.derived_overrides(plan)
-        backend = p.backend_for(plan, overrides=overrides)
+        backend = p.backend_for(plan, overrides=overrides, process=self.run.process)
         p.progress.step(plan.name, "starting the engine (cold start)")
         t0 = time.perf_counter()
         backend.start(p.load_settings.start_timeout_s)
