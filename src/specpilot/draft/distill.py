@@ -188,10 +188,7 @@ def train_draft(
     head = _head(draft)
     remap = _remap(head)
     dev = torch.device(device)
-    draft.train()
-    params = [p for n, p in draft.named_parameters() if n.startswith(("layers.", "norm."))]
-    for n, p in draft.named_parameters():
-        p.requires_grad_(n.startswith(("layers.", "norm.")))
+    params = _trainable(draft)
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
     rng = random.Random(seed)
     stats = TrainStats()
@@ -201,43 +198,90 @@ def train_draft(
     epoch_batches: list[list[int]] = []
     while True:
         elapsed = time.monotonic() - t0
-        if budget_s is not None and elapsed >= budget_s:
-            break
-        if max_steps is not None and stats.steps >= max_steps:
+        if (budget_s is not None and elapsed >= budget_s) or (
+            max_steps is not None and stats.steps >= max_steps
+        ):
             break
         if not epoch_batches:
             epoch_batches = _batches(samples, max_tokens, rng)
         idx = epoch_batches.pop()
         frac = elapsed / budget_s if budget_s else stats.steps / max(max_steps or 1, 1)
-        warm = min(1.0, (stats.steps + 1) / warmup_steps)
         for g in opt.param_groups:
-            g["lr"] = lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+            g["lr"] = _lr(lr, stats.steps, warmup_steps, frac)
         tokens, rows, cols, sub, probs = _collate(samples, idx, remap, dev)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-            h = draft.hidden_train(tokens)[rows, cols]  # (M, dim)
-            logits = head.forward_small(h).float()  # (M, N)
-        logq = torch.log_softmax(logits, dim=-1)
-        loss = -(probs * logq.gather(-1, sub)).sum(-1).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        loss = _distill_loss(draft, head, tokens, rows, cols, sub, probs, amp)
+        running += _optimiser_step(opt, params, loss)
         stats.steps += 1
         stats.tokens += int(rows.numel())
-        running += float(loss.detach())
         n_run += 1
         if stats.steps % 25 == 0:
-            stats.loss.append(running / n_run)
-            if log:
-                log(
-                    f"step {stats.steps} loss {running / n_run:.3f} tokens {stats.tokens} "
-                    f"{time.monotonic() - t0:.0f}s"
-                )
+            _interval(stats, running / n_run, t0, log)
             running, n_run = 0.0, 0
     if n_run:
         stats.loss.append(running / n_run)
     stats.seconds = time.monotonic() - t0
+    _freeze(draft)
+    return stats
+
+
+def _trainable(draft: Transformer) -> list[torch.nn.Parameter]:
+    """Put the draft in training mode with only its layers and final norm trainable (the
+    embedding and head stay the target's); those parameters."""
+    draft.train()
+    params = [p for n, p in draft.named_parameters() if n.startswith(("layers.", "norm."))]
+    for n, p in draft.named_parameters():
+        p.requires_grad_(n.startswith(("layers.", "norm.")))
+    return params
+
+
+def _interval(stats: TrainStats, loss: float, t0: float, log: Callable[[str], None] | None) -> None:
+    """A log interval's mean ``loss`` kept in ``stats`` and logged with the time since ``t0``."""
+    stats.loss.append(loss)
+    if log:
+        log(
+            f"step {stats.steps} loss {loss:.3f} tokens {stats.tokens} {time.monotonic() - t0:.0f}s"
+        )
+
+
+def _freeze(draft: Transformer) -> None:
+    """Back to inference: eval mode, no parameter trainable."""
     draft.eval()
     for q_ in draft.parameters():
         q_.requires_grad_(False)
-    return stats
+
+
+def _optimiser_step(
+    opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], loss: torch.Tensor
+) -> float:
+    """One AdamW step on ``loss``, gradients clipped to norm 1; the loss as a float."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return float(loss.detach())
+
+
+def _lr(lr: float, step: int, warmup_steps: int, frac: float) -> float:
+    """Linear warm-up over ``warmup_steps``, then a cosine from ``lr`` down to a tenth of it as
+    ``frac`` of the budget is spent."""
+    warm = min(1.0, (step + 1) / warmup_steps)
+    return lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def _distill_loss(
+    draft: Transformer,
+    head: RestrictedHead,
+    tokens: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    sub: torch.Tensor,
+    probs: torch.Tensor,
+    amp: bool,
+) -> torch.Tensor:
+    """Cross-entropy of the draft against the target's top-k distribution (``probs`` over the
+    head's ids ``sub``) at the labelled positions (``rows``, ``cols``), mean over them."""
+    with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=amp):
+        h = draft.hidden_train(tokens)[rows, cols]  # (M, dim)
+        logits = head.forward_small(h).float()  # (M, N)
+    logq = torch.log_softmax(logits, dim=-1)
+    return -(probs * logq.gather(-1, sub)).sum(-1).mean()

@@ -181,34 +181,22 @@ def initial_draft(
 def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the whole recipe; returns the summary also written into draft.json."""
     t_start = time.monotonic()
-    deadline_gen = t_start + cfg.minutes * 60.0 * cfg.gen_fraction
     dev = torch.device(cfg.device)
-    loaded = load_model(cfg.target, dtype=torch.bfloat16, tokenizer=cfg.prompts_file is None)
-    target = loaded.model.to(dev)
-    eos = [int(loaded.tokenizer.eos_token_id)] if loaded.tokenizer is not None else [2]
-    prompts = tokenized_prompts(cfg, loaded.tokenizer, log)
-    samples = teacher_data(cfg, target, prompts, eos, deadline_gen, log)
+    deadline_gen = t_start + cfg.minutes * 60.0 * cfg.gen_fraction
+    samples, eos, vocab = _teacher_samples(cfg, dev, deadline_gen, log)
     if len(samples) < 4:
         raise ConfigError("too little teacher data: raise --minutes or --gen-fraction")
     gen_s = time.monotonic() - t_start
     held = samples[::20]  # every 20th sample (its own prompt) is held out for agreement
     train = [s for i, s in enumerate(samples) if i % 20]
-    vocab = target.cfg.vocab_size
     ids = head_vocab(train, cfg.head_vocab, eos) if cfg.head_vocab < vocab else torch.arange(vocab)
     cov = coverage(held, ids)
     n_tok = sum(s.topk_ids.shape[0] for s in train)
     log(
         f"teacher data: {len(samples)} samples, {n_tok} train tokens in {gen_s:.0f}s; head {ids.numel()} ids cover {cov:.3f} of held-out tokens"
     )
-    # train in fp32 (master weights); the target itself stays bf16 and is not trained
-    fp32_loaded = load_model(cfg.target, dtype=torch.float32, tokenizer=False)
-    draft, init = initial_draft(cfg, fp32_loaded, ids)
-    if cfg.init_draft:
-        ids = head_ids_of(draft)  # type: ignore[assignment]
-        cov = coverage(held, ids)
-        log(f"continuing from {cfg.init_draft}: its head's {ids.numel()} ids cover {cov:.3f}")
+    draft, init, ids, cov = _starting_draft(cfg, ids, cov, held, log)
     draft = draft.to(dev)
-    del target
     remaining = max(cfg.minutes * 60.0 - (time.monotonic() - t_start), 30.0) / 60.0
     before, _ = agreement(draft, held[:64], device=dev)
     stats = train_draft(
@@ -232,15 +220,7 @@ def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[st
         "recipe": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
         "device": str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev),
         "threads": torch.get_num_threads(),
-        "teacher": {
-            "samples": len(samples),
-            "train_tokens": n_tok,
-            "generation_s": round(gen_s, 1),
-            "by_group": {
-                g: sum(s.topk_ids.shape[0] for s in train if s.group == g)
-                for g in sorted({s.group for s in train})
-            },
-        },
+        "teacher": _teacher_summary(samples, train, n_tok, gen_s),
         "head_vocab": int(ids.numel()),
         "head_coverage_heldout": round(cov, 4),
         "untrained_agreement": round(before, 4),
@@ -254,6 +234,52 @@ def run_recipe(cfg: RecipeConfig, log: Callable[[str], None] = print) -> dict[st
     write_model_card(cfg.out, summary, init)
     log(f"draft written to {cfg.out} ({summary['wall_s']:.0f}s)")
     return summary
+
+
+def _teacher_samples(
+    cfg: RecipeConfig, dev: torch.device, deadline: float, log: Callable[[str], None]
+) -> tuple[list[TeacherSample], list[int], int]:
+    """The target (bf16, on ``dev``) decodes the training prompts until ``deadline`` (cached
+    shards first): the samples, the target's EOS ids and its vocabulary size."""
+    loaded = load_model(cfg.target, dtype=torch.bfloat16, tokenizer=cfg.prompts_file is None)
+    target = loaded.model.to(dev)
+    eos = [int(loaded.tokenizer.eos_token_id)] if loaded.tokenizer is not None else [2]
+    prompts = tokenized_prompts(cfg, loaded.tokenizer, log)
+    samples = teacher_data(cfg, target, prompts, eos, deadline, log)
+    return samples, eos, target.cfg.vocab_size
+
+
+def _starting_draft(
+    cfg: RecipeConfig,
+    ids: torch.Tensor,
+    cov: float,
+    held: list[TeacherSample],
+    log: Callable[[str], None],
+) -> tuple[Transformer, list[int], torch.Tensor, float]:
+    """The fp32 draft training starts from (``initial_draft``), the target layers it was copied
+    from, and its head ids with their held-out coverage (a continued draft's own)."""
+    # train in fp32 (master weights); the target itself stays bf16 and is not trained
+    fp32_loaded = load_model(cfg.target, dtype=torch.float32, tokenizer=False)
+    draft, init = initial_draft(cfg, fp32_loaded, ids)
+    if cfg.init_draft:
+        ids = head_ids_of(draft)  # type: ignore[assignment]
+        cov = coverage(held, ids)
+        log(f"continuing from {cfg.init_draft}: its head's {ids.numel()} ids cover {cov:.3f}")
+    return draft, init, ids, cov
+
+
+def _teacher_summary(
+    samples: list[TeacherSample], train: list[TeacherSample], n_tok: int, gen_s: float
+) -> dict[str, object]:
+    return {
+        "samples": len(samples),
+        "train_tokens": n_tok,
+        "generation_s": round(gen_s, 1),
+        "by_group": {
+            g: sum(s.topk_ids.shape[0] for s in train if s.group == g)
+            for g in sorted({s.group for s in train})
+        },
+    }
 
 
 def write_model_card(out: Path, summary: dict[str, Any], init_layers: list[int]) -> Path:

@@ -298,43 +298,66 @@ def apply_format(
     memo = {} if memo is None else memo
     device = model.embed.weight.device
     if fmt.quantized or (fmt.weights == "bf16" and bf16_packing_available(device)):
-        make: Callable[[torch.Tensor], nn.Module]
-        head_make: Callable[[torch.Tensor], nn.Module]
-        if fmt.weights == "bf16":
-            make = head_make = PackedLinear
-        else:
-            kind = Int8Linear if fmt.weights == "int8" else Q4Linear
-            head_kind = Q8Linear if fmt.act_dtype == torch.bfloat16 else Int8Linear
-            make = partial(kind, act_dtype=fmt.act_dtype)
-            head_make = partial(head_kind, act_dtype=fmt.act_dtype)
-
-        def pack_head(w: torch.Tensor) -> nn.Module:
-            if id(w) not in memo:  # the tensor is kept with its module: its id stays unique
-                memo[id(w)] = (w, head_make(w))
-            return memo[id(w)][1]
-
+        make, head_make = _packers(fmt)
         with torch.no_grad():
-            for blk in model.blocks():
-                a, f = blk.attn, blk.ffn
-                if a.packed_qkv is None:
-                    a.packed_qkv = make(torch.cat([a.wq.weight, a.wk.weight, a.wv.weight]))
-                    a.wq.weight = a.wk.weight = a.wv.weight = _freed(a.wq.weight)
-                    a.wqkv = None
-                if isinstance(a.wo, nn.Linear):
-                    a.wo = make(a.wo.weight)
-                if f.packed_gate_up is None:
-                    f.packed_gate_up = make(torch.cat([f.w_gate.weight, f.w_up.weight]))
-                    f.w_gate.weight = f.w_up.weight = _freed(f.w_gate.weight)
-                    f.w_gate_up = None
-                if isinstance(f.w_down, nn.Linear):
-                    f.w_down = make(f.w_down.weight)
-            head = model.lm_head
-            if isinstance(head, RestrictedHead):
-                if head.proj is None:
-                    head.proj = pack_head(head.weight)
-                    head.weight = _freed(head.weight)
-            elif isinstance(head, nn.Linear):
-                model.lm_head = pack_head(head.weight)  # type: ignore[assignment]
+            _pack_blocks(model, make)
+            _pack_head(model, head_make, memo)
     model.to(fmt.act_dtype)  # floats only: packed int weights keep their dtype
     model.weight_format = fmt.name
     return model
+
+
+def _packers(
+    fmt: WeightFormat,
+) -> tuple[Callable[[torch.Tensor], nn.Module], Callable[[torch.Tensor], nn.Module]]:
+    """The modules a float weight becomes under ``fmt``: (layer projections, head)."""
+    if fmt.weights == "bf16":
+        return PackedLinear, PackedLinear
+    kind = Int8Linear if fmt.weights == "int8" else Q4Linear
+    head_kind = Q8Linear if fmt.act_dtype == torch.bfloat16 else Int8Linear
+    return partial(kind, act_dtype=fmt.act_dtype), partial(head_kind, act_dtype=fmt.act_dtype)
+
+
+def _pack_blocks(model: Transformer, make: Callable[[torch.Tensor], nn.Module]) -> None:
+    """Every block's fused q/k/v, output, fused gate/up and down projections packed, the float
+    copies freed (a projection already packed is left as it is)."""
+    for blk in model.blocks():
+        a, f = blk.attn, blk.ffn
+        if a.packed_qkv is None:
+            a.packed_qkv = make(torch.cat([a.wq.weight, a.wk.weight, a.wv.weight]))
+            a.wq.weight = a.wk.weight = a.wv.weight = _freed(a.wq.weight)
+            a.wqkv = None
+        if isinstance(a.wo, nn.Linear):
+            a.wo = make(a.wo.weight)
+        if f.packed_gate_up is None:
+            f.packed_gate_up = make(torch.cat([f.w_gate.weight, f.w_up.weight]))
+            f.w_gate.weight = f.w_up.weight = _freed(f.w_gate.weight)
+            f.w_gate_up = None
+        if isinstance(f.w_down, nn.Linear):
+            f.w_down = make(f.w_down.weight)
+
+
+def _pack_head(
+    model: Transformer,
+    head_make: Callable[[torch.Tensor], nn.Module],
+    memo: dict[int, tuple[torch.Tensor, nn.Module]],
+) -> None:
+    """The head (a restricted head's projection) packed once per source weight: ``memo``
+    hands a draft the module its target's shared head already has."""
+    head = model.lm_head
+    if isinstance(head, RestrictedHead):
+        if head.proj is None:
+            head.proj = _memo_packed(head.weight, head_make, memo)
+            head.weight = _freed(head.weight)
+    elif isinstance(head, nn.Linear):
+        model.lm_head = _memo_packed(head.weight, head_make, memo)  # type: ignore[assignment]
+
+
+def _memo_packed(
+    w: torch.Tensor,
+    head_make: Callable[[torch.Tensor], nn.Module],
+    memo: dict[int, tuple[torch.Tensor, nn.Module]],
+) -> nn.Module:
+    if id(w) not in memo:  # the tensor is kept with its module: its id stays unique
+        memo[id(w)] = (w, head_make(w))
+    return memo[id(w)][1]

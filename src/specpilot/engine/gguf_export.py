@@ -14,11 +14,17 @@ layout (the inverse of ``engine.loader._unpermute``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specpilot.engine.loader import GGUF_LAYER_NAMES
+
+if TYPE_CHECKING:
+    import gguf
+    import torch
+
+    from specpilot.engine.model import LlamaConfig, Transformer
 
 _LAYER_NAMES = {ours: theirs for theirs, ours in GGUF_LAYER_NAMES.items()}
 
@@ -53,13 +59,26 @@ def write_llama_gguf(
     """
     import gguf
 
-    cfg = model.cfg
     out = Path(out)
     src = gguf.GGUFReader(str(tokenizer_from))
     vocab = int(next(t for t in src.tensors if t.name == "token_embd.weight").shape[1])
-    if vocab != cfg.vocab_size:
-        raise ValueError(f"model vocab {cfg.vocab_size} != tokenizer source vocab {vocab}")
+    if vocab != model.cfg.vocab_size:
+        raise ValueError(f"model vocab {model.cfg.vocab_size} != tokenizer source vocab {vocab}")
     w = gguf.GGUFWriter(str(out), "llama")
+    _add_hparams(w, model.cfg, name, dtype)
+    for key, field in src.fields.items():
+        if key.startswith("tokenizer."):
+            _copy_field(w, field)
+    _add_weights(w, model, dtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def _add_hparams(w: gguf.GGUFWriter, cfg: LlamaConfig, name: str, dtype: str) -> None:
+    """The llama architecture's hyperparameters and the file type of ``dtype``."""
     w.add_name(name)
     w.add_context_length(cfg.context_length)
     w.add_embedding_length(cfg.dim)
@@ -73,34 +92,34 @@ def write_llama_gguf(
     w.add_vocab_size(cfg.vocab_size)
     ftype = {"f32": 0, "f16": 1, "q8_0": 7}[dtype]
     w.add_file_type(ftype)
-    for key, field in src.fields.items():
-        if key.startswith("tokenizer."):
-            _copy_field(w, field)
 
-    def add(name: str, t: Any) -> None:
-        arr = t.detach().float().cpu().numpy()
-        if arr.ndim == 1 or dtype == "f32":
-            w.add_tensor(name, arr.astype(np.float32))
-        elif dtype == "f16":
-            w.add_tensor(name, arr.astype(np.float16))
-        else:
-            q = gguf.quants.quantize(arr.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
 
+def _add_weights(w: gguf.GGUFWriter, model: Transformer, dtype: str) -> None:
+    """The model's tensors under llama.cpp's names, Q/K rows permuted to its RoPE layout."""
+    cfg = model.cfg
     sd = model.state_dict()
-    add("token_embd.weight", sd["embed.weight"])
-    add("output_norm.weight", sd["norm.weight"])
+    _add_tensor(w, "token_embd.weight", sd["embed.weight"], dtype)
+    _add_tensor(w, "output_norm.weight", sd["norm.weight"], dtype)
     if not cfg.tie_embeddings:
-        add("output.weight", sd["lm_head.weight"])
+        _add_tensor(w, "output.weight", sd["lm_head.weight"], dtype)
     for i in range(cfg.n_layers):
         for ours, theirs in _LAYER_NAMES.items():
             t = sd[f"layers.{i}.{ours}"]
             if theirs in ("attn_q", "attn_k"):
                 n = cfg.n_heads if theirs == "attn_q" else cfg.n_kv_heads
                 t = t.new_tensor(permute_qk(t.detach().float().cpu().numpy(), n))
-            add(f"blk.{i}.{theirs}.weight", t)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return out
+            _add_tensor(w, f"blk.{i}.{theirs}.weight", t, dtype)
+
+
+def _add_tensor(w: gguf.GGUFWriter, name: str, t: torch.Tensor, dtype: str) -> None:
+    """One tensor: 1-D ones (norms) in f32, 2-D ones in ``dtype``."""
+    import gguf
+
+    arr = t.detach().float().cpu().numpy()
+    if arr.ndim == 1 or dtype == "f32":
+        w.add_tensor(name, arr.astype(np.float32))
+    elif dtype == "f16":
+        w.add_tensor(name, arr.astype(np.float16))
+    else:
+        q = gguf.quants.quantize(arr.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)

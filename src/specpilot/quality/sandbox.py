@@ -253,36 +253,11 @@ def run_tests(
     """Exec ``code``, then each named test, in a contained subprocess. Never raises for what
     the code does; ``isolation`` "auto" takes the strongest available mode."""
     lim = limits or SandboxLimits()
-    modes = available_isolation()
-    mode = modes[0] if isolation == "auto" else isolation
-    if mode not in ISOLATIONS:
-        raise ValueError(f"isolation {isolation!r}: use auto or one of {', '.join(ISOLATIONS)}")
-    if mode not in modes:
-        raise ValueError(
-            f"isolation {mode!r} does not work on this machine (have: {', '.join(modes)})"
-        )
+    mode = _isolation_mode(isolation)
     uid = _throwaway_uid()
-    workdir = None
-    cwd = "/"
-    if mode == "rlimits":  # the namespaces give a fresh tmpfs; here an empty host directory
-        workdir = tempfile.mkdtemp(prefix="specpilot-sandbox-")
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        cwd = workdir
-    marker = "@@specpilot-result-" + secrets.token_hex(8) + "@@"
-    # results count only with this exit status (the harness exits with it after the tests):
-    # a snippet that prints fake results and exits early reports nothing. This raises the bar;
-    # code that digs the value out of its own process could still forge, since the tests run
-    # in the process that runs the code: sandbox results are evidence about a model's output,
-    # not a security boundary (the isolation is the boundary)
-    exit_code = 3 + secrets.randbelow(120)
-    job = {
-        "code": code,
-        "tests": dict(tests),
-        "per_test_s": lim.per_test_s,
-        "marker": marker,
-        "exit_code": exit_code,
-    }
+    workdir = _rlimits_workdir(uid) if mode == "rlimits" else None
+    cwd = workdir or "/"
+    job, marker, exit_code = _job(code, tests, lim)
     argv = [*isolation_prefix(mode), sandbox_python(), "-I", "-S", "-c", _HARNESS]
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": cwd if workdir else "/tmp"}
     t0 = time.perf_counter()
@@ -297,9 +272,7 @@ def run_tests(
     )
     timed_out = False
     try:
-        out, err, timed_out = _bounded_communicate(
-            proc, json.dumps(job).encode(), lim.wall_s, lim.output_bytes
-        )
+        out, err, timed_out = _bounded_communicate(proc, job, lim.wall_s, lim.output_bytes)
     finally:
         _kill_uid(uid, proc)
         proc.wait()
@@ -318,6 +291,48 @@ def run_tests(
     if proc.returncode != exit_code:  # not the harness's own end: whatever it printed is void
         return res
     return _parse(res, out.decode("utf-8", "replace"), marker, timed_out)
+
+
+def _job(code: str, tests: Mapping[str, str], lim: SandboxLimits) -> tuple[bytes, str, int]:
+    """What the harness reads on stdin (the code, the tests, the per-test limit), with the
+    marker its results are printed under and the exit status they count with."""
+    marker = "@@specpilot-result-" + secrets.token_hex(8) + "@@"
+    # results count only with this exit status (the harness exits with it after the tests):
+    # a snippet that prints fake results and exits early reports nothing. This raises the bar;
+    # code that digs the value out of its own process could still forge, since the tests run
+    # in the process that runs the code: sandbox results are evidence about a model's output,
+    # not a security boundary (the isolation is the boundary)
+    exit_code = 3 + secrets.randbelow(120)
+    job = {
+        "code": code,
+        "tests": dict(tests),
+        "per_test_s": lim.per_test_s,
+        "marker": marker,
+        "exit_code": exit_code,
+    }
+    return json.dumps(job).encode(), marker, exit_code
+
+
+def _isolation_mode(isolation: str) -> str:
+    """``isolation`` checked against the modes that work here ("auto": the strongest)."""
+    modes = available_isolation()
+    mode = modes[0] if isolation == "auto" else isolation
+    if mode not in ISOLATIONS:
+        raise ValueError(f"isolation {isolation!r}: use auto or one of {', '.join(ISOLATIONS)}")
+    if mode not in modes:
+        raise ValueError(
+            f"isolation {mode!r} does not work on this machine (have: {', '.join(modes)})"
+        )
+    return mode
+
+
+def _rlimits_workdir(uid: int | None) -> str:
+    """An empty host directory for the run, owned by ``uid`` when there is one: the
+    namespaces give a fresh tmpfs, rlimits alone do not."""
+    workdir = tempfile.mkdtemp(prefix="specpilot-sandbox-")
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    return workdir
 
 
 def _bounded_communicate(
