@@ -29,7 +29,7 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     from specpilot.backends import ResponseParser
     from specpilot.pilot.config.file import PilotConfig
     from specpilot.pilot.config.settings import LoadSettings
-    from specpilot.pilot.eta.progress import PilotProgress
     from specpilot.pilot.plan.arms import ArmPlan
+    from specpilot.pilot.run.context import ProbeContext
     from specpilot.workload import Schedule
     from specpilot.workload.config import WorkloadConfig
 
@@ -307,19 +307,6 @@ def slo_deadlines(schedule: Schedule) -> dict[str, float]:
         for n, g in schedule.groups.items()
         if (g.get("slo") or {}).get("deadline_s")
     }
-
-
-class ProbeContext(Protocol):
-    """What the probe reads of the pilot (``pilot.run.runner.Probing``)."""
-
-    @property
-    def files(self) -> dict[str, dict[str, str]]: ...
-    @property
-    def progress(self) -> PilotProgress: ...
-    @property
-    def load_settings(self) -> LoadSettings: ...
-    @property
-    def admin_token(self) -> str: ...
 
 
 def baseline_probe(
