@@ -86,12 +86,22 @@ class ArmBase(StrictModel):
 
 class BuiltinArm(ArmBase):
     engine: Literal["builtin"]
-    options: BuiltinOptions = Field(default_factory=lambda: BuiltinOptions())
+    options: BuiltinOptions | None = None  # None: the defaults, or by URL: what it runs unknown
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: object) -> object:
+        return _started_defaults(data)
 
 
 class LlamaCppArm(ArmBase):
     engine: Literal["llamacpp"]
-    options: LlamaCppOptions = Field(default_factory=lambda: LlamaCppOptions())
+    options: LlamaCppOptions | None = None  # None: the defaults, or by URL: what it runs unknown
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: object) -> object:
+        return _started_defaults(data)
 
 
 class VllmArm(ArmBase):
@@ -120,3 +130,13 @@ ARM_MODELS: dict[str, type[BuiltinArm | LlamaCppArm | VllmArm | SglangArm]] = {
     "vllm": VllmArm,
     "sglang": SglangArm,
 }
+
+
+def _started_defaults(data: object) -> object:
+    """An arm specpilot starts without ``options:`` runs its engine's defaults; an arm by URL
+    keeps none (what the endpoint runs is not known from the file)."""
+    if not isinstance(data, dict) or data.get("options") is not None:
+        return data
+    if data.get("url") is None and data.get("urls") is None:
+        return {**data, "options": {}}
+    return data

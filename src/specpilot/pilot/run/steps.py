@@ -109,7 +109,7 @@ class ArmLife:
         # are (marked not plain: the analysis leaves them out)
         switch = None
         engine = adapter_of(plan.engine)
-        if plan.strategy.kind != "none" and engine is not None and engine.in_place:
+        if plan.strategy.kind != "none" and plan.url is None and engine and engine.in_place:
             switch = RuntimeSwitch(self.url, self.p.admin_token)
             switch.off()
         try:

@@ -1,0 +1,161 @@
+"""Replicas as processes (issue 49, item 1): an arm by ``urls:`` lists replicas someone else
+runs, each one of the arm's processes in the episode design.
+
+The fleet is started by the test as an operator would, with ``specpilot serve`` in processes of
+its own (3 plain replicas, 3 with the shipped draft, one thread each, on loopback), never by the
+pilot. The pilot then crosses its episodes over the replicas exactly as over processes it
+starts: the same design record, the same estimator (a process effect per replica), the planted
+arm a dilating proxy in front of each baseline replica.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from specpilot.cli import main
+from specpilot.pilot.config.file import PilotConfigError, parse_pilot
+from specpilot.store import read_pilot
+from test_server import free_port
+
+REPLICAS = 3
+
+
+def _arm(name: str, role: str, urls: list[str]) -> dict[str, Any]:
+    return {"name": name, "role": role, "engine": "builtin", "urls": urls}
+
+
+def _pilot(base: list[str], spec: list[str], **episodes: Any) -> dict[str, Any]:
+    return {
+        "workload": "w.yaml",
+        "arms": [_arm("b", "baseline", base), _arm("s", "speculative", spec)],
+        **({"episodes": episodes} if episodes else {}),
+    }
+
+
+def test_replicas_set_the_processes_and_must_match_them() -> None:
+    urls = [f"http://10.0.0.{i}:8000" for i in range(3)]
+    cfg = parse_pilot(_pilot(urls, urls[::-1]))
+    assert cfg.episodes.processes == 3  # one process per replica
+    assert cfg.arms[0].url == urls[0] and cfg.arms[0].replicas == urls
+    with pytest.raises(PilotConfigError) as err:
+        parse_pilot(_pilot(urls, urls[:2]))
+    assert "arm 's' is given by URL with 2 replicas" in str(err.value)
+    assert "list 3 replicas under its urls:" in str(err.value)
+    with pytest.raises(PilotConfigError, match="episodes.processes: 3"):
+        parse_pilot(_pilot(urls, urls, processes=4))
+    with pytest.raises(PilotConfigError, match=r"arms\[0\].urls: .*listed twice"):
+        parse_pilot(_pilot([urls[0], urls[0], urls[1]], urls))
+    both = _pilot(urls, urls)
+    both["arms"][0]["url"] = urls[0]
+    with pytest.raises(PilotConfigError, match=r"arms\[0\].url: give url: .* or urls:"):
+        parse_pilot(both)
+
+
+# -- an operator's fleet -------------------------------------------------------------------
+
+
+def _serve(port: int, draft: bool) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "specpilot.cli", "serve", "--port", str(port),
+           "--threads", "1", "--dtype", "fp32", "--calibration", "skip",
+           "--served-model-name", "smol", *([] if draft else ["--no-draft"])]  # fmt: skip
+    env = {**os.environ, "SPECPILOT_ADMIN_TOKEN": f"operator-{port}"}  # not the pilot's
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[dict[str, list[str]]]:
+    started: list[tuple[subprocess.Popen[bytes], str]] = []
+    for draft in (False, True):
+        for _ in range(REPLICAS):
+            port = free_port()
+            started.append((_serve(port, draft), f"http://127.0.0.1:{port}"))
+    try:
+        deadline = time.time() + 240  # six model loads on two cores
+        for proc, url in started:
+            while True:
+                assert proc.poll() is None, f"specpilot serve at {url} exited"
+                try:
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.time() < deadline, f"{url} never became healthy"
+                time.sleep(0.5)
+        urls = [u for _, u in started]
+        yield {"base": urls[:REPLICAS], "spec": urls[REPLICAS:]}
+    finally:
+        for proc, _ in started:
+            proc.terminate()
+        for proc, _ in started:
+            proc.wait(30)
+
+
+PILOT = """\
+name: replicas
+workload:
+  seed: 3
+  groups: {{structured: {{output: {{mean: 6}}}}}}
+  phases: [{{name: peak, duration_s: 13.5, arrival: {{kind: constant, rate: 2}}}}]
+arms:
+  - {{name: base, role: baseline, engine: builtin, urls: {base}}}
+  - {{name: spec, role: speculative, engine: builtin, urls: {spec}}}
+episodes: {{per_level: 9, planted: 0.15}}
+quality: {{greedy_prompts: 1, sampled_prompts: 1, samples: 2}}
+compat: {{features: [length]}}
+drill: {{enabled: false}}
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_pilot_crosses_its_episodes_over_the_replicas(fleet, tmp_path, monkeypatch) -> None:
+    """Every replica is one process: each serves its arm's runs of the episodes the crossed
+    design gives it, the planted arm reaches each baseline replica through its own proxy, and
+    the cells are estimated with a process effect over the three replicas."""
+    monkeypatch.setenv("CI", "1")
+    path = tmp_path / "p.yaml"
+    path.write_text(PILOT.format(base=json.dumps(fleet["base"]), spec=json.dumps(fleet["spec"])))
+    out = tmp_path / "out"
+    assert main(["pilot", str(path), "--out", str(out)]) == 0
+    data = read_pilot(out / "pilot.duckdb")
+    runs = {".".join(a.run_id.split(".")[-2:]): a for a in data.arms}  # "base.p0"
+    for arm in ("base", "spec"):
+        for p in range(REPLICAS):
+            rec = runs[f"{arm}.p{p}"]
+            assert rec.status == "complete" and rec.manifest["endpoint"] == fleet[arm][p]
+            assert not rec.manifest["started_by_specpilot"]
+    for p in range(REPLICAS):  # a proxy in front of each baseline replica, none shared
+        planted = runs[f"planted.p{p}"].manifest["planted"]
+        assert planted["upstream"] == fleet["base"][p] and planted["factor"] == 0.15
+    design = data.pilot.schedule["design"]
+    eps = design["episodes"]
+    assert len(eps) == 9 and design["processes"] == REPLICAS
+    for arm in ("base", "spec"):  # crossed: every replica serves its share of the episodes
+        served = sorted(e["process"][arm] for e in eps.values())
+        assert served == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert all(e["process"]["planted"] == e["process"]["base"] for e in eps.values())
+    # the requests of each (arm, episode) went to the replica the design gave it
+    by_run = {a.run_id: a.manifest.get("endpoint") for a in data.arms}
+    for r in data.requests:
+        if r.warmup or r.arm == "planted":
+            continue
+        want = fleet[r.arm][eps[r.phase]["process"][r.arm]]
+        assert by_run[r.run_id] == want, (r.run_id, r.phase)
+    doc = json.loads((out / "report.json").read_text())
+    cells = {
+        (c["baseline_arm"], c["candidate_arm"]): c
+        for c in doc["comparisons"]
+        if c["task_group"] == "structured"
+    }
+    for pair in (("base", "spec"), ("base", "planted")):
+        c = cells[pair]  # estimated by episodes over the replicas as processes
+        assert c["unit"] == "episode" and c["clusters"] == 9 and c["df"] is not None
+        assert "engine process as a random effect" in c["method"]
