@@ -41,6 +41,7 @@ from specpilot.analysis.rollback import rules as rollback
 from specpilot.analysis.rollback.parity import RollbackParity, drill_outcomes, parity_of
 from specpilot.analysis.service import capacity as cap
 from specpilot.analysis.service import cost, e2e, load
+from specpilot.analysis.service.slo import conditions_of
 from specpilot.analysis.settings import Design, Effective, effective
 from specpilot.analysis.verdicts import planted as pl
 from specpilot.analysis.verdicts import quality
@@ -125,7 +126,9 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     if plan.baseline is None:
         a.notes.insert(0, "no baseline arm: nothing to compare")
         return a
-    a.load_cells = load.load_cells(table, data.phases, data.chunk_gaps, data.snapshots)
+    a.load_cells = load.load_cells(
+        table, data.phases, data.chunk_gaps, data.snapshots, conditions_of(data.pilot.schedule)
+    )
     a.latency_cdf = latency_cdf(table)
     a.counters = counter_acceptance(data.snapshots)
     r = rounds_section(data, a.plan.baseline or "", a.plan.pairs)
