@@ -74,7 +74,7 @@ SLO_QUANTITIES = {
     "ttft": "TTFT of every scheduled request (no content: never reached)",
     "tpot": "TPOT of every scheduled request (not ok: never reached; ok with < 2 tokens: left out)",
     "itl": "ITL per token over the chunks of ok requests (one value per token)",
-    "e2e": "E2E (task time at the server) of every scheduled request (not ok: never reached)",
+    "e2e": "E2E (sent -> last byte, as the deadline) of every scheduled request (not ok: never reached)",
 }
 SLO_UNITS = {"s": 1.0, "ms": 1e-3}  # the metric's suffix names the unit of its threshold
 SLO_METRICS = tuple(f"{q}_{u}" for q in SLO_QUANTITIES for u in SLO_UNITS)

@@ -27,7 +27,7 @@ class SLOConditionModel(StrictModel):
 
     # Literal over the tuples of definitions (one list of names); mypy wants them spelled out
     metric: Literal[SLO_METRICS] = Field(  # type: ignore[valid-type]
-        description="ttft, tpot, itl or e2e (task time at the server), suffixed with the "
+        description="ttft, tpot, itl or e2e (sent -> last byte, as the deadline), suffixed with the "
         "unit of max: _s or _ms"
     )
     percentile: Literal[SLO_PERCENTILES] = Field(  # type: ignore[valid-type]
