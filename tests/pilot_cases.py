@@ -463,3 +463,32 @@ def at_fixed_rates(data: dict, off_rate: float = 1.0, peak_rate: float = 2.0) ->
         g["slo"] = {**g["slo"], "deadline_s": BUILTIN_DEADLINES[name]}
         g["slo"].pop("unloaded_x", None)
     return data
+
+
+def decode_stalled(
+    conditions: list[dict],
+    engine: str = "builtin",
+    stalled: int = 3,
+    stall: float = 5.0,
+    seed: int = 3,
+) -> PilotData:
+    """One group (``code``) at both levels, the speculative arm faster (0.7), except that
+    ``stalled`` of its 60 peak requests spend ``stall`` x their decode time: its p99 TPOT there
+    lands among them, its p50 does not move. Every arm on ``engine``; the group's SLO (TTFT 2 s,
+    deadline 3 s and the percentile ``conditions``) as the schedule carries it."""
+    d = case({("code", p): Cell(spec=0.7, n=60) for p in PHASES}, seed=seed)
+    peak = sorted(
+        (r for r in d.requests if r.arm == "spec" and level_of(r.phase) == "peak"),
+        key=lambda r: r.request_id,
+    )
+    slow = {r.request_id for r in peak[:stalled]}
+    d.requests = [
+        dataclasses.replace(r, done_t=r.first_content_t + (r.done_t - r.first_content_t) * stall)
+        if r.arm == "spec" and r.request_id in slow and r.first_content_t and r.done_t
+        else r
+        for r in d.requests
+    ]
+    d.arms = [dataclasses.replace(a, engine=engine) for a in d.arms]
+    slo = {"ttft_s": 2.0, "deadline_s": 3.0, "conditions": conditions}
+    d.pilot.schedule = {"groups": {"code": {"slo": slo}}}
+    return d

@@ -41,6 +41,7 @@ from specpilot.analysis.rollback import rules as rollback
 from specpilot.analysis.rollback.parity import RollbackParity, drill_outcomes, parity_of
 from specpilot.analysis.service import capacity as cap
 from specpilot.analysis.service import cost, e2e, load
+from specpilot.analysis.service.slo import conditions_of
 from specpilot.analysis.settings import Design, Effective, effective
 from specpilot.analysis.verdicts import planted as pl
 from specpilot.analysis.verdicts import quality
@@ -125,7 +126,9 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     if plan.baseline is None:
         a.notes.insert(0, "no baseline arm: nothing to compare")
         return a
-    a.load_cells = load.load_cells(table, data.phases, data.chunk_gaps, data.snapshots)
+    a.load_cells = load.load_cells(
+        table, data.phases, data.chunk_gaps, data.snapshots, conditions_of(data.pilot.schedule)
+    )
     a.latency_cdf = latency_cdf(table)
     a.counters = counter_acceptance(data.snapshots)
     r = rounds_section(data, a.plan.baseline or "", a.plan.pairs)
@@ -342,11 +345,15 @@ def _verdicts(a: PilotAnalysis, table: RequestTable, data: PilotData) -> None:
         if cand is not None and (cand.strategy.params or {}).get("synth_rates"):
             v = validation_arm(v, cand.strategy.params["synth_rates"])
         scope = set(v.groups_adopted) | set(v.groups_in_windows) or set(inp.groups_expected)
+        engine = cand.engine if cand is not None else "vllm"
+        slos = _slos(a, table, base, scope)
         trig = rollback.triggers(
-            _slos(a, table, base, scope), a.config.rollback, c, a.config.verdict.slo_attainment
+            slos, a.config.rollback, c, a.config.verdict.slo_attainment, engine
         )
         a.verdicts.append(with_triggers(v, trig))
-        a.rollback_yaml[c] = rollback.rules_yaml(trig, c)
+        a.rollback_yaml[c] = rollback.rules_yaml(
+            trig, c, engine, rollback.not_covered(slos, engine, a.config.rollback.group_selectors)
+        )
 
 
 def _lowest_load(a: PilotAnalysis, arm: str) -> tuple[str, float, float] | None:
@@ -374,6 +381,7 @@ def _slos(
     a: PilotAnalysis, t: RequestTable, base: str, groups: set[str]
 ) -> dict[str, rollback.GroupSLO]:
     out = {}
+    conditions = conditions_of(a.data.pilot.schedule)
     for g in sorted(groups):
         m = (t.arm == base) & (t.task_group == g)
         d, s = t.deadline_s[m], t.ttft_slo_s[m]
@@ -382,6 +390,7 @@ def _slos(
             float(np.nanmedian(d)) if np.isfinite(d).any() else None,
             float(np.nanmedian(s)) if np.isfinite(s).any() else None,
             max(p50) if p50 else None,
+            conditions.get(g, ()),
         )
     return out
 

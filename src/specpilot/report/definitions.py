@@ -79,6 +79,13 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ),
     ("goodput", "on-time requests / phase duration."),
     (
+        "SLO percentile condition",
+        "p<P>(metric) <= threshold over one cell (arm, task group, load level), P one of 50, 90, "
+        "99 and the metric TTFT, TPOT, ITL or E2E as defined here: the cell's own percentile in the "
+        "load table, so one that falls among requests that never finished is not reached and fails. "
+        "It passes or fails the cell, never a request: per request, on time stays TTFT and deadline.",
+    ),
+    (
         "percentiles",
         "p50/p90/p99 over every scheduled steady-state request; a failed, timed-out or unsent "
         "request counts as never finishing, so a percentile among them is 'not reached'. Every figure "
@@ -99,7 +106,8 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     (
         "capacity",
         "the highest offered load at which the arm's on-time fraction (every scheduled request "
-        "counted) reached the SLO attainment, with every lower load level reaching it too.",
+        "counted) reached the SLO attainment and every percentile condition of the SLO held, with "
+        "every lower load level meeting both too.",
     ),
     (
         "crossover",

@@ -25,10 +25,12 @@ from specpilot.report.sections_load import (
     LOOKS_NOTE,
     PREDICTION_HEAD,
     PREDICTION_NOTE,
+    SLO_HEAD,
     looks_lines,
     method_of,
     outcome_text,
     prediction_rows,
+    slo_check_rows,
 )
 
 
@@ -116,6 +118,15 @@ def _load(doc: dict[str, Any]) -> list[str]:
     return ["## Load (all groups)", "", md_table(LOAD_HEAD, rows), ""]
 
 
+def _slo_failed(doc: dict[str, Any]) -> list[str]:
+    """The SLO's percentile conditions that failed on a cell (all of them are in report.json)."""
+    checked, rows = slo_check_rows(doc), slo_check_rows(doc, failed_only=True)
+    if not checked:
+        return []
+    head = f"## SLO percentile conditions: {len(rows)} of {len(checked)} checks failed"
+    return [head, "", md_table(SLO_HEAD, rows), ""] if rows else [head, ""]
+
+
 def _levels(doc: dict[str, Any]) -> list[str]:
     """The load levels and what each meant on this machine (the capacity probe)."""
     rows = level_rows(doc)
@@ -173,7 +184,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out += ["No verdict: " + no_verdict_reason(doc), ""]
     for v in doc["verdicts"]:
         out += _verdict(v, simulated_for(doc, v))
-    out += _levels(doc) + _load(doc) + _pairs(doc)
+    out += _levels(doc) + _load(doc) + _slo_failed(doc) + _pairs(doc)
     sim = doc.get("simulation") or {}
     if sim.get("validations") or sim.get("crossovers"):
         out += [

@@ -162,6 +162,49 @@ def _load_table(doc: Doc) -> str:
     )
 
 
+SLO_HEAD = ["phase", "group", "arm", "condition", "observed", "over", "result"]
+SLO_NOTE = (
+    "Each percentile condition of a group's SLO, checked on each arm's cell at each load level: "
+    "the cell's own percentile in the table above (a request that never finished counts as "
+    "never finishing, so a percentile among them is not reached and fails). Per request, on "
+    "time stays TTFT and deadline."
+)
+
+
+def slo_check_rows(doc: Doc, failed_only: bool = False) -> list[list[str]]:
+    """One row per percentile condition checked on a cell (only the failed ones if asked)."""
+    rows = []
+    for c in sorted(doc["load"]["cells"], key=lambda c: (c["phase"], c["task_group"], c["arm"])):
+        for k in c.get("slo_checks", []):
+            if failed_only and k["pass"] is not False:
+                continue
+            seen = "not reached" if k["observed"] is None else f"{k['observed']:.4g}"
+            result = {True: "pass", False: "FAIL", None: "not evaluated"}[k["pass"]]
+            rows.append(
+                [
+                    c["phase"],
+                    c["task_group"],
+                    c["arm"],
+                    f"p{k['percentile']} {k['metric']} <= {k['threshold']:g}",
+                    seen if k["n"] else "no data",
+                    str(k["n"]),
+                    result,
+                ]
+            )
+    return rows
+
+
+def _slo_checks(doc: Doc) -> str:
+    rows = slo_check_rows(doc)
+    if not rows:
+        return ""
+    bad = sum(r[-1] == "FAIL" for r in rows)
+    head = (
+        f"<h3>SLO percentile conditions</h3><p>{escape(SLO_NOTE)} {bad} of {len(rows)} failed.</p>"
+    )
+    return head + html_table(SLO_HEAD, rows)
+
+
 def _comparison_table(doc: Doc) -> str:
     return html_table(
         [
@@ -288,6 +331,7 @@ def load(doc: Doc, svgs: Svgs) -> str:
     body = (
         "<p>Every scheduled steady-state request is in every denominator; n is given with each figure.</p>"
         + table
+        + _slo_checks(doc)
         + f"<h3>Paired comparisons</h3><p>Method: {escape(method)}.</p>"
         + comps
         + predicted

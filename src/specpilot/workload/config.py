@@ -28,6 +28,7 @@ from specpilot.errors import ConfigError, InputFileError
 from specpilot.validation import StrictModel
 from specpilot.workload.checks import CHECK_KINDS, CheckModel
 from specpilot.workload.groups import BUILTIN_GROUPS
+from specpilot.workload.slo import SLOModel
 from specpilot.yamlpos import LineMap, yaml_error_text
 
 
@@ -55,28 +56,6 @@ class SamplingModel(_Model):
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     stop: list[str] = Field(default_factory=list)
-
-
-class SLOModel(_Model):
-    ttft_s: float = Field(gt=0)
-    deadline_s: float | None = Field(None, gt=0)
-    unloaded_x: float | None = Field(
-        None,
-        gt=1.0,
-        le=100.0,
-        description="the deadline as this multiple of the baseline's unloaded task time, "
-        "measured by a pilot's capacity probe (2: as good as the current service unloaded, "
-        "with room for a queue that doubles it)",
-    )
-
-    @model_validator(mode="after")
-    def _one_deadline(self) -> SLOModel:
-        if (self.deadline_s is None) == (self.unloaded_x is None):
-            raise ValueError(
-                "give one deadline: deadline_s (seconds), or unloaded_x (a multiple of the "
-                "baseline's unloaded task time, measured by a pilot's capacity probe)"
-            )
-        return self
 
 
 class SourceModel(_Model):

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from specpilot.definitions import SLOCondition
 from specpilot.errors import ConfigError
 from specpilot.workload.prompts import (
     SPLITS,
@@ -111,10 +112,13 @@ class Sampling:
 
 @dataclass(frozen=True)
 class SLO:
-    """The group's service objectives: time to first content, and the end-to-end deadline."""
+    """The group's service objectives: per request, time to first content and the end-to-end
+    deadline (they decide on time); per cell, percentile conditions (they pass or fail an
+    arm's group at a load level: ``definitions.SLOCondition``)."""
 
     ttft_s: float
     deadline_s: float | None  # None: ``slo.unloaded_x``, until a pilot's probe measures it
+    conditions: tuple[SLOCondition, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from specpilot.definitions import SLOCondition
 from specpilot.errors import ConfigError
 from specpilot.workload.config import GroupModel, WorkloadConfig
 from specpilot.workload.groups import (
@@ -32,6 +33,7 @@ from specpilot.workload.groups import (
     load_group,
 )
 from specpilot.workload.seeds import PROMPTS, stable_id, stream
+from specpilot.workload.slo import SLOModel
 
 
 def resolve_path(path: str, base_dir: Path) -> Path:
@@ -57,7 +59,7 @@ def resolve_group(name: str, g: GroupModel, base_dir: Path) -> TaskGroup:
             prompts=tuple(prompts),
             output=LengthSpec(**g.output.model_dump()),
             sampling=Sampling(),
-            slo=SLO(g.slo.ttft_s, g.slo.deadline_s),
+            slo=slo_of(g.slo),
         )
     else:
         base = load_group(name)
@@ -71,11 +73,28 @@ def resolve_group(name: str, g: GroupModel, base_dir: Path) -> TaskGroup:
             if g.sampling
             else base.sampling
         ),
-        slo=SLO(g.slo.ttft_s, g.slo.deadline_s) if g.slo else base.slo,
+        slo=slo_of(g.slo) if g.slo else base.slo,
         input_tokens=base.input_tokens,
         quality_checks=base.quality_checks,
         checks=base.checks,
     )
+
+
+def slo_of(m: SLOModel) -> SLO:
+    """The YAML's ``slo`` as the group's SLO."""
+    conditions = tuple(SLOCondition(c.metric, c.percentile, c.max) for c in m.conditions)
+    return SLO(m.ttft_s, m.deadline_s, conditions)
+
+
+def slo_section(slo: SLO) -> dict[str, Any]:
+    """The schedule's copy of a group's SLO; ``conditions`` only where there are some (a
+    schedule without them keeps its JSON, so pilots started before they existed resume)."""
+    out = asdict(slo)
+    if slo.conditions:
+        out["conditions"] = [asdict(c) for c in slo.conditions]
+    else:
+        out.pop("conditions")
+    return out
 
 
 def resolve_groups(cfg: WorkloadConfig, base_dir: Path) -> dict[str, TaskGroup]:
@@ -118,7 +137,7 @@ def groups_section(
             "prompts": len(cycles[n].prompts),
             "output": asdict(g.output),
             "sampling": {**asdict(g.sampling), "stop": list(g.sampling.stop)},
-            "slo": asdict(g.slo),
+            "slo": slo_section(g.slo),
             "quality_checks": list(g.quality_checks),
             "source": _source(cfg.groups[n]),
         }

@@ -3,8 +3,9 @@ verdict, is the verdict's (``analysis.verdicts.verdict.crossover``).
 
 - A load level (a phase, or a point of a rate sweep) meets the SLOs for an arm and group when
   its on-time fraction (every scheduled request in the denominator) is at least
-  ``slo_attainment``. Capacity = the highest offered rate such that it and every lower level
-  met them.
+  ``slo_attainment`` and every percentile condition of the group's SLO held on the cell
+  (``LoadCell.slo_checks``; one not evaluated, e.g. ITL without chunk records, does not
+  fail it). Capacity = the highest offered rate such that it and every lower level met them.
 - Memory budget of a speculative arm: draft weights + the draft's KV + workspace (the rest of
   the extra peak RSS over the baseline), and how many more target sequences that memory would
   hold at the baseline's KV bytes per sequence (the equal-budget arm's justification).
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specpilot.analysis.service.load import LoadCell
+from specpilot.analysis.service.slo import failed
 from specpilot.numbers import pct
 from specpilot.records import ArmRecord, MetricSnapshot
 
@@ -38,6 +40,7 @@ class LoadPoint:
     ttft_p99_s: float | None
     scheduled: int
     meets_slo: bool
+    slo_failed: tuple[str, ...] = ()  # the percentile conditions that failed here
 
 
 @dataclass(frozen=True)
@@ -69,14 +72,22 @@ def capacity(cells: Sequence[LoadCell], slo_attainment: float) -> list[Capacity]
                 c.e2e.p99,
                 c.ttft.p99,
                 c.scheduled,
-                (c.on_time_ratio or 0.0) >= slo_attainment,
+                (c.on_time_ratio or 0.0) >= slo_attainment and not failed(c.slo_checks),
+                tuple(x.text() for x in failed(c.slo_checks)),
             )
             for c in sorted(cs, key=lambda c: (c.offered_rate or 0.0, c.phase))
         )
         cap, limited = None, None
         for p in pts:
             if not p.meets_slo:
-                limited = f"{p.phase} at {p.offered_rps:.3g} req/s: on time {pct(p.on_time_ratio)} < {slo_attainment:.0%}"
+                why = (
+                    []
+                    if (p.on_time_ratio or 0.0) >= slo_attainment
+                    else [f"on time {pct(p.on_time_ratio)} < {slo_attainment:.0%}"]
+                )
+                limited = f"{p.phase} at {p.offered_rps:.3g} req/s: " + "; ".join(
+                    why + list(p.slo_failed)
+                )
                 break
             cap = p.offered_rps
         out.append(Capacity(arm, group, pts, cap, limited))

@@ -13,6 +13,9 @@ the successful requests alone. Each figure carries the number of requests it is 
   per-chunk gaps and tokens per chunk too (speculative servers send bursts)
 - phase duration = actual end - actual start when recorded, else the planned duration;
   repetitions of an arm add their durations
+- ``slo_checks``: each of the group's percentile conditions on the cell (``service.slo``):
+  p<P>(metric) from the figures above against the threshold; the pooled ``*`` cell has
+  none (its groups' thresholds differ)
 
     >>> from specpilot.records import PhaseRecord, RequestRecord as R
     >>> reqs = [R("r", "a", "p", "g", f"p-{i}", i, "ok", sent_t=i, first_content_t=i + 0.1,
@@ -26,8 +29,8 @@ the successful requests alone. Each figure carries the number of requests it is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -42,6 +45,8 @@ from specpilot.analysis.base.columns import (
 )
 from specpilot.analysis.base.fold import arm_rates
 from specpilot.analysis.base.requests import RequestTable
+from specpilot.analysis.service.slo import SLOCheck, check
+from specpilot.definitions import SLOCondition
 from specpilot.records import STATUSES, ChunkGaps, MetricSnapshot, PhaseRecord, level_of
 
 QS = (0.5, 0.9, 0.99)
@@ -84,9 +89,10 @@ class LoadCell:
     peak_gpu_bytes: int | None = None
     good: int = 0  # on time and quality intact: what goodput counts
     good_ratio: float | None = None
+    slo_checks: tuple[SLOCheck, ...] = ()  # the group's percentile conditions on this cell
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "slo_checks": [c.to_dict() for c in self.slo_checks]}
 
 
 def phase_durations(phases: Sequence[PhaseRecord]) -> dict[tuple[str, str], float]:
@@ -108,8 +114,10 @@ def load_cells(
     phases: Sequence[PhaseRecord],
     chunk_gaps: Sequence[ChunkGaps] = (),
     snapshots: Sequence[MetricSnapshot] = (),
+    conditions: Mapping[str, Sequence[SLOCondition]] | None = None,
 ) -> list[LoadCell]:
-    """Cells per (arm, phase, group) and per (arm, phase, ``*``), steady state only."""
+    """Cells per (arm, phase, group) and per (arm, phase, ``*``), steady state only;
+    ``conditions``: per group, its percentile conditions (``service.slo.conditions_of``)."""
     durations = phase_durations(phases)
     rates = arm_rates(phases)
     steady = ~table.cold_start
@@ -129,7 +137,22 @@ def load_cells(
         out.extend(_cells(table, codes, labels, steady, durations, rates))
     itl = _itl(chunk_gaps)
     mem = _peak_memory(snapshots)
-    return [_with_extras(c, itl, mem) for c in out]
+    cells = [_with_extras(c, itl, mem) for c in out]
+    return [_with_checks(c, (conditions or {}).get(c.task_group, ())) for c in cells]
+
+
+def _with_checks(c: LoadCell, conditions: Sequence[SLOCondition]) -> LoadCell:
+    if not conditions or c.task_group == ALL:
+        return c
+    q = {"ttft": c.ttft, "tpot": c.tpot, "e2e": c.e2e, "itl": c.itl_token}
+    checks = []
+    for k in conditions:
+        got = q[k.quantity]
+        if got is None:  # no chunk records: ITL not measured
+            checks.append(check(k, 0, None))
+        else:
+            checks.append(check(k, got.n, getattr(got, f"p{k.percentile}")))
+    return replace(c, slo_checks=tuple(checks))
 
 
 def _quant(codes: np.ndarray, values: np.ndarray, mask: np.ndarray, n: int) -> list[Quantiles]:
@@ -250,8 +273,6 @@ def _with_extras(
     itl: dict[tuple[str, str, str], dict[str, Any]],
     mem: dict[tuple[str, str], tuple[Any, Any]],
 ) -> LoadCell:
-    from dataclasses import replace
-
     extra = itl.get((c.arm, c.phase, c.task_group), {})
     rss, gpu = mem.get((c.arm, c.phase), (None, None))
     return replace(c, **extra, peak_rss_bytes=rss, peak_gpu_bytes=gpu)
