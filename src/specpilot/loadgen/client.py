@@ -27,7 +27,7 @@ with contextlib.suppress(ImportError):
     import httpcore._async.http11
     import httpcore._backends.anyio  # noqa: F401
 
-from specpilot.loadgen.config import LoadConfig, RunLabels
+from specpilot.loadgen.config import LoadConfig, RunLabels, request_path
 from specpilot.loadgen.sse import SseStream
 from specpilot.records import (
     ChunkTiming,
@@ -123,7 +123,10 @@ async def send(
     try:
         async with asyncio.timeout(limit):
             async with client.stream(
-                "POST", ep.path, content=body, headers={"content-type": "application/json"}
+                "POST",
+                request_path(cfg, req),
+                content=body,
+                headers={"content-type": "application/json"},
             ) as resp:
                 rec.http_status = resp.status_code
                 headers = dict(resp.headers)
