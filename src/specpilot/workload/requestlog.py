@@ -168,9 +168,11 @@ class RequestLogReplay:
         return t if duration_s >= self.log.duration_s else t[t < duration_s]
 
     def describe(self) -> dict[str, Any]:
-        keep = ("source", "shape", "window", "time_scale", "rate_cap", "keep_fraction")
+        """The log as a phase's arrival: what was kept and how, counts, lengths and the hash
+        of the bodies; never a prompt, a group or a route value (those stay in the requests)."""
         d = self.log.describe()
-        return {"kind": "request_log", **{k: d[k] for k in (*keep, "bodies_sha256")}}
+        del d["by_group"]
+        return {"kind": "request_log", **d}
 
 
 # -- the API -----------------------------------------------------------------------------------
