@@ -20,13 +20,14 @@ import pytest
 import yaml
 
 from specpilot.cli import main
+from specpilot.errors import InputFileError
 from specpilot.loadgen import LoadConfig, request_body, run_schedule
 from specpilot.loadgen.config import request_path
 from specpilot.loadgen.testserver import TestServer, TestServerConfig
 from specpilot.workload import Schedule, WorkloadError, build_schedule, load_workload
 from specpilot.workload.config import RequestLogArrival
 from specpilot.workload.logshapes import SHAPES
-from specpilot.workload.requestlog import request_log_trace
+from specpilot.workload.requestlog import arrivals_trace, is_request_log, request_log_trace
 from specpilot.workload.trace import find_windows
 from test_request_log import _batch_log, _vllm_log  # the reader's tests' real-format writers
 
@@ -288,9 +289,12 @@ def test_a_bad_request_log_arrival_is_refused_when_the_file_is_read(tmp_path, ar
         load_workload(_yaml(tmp_path, [_log_phase(**arrival)]))
 
 
-def test_the_shapes_named_in_the_config_are_the_readers():
+def test_the_shapes_named_in_the_config_and_the_cli_are_the_readers():
     shape = typing.get_type_hints(RequestLogArrival)["shape"]
     assert typing.get_args(shape) == ("auto", *SHAPES)
+    from specpilot.commands import trace_windows
+
+    assert trace_windows.SHAPES == SHAPES
 
 
 # -- replay over loopback -------------------------------------------------------------------------
@@ -364,3 +368,34 @@ def test_load_keeps_the_prompts_in_the_pilot_file_and_out_of_the_terminal_and_re
     ):
         assert SECRET not in text, where
         assert "Be brief" not in text, where
+
+
+# -- trace-windows reads request logs ---------------------------------------------------------------
+
+
+def test_trace_windows_tells_a_request_log_from_an_arrival_trace(tmp_path, capsys):
+    log, _, _ = _plain_log(tmp_path)
+    batch, _ = _batch_log(tmp_path)
+    vllm, _ = _vllm_log(tmp_path, "old", n=5)
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n")
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 1, "input_tokens": 2, "output_tokens": 3}\n')
+    (tmp_path / "t.json").write_text('[{"timestamp": 1, "input_tokens": 2, "output_tokens": 3}]\n')
+    assert [is_request_log(p) for p in (log, batch, vllm)] == [True] * 3
+    assert not any(is_request_log(tmp_path / n) for n in ("t.csv", "t.jsonl", "t.json", "no"))
+    argv = ["trace-windows", str(log), "--window-s", "20", "--burst-s", "1", "--context-s", "10"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "plain.jsonl: 300 requests over" in text and "from 2025-03-01 12:00:00.000" in text
+    assert main([*argv, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["windows"]
+    want = find_windows(request_log_trace(log), window_s=20, burst_s=1.0, context_s=10)
+    assert got == {k: w.to_dict() for k, w in want.items()} and set(got) == {
+        "off_peak",
+        "peak",
+        "burst",
+    }
+    assert got["burst"]["start_time"].startswith("2025-03-01 12:")
+    assert arrivals_trace(tmp_path / "t.jsonl").n == 1  # a JSONL trace, read as one
+    (tmp_path / "bad.jsonl").write_text('{"when": 1}\n')
+    with pytest.raises(InputFileError, match="no timestamp column"):
+        arrivals_trace(tmp_path / "bad.jsonl")  # neither: the trace reader says what it misses
