@@ -25,7 +25,7 @@ from specpilot.loadgen import LoadConfig, request_body, run_schedule
 from specpilot.loadgen.config import request_path
 from specpilot.loadgen.testserver import TestServer, TestServerConfig
 from specpilot.workload import Schedule, WorkloadError, build_schedule, load_workload
-from specpilot.workload.config import RequestLogArrival
+from specpilot.workload.logconfig import RequestLogArrival
 from specpilot.workload.logshapes import SHAPES
 from specpilot.workload.requestlog import arrivals_trace, is_request_log, request_log_trace
 from specpilot.workload.trace import find_windows

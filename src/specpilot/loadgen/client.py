@@ -111,7 +111,7 @@ async def send(
     ``asyncio.CancelledError`` (the runner stopping) is not caught here: the runner owns the
     status of requests it stops.
     """
-    ep, design = cfg.endpoint, cfg.design
+    ep, design, path = cfg.endpoint, cfg.design, request_path(cfg, req)
     limit = ep.timeout_s
     reason = f"client timeout after {ep.timeout_s:g}s"
     if design.enforce_deadlines and req.deadline_s is not None and req.deadline_s < limit:
@@ -123,10 +123,7 @@ async def send(
     try:
         async with asyncio.timeout(limit):
             async with client.stream(
-                "POST",
-                request_path(cfg, req),
-                content=body,
-                headers={"content-type": "application/json"},
+                "POST", path, content=body, headers={"content-type": "application/json"}
             ) as resp:
                 rec.http_status = resp.status_code
                 headers = dict(resp.headers)
