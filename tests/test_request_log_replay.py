@@ -289,6 +289,16 @@ def test_a_bad_request_log_arrival_is_refused_when_the_file_is_read(tmp_path, ar
         load_workload(_yaml(tmp_path, [_log_phase(**arrival)]))
 
 
+def test_the_example_workload_replays_its_own_log():
+    example = Path(__file__).resolve().parents[1] / "examples" / "workload-request-log.yaml"
+    sched = build_schedule(example)
+    lines = (example.parent / "request-log.jsonl").read_text("utf-8").splitlines()
+    assert len(sched.phase("whole_log")) == len(lines) == 40
+    assert {r.api for r in sched.requests} == {"chat", "completions"}
+    assert sched.phases[1].window["kind"] == "peak" and 0 < len(sched.phase("peak")) <= 10
+    assert sched.to_json() == build_schedule(example).to_json()
+
+
 def test_the_shapes_named_in_the_config_and_the_cli_are_the_readers():
     shape = typing.get_type_hints(RequestLogArrival)["shape"]
     assert typing.get_args(shape) == ("auto", *SHAPES)
@@ -357,7 +367,7 @@ def test_load_keeps_the_prompts_in_the_pilot_file_and_out_of_the_terminal_and_re
     assert [q.get("prompt") or q["messages"] for q in stored] == [
         r["body"].get("prompt") or r["body"]["messages"] for r in rows
     ]
-    assert "request log plain.jsonl (jsonl): 12 of 12 requests" in printed.out
+    assert "request log plain.jsonl (jsonl): 12 requests replayed (12 in the log)" in printed.out
     files = {p.name: p.read_text("utf-8") for p in (tmp_path / "report").iterdir()}
     assert {"report.html", "report.md", "report.json"} <= set(files)
     phases = json.dumps([asdict(p) for p in build_schedule(wl).phases])

@@ -71,13 +71,12 @@ def run(args: argparse.Namespace) -> int:
 
 def log_line(a: dict) -> str:
     """A request-log phase's arrival in one line: counts, lengths and a hash, never a prompt."""
-    parts = [
-        f"request log {a['source']} ({a['shape']}): {a['requests']} of {a['requests_in_log']} "
-        f"requests, by api {json.dumps(a['by_api'])}"
-    ]
+    head = f"request log {a['source']} ({a['shape']}): {a['requests']} requests replayed"
     if a.get("window"):
-        parts.append(f"window {a['window'][0]:g}-{a['window'][1]:g} s")
-    parts.append(f"time scale {a['time_scale']:g}")
+        lo, hi = a["window"]
+        head += f" of {a['requests_in_window']} in its window {lo:g}-{hi:g} s"
+    head += f" ({a['requests_in_log']} in the log), by api {json.dumps(a['by_api'])}"
+    parts = [head, f"time scale {a['time_scale']:g}"]
     if a.get("rate_cap"):
         parts.append(f"rate cap {a['rate_cap']:g}/s (kept {a['keep_fraction']:.0%})")
     ins = a.get("input_tokens_est") or {}
