@@ -103,16 +103,19 @@ def pair_arms(arms: Sequence[ArmRecord], request_arms: Iterable[str]) -> Pairing
 def representative(config: dict[str, Any]) -> bool:
     """Representative traffic: the pilot config says so (``representative_traffic``: its
     prompts and arrivals are the service's own); without that key, every phase's arrivals
-    replay a trace (``kind: trace``). A trace's arrivals with built-in prompts are not
-    representative: the pilot config marks such runs ``representative_traffic: false``.
+    replay a trace (``kind: trace``) or a request log (``kind: request_log``: its times and
+    bodies). A trace's arrivals with built-in prompts are not representative: the pilot config
+    marks such runs ``representative_traffic: false``.
 
         >>> representative({"representative_traffic": False, "phases": [{"arrival": {"kind": "trace"}}]})
         False
+        >>> representative({"phases": [{"arrival": {"kind": "request_log"}}]})
+        True
     """
     if "representative_traffic" in config:
         return bool(config["representative_traffic"])
     kinds = list(_arrival_kinds(config))
-    return bool(kinds) and all(k == "trace" for k in kinds)
+    return bool(kinds) and all(k in ("trace", "request_log") for k in kinds)
 
 
 def _arrival_kinds(node: Any) -> Iterable[str]:

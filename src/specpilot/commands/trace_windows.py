@@ -1,7 +1,10 @@
-"""``specpilot trace-windows TRACE.csv``: the off-peak, peak and sharpest-burst windows of a trace.
+"""``specpilot trace-windows TRACE``: the off-peak, peak and sharpest-burst windows of a trace.
 
-Reads an Azure LLM inference trace CSV or a generic CSV/JSONL trace (timestamp, input tokens,
-output tokens); see :mod:`specpilot.workload.trace` for the window definitions.
+Reads an Azure LLM inference trace CSV, a generic CSV/JSONL trace (timestamp, input tokens,
+output tokens), or a request log (OpenAI Batch lines, LiteLLM spend rows, vLLM's request log,
+plain JSONL; input tokens estimated, output tokens as logged), told apart by the first line or
+named with ``--shape``; see :mod:`specpilot.workload.trace` for the window definitions. A
+log's windows are in its own seconds, as a ``request_log`` phase's ``window:`` takes them.
 """
 
 from __future__ import annotations
@@ -9,14 +12,25 @@ from __future__ import annotations
 import argparse
 import json
 
+# workload.logshapes.SHAPES, written out: the CLI imports no workload module until it runs
+SHAPES = ("openai_batch", "litellm_spend", "vllm_log", "jsonl")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "trace-windows", help="find off-peak / peak / burst windows in an arrival trace"
     )
     p.add_argument(
-        "trace", help="Azure trace CSV, or CSV/JSONL with timestamp, input and output tokens"
+        "trace",
+        help="Azure trace CSV, CSV/JSONL with timestamp, input and output tokens, or a request log",
     )
+    p.add_argument(
+        "--shape",
+        choices=("auto", "trace", *SHAPES),
+        default="auto",
+        help="what the file is (auto: from its first line; trace: an arrival trace)",
+    )
+    p.add_argument("--time-field", default=None, help="a request log's time field (dotted)")
     p.add_argument("--window-s", type=float, default=300.0, help="off-peak/peak window length (s)")
     p.add_argument("--burst-s", type=float, default=10.0, help="burst window length (s)")
     p.add_argument("--context-s", type=float, default=120.0, help="baseline before a burst (s)")
@@ -25,9 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specpilot.workload.trace import find_windows, load_trace
+    from specpilot.workload.requestlog import arrivals_trace
+    from specpilot.workload.trace import find_windows
 
-    tr = load_trace(args.trace)
+    tr = arrivals_trace(args.trace, shape=args.shape, time_field=args.time_field)
     wins = find_windows(tr, window_s=args.window_s, burst_s=args.burst_s, context_s=args.context_s)
     if args.json:
         print(

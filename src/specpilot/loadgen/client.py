@@ -27,7 +27,7 @@ with contextlib.suppress(ImportError):
     import httpcore._async.http11
     import httpcore._backends.anyio  # noqa: F401
 
-from specpilot.loadgen.config import LoadConfig, RunLabels
+from specpilot.loadgen.config import LoadConfig, RunLabels, request_path
 from specpilot.loadgen.sse import SseStream
 from specpilot.records import (
     ChunkTiming,
@@ -111,7 +111,7 @@ async def send(
     ``asyncio.CancelledError`` (the runner stopping) is not caught here: the runner owns the
     status of requests it stops.
     """
-    ep, design = cfg.endpoint, cfg.design
+    ep, design, path = cfg.endpoint, cfg.design, request_path(cfg, req)
     limit, reason = _time_limit(cfg, req)
     rec = out.record
     st = SseStream(rec, out.chunks, cfg.hooks.count_tokens, cfg.hooks.on_event)
@@ -120,7 +120,7 @@ async def send(
     try:
         async with asyncio.timeout(limit):
             async with client.stream(
-                "POST", ep.path, content=body, headers={"content-type": "application/json"}
+                "POST", path, content=body, headers={"content-type": "application/json"}
             ) as resp:
                 rec.http_status = resp.status_code
                 headers = dict(resp.headers)

@@ -178,12 +178,24 @@ class LoadConfig:
         return dataclasses.replace(self, **top)
 
 
+def request_api(cfg: LoadConfig, req: ScheduledRequest) -> str:
+    """The API a request is sent to: its own where it has one (a request-log entry replays on
+    the route it was logged on, whatever the run's ``api``), else the run's."""
+    return req.api or cfg.endpoint.api
+
+
+def request_path(cfg: LoadConfig, req: ScheduledRequest) -> str:
+    return "/v1/chat/completions" if request_api(cfg, req) == "chat" else "/v1/completions"
+
+
 def request_body(cfg: LoadConfig, req: ScheduledRequest) -> bytes:
     """The JSON body for one scheduled request (built before the run, off the timed path)."""
     ep = cfg.endpoint
     body: dict[str, Any] = {"model": ep.model, "max_tokens": req.max_tokens, "stream": True}
-    if ep.api == "chat":
+    if request_api(cfg, req) == "chat":
         body["messages"] = req.messages
+    elif req.prompt is not None:  # a logged completions prompt, sent as logged
+        body["prompt"] = req.prompt
     else:
         body["prompt"] = "\n".join(str(m.get("content", "")) for m in req.messages)
     body["temperature"] = req.temperature

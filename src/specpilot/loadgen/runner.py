@@ -43,7 +43,7 @@ import httpx
 
 from specpilot.errors import ConfigError
 from specpilot.loadgen.client import Outcome, Sink, new_record, request_id, send
-from specpilot.loadgen.config import LoadConfig, request_body
+from specpilot.loadgen.config import LoadConfig, request_body, request_path
 from specpilot.loadgen.phases import PhaseEdges, PhaseHook, phase_starts_for, resolve_starts
 from specpilot.loadgen.progress import ProgressDisplay
 from specpilot.loadgen.summary import LoadResult, LoadSummary, RunStats
@@ -103,6 +103,7 @@ class LoadRunner:
             else {}
         )
         self._stats = RunStats()
+        self._note_other_routes()
         self._stage_runner: Any = cfg.stages.runner(
             {n for r in self.schedule for n in r.client_stages}, self._stats.notes
         )
@@ -120,6 +121,18 @@ class LoadRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connect_errors = 0
         self._edges = PhaseEdges(self.phase_sizes, on_phase)
+
+    def _note_other_routes(self) -> None:
+        """Say where requests go to another route than the run's ``api`` (a request log's
+        entries replay on the route they were logged on)."""
+        api = self.cfg.endpoint.api
+        other = Counter(
+            request_path(self.cfg, r) for r in self.schedule if r.api not in (None, api)
+        )
+        for path, n in sorted(other.items()):
+            self._stats.notes.append(
+                f"{n} request(s) of a request log sent to {path} as logged (the run's api: {api})"
+            )
 
     # -- control -------------------------------------------------------------------------
     def stop(self, reason: str = "stopped") -> None:

@@ -37,9 +37,25 @@ class ScheduledRequest:
     # Client stages that do real work at send time (a BM25 search) and are timed then: their
     # client_stages entry is 0.0 because nothing is planned to wait, not because they take 0 s.
     measured_stages: list[str] = field(default_factory=list)
+    # A request replayed from a request log (``workload.requestlog``): ``api`` is its route as
+    # logged ("chat" | "completions"; None: the run's ``Endpoint.api``), ``prompt`` a
+    # completions prompt sent as logged (text, texts or token ids; ``messages`` is then empty),
+    # ``body_sha256`` the hash of the logged body (``logshapes.body_sha256``): it ties the
+    # request to its log line without its text. Unset, they are left out of ``to_dict``, so a
+    # schedule without a request log keeps its JSON and its hash (older pilot files resume).
+    api: str | None = None
+    prompt: str | list[Any] | None = None
+    body_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for name in _LOGGED_FIELDS:
+            if d[name] is None:
+                del d[name]
+        return d
+
+
+_LOGGED_FIELDS = ("api", "prompt", "body_sha256")  # ScheduledRequest's, set by a request log
 
 
 @dataclass

@@ -21,8 +21,9 @@ The API the load generator, the pilot and the distillation code rely on (kept st
     windows["peak"].start_s, windows["burst"].rate
 
 See each module's docstring: ``groups`` (prompt sets, splits, importers), ``arrivals``,
-``trace`` (replay, scaling, window finder), ``stages`` (simulated and BM25 retrieval),
-``config`` (the YAML, validated by pydantic) and ``schedule``.
+``trace`` (replay, scaling, window finder), ``requestlog`` (replaying a production request log:
+``kind: request_log`` phases), ``stages`` (simulated and BM25 retrieval), ``config`` (the YAML,
+validated by pydantic) and ``schedule``.
 """
 
 from specpilot.workload.arrivals import ArrivalProcess, Constant, Gamma, Poisson, Steps, TraceReplay

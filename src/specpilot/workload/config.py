@@ -25,9 +25,10 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from specpilot import validation
 from specpilot.errors import ConfigError, InputFileError
-from specpilot.validation import StrictModel
+from specpilot.validation import FieldProblem, StrictModel
 from specpilot.workload.checks import CHECK_KINDS, CheckModel
 from specpilot.workload.groups import BUILTIN_GROUPS
+from specpilot.workload.logconfig import RequestLogArrival
 from specpilot.workload.slo import SLOModel
 from specpilot.yamlpos import LineMap, yaml_error_text
 
@@ -192,7 +193,12 @@ class TraceArrival(_Model):
 
 
 ArrivalModel = Annotated[
-    ConstantArrival | PoissonArrival | GammaArrival | StepsArrival | TraceArrival,
+    ConstantArrival
+    | PoissonArrival
+    | GammaArrival
+    | StepsArrival
+    | TraceArrival
+    | RequestLogArrival,
     Field(discriminator="kind"),
 ]
 
@@ -205,7 +211,7 @@ class PhaseModel(_Model):
 
     @model_validator(mode="after")
     def _duration(self) -> PhaseModel:
-        if self.duration_s is None and self.arrival.kind not in ("steps", "trace"):
+        if self.duration_s is None and self.arrival.kind not in ("steps", "trace", "request_log"):
             raise ValueError(f"phase {self.name!r} needs duration_s (seconds)")
         return self
 
@@ -237,7 +243,7 @@ class WorkloadConfig(_Model):
             raise ValueError("phase names must be unique")
         if "warmup" in names and self.warmup.requests:
             raise ValueError("'warmup' is reserved for warm-up requests: rename the phase")
-        for p in self.phases:
+        for i, p in enumerate(self.phases):
             for gname in p.groups or {}:
                 if gname not in self.groups:
                     raise ValueError(
@@ -245,6 +251,7 @@ class WorkloadConfig(_Model):
                     )
             if sum((p.groups or {n: m.weight for n, m in self.groups.items()}).values()) <= 0:
                 raise ValueError(f"phase {p.name!r}: the group weights sum to 0")
+            self._check_routes(i, p)
         for s, st in self.stages.items():
             for gname in st.groups or []:
                 if gname not in self.groups:
@@ -252,6 +259,19 @@ class WorkloadConfig(_Model):
                         f"stage {s!r} names group {gname!r}, which is not under groups"
                     )
         return self
+
+    def _check_routes(self, i: int, p: PhaseModel) -> None:
+        """A request log's routes lead to groups of this workload."""
+        if not isinstance(p.arrival, RequestLogArrival):
+            return
+        for value, group in (p.arrival.routes or {}).items():
+            if group not in self.groups:
+                raise FieldProblem(
+                    f"routes sends {value!r} to group {group!r}, which is not under groups",
+                    fix=f"add {group!r} under groups (a built-in group, or one with a source), "
+                    f"or route {value!r} to one of {', '.join(self.groups)}",
+                    path=("phases", i, "arrival", "routes", value),
+                )
 
     def utilization_phases(self) -> list[str]:
         """The phases whose rate is a fraction of the measured capacity (``target_utilization``):
@@ -292,7 +312,17 @@ _FIXES = {"union_tag_not_found": "add 'kind:'"}  # an invalid kind: the fix list
 
 
 _TAGS = frozenset(
-    ("constant", "poisson", "gamma", "steps", "trace", "simulated", "bm25", *CHECK_KINDS)
+    (
+        "constant",
+        "poisson",
+        "gamma",
+        "steps",
+        "trace",
+        "request_log",
+        "simulated",
+        "bm25",
+        *CHECK_KINDS,
+    )
 )
 
 
@@ -342,25 +372,27 @@ def parse_workload(
 def missing_trace_lines(
     cfg: WorkloadConfig, base_dir: Path, where: str, lines: Any, prefix: tuple[Any, ...] = ()
 ) -> list[str]:
-    """One line per trace arrival whose file is not there, at its ``path:`` line (empty: none),
-    so a missing trace is refused when the file is read, not when its phase is built."""
+    """One line per trace or request-log arrival whose file is not there, at its ``path:``
+    line (empty: none), so a missing file is refused when the workload is read, not when its
+    phase is built."""
     out = []
     for i, phase in enumerate(cfg.phases):
         a = phase.arrival
-        if not isinstance(a, TraceArrival):
+        if not isinstance(a, TraceArrival | RequestLogArrival):
             continue
         file = Path(a.path) if Path(a.path).is_absolute() else base_dir / a.path
         if file.is_file():
             continue
+        what = "trace" if isinstance(a, TraceArrival) else "request log"
         path = (*prefix, "phases", i, "arrival", "path")
         line = lines.line(path) if lines is not None else None
         at = f"{where}:{line}" if line is not None else where
         out.append(
-            f"  {at}: {validation.dotted(path)}: trace not found: {file} -> fix the path: a "
+            f"  {at}: {validation.dotted(path)}: {what} not found: {file} -> fix the path: a "
             f"relative path starts at {base_dir} (the workload's directory), or give an "
             "absolute one"
         )
-    return [f"{where}: {len(out)} trace file(s) missing", *out] if out else []
+    return [f"{where}: {len(out)} trace or request-log file(s) missing", *out] if out else []
 
 
 def load_workload(path: str | Path) -> WorkloadConfig:

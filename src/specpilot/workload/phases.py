@@ -3,8 +3,9 @@
 The plan is the warm-up phase (when ``warmup.requests`` > 0: that many requests at a constant
 rate) followed by the YAML's phases. Each phase gets its arrival process, seeded from the
 workload seed and the phase's position, and its duration: the configured one, the sum of its
-steps, or the replayed trace window's (time-scaled) length, whichever applies. A trace phase
-also yields each arrival's input and output token counts.
+steps, or the replayed trace window's or request log's (time-scaled) length, whichever applies
+(a configured duration cuts a replay short, never stretches it). A trace phase also yields each
+arrival's input and output token counts; a request-log phase each arrival's logged request.
 
     >>> from specpilot.workload import parse_workload
     >>> cfg = parse_workload({"groups": {"code": {}}, "warmup": {"requests": 2},
@@ -16,6 +17,7 @@ also yields each arrival's input and output token counts.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,20 @@ import numpy as np
 
 from specpilot.errors import ConfigError
 from specpilot.workload.arrivals import ArrivalProcess, Constant, Gamma, Poisson, Steps, TraceReplay
-from specpilot.workload.config import PhaseModel, TraceArrival, WorkloadConfig
+from specpilot.workload.config import (
+    PhaseModel,
+    RequestLogArrival,
+    TraceArrival,
+    WorkloadConfig,
+    WorkloadError,
+)
+from specpilot.workload.requestlog import (
+    LoggedRequest,
+    RequestLog,
+    RequestLogReplay,
+    read_request_log,
+    request_log_trace,
+)
 from specpilot.workload.resolve import resolve_path
 from specpilot.workload.seeds import ARRIVALS, derived_seed
 from specpilot.workload.trace import Trace, find_windows, load_trace
@@ -54,7 +69,8 @@ class PhaseArrivals:
     times: np.ndarray
     trace: TraceArrival | None = None  # set for trace replay, with ``lengths``
     lengths: tuple[np.ndarray, np.ndarray] | None = None  # (input, output) tokens per arrival
-    window: dict[str, Any] | None = None  # the trace window that was found
+    window: dict[str, Any] | None = None  # the trace (or request-log) window that was found
+    logged: tuple[LoggedRequest, ...] | None = None  # request-log replay: one per arrival
 
     def trace_lengths(self, j: int) -> tuple[int | None, int | None]:
         """(input, output) tokens of arrival ``j`` to use, per the phase's ``use_lengths``."""
@@ -84,7 +100,8 @@ class ArrivalPlanner:
     ) -> None:
         self.cfg, self.seed, self.base_dir = cfg, seed, base_dir
         self.capacity_rps = capacity_rps  # what target_utilization is a fraction of
-        self._traces: dict[Path, Trace] = {}
+        self._traces: dict[Any, Trace] = {}  # by path (traces), or (path, shape, time_field)
+        self._logs: dict[tuple[Any, ...], RequestLog] = {}
 
     def rate(self, phase: str, rate: float | None, utilization: float | None) -> float | None:
         """The phase's rate: ``rate`` as given, else ``utilization`` x the measured capacity
@@ -110,6 +127,8 @@ class ArrivalPlanner:
         a = p.arrival
         if isinstance(a, TraceArrival):
             return self._replay(plan, p, a)
+        if isinstance(a, RequestLogArrival):
+            return self._request_log(plan, p, a)
         if a.kind == "steps":
             st = Steps([(s.duration_s, s.rate) for s in a.steps], a.step_kind, a.cv, seed)
             duration = p.duration_s or st.total_s
@@ -145,9 +164,52 @@ class ArrivalPlanner:
         times, ins, outs = replay.events(dur)
         return PhaseArrivals(plan, replay, dur, times, a, (ins, outs), info)
 
+    def _request_log(self, plan: PhasePlan, p: PhaseModel, a: RequestLogArrival) -> PhaseArrivals:
+        """The log's requests in the phase's window, scaled and capped; cut at ``duration_s``."""
+        path = resolve_path(a.path, self.base_dir)
+        key = (path, a.shape, a.time_field)
+        if a.window in ("off_peak", "peak", "burst") and key not in self._traces:
+            self._traces[key] = request_log_trace(path, shape=a.shape, time_field=a.time_field)
+        window, info = self._window(p.name, self._traces.get(key), a)
+        routes = tuple(sorted(a.routes.items())) if a.routes is not None else None
+        opts = (a.route_field, routes, a.group_field, a.time_scale, a.rate_cap, window)
+        if (*key, *opts) not in self._logs:
+            self._logs[(*key, *opts)] = read_request_log(
+                path,
+                shape=a.shape,
+                time_field=a.time_field,
+                route_field=a.route_field,
+                routes=a.routes,
+                group_field=a.group_field,
+                time_scale=a.time_scale,
+                rate_cap=a.rate_cap,
+                window=window,
+            )
+        log = self._logs[(*key, *opts)]
+        if p.duration_s is not None and p.duration_s < log.duration_s:
+            kept = tuple(e for e in log.entries if e.offset_s < p.duration_s)
+            log = dataclasses.replace(log, entries=kept, duration_s=float(p.duration_s))
+        if a.group_field is not None:
+            self._known_groups(p.name, a.group_field, log)
+        proc = RequestLogReplay(log)
+        times = proc.times(log.duration_s)
+        return PhaseArrivals(plan, proc, log.duration_s, times, window=info, logged=log.entries)
+
+    def _known_groups(self, phase: str, field: str, log: RequestLog) -> None:
+        """The groups a log names itself (``group_field``) are groups of this workload (those
+        of ``routes`` are checked with the config)."""
+        named = sorted({e.group for e in log.entries if e.group is not None} - set(self.cfg.groups))
+        if named:
+            raise WorkloadError(
+                f"phases.{phase}.arrival.group_field: the request log {log.source} names "
+                f"group(s) {', '.join(named)} in {field}, which are not under groups",
+                fix="add them under groups (a built-in group, or one with a source), or map the "
+                "log's values to groups with route_field and routes (default: GROUP for the rest)",
+            )
+
     @staticmethod
     def _window(
-        phase: str, tr: Trace, a: TraceArrival
+        phase: str, tr: Trace | None, a: TraceArrival | RequestLogArrival
     ) -> tuple[tuple[float, float] | None, dict[str, Any] | None]:
         """The replayed span of the trace (None: all of it) and, when found, its description."""
         if a.window == "all":
@@ -157,6 +219,7 @@ class ArrivalPlanner:
             if not window[0] < window[1]:
                 raise ConfigError(f"phase {phase!r}: window start must be before its end")
             return window, None
+        assert tr is not None  # a named window is found in the trace (or the log's times)
         found = find_windows(tr, a.window_s, a.burst_s, a.context_s)
         if a.window not in found:
             raise ConfigError(

@@ -65,13 +65,15 @@ from specpilot.workload.logscan import (
     select,
 )
 from specpilot.workload.logshapes import SHAPES, Line, Parsed, body_sha256, detect_shape
-from specpilot.workload.trace import Trace
+from specpilot.workload.trace import TIME_COLUMNS, Trace, load_trace
 
 __all__ = [
     "SHAPES",
     "LoggedRequest",
     "RequestLog",
     "RequestLogReplay",
+    "arrivals_trace",
+    "is_request_log",
     "read_request_log",
     "request_log_trace",
 ]
@@ -168,9 +170,11 @@ class RequestLogReplay:
         return t if duration_s >= self.log.duration_s else t[t < duration_s]
 
     def describe(self) -> dict[str, Any]:
-        keep = ("source", "shape", "window", "time_scale", "rate_cap", "keep_fraction")
+        """The log as a phase's arrival: what was kept and how, counts, lengths and the hash
+        of the bodies; never a prompt, a group or a route value (those stay in the requests)."""
         d = self.log.describe()
-        return {"kind": "request_log", **{k: d[k] for k in (*keep, "bodies_sha256")}}
+        del d["by_group"]
+        return {"kind": "request_log", **d}
 
 
 # -- the API -----------------------------------------------------------------------------------
@@ -303,8 +307,45 @@ def request_log_trace(
     ``find_windows`` and the ``trace-windows`` command."""
     _check_options(shape, None, None, None, 1.0, None, None)
     p, name = _open(path, shape)
-    scan = scan_log(p, make_reader(name, str(p), time_field), None)
+    reader = make_reader(name, str(p), time_field)
+    scan = scan_log(p, reader, None)
     order, rel, _ = log_seconds(scan)
     ins = np.frombuffer(scan.input_tokens, dtype=np.int64)[order]
     outs = np.frombuffer(scan.output_tokens, dtype=np.int64)[order]
-    return Trace.from_arrays(rel, ins, outs, source=p.name)
+    t0 = dt.datetime.fromtimestamp(min(scan.t), dt.UTC)  # UTC, as trace.start_time has no zone
+    start = t0.strftime("%Y-%m-%d %H:%M:%S.%f") if getattr(reader, "has_year", True) else None
+    return Trace.from_arrays(rel, ins, outs, source=p.name, start_time=start)
+
+
+def is_request_log(path: str | Path) -> bool:
+    """Whether a file reads as a request log rather than an arrival trace
+    (:func:`~specpilot.workload.trace.load_trace`), by its first non-blank line: a JSON object
+    of a log shape (a ``body``, a Batch API line, a LiteLLM row), or text that is not a CSV
+    header naming a time column (vLLM's log)."""
+    if not Path(path).is_file():
+        return False  # load_trace says it is not there
+    for line in read_lines(Path(path)):
+        text = line.text.strip()
+        if not text:
+            continue
+        if text.startswith("["):
+            return False  # a JSON list of trace rows
+        if text.startswith("{"):
+            try:
+                detect_shape(str(path), [line])
+            except InputFileError:
+                return False  # an object of another shape: a JSONL trace's row
+            return True
+        return not {c.strip().strip('"').lower() for c in text.split(",")} & set(TIME_COLUMNS)
+    return False
+
+
+def arrivals_trace(
+    path: str | Path, *, shape: str = "auto", time_field: str | None = None
+) -> Trace:
+    """A file's arrivals as a :class:`Trace` (``trace-windows``): a request log's
+    (:func:`request_log_trace`) or an arrival trace's; ``shape`` ``auto`` tells them apart
+    (:func:`is_request_log`), ``trace`` reads an arrival trace, a log shape a log."""
+    if shape == "trace" or (shape == "auto" and not is_request_log(path)):
+        return load_trace(path)
+    return request_log_trace(path, shape=shape, time_field=time_field)

@@ -26,6 +26,10 @@ Contract with the load generator (``specpilot.loadgen``) and the store:
   ``Schedule.stages`` holds each stage's spec; run them with
   :class:`specpilot.workload.stages.StageRunner`.
 - ``ignore_eos`` / ``input_tokens_target`` are set by trace-replay phases only.
+- A request-log phase's requests carry ``api``, ``prompt`` (completions) and ``body_sha256``
+  (absent from the JSON elsewhere): they are sent to the route they were logged on. Its
+  ``PhaseInfo.arrival`` describes the log by counts, lengths and hashes (``not_replayed``: the
+  body fields left out, by name); the prompts are only in the requests.
 - ``seed`` is set for sampled groups (temperature > 0) so every arm samples with the same
   per-request seed; greedy groups leave it ``None``.
 
@@ -46,7 +50,7 @@ from typing import Any
 
 from specpilot.errors import ConfigError, InputFileError
 from specpilot.records import ScheduledRequest
-from specpilot.workload.assign import RequestFactory
+from specpilot.workload.assign import RequestFactory, unreplayed_fields
 from specpilot.workload.config import WorkloadConfig, WorkloadError, load_workload, parse_workload
 from specpilot.workload.phases import ArrivalPlanner, plan_phases
 from specpilot.workload.resolve import groups_section, prompt_cycles, resolve_groups
@@ -253,13 +257,16 @@ def build_schedule(
         if not new and not plan.warmup:
             raise WorkloadError(_empty_phase(plan.name, arr))
         requests += new
+        arrival = _described(arr.process.describe(), plan, capacity_rps)
+        if arr.logged is not None:
+            arrival["not_replayed"] = unreplayed_fields(arr.logged)
         phases.append(
             PhaseInfo(
                 name=plan.name,
                 start_s=round(start, 6),
                 duration_s=round(float(arr.duration_s), 6),
                 requests=len(new),
-                arrival=_described(arr.process.describe(), plan, capacity_rps),
+                arrival=arrival,
                 groups=dict(plan.weights),
                 warmup=plan.warmup,
                 window=arr.window,
@@ -282,6 +289,14 @@ def _empty_phase(name: str, arr: Any) -> str:
     """The error for a measured phase without a single request: what it replays, and the fix."""
     desc = arr.process.describe()
     where = f"{desc.get('kind', 'arrival')} arrivals"
+    if desc.get("kind") == "request_log":
+        lo, hi = desc.get("window") or (0.0, float(arr.duration_s))
+        return (
+            f"phases.{name}: the request-log window {lo:g}-{hi:g} s of {desc.get('source')} "
+            f"holds no request ({desc.get('requests_in_log')} in the log): a phase with nothing "
+            "scheduled measures nothing; choose a window with requests (specpilot "
+            "trace-windows LOG lists them, in the log's seconds) or a longer duration_s"
+        )
     if desc.get("window"):
         lo, hi = desc["window"]
         where = f"the trace window {lo:g}-{hi:g} s of {desc.get('source', 'the trace')}"

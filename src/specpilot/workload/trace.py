@@ -42,6 +42,7 @@ import numpy as np
 from specpilot.errors import ConfigError, InputFileError
 
 _TIME_COLS = ("timestamp", "time", "t", "arrival_time", "arrival_timestamp")
+TIME_COLUMNS = (*_TIME_COLS, "timestamp_ms")  # a CSV trace's header names one of these
 _IN_COLS = ("input_tokens", "prompt_tokens", "context_tokens", "contexttokens", "input_len")
 _OUT_COLS = (
     "output_tokens",

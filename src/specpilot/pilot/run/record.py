@@ -34,8 +34,9 @@ def open_pilot(p: PilotContext, store: Store, design: dict[str, Any]) -> PilotRe
         if changed is not None:
             raise PilotConfigError(
                 f"{store.path}: the pilot's schedule changed since it started ({changed}): "
-                "a file the workload reads (the workload file, a prompt file, a trace) was "
-                "edited, so a resumed pilot would compare arms on different traffic; choose "
+                "a file the workload reads (the workload file, a prompt file, a trace, a "
+                "request log) was edited, so a resumed pilot would compare arms on different "
+                "traffic; choose "
                 "another --out to start anew, or restore the files"
             )
         _check_models_unchanged(p, store)
