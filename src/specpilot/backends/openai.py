@@ -2,35 +2,44 @@
 
 Nothing is started or stopped: ``start`` waits until ``/v1/models`` answers. ``engine`` says
 what serves it, when the user knows: its ``/metrics`` and per-response parsers then apply
-(``openai``, the default: delivery metrics only). The manifest says the model files, flags and
-speculative config behind the URL are unknown, so no report may assume them (R8), and an
-endpoint cannot be restarted, so it cannot be drilled.
+(``openai``, the default: delivery metrics only). An endpoint cannot be restarted, so it cannot
+be drilled.
 
-``headers`` go with every request this backend sends (the health check, ``/metrics``): the
-arm's credentials. A 401 or 403 at the health check is refused at once (``CredentialsRefused``),
-before anything is measured; no message says a header's value.
+``describe`` records what the endpoint reports about itself (``backends.reported``: its
+version, the models it serves, its speculative settings, per engine, with a note for each
+thing it could not read) and nothing it does not: ``speculative["known"]`` is False where the
+endpoint does not say whether it speculates, and the model files' hashes and launch flags are
+never known, so no report may assume them (R8). ``backends.replicas.replica_differences``
+compares such manifests across the replicas of one arm.
+
+``headers`` go with every request this backend sends (the health check, ``/metrics``, the GETs
+of ``describe``): the arm's credentials. A 401 or 403 at the health check is refused at once
+(``CredentialsRefused``), before anything is measured; no message or manifest says a header's
+value.
 
     >>> be = OpenAIBackend("https://api.example.com/v1")
-    >>> be.endpoint, be.describe().speculative["known"]
-    ('https://api.example.com', False)
+    >>> be.endpoint
+    'https://api.example.com'
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot.backends.extras import header
 from specpilot.backends.facts import hardware_info
-from specpilot.backends.protocol import BackendError, Manifest
+from specpilot.backends.protocol import BackendError, Manifest, ModelFile
+from specpilot.backends.reported import read_reported
 from specpilot.errors import ConfigError
 from specpilot.records import MetricSnapshot, ResponseExtras
 
 UNKNOWN = (
-    "given by URL: model files, flags and the speculative config behind it are not known to "
-    "specpilot (delivery metrics only, R8); it cannot be restarted, so it cannot be drilled"
+    "given by URL: specpilot records what the endpoint reports about itself (the notes below "
+    "say what it could not read), never the model files' hashes or launch flags behind it (R8); "
+    "it cannot be restarted, so it cannot be drilled"
 )
 START_WAIT_S = 30.0  # how long ``start`` waits for /v1/models when given no timeout
 REFUSED = (401, 403)
@@ -134,16 +143,26 @@ class OpenAIBackend:
         raise BackendError(f"{self.endpoint} is not run by specpilot: it cannot be killed")
 
     def describe(self) -> Manifest:
+        """What the endpoint reports now (a few GETs with the arm's headers; a failed one is a
+        note, never an error): version, served models, speculative settings."""
+        got = read_reported(self.engine, self.endpoint, self.headers)
+        spec = {
+            **got.speculative,
+            "known": got.spec_known,
+            "model": self.model,
+            "unknown": list(self.unknown),
+        }
+        hide = _secrets(self.headers)
         return Manifest(
             engine=self.engine if self.engine != "openai" else "openai-compatible (unknown)",
-            engine_version="unknown",
+            engine_version=hide(got.version or "unknown"),
             endpoint=self.endpoint,
-            models=(),
+            models=tuple(ModelFile(m.role, hide(m.path), m.sha256, m.bytes) for m in got.models),
             tokenizer_sha256=None,
             launch=(),
-            speculative={"known": False, "model": self.model, "unknown": list(self.unknown)},
+            speculative=_hidden(spec, hide),
             hardware={"client": hardware_info(), "server": "unknown"},
-            notes=(UNKNOWN,),
+            notes=tuple(hide(n) for n in (UNKNOWN, *got.notes)),
             started_by_specpilot=False,
         )
 
@@ -163,3 +182,33 @@ class OpenAIBackend:
         from specpilot.backends import response_extras_for
 
         return response_extras_for(self.engine)(obj, headers)
+
+
+def _secrets(headers: Mapping[str, str]) -> Callable[[str], str]:
+    """A text with every header value (and a ``Bearer KEY``'s KEY) as ``***``: an endpoint that
+    echoes a credential into what it reports still leaves none in the manifest.
+
+    >>> _secrets({"Authorization": "Bearer k-123"})("key k-123")
+    'key ***'
+    """
+    values = {v for v in headers.values() if v}
+    values |= {v.partition(" ")[2].strip() for v in values if " " in v}
+    ordered = sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
+
+    def hide(text: str) -> str:
+        for value in ordered:
+            text = text.replace(value, "***")
+        return text
+
+    return hide
+
+
+def _hidden(value: Any, hide: Callable[[str], str]) -> Any:
+    """``value`` with ``hide`` applied to every string in it, keys and values."""
+    if isinstance(value, str):
+        return hide(value)
+    if isinstance(value, dict):
+        return {hide(str(k)): _hidden(v, hide) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_hidden(v, hide) for v in value]
+    return value

@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP server over one Engine (through the Scheduler).
 
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (JSON or SSE with
-``data: [DONE]``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus), and the
+``data: [DONE]``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus),
+``GET /version`` (version, draft and strategy table: read-only, for comparing replicas), and the
 admin switch (loopback only, ``Authorization: Bearer <admin token>``): ``GET|PUT
 /admin/strategy``, ``POST /admin/strategy/reload``, ``POST /admin/drain``, ``POST /admin/resume``.
 With ``ServerConfig.api_key`` set, ``/v1`` answers only ``Authorization: Bearer <api key>``

@@ -1,4 +1,6 @@
-"""The OpenAI-compatible routes: completions, chat completions, models, health, metrics.
+"""The OpenAI-compatible routes: completions, chat completions, models, health, metrics, and
+``/version`` (what the server runs, for a client comparing replicas given by URL: as vLLM's
+``GET /version``, plus the speculative setup, which vLLM exposes nowhere).
 
 Each generation route checks readiness and the model name, builds the prompt
 (:mod:`.prompts`) and hands over to :func:`.generation.generate`.
@@ -14,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from specpilot import __version__
 from specpilot.serve.generation import generate
 from specpilot.serve.metrics import CONTENT_TYPE
 from specpilot.serve.prompts import chat_prompt, completion_prompt
@@ -49,6 +52,20 @@ async def models(state: State) -> dict[str, Any]:
         for m in state.models
     ]
     return {"object": "list", "data": data}
+
+
+@router.get("/version")
+async def version(state: State) -> dict[str, Any]:
+    """Read-only: the version, the served models, the draft loaded and the strategy table in
+    force (the admin view without its token: nothing here is a secret or changes anything)."""
+    return {
+        "version": __version__,
+        "engine": "builtin",
+        "models": list(state.models),
+        "draft": state.cfg.draft_name,
+        "max_k": state.cfg.max_k,
+        "strategy": state.switch.table.to_dict(),
+    }
 
 
 @router.get("/metrics")
