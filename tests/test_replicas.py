@@ -158,3 +158,39 @@ def test_a_pilot_crosses_its_episodes_over_the_replicas(fleet, tmp_path, monkeyp
         c = cells[pair]  # estimated by episodes over the replicas as processes
         assert c["unit"] == "episode" and c["clusters"] == 9 and c["df"] is not None
         assert "engine process as a random effect" in c["method"]
+
+
+def test_replicas_that_report_different_configurations_are_refused_before_measuring(
+    tmp_path, capsys
+) -> None:
+    """One arm's replicas must run one configuration: a replica serving a draft listed beside a
+    plain one is refused by name (what each reports of itself, ``backends.replicas``) before
+    any request is measured."""
+    from specpilot.engine.loader import default_target_path, load_tokenizer
+    from specpilot.serve import ServerConfig, create_app
+    from test_server import MODEL, TOKEN, LiveServer, make_engine
+
+    tok = load_tokenizer(default_target_path())
+
+    def server(draft: bool) -> LiveServer:
+        config = ServerConfig(model_name=MODEL, admin_token=TOKEN,
+                              draft_name="tiny-draft" if draft else None)  # fmt: skip
+        return LiveServer(create_app(config, engine=make_engine(tok, draft=draft)))
+
+    servers = [server(draft) for draft in (False, True, False)]
+    try:
+        plain, spec, other = (s.url for s in servers)
+        path = tmp_path / "p.yaml"
+        path.write_text(
+            PILOT.format(base=json.dumps([plain, spec]), spec=json.dumps([other, spec]))
+        )
+        out = tmp_path / "out"
+        assert main(["pilot", str(path), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "arm 'base': speculative settings differ between replicas" in err
+        assert f"at {spec}" in err and "run one configuration" in err
+        assert "list under urls: only replicas started alike" in err
+        assert not (out / "pilot.duckdb").exists()
+    finally:
+        for s in servers:
+            s.stop()

@@ -24,6 +24,7 @@ from typing import Any, cast
 from specpilot.backends.adapters import adapter_of
 from specpilot.backends.openai import OpenAIBackend
 from specpilot.backends.protocol import Backend
+from specpilot.backends.replicas import replica_differences
 from specpilot.errors import ConfigError
 from specpilot.pilot.config.arms import (
     ARM_MODELS,
@@ -34,6 +35,7 @@ from specpilot.pilot.config.arms import (
     SglangArm,
     VllmArm,
 )
+from specpilot.pilot.config.file import PilotConfigError
 from specpilot.pilot.config.options import OPTIONS, EngineOptions
 from specpilot.pilot.plan.arms import ArmPlan, plan_arm, strategy_of
 from specpilot.records import ARM_ROLES
@@ -169,6 +171,32 @@ def backend_for(
             f"{type(o).__name__}"
         )
     return a.backend(o, dtype=dtype, files=files or {}, port=port)
+
+
+def check_replicas(plans: list[ArmPlan]) -> list[str]:
+    """Every arm by URL with several replicas: what each replica reports of itself
+    (``OpenAIBackend.describe``, ``backends.reported``) compared across them
+    (``backends.replicas``), before anything is measured. Replicas whose served models, engine
+    version or speculative settings differ are refused (they are not one configuration); the
+    lines returned say what could not be compared, and model paths that differ (the same
+    weights may sit at another path on another host)."""
+    notes: list[str] = []
+    for plan in plans:
+        if len(plan.spec.replicas) < 2:
+            continue
+        manifests = [
+            make_backend(plan, process=i).describe() for i in range(len(plan.spec.replicas))
+        ]
+        for d in replica_differences(manifests):
+            if d.refuse and d.field != "model paths":
+                raise PilotConfigError(
+                    f"arm {plan.name!r}: {d}: replicas of one arm must run one configuration",
+                    fix="list under urls: only replicas started alike (same model, engine "
+                    "version and speculative settings), or give the others an arm of their own",
+                    at=("arms", plans.index(plan), "urls"),
+                )
+            notes.append(f"arm {plan.name}: {d}")
+    return notes
 
 
 def check_credentials(plans: list[ArmPlan]) -> None:

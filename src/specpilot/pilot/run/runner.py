@@ -41,7 +41,7 @@ from specpilot.pilot.eta.progress import PilotProgress
 from specpilot.pilot.eta.remaining import eta_s
 from specpilot.pilot.plan.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.plan.assets import ASSET_STEPS, prepare
-from specpilot.pilot.plan.engines import check_credentials
+from specpilot.pilot.plan.engines import check_credentials, check_replicas
 from specpilot.pilot.plan.fit import fit, fit_note, lengths
 from specpilot.pilot.plan.noise import episode_plan
 from specpilot.pilot.run import finish
@@ -133,6 +133,8 @@ class Pilot:
         plans = plan_arms(self.cfg)
         check_one_switch(plans)
         check_credentials(plans)  # before any engine starts, any probe, any measurement
+        for note in check_replicas(plans):  # replicas of one arm: one configuration
+            self.progress.note(note)
         wl = self.cfg.workload_config()
         base_dir = self.cfg.workload_dir(self.base_dir)
         files = {p.name: self._assets(p) for p in plans if _has_assets(p)}
