@@ -40,7 +40,7 @@ from specpilot.analysis.plan import Pairing, hardware_text, pair_arms, represent
 from specpilot.analysis.rollback import rules as rollback
 from specpilot.analysis.rollback.parity import RollbackParity, drill_outcomes, parity_of
 from specpilot.analysis.service import capacity as cap
-from specpilot.analysis.service import cost, e2e, load
+from specpilot.analysis.service import cost, e2e, ledger, load
 from specpilot.analysis.service.slo import conditions_of
 from specpilot.analysis.settings import Design, Effective, effective
 from specpilot.analysis.verdicts import planted as pl
@@ -86,6 +86,7 @@ class PilotAnalysis:
     memory: list[cap.MemoryBudget] = field(default_factory=list)
     costs: list[cost.ArmCost] = field(default_factory=list)
     cost_lines: list[cost.CostLine] = field(default_factory=list)
+    ledgers: list[ledger.Ledger] = field(default_factory=list)  # the whole first-year cost
     latency_cdf: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     scheduled: int = 0  # steady-state and cold-start requests analysed (warm-up excluded)
     round_table: RoundsTable | None = None  # the per-request round aggregates analysed
@@ -145,7 +146,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     a.crossovers = crossover(a.verdicts)
     a.drill_parity = parity_of(data, plan.baseline, cfg) if plan.baseline else {}
     a.drills = drill_outcomes(data.drills, a.drill_parity, a.comparisons, plan.candidates)
-    _costs(a)
+    _costs(a, table)
     a.group_matrix = group_matrix(
         plan.pairs[0] if plan.pairs else None, a.rounds_pooled, a.quality_cells, a.comparisons
     )
@@ -395,7 +396,7 @@ def _slos(
     return out
 
 
-def _costs(a: PilotAnalysis) -> None:
+def _costs(a: PilotAnalysis, table: RequestTable) -> None:
     a.costs = cost.arm_costs(a.load_cells, a.capacities, a.plan.arms, a.config.cost)
     by = {c.arm: c for c in a.costs}
     for b, c in a.plan.pairs:
@@ -415,6 +416,35 @@ def _costs(a: PilotAnalysis) -> None:
                     a.config.cost.currency,
                 )
             )
+            a.ledgers.append(_ledger(a, table, by[b], by[c], failed))
+
+
+def _ledger(
+    a: PilotAnalysis, table: RequestTable, b: cost.ArmCost, c: cost.ArmCost, failed: bool
+) -> ledger.Ledger:
+    """The candidate's whole first-year cost (``analysis.service.ledger``)."""
+    memory = next((m for m in a.memory if m.candidate_arm == c.arm), None)
+    slots = cap.target_slots(a.plan.record(c.arm))
+    extra = (
+        c.on_time / c.measured_s - b.on_time / b.measured_s
+        if c.measured_s and b.measured_s
+        else 0.0
+    )
+    tokens = {x: _tokens(table, x) for x in (b.arm, c.arm)}
+    return ledger.ledger(
+        b, c, memory, slots, tokens, a.config.cost, quality_failed=failed, extra_on_time_per_s=extra
+    )
+
+
+def _tokens(table: RequestTable, arm: str) -> ledger.Tokens:
+    """Mean prompt and output tokens of the arm's answered steady-state requests."""
+    ok = (table.arm == arm) & (table.status == "ok") & ~table.cold_start
+    prompt = table.prompt_tokens[ok]
+    prompt = prompt[~np.isnan(prompt)]
+    out = table.output_tokens[ok]
+    return ledger.Tokens(
+        float(prompt.mean()) if len(prompt) else None, float(out.mean()) if len(out) else None
+    )
 
 
 __all__: Sequence[str] = ["PilotAnalysis", "analyze", "latency_cdf"]

@@ -145,7 +145,7 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
         # simulated, and labelled so: validated on the pilot's own phases or not used
         "simulation": clean(simulation) if simulation is not None else NOT_SIMULATED,
         "memory": [clean(m) for m in a.memory],
-        "cost": {"arms": [clean(c) for c in a.costs], "lines": [clean(c) for c in a.cost_lines]},
+        "cost": _cost(a),
         "compatibility": _compat(a),
         "drills": [clean(d) for d in a.drills],
         "rollback_rules": dict(a.rollback_yaml),
@@ -157,6 +157,16 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
     }
     doc["figures"] = figure_data(doc, a)
     return doc
+
+
+def _cost(a: PilotAnalysis) -> dict[str, Any]:
+    """Per arm, the one-line verdict on each candidate's cost, and its whole first year (every
+    R8 item, priced or not: ``analysis.service.ledger``)."""
+    return {
+        "arms": [clean(c) for c in a.costs],
+        "lines": [clean(c) for c in a.cost_lines],
+        "ledgers": [clean(x) for x in a.ledgers],
+    }
 
 
 def _pilot_section(p: PilotRecord) -> dict[str, Any]:

@@ -195,13 +195,33 @@ def render_markdown(doc: dict[str, Any]) -> str:
             *[f"- {k_schedule_line(k)}" for k in sim.get("k_schedules", [])],
             "",
         ]
-    if doc["cost"]["lines"]:
+    if doc["cost"]["lines"] or doc["cost"].get("ledgers"):
         out += [
             "## Cost",
             "",
             *[f"- {c['candidate_arm']}: {c['text']}" for c in doc["cost"]["lines"]],
             "",
         ]
+        for x in doc["cost"].get("ledgers") or []:
+            cur = x["currency"]
+            out += [
+                f"{x['candidate_arm']} against {x['baseline_arm']}, first year: {x['text']}",
+                "",
+            ]
+            out += [
+                md_table(
+                    ["item", f"{cur} a year (+ more spent, - less)", "how"],
+                    [
+                        [
+                            i["name"] + (" (one-off)" if i["one_off"] else ""),
+                            "not priced" if i["amount"] is None else f"{i['amount']:,.0f}",
+                            i["basis"],
+                        ]
+                        for i in x["items"]
+                    ],
+                ),
+                "",
+            ]
     out += [
         "The full report (every table, plot and metric definition) is report.html; "
         "every figure is in report.json.",

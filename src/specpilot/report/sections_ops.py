@@ -69,11 +69,26 @@ def cost(doc: Doc, svgs: Svgs) -> str:
         for c in doc["cost"]["lines"]
     )
     lost = "".join(_memory_line(m) for m in doc["memory"])
-    also = (
-        "<p>Not measured by the pilot, to be added by the operator: tuning effort, regression "
-        "checks at each model upgrade, rollback maintenance.</p>"
+    whole = "".join(_ledger(x) for x in doc["cost"].get("ledgers") or [])
+    return section("cost", "Cost at equal quality", whole + lines + lost + arms)
+
+
+def _ledger(x: Doc) -> str:
+    """A candidate's first-year cost, item by item (``analysis.service.ledger``)."""
+    cur = x["currency"]
+    rows = [
+        [
+            i["name"] + (" (one-off)" if i["one_off"] else ""),
+            "not priced" if i["amount"] is None else f"{i['amount']:,.0f} {cur}",
+            i["basis"],
+        ]
+        for i in x["items"]
+    ]
+    head = f"{x['candidate_arm']} against {x['baseline_arm']}, first year: {x['text']}"
+    return (
+        f'<p class="cost-ledger cost-{escape(x["kind"])}"><b>{escape(head)}</b></p>'
+        + html_table(["item", f"{cur} a year (+ more spent, - less)", "how"], rows, "ledger")
     )
-    return section("cost", "Cost at equal quality", lines + lost + arms + also)
 
 
 def _memory_line(m: Doc) -> str:
