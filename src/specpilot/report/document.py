@@ -21,6 +21,7 @@ from specpilot.analysis.service.utilization import capacity_rps, levels, utiliza
 from specpilot.records import PilotData, PilotRecord
 from specpilot.report.definitions import DEFINITIONS
 from specpilot.report.figures import figure_data
+from specpilot.report.firstpage import first_page
 from specpilot.report.fmt import clean
 
 # a document built without the simulator (``build_report(..., simulation=None)``)
@@ -156,6 +157,7 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
         "notes": list(a.notes),
     }
     doc["figures"] = figure_data(doc, a)
+    doc["first_page"] = first_page(doc)  # the decision in plain words, from the figures above
     return doc
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specpilot.report.firstpage import tick
 from specpilot.report.fmt import (
     interval,
     k_schedule_line,
@@ -32,6 +33,19 @@ from specpilot.report.sections_load import (
     prediction_rows,
     slo_check_rows,
 )
+
+
+def _first_page(doc: dict[str, Any]) -> list[str]:
+    """The decision in plain words, the checks line and the terms it uses (footnotes)."""
+    fp = doc.get("first_page") or {}
+    paras = [p["text"] for p in fp.get("paragraphs") or []]
+    if not paras:
+        return []
+    ticks = " · ".join(
+        f"[{tick(c['ok'])} {c['text']}](#{c['section']})" for c in fp.get("checks") or []
+    )
+    terms = [f"- *{t}*: {m}" for t, m in (fp.get("terms") or {}).items()]
+    return ["## The decision", "", *[x for p in paras for x in (p, "")], ticks, "", *terms, ""]
 
 
 def _verdict(v: dict[str, Any], simulated: list[str]) -> list[str]:
@@ -180,6 +194,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "",
     ]
     out += [f"Hardware: {doc['hardware']['summary']}", ""]
+    out += _first_page(doc)
     if not doc["verdicts"]:
         out += ["No verdict: " + no_verdict_reason(doc), ""]
     for v in doc["verdicts"]:

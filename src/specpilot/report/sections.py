@@ -6,9 +6,11 @@ Every function takes the document (and the rendered plots) and returns one ``<se
 from __future__ import annotations
 
 import json
+import re
 from html import escape
 from typing import Any
 
+from specpilot.report.firstpage import tick
 from specpilot.report.fmt import (
     Markup,
     html_table,
@@ -126,9 +128,41 @@ def verdict(doc: Doc, svgs: Svgs) -> str:
         body = "".join(_verdict_one(v, simulated_for(doc, v)) for v in doc["verdicts"])
     if any(f["id"] == "forest" for f in doc["figures"]):  # the picture first, the words under it
         body = figure(doc, svgs, "forest") + body
+    body = _first_page(doc) + body  # the decision in plain words above the picture
     curve = _verify_headline(doc)
     body += f'<p class="hardware-line">Hardware: {escape(doc["hardware"]["summary"])}{curve}</p>'
     return section("verdict", "Verdict", body)
+
+
+def _first_page(doc: Doc) -> str:
+    """The decision in plain words and the checks line (``report.firstpage``); the terms it
+    uses are defined where they first appear (a tooltip)."""
+    fp = doc.get("first_page") or {}
+    paras = "".join(
+        f'<p class="decision decision-{escape(p["kind"])}">{_terms(p["text"], fp)}</p>'
+        for p in fp.get("paragraphs") or []
+    )
+    ticks = " · ".join(
+        f'<a href="#{escape(c["section"])}">{tick(c["ok"])} {_terms(c["text"], fp)}</a>'
+        for c in fp.get("checks") or []
+    )
+    return (
+        f'<div class="first-page">{paras}<p class="checks">{ticks}</p></div>'
+        if paras or ticks
+        else ""
+    )
+
+
+def _terms(text: str, fp: Doc) -> str:
+    """``text`` escaped, each defined term's first use (a whole word, not inside a flag such
+    as ``--episodes``) with its definition as a tooltip."""
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text)))
+    for term, meaning in (fp.get("terms") or {}).items():
+        m = re.search(rf"(?<![\w-]){re.escape(escape(term))}s?(?![\w-])", out)
+        if m:
+            abbr = f'<abbr title="{escape(meaning)}">{m.group(0)}</abbr>'
+            out = out[: m.start()] + abbr + out[m.end() :]
+    return out
 
 
 def _verify_headline(doc: Doc) -> str:
