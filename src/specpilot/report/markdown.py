@@ -21,18 +21,22 @@ from specpilot.report.fmt import (
     pct,
     simulated_for,
 )
+from specpilot.report.sections import round_rows
 from specpilot.report.sections_capacity import LEVEL_HEAD, level_rows, probe_text
 from specpilot.report.sections_load import (
     LOOKS_NOTE,
     PREDICTION_HEAD,
     PREDICTION_NOTE,
     SLO_HEAD,
+    gate_rows,
     looks_lines,
     method_of,
     outcome_text,
     prediction_rows,
+    quality_rows,
     slo_check_rows,
 )
+from specpilot.report.sections_ops import drill_rows, memory_rows
 
 
 def _first_page(doc: dict[str, Any]) -> list[str]:
@@ -185,31 +189,8 @@ def _pairs(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_markdown(doc: dict[str, Any]) -> str:
-    p = doc["pilot"]
-    out = [
-        f"# specpilot report: {p['name']}",
-        "",
-        f"Pilot `{p['pilot_id']}`, {doc['generated_by']}.",
-        "",
-    ]
-    out += [f"Hardware: {doc['hardware']['summary']}", ""]
-    out += _first_page(doc)
-    if not doc["verdicts"]:
-        out += ["No verdict: " + no_verdict_reason(doc), ""]
-    for v in doc["verdicts"]:
-        out += _verdict(v, simulated_for(doc, v))
-    out += _levels(doc) + _load(doc) + _slo_failed(doc) + _pairs(doc)
-    sim = doc.get("simulation") or {}
-    if sim.get("validations") or sim.get("crossovers"):
-        out += [
-            "## Simulation (calibrated on this pilot)",
-            "",
-            *[f"- {v['text']}" for v in sim.get("validations", [])],
-            *[f"- {x['text']}" for x in sim.get("crossovers", [])],
-            *[f"- {k_schedule_line(k)}" for k in sim.get("k_schedules", [])],
-            "",
-        ]
+def _cost(doc: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     if doc["cost"]["lines"] or doc["cost"].get("ledgers"):
         out += [
             "## Cost",
@@ -237,6 +218,64 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 ),
                 "",
             ]
+    return out
+
+
+def _rounds(doc: dict[str, Any]) -> list[str]:
+    head, rows = round_rows(doc)
+    if not rows:
+        return []
+    note = "All phases pooled per arm and task group; per phase in report.json."
+    return ["## Per-round advance and time split", "", note, "", md_table(head, rows), ""]
+
+
+def _quality(doc: dict[str, Any]) -> list[str]:
+    out = ["## Quality per group", ""]
+    head, rows = quality_rows(doc)
+    out += [md_table(head, rows) if rows else "No quality records in the pilot file.", ""]
+    head, rows = gate_rows(doc)
+    return out + (["### Gates", "", md_table(head, rows), ""] if rows else [])
+
+
+def _memory(doc: dict[str, Any]) -> list[str]:
+    head, rows = memory_rows(doc)
+    return ["## Memory budget of the draft", "", md_table(head, rows), ""] if rows else []
+
+
+def _drills(doc: dict[str, Any]) -> list[str]:
+    head, rows = drill_rows(doc)
+    if not rows:
+        return []
+    files = [f"- {arm}: rollback-{arm}.rules.yml" for arm in doc.get("rollback_rules") or {}]
+    return ["## Rollback drills", "", md_table(head, rows), "", *files, ""]
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    p = doc["pilot"]
+    out = [
+        f"# specpilot report: {p['name']}",
+        "",
+        f"Pilot `{p['pilot_id']}`, {doc['generated_by']}.",
+        "",
+    ]
+    out += [f"Hardware: {doc['hardware']['summary']}", ""]
+    out += _first_page(doc)
+    if not doc["verdicts"]:
+        out += ["No verdict: " + no_verdict_reason(doc), ""]
+    for v in doc["verdicts"]:
+        out += _verdict(v, simulated_for(doc, v))
+    out += _levels(doc) + _load(doc) + _slo_failed(doc) + _pairs(doc)
+    sim = doc.get("simulation") or {}
+    if sim.get("validations") or sim.get("crossovers"):
+        out += [
+            "## Simulation (calibrated on this pilot)",
+            "",
+            *[f"- {v['text']}" for v in sim.get("validations", [])],
+            *[f"- {x['text']}" for x in sim.get("crossovers", [])],
+            *[f"- {k_schedule_line(k)}" for k in sim.get("k_schedules", [])],
+            "",
+        ]
+    out += _rounds(doc) + _quality(doc) + _memory(doc) + _cost(doc) + _drills(doc)
     out += [
         "The full report (every table, plot and metric definition) is report.html; "
         "every figure is in report.json.",

@@ -270,7 +270,9 @@ def arms(doc: Doc, svgs: Svgs) -> str:
     return section("arms", "Frozen configuration of every arm", table + manifests)
 
 
-def _round_table(doc: Doc) -> str:
+def round_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
+    """Per arm and task group, all phases pooled: the rounds' advance and time split (the
+    HTML's and the Markdown's one table)."""
     rows = []
     for r in doc["rounds"]["pooled"]:
         sh = r["shares"]
@@ -289,7 +291,7 @@ def _round_table(doc: Doc) -> str:
                 num(r["decode_speedup"]) + ("x" if r["decode_speedup"] else ""),
             ]
         )
-    table = html_table(
+    return (
         [
             "arm",
             "group",
@@ -305,7 +307,10 @@ def _round_table(doc: Doc) -> str:
         ],
         rows,
     )
-    return table
+
+
+def _round_table(doc: Doc) -> str:
+    return html_table(*round_rows(doc))
 
 
 def _leviathan_table(doc: Doc) -> str:

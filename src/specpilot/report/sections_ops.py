@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from html import escape
+from typing import Any
 
 from specpilot.report.fmt import Markup, html_table, mib, num, seconds
 from specpilot.report.sections import Doc, Svgs, section
 
 
 def memory(doc: Doc, svgs: Svgs) -> str:
+    return section("memory", "Memory budget of the draft", html_table(*memory_rows(doc)))
+
+
+def memory_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
+    """Per candidate, the draft's memory and the target sequences it would hold."""
     rows = [
         [
             m["candidate_arm"],
@@ -22,20 +28,17 @@ def memory(doc: Doc, svgs: Svgs) -> str:
         ]
         for m in doc["memory"]
     ]
-    table = html_table(
-        [
-            "candidate",
-            "draft weights",
-            "draft KV",
-            "workspace",
-            "total",
-            "target KV per sequence",
-            "target sequences that memory would hold",
-            "notes",
-        ],
-        rows,
-    )
-    return section("memory", "Memory budget of the draft", table)
+    head = [
+        "candidate",
+        "draft weights",
+        "draft KV",
+        "workspace",
+        "total",
+        "target KV per sequence",
+        "target sequences that memory would hold",
+        "notes",
+    ]
+    return head, rows
 
 
 def cost(doc: Doc, svgs: Svgs) -> str:
@@ -132,6 +135,16 @@ def compatibility(doc: Doc, svgs: Svgs) -> str:
 
 
 def drills(doc: Doc, svgs: Svgs) -> str:
+    rules = "".join(
+        f"<details><summary>Prometheus alerting rules for {escape(arm)}</summary><pre>{escape(text)}</pre></details>"
+        for arm, text in doc["rollback_rules"].items()
+    )
+    table = html_table(*drill_rows(doc))
+    return section("drills", "Rollback drill records and triggers", table + rules)
+
+
+def drill_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
+    """Per drilled arm: the switch, the recovery, the requests it cost, after the rollback."""
     rows = [
         [
             d["arm"],
@@ -149,26 +162,19 @@ def drills(doc: Doc, svgs: Svgs) -> str:
         ]
         for d in doc["drills"]
     ]
-    table = html_table(
-        [
-            "arm",
-            "kind",
-            "status",
-            "reason",
-            "switch in force after",
-            "goodput recovered after",
-            "interrupted",
-            "delayed",
-            "after the rollback (same prompts as the baseline)",
-            "cost against the gain",
-        ],
-        rows,
-    )
-    rules = "".join(
-        f"<details><summary>Prometheus alerting rules for {escape(arm)}</summary><pre>{escape(text)}</pre></details>"
-        for arm, text in doc["rollback_rules"].items()
-    )
-    return section("drills", "Rollback drill records and triggers", table + rules)
+    head = [
+        "arm",
+        "kind",
+        "status",
+        "reason",
+        "switch in force after",
+        "goodput recovered after",
+        "interrupted",
+        "delayed",
+        "after the rollback (same prompts as the baseline)",
+        "cost against the gain",
+    ]
+    return head, rows
 
 
 def definitions(doc: Doc, svgs: Svgs) -> str:
