@@ -41,6 +41,7 @@ from specpilot.analysis.rollback import rules as rollback
 from specpilot.analysis.rollback.parity import RollbackParity, drill_outcomes, parity_of
 from specpilot.analysis.service import capacity as cap
 from specpilot.analysis.service import cost, e2e, ledger, load
+from specpilot.analysis.service.coldstart import ColdStart, cold_starts
 from specpilot.analysis.service.slo import conditions_of
 from specpilot.analysis.settings import Design, Effective, effective
 from specpilot.analysis.verdicts import planted as pl
@@ -87,6 +88,7 @@ class PilotAnalysis:
     costs: list[cost.ArmCost] = field(default_factory=list)
     cost_lines: list[cost.CostLine] = field(default_factory=list)
     ledgers: list[ledger.Ledger] = field(default_factory=list)  # the whole first-year cost
+    cold_starts: list[ColdStart] = field(default_factory=list)  # R6: starts apart
     latency_cdf: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     scheduled: int = 0  # steady-state and cold-start requests analysed (warm-up excluded)
     round_table: RoundsTable | None = None  # the per-request round aggregates analysed
@@ -131,6 +133,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
         table, data.phases, data.chunk_gaps, data.snapshots, conditions_of(data.pilot.schedule)
     )
     a.latency_cdf = latency_cdf(table)
+    a.cold_starts = cold_starts(data)
     a.counters = counter_acceptance(data.snapshots)
     r = rounds_section(data, a.plan.baseline or "", a.plan.pairs)
     a.round_table, a.rounds, a.rounds_pooled = r.table, r.rounds, r.pooled

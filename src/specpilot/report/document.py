@@ -146,6 +146,7 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
         # simulated, and labelled so: validated on the pilot's own phases or not used
         "simulation": clean(simulation) if simulation is not None else NOT_SIMULATED,
         "memory": [clean(m) for m in a.memory],
+        "cold_start": [clean(c) for c in a.cold_starts],  # R6: starts apart from the steady state
         "cost": _cost(a),
         "compatibility": _compat(a),
         "drills": [clean(d) for d in a.drills],

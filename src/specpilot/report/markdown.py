@@ -21,7 +21,7 @@ from specpilot.report.fmt import (
     pct,
     simulated_for,
 )
-from specpilot.report.sections import round_rows
+from specpilot.report.sections import cold_rows, round_rows
 from specpilot.report.sections_capacity import LEVEL_HEAD, level_rows, probe_text
 from specpilot.report.sections_load import (
     LOOKS_NOTE,
@@ -237,6 +237,13 @@ def _quality(doc: dict[str, Any]) -> list[str]:
     return out + (["### Gates", "", md_table(head, rows), ""] if rows else [])
 
 
+def _cold(doc: dict[str, Any]) -> list[str]:
+    head, rows = cold_rows(doc)
+    return (
+        ["## Cold start apart from the steady state", "", md_table(head, rows), ""] if rows else []
+    )
+
+
 def _memory(doc: dict[str, Any]) -> list[str]:
     head, rows = memory_rows(doc)
     return ["## Memory budget of the draft", "", md_table(head, rows), ""] if rows else []
@@ -275,7 +282,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
             *[f"- {k_schedule_line(k)}" for k in sim.get("k_schedules", [])],
             "",
         ]
-    out += _rounds(doc) + _quality(doc) + _memory(doc) + _cost(doc) + _drills(doc)
+    out += _rounds(doc) + _quality(doc) + _memory(doc) + _cold(doc) + _cost(doc) + _drills(doc)
     out += [
         "The full report (every table, plot and metric definition) is report.html; "
         "every figure is in report.json.",

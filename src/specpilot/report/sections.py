@@ -267,7 +267,40 @@ def arms(doc: Doc, svgs: Svgs) -> str:
         ],
         rows,
     )
-    return section("arms", "Frozen configuration of every arm", table + manifests)
+    cold = doc.get("cold_start") or []
+    starts = (
+        "<h3>Cold start apart from the steady state</h3>" + html_table(*cold_rows(doc))
+        if cold
+        else ""
+    )
+    return section("arms", "Frozen configuration of every arm", table + starts + manifests)
+
+
+def cold_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
+    """Per arm: start to healthy, the first requests after a start and after the drill's
+    restart, against its steady state (``analysis.service.coldstart``)."""
+
+    def t(x: Doc | None, key: str) -> str:
+        return seconds(x.get(key)) if x and x.get("requests") else "n/a"
+
+    rows = [
+        [
+            c["arm"],
+            f"{seconds(c['start_to_healthy_s'])} ({c['processes']})",
+            f"{t(c['first'], 'ttft_s')} / {t(c['first'], 'task_s')}",
+            f"{t(c['steady'], 'ttft_s')} / {t(c['steady'], 'task_s')}",
+            f"{t(c['after_restart'], 'ttft_s')} / {t(c['after_restart'], 'task_s')}",
+        ]
+        for c in doc.get("cold_start") or []
+    ]
+    head = [
+        "arm",
+        "start to healthy (processes)",
+        "first requests after a start: TTFT / task",
+        "steady state: TTFT / task",
+        "after the drill's restart: TTFT / task",
+    ]
+    return head, rows
 
 
 def round_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
