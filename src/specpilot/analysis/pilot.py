@@ -419,35 +419,11 @@ def _costs(a: PilotAnalysis, table: RequestTable) -> None:
                     a.config.cost.currency,
                 )
             )
-            a.ledgers.append(_ledger(a, table, by[b], by[c], failed))
-
-
-def _ledger(
-    a: PilotAnalysis, table: RequestTable, b: cost.ArmCost, c: cost.ArmCost, failed: bool
-) -> ledger.Ledger:
-    """The candidate's whole first-year cost (``analysis.service.ledger``)."""
-    memory = next((m for m in a.memory if m.candidate_arm == c.arm), None)
-    slots = cap.target_slots(a.plan.record(c.arm))
-    extra = (
-        c.on_time / c.measured_s - b.on_time / b.measured_s
-        if c.measured_s and b.measured_s
-        else 0.0
-    )
-    tokens = {x: _tokens(table, x) for x in (b.arm, c.arm)}
-    return ledger.ledger(
-        b, c, memory, slots, tokens, a.config.cost, quality_failed=failed, extra_on_time_per_s=extra
-    )
-
-
-def _tokens(table: RequestTable, arm: str) -> ledger.Tokens:
-    """Mean prompt and output tokens of the arm's answered steady-state requests."""
-    ok = (table.arm == arm) & (table.status == "ok") & ~table.cold_start
-    prompt = table.prompt_tokens[ok]
-    prompt = prompt[~np.isnan(prompt)]
-    out = table.output_tokens[ok]
-    return ledger.Tokens(
-        float(prompt.mean()) if len(prompt) else None, float(out.mean()) if len(out) else None
-    )
+            memory = next((m for m in a.memory if m.candidate_arm == c), None)
+            slots = cap.target_slots(a.plan.record(c))
+            a.ledgers.append(
+                ledger.for_pair(by[b], by[c], memory, slots, table, a.config.cost, failed)
+            )
 
 
 __all__: Sequence[str] = ["PilotAnalysis", "analyze", "latency_cdf"]

@@ -21,7 +21,7 @@ from specpilot.report.fmt import (
     pct,
     simulated_for,
 )
-from specpilot.report.sections import cold_rows, round_rows
+from specpilot.report.sections import round_rows
 from specpilot.report.sections_capacity import LEVEL_HEAD, level_rows, probe_text
 from specpilot.report.sections_load import (
     LOOKS_NOTE,
@@ -36,7 +36,7 @@ from specpilot.report.sections_load import (
     quality_rows,
     slo_check_rows,
 )
-from specpilot.report.sections_ops import drill_rows, memory_rows
+from specpilot.report.sections_ops import cold_rows, drill_rows, memory_rows
 
 
 def _first_page(doc: dict[str, Any]) -> list[str]:

@@ -51,7 +51,7 @@ SECTIONS = (
     ("verdict", "Verdict", s.verdict),
     ("load-range", "Load range", s.load_range),
     ("hardware", "Hardware", s.hardware),
-    ("arms", "Frozen configuration of every arm", s.arms),
+    ("arms", "Frozen configuration of every arm", so.arms),
     ("rounds", "Per-round advance and time breakdown", s.rounds),
     ("verify-cost", "Verify-cost curve", sl.verify_cost),
     ("quality", "Per-group quality and consistency", sl.quality),

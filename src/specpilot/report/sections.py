@@ -5,7 +5,6 @@ Every function takes the document (and the rendered plots) and returns one ``<se
 
 from __future__ import annotations
 
-import json
 import re
 from html import escape
 from typing import Any
@@ -222,85 +221,6 @@ def hardware(doc: Doc, svgs: Svgs) -> str:
         ["OS / Python", f"{h.get('os', '')} / {h.get('python', '')}"],
     ]
     return section("hardware", "Hardware", html_table(["", ""], rows))
-
-
-def arms(doc: Doc, svgs: Svgs) -> str:
-    rows = []
-    for a in doc["arms"]:
-        s = a["strategy"]
-        strat = (
-            s["kind"]
-            if s["kind"] == "none"
-            else f"{s['kind']} k={s['k']} {s.get('draft_id') or s.get('ngram_type') or ''}"
-        )
-        rows.append(
-            [
-                a["arm"],
-                a["role"],
-                a["engine"],
-                strat,
-                a["compared_with"] or "",
-                seconds(a["cold_start_s"]),
-                (a["manifest_sha256"] or "")[:12],
-                ", ".join(a["runs"]),
-            ]
-        )
-    config = (
-        "<details><summary>The pilot's configuration as given (re-run it after a model "
-        f"upgrade)</summary><pre>{escape(json.dumps(doc['pilot']['config'], indent=2, default=str))}</pre></details>"
-    )
-    manifests = config + "".join(
-        f"<details><summary>{escape(a['arm'])}: frozen manifest and budget</summary><pre>"
-        f"{escape(json.dumps({'manifest': a['manifest'], 'budget': a['budget']}, indent=2, default=str))}</pre></details>"
-        for a in doc["arms"]
-    )
-    table = html_table(
-        [
-            "arm",
-            "role",
-            "engine",
-            "strategy",
-            "compared with",
-            "cold start",
-            "manifest sha256",
-            "runs",
-        ],
-        rows,
-    )
-    cold = doc.get("cold_start") or []
-    starts = (
-        "<h3>Cold start apart from the steady state</h3>" + html_table(*cold_rows(doc))
-        if cold
-        else ""
-    )
-    return section("arms", "Frozen configuration of every arm", table + starts + manifests)
-
-
-def cold_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
-    """Per arm: start to healthy, the first requests after a start and after the drill's
-    restart, against its steady state (``analysis.service.coldstart``)."""
-
-    def t(x: Doc | None, key: str) -> str:
-        return seconds(x.get(key)) if x and x.get("requests") else "n/a"
-
-    rows = [
-        [
-            c["arm"],
-            f"{seconds(c['start_to_healthy_s'])} ({c['processes']})",
-            f"{t(c['first'], 'ttft_s')} / {t(c['first'], 'task_s')}",
-            f"{t(c['steady'], 'ttft_s')} / {t(c['steady'], 'task_s')}",
-            f"{t(c['after_restart'], 'ttft_s')} / {t(c['after_restart'], 'task_s')}",
-        ]
-        for c in doc.get("cold_start") or []
-    ]
-    head = [
-        "arm",
-        "start to healthy (processes)",
-        "first requests after a start: TTFT / task",
-        "steady state: TTFT / task",
-        "after the drill's restart: TTFT / task",
-    ]
-    return head, rows
 
 
 def round_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:

@@ -42,6 +42,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
+from specpilot.analysis.base.requests import RequestTable
 from specpilot.analysis.config import CostConfig
 from specpilot.analysis.service.capacity import MemoryBudget
 from specpilot.analysis.service.cost import ArmCost
@@ -118,6 +121,38 @@ def ledger(
         )
         items.append(CostItem("business value", -gain, False, basis))
     return _summed(base.arm, cand.arm, tuple(items), cfg.currency, quality_failed)
+
+
+def for_pair(
+    b: ArmCost,
+    c: ArmCost,
+    memory: MemoryBudget | None,
+    slots: int | None,
+    table: RequestTable,
+    cfg: CostConfig,
+    quality_failed: bool,
+) -> Ledger:
+    """``ledger`` of a pilot's pair: the tokens and the extra on-time rate from its requests."""
+    extra = (
+        c.on_time / c.measured_s - b.on_time / b.measured_s
+        if c.measured_s and b.measured_s
+        else 0.0
+    )
+    tokens = {x: tokens_of(table, x) for x in (b.arm, c.arm)}
+    return ledger(
+        b, c, memory, slots, tokens, cfg, quality_failed=quality_failed, extra_on_time_per_s=extra
+    )
+
+
+def tokens_of(table: RequestTable, arm: str) -> Tokens:
+    """Mean prompt and output tokens of the arm's answered steady-state requests."""
+    ok = (table.arm == arm) & (table.status == "ok") & ~table.cold_start
+    prompt = table.prompt_tokens[ok]
+    prompt = prompt[~np.isnan(prompt)]
+    out = table.output_tokens[ok]
+    return Tokens(
+        float(prompt.mean()) if len(prompt) else None, float(out.mean()) if len(out) else None
+    )
 
 
 def _devices(base: ArmCost, cand: ArmCost, cfg: CostConfig) -> CostItem:
