@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from pilot_cases import TRACE_CONFIG, full_case
+from specpilot.cli import build_parser
 from specpilot.report import build_report
 from specpilot.report.rollout import rollout_files
 
@@ -54,9 +55,11 @@ def on_engine(doc: dict[str, Any], engine: str, options: dict[str, Any], **arm: 
 
 
 def argv(script: str) -> list[str]:
-    """The command a launch script runs (after ``exec``), as words."""
+    """The command a launch script runs (after ``exec``), as words, where it listens as the
+    shell expands it with HOST and PORT unset."""
     body = script.split("exec ", 1)[1].replace("\\\n", " ")
-    return shlex.split(body.replace('"${HOST:-127.0.0.1}"', "HOST").replace('"${PORT:-8000}"', "P"))
+    assert '--host "${HOST:-127.0.0.1}"' in body and '--port "${PORT:-8000}"' in body
+    return shlex.split(body.replace("${HOST:-127.0.0.1}", "HOST").replace("${PORT:-8000}", "8000"))
 
 
 def value(words: list[str], flag: str) -> str:
@@ -81,9 +84,13 @@ def test_builtin_rollout_switches_on_only_the_adopted_group(doc: dict[str, Any])
     assert table == {"default": 0, "models": {"zh": 3}, "tags": {"zh": 3}}
     words = argv(files["spec.launch.sh"])
     assert words[:2] == ["specpilot", "serve"] and value(words, "-k") == "3"
-    assert value(words, "--draft") == SPEC["draft"] and value(words, "--port") == "P"
+    assert value(words, "--draft") == SPEC["draft"] and value(words, "--port") == "8000"
     assert value(words, "--strategy-file").endswith("/spec.strategy.json")
     assert [w for i, w in enumerate(words) if words[i - 1] == "--model-alias"] == ["code", "zh"]
+    # every word is one `specpilot serve` takes (its own parser, nothing started)
+    args = build_parser().parse_args(words[1:])
+    assert (args.k, args.model_alias, args.draft) == (3, ["code", "zh"], SPEC["draft"])
+    assert args.strategy_file.name == "spec.strategy.json"
     assert files["rollback-spec.rules.yml"] == doc["rollback_rules"]["spec"]
     r = routes_of(files)
     assert r["zh"]["deployment"] == "spec" and r["zh"]["speculation"] == "on (k=3)"
