@@ -122,6 +122,7 @@ def test_files_written(tmp_path, report) -> None:
         "report.json",
         "report.md",
         "rollback-spec.rules.yml",
+        "rollout",  # the folder, once (report.rollout: tests/test_rollout.py)
     ]
     assert json.loads((tmp_path / "out" / "report.json").read_text())["schema_version"] == 1
 

@@ -5,15 +5,16 @@ An adapter gives its engine's options model (a pilot file's ``arms[].options`` a
 load --start --engine-opt``), the backend those options start, the speculative strategy they
 switch on, the settings frozen across compared arms and the capacity settings, the option
 changes that switch speculation off, the model files its options name, the files the pilot must
-prepare before the engine can load them (``Asset``), how the rollback drill switches it, and
-the weight format the running engine reports having chosen. Adding an engine is one module
+prepare before the engine can load them (``Asset``), how the rollback drill switches it, the
+weight format the running engine reports having chosen, and how to start the same
+configuration outside the pilot (``launch``: a rollout). Adding an engine is one module
 (``backends/<engine>_arm.py``) registered in ``backends.adapters.ADAPTERS``, plus its tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from specpilot.backends.protocol import Backend
@@ -43,6 +44,30 @@ class ModelField:
     hub_ids: bool = False  # a missing path's fix mentions hub ids
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How to start a configuration outside the pilot (a rollout): ``argv`` as the engine's
+    project names its program, the variables it needs (``env``), files read beside the
+    command (``files``: a name's suffix -> text) and what could not be carried over
+    (``notes``)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def renamed(argv: Sequence[str], last: str, program: Sequence[str]) -> list[str]:
+    """``argv`` with everything up to ``last`` (the pilot's interpreter and module path)
+    replaced by ``program``.
+
+    >>> renamed(["/venv/bin/python", "-m", "specpilot.cli", "serve", "-k", "3"], "serve",
+    ...         ["specpilot", "serve"])
+    ['specpilot', 'serve', '-k', '3']
+    """
+    return [*program, *argv[list(argv).index(last) + 1 :]]
+
+
 class EngineAdapter:
     """The base every engine's adapter fills in (module docstring)."""
 
@@ -60,6 +85,8 @@ class EngineAdapter:
     target_logprobs: ClassVar[bool] = False
     # frozen setting -> the option that sets it, where the names differ (the R6 error's fix)
     option_of: ClassVar[dict[str, str]] = {"target": "model", "tokenizer_sha256": "model"}
+    # what a rollout says of this engine's launch flags (names by release, the pilot's own)
+    rollout_note: ClassVar[str] = ""
 
     @property
     def in_place(self) -> bool:
@@ -98,6 +125,16 @@ class EngineAdapter:
         """Option name -> the file the pilot prepares for it (none by default)."""
         return {}
 
+    def launch(self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int) -> Launch:
+        """The command that starts options ``o`` as the pilot started them (the same builder),
+        outside the pilot: a rollout's launch script."""
+        raise NotImplementedError
+
+    def scope_args(self, aliases: Sequence[str], strategy_file: str) -> list[str]:
+        """An engine switched in place: the launch flags that answer each of ``aliases`` as a
+        model id and apply a strategy table at start (none: it has no runtime scopes)."""
+        return []
+
     def chosen_format(self, manifest: Mapping[str, Any]) -> str | None:
         """The weight format the running engine reports having chosen (None: it chooses none)."""
         return None
@@ -114,4 +151,4 @@ def default_target() -> str:
     return str(default_target_path())
 
 
-__all__ = ["Asset", "EngineAdapter", "ModelField", "default_target"]
+__all__ = ["Asset", "EngineAdapter", "Launch", "ModelField", "default_target", "renamed"]

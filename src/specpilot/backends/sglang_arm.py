@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from specpilot.backends.adapter import EngineAdapter
+from specpilot.backends.adapter import EngineAdapter, Launch, renamed
 from specpilot.backends.protocol import Backend
 from specpilot.backends.vllm_arm import served_strategy, server_frozen
 from specpilot.records import StrategySpec
@@ -53,6 +53,11 @@ class SglangAdapter(EngineAdapter):
 
     def strategy(self, o: Any) -> StrategySpec:
         return served_strategy(o, None)
+
+    def launch(self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int) -> Launch:
+        b: Any = self.backend(o, dtype=dtype, files=files, port=port)
+        program = ["python3", "-m", "sglang.launch_server"]
+        return Launch(renamed(b.command(), "sglang.launch_server", program))
 
     def frozen(
         self, o: Any, cores: int | None
