@@ -157,7 +157,7 @@ def _adopt(doc: Doc, v: Doc, groups: Sequence[Doc]) -> str:
     )
     return (
         f"Switch {cand} on for {'; '.join(parts)}. Cost: {_cost(doc, cand)}. "
-        f"Roll back when: {_rollback(v)}.{caveat}"
+        f"Roll back when: {_rollback(v)}. Deploy it from rollout/ (its README.md).{caveat}"
     )
 
 
