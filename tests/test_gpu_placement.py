@@ -171,6 +171,16 @@ def test_devices_in_a_pilot_file_are_checked_for_shape_and_for_an_arm_by_url() -
         _cfg(url, _vllm("s", "speculative", "auto"), processes=1)
 
 
+def test_devices_are_not_part_of_the_config_hash() -> None:
+    """Where the processes run is decided again at every start (a resumed pilot starts every
+    process anew): other devices resume the same pilot, and files without devices: keep the
+    hashes they had before the field existed."""
+    cfg = _cfg(_vllm("b", "baseline", "auto"), _vllm("s", "speculative", [[0], [1]]))
+    same = _cfg(_vllm("b", "baseline", None), _vllm("s", "speculative", [4, 5]))
+    other = _cfg(_vllm("b", "baseline", None), _vllm("s", "speculative", None, max_num_seqs=8))
+    assert cfg.sha256() == same.sha256() != other.sha256()  # type: ignore[attr-defined]
+
+
 def test_a_process_list_of_another_size_than_tensor_parallel_is_refused_at_its_line() -> None:
     cfg = _cfg(
         _vllm("b", "baseline", [[0], [1]], tensor_parallel_size=2),
