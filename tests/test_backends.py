@@ -308,6 +308,14 @@ def test_llamacpp_config_validation_and_flags():
     f = LlamaCppConfig(model="t.gguf", draft="d.gguf", draft_n_max=8).flags()
     assert f[f.index("--spec-type") + 1] == "draft-simple" and f[f.index("-md") + 1] == "d.gguf"
     assert f[f.index("--spec-draft-n-max") + 1] == "8"
+    # an n-gram type's own settings under llama-server's names (--spec-<type>-<field>)
+    g = LlamaCppConfig(model="t.gguf", spec_type="ngram-simple", draft_n_max=4).flags()
+    assert g[g.index("--spec-ngram-simple-size-m") + 1] == "4" and "-md" not in g
+    m = LlamaCppConfig(model="t.gguf", spec_type="ngram-mod", draft_n_max=6, draft_n_min=2).flags()
+    assert (m[m.index("--spec-ngram-mod-n-max") + 1], m[m.index("--spec-ngram-mod-n-min") + 1]) == (
+        "6",
+        "2",
+    )
 
 
 def test_llamacpp_ngram_k_reaches_the_ngram_settings_and_unknown_options_are_refused():
@@ -317,7 +325,7 @@ def test_llamacpp_ngram_k_reaches_the_ngram_settings_and_unknown_options_are_ref
     eff = c.effective()
     assert eff["ngram-mod"]["n_max"] == 3 and eff["ngram-mod"]["n_min"] == 1
     assert eff["draft"]["n_max"] == 3
-    assert "--x-ngram-mod-n_max" in c.flags()
+    assert "--spec-ngram-mod-n-max" in c.flags()
     simple = LlamaCppConfig(model="t.gguf", spec_type="ngram-simple", draft_n_max=4)
     assert simple.effective()["ngram-simple"]["size_m"] == 4
     with pytest.raises(ValueError, match=r"'thread' is not a setting .* did you mean"):

@@ -122,6 +122,7 @@ def test_files_written(tmp_path, report) -> None:
         "report.json",
         "report.md",
         "rollback-spec.rules.yml",
+        "rollout",  # the folder, once (report.rollout: tests/test_rollout.py)
     ]
     assert json.loads((tmp_path / "out" / "report.json").read_text())["schema_version"] == 1
 
@@ -240,3 +241,29 @@ def test_the_forest_plot_heads_the_verdict_with_planted_and_aa_rows(report) -> N
     assert render_all([{"id": "forest", "data": {"rows": [], "margin": 0.1}}])["forest"] is None
     verdict = report.html[report.html.index('<section id="verdict">') :]
     assert verdict.index('data-plot="forest"') < verdict.index('class="verdict-block')
+
+
+def test_the_markdown_holds_every_r9_deliverable_the_html_holds(report) -> None:
+    """Issue 51 item 5: memory, quality per group, the rounds' advance and time split, the drill
+    records, each the same table as the HTML's (one row builder for both)."""
+    md = report.markdown
+    for head in (
+        "## Per-round advance and time split",
+        "## Quality per group",
+        "### Gates",
+        "## Memory budget of the draft",
+        "## Rollback drills",
+        "## Cost",
+    ):
+        assert head in md, head
+    doc = report.document
+    for m in doc["memory"]:
+        assert f"| {m['candidate_arm']} |" in md.split("## Memory budget of the draft")[1]
+    drills = md.split("## Rollback drills")[1]
+    assert all(
+        f"| {d['arm']} | {d.get('kind', '')} | {d['status']} |" in drills for d in doc["drills"]
+    )
+    rounds = md.split("## Per-round advance and time split")[1].split("\n## ")[0]
+    assert len([ln for ln in rounds.splitlines() if ln.startswith("| ")]) == 1 + len(
+        doc["rounds"]["pooled"]
+    )

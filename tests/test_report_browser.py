@@ -103,7 +103,7 @@ def test_screenshot_of_the_report(page: Path) -> None:
     assert img.size == (1280, 3000)
     small = img.resize((128, 300))
     assert len(set(small.getdata())) > 50  # not a blank page: text, tables, a coloured frame
-    # the verdict frame of an ADOPT is green (#2ca02c) near the top
+    # the adopt decision on the first screen is marked green (#2ca02c)
     top = img.crop((0, 0, 1280, 800))
     greens = sum(1 for r, g, b in top.getdata() if g > 140 and r < 80 and b < 80)
     assert greens > 500
@@ -131,3 +131,33 @@ def test_chinese_text_renders_as_glyphs_not_boxes(page: Path) -> None:
     assert min(inked) > 500, inked  # each character is drawn
     diff = ImageChops.difference(a, b)
     assert sum(1 for v in diff.getdata() if v > 64) > 500  # ... as two different glyphs
+
+
+FIRST_SCREEN = """<script>
+(function () {
+  const b = (sel) => { const e = document.querySelector(sel); if (!e) return null;
+                       const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom}; };
+  const out = {decision: b('#verdict .first-page p.decision'), checks: b('#verdict p.checks'),
+               forest: b('#plot-forest svg'), height: window.innerHeight};
+  const pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def test_the_first_screen_holds_the_decision_the_checks_and_the_forest_plot(page: Path) -> None:
+    """Issue 51: at 1280x800 the decision in plain words, the checks line and the forest plot
+    are all on the first screen, without scrolling."""
+    probed = page.with_name("first.html")
+    probed.write_text(page.read_text().replace("</body>", FIRST_SCREEN + "</body>"))
+    # headless Chromium's window is 87 px taller than its viewport: a 1280x800 viewport
+    res = chromium(
+        "--window-size=1280,887", "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()
+    )
+    m = re.search(r'<pre id="probe">(.*?)</pre>', res.stdout, re.S)
+    assert m, res.stderr[-2000:]
+    got = json.loads(html.unescape(m.group(1)))
+    assert got["height"] == 800, got
+    for part in ("decision", "checks", "forest"):
+        assert got[part] is not None, part
+        assert got[part]["bottom"] <= got["height"], (part, got)

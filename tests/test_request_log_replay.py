@@ -368,7 +368,10 @@ def test_load_keeps_the_prompts_in_the_pilot_file_and_out_of_the_terminal_and_re
         r["body"].get("prompt") or r["body"]["messages"] for r in rows
     ]
     assert "request log plain.jsonl (jsonl): 12 requests replayed (12 in the log)" in printed.out
-    files = {p.name: p.read_text("utf-8") for p in (tmp_path / "report").iterdir()}
+    report = tmp_path / "report"
+    files = {
+        str(p.relative_to(report)): p.read_text("utf-8") for p in report.rglob("*") if p.is_file()
+    }
     assert {"report.html", "report.md", "report.json"} <= set(files)
     phases = json.dumps([asdict(p) for p in build_schedule(wl).phases])
     for where, text in (

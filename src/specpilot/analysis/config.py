@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from specpilot.validation import StrictModel
+from specpilot.validation import FieldProblem, StrictModel
 
 _Model = StrictModel  # unknown keys refused, frozen (specpilot.validation)
 
@@ -97,8 +97,18 @@ class VerdictConfig(_Model):
     )
 
 
+class TokenPrice(_Model):
+    """A hosted API's bill for one arm: its price per million tokens."""
+
+    input_per_million: float = Field(ge=0)
+    output_per_million: float = Field(ge=0)
+    currency: str | None = None  # None: the cost section's currency (another one is refused)
+
+
 class CostConfig(_Model):
-    """Inputs of the cost section (R8); none is required."""
+    """Inputs of the cost section (R8); none is required, and an item whose inputs are not
+    given is shown as not priced (``analysis.service.ledger``), never as 0. Amounts are in
+    ``currency``; hours are engineer hours."""
 
     device_hour_price: float | None = Field(default=None, ge=0)
     currency: str = "USD"
@@ -116,6 +126,37 @@ class CostConfig(_Model):
         gt=0,
         description="req/s to provision for (default: the highest offered phase rate)",
     )
+    monthly_tasks: float | None = Field(
+        default=None, ge=0, description="tasks served a month (the monthly figures)"
+    )
+    engineer_hour_price: float | None = Field(default=None, ge=0)
+    adaptation_hours: float | None = Field(
+        default=None, ge=0, description="one-off: adapting and tuning the strategy (k, draft)"
+    )
+    regression_hours_per_upgrade: float | None = Field(
+        default=None, ge=0, description="re-measuring after a target or engine upgrade"
+    )
+    upgrades_per_year: float | None = Field(default=None, ge=0)
+    drills_per_year: float | None = Field(default=None, ge=0, description="rollback drills")
+    hours_per_drill: float | None = Field(default=None, ge=0)
+    on_call_hours_per_year: float | None = Field(
+        default=None, ge=0, description="on-call time the rollback rules add"
+    )
+    token_prices: dict[str, TokenPrice] = Field(
+        default_factory=dict, description="arm -> a hosted API's price per million tokens"
+    )
+
+    @model_validator(mode="after")
+    def _one_currency(self) -> CostConfig:
+        for arm, p in self.token_prices.items():
+            if p.currency is not None and p.currency != self.currency:
+                raise FieldProblem(
+                    f"token_prices.{arm} is in {p.currency}, the cost section in {self.currency}",
+                    fix=f"give every price in {self.currency} (or set cost.currency: "
+                    f"{p.currency} and every price in it)",
+                    path=("token_prices", arm, "currency"),
+                )
+        return self
 
 
 class RollbackConfig(_Model):

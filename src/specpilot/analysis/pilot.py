@@ -40,7 +40,8 @@ from specpilot.analysis.plan import Pairing, hardware_text, pair_arms, represent
 from specpilot.analysis.rollback import rules as rollback
 from specpilot.analysis.rollback.parity import RollbackParity, drill_outcomes, parity_of
 from specpilot.analysis.service import capacity as cap
-from specpilot.analysis.service import cost, e2e, load
+from specpilot.analysis.service import cost, e2e, ledger, load
+from specpilot.analysis.service.coldstart import ColdStart, cold_starts
 from specpilot.analysis.service.slo import conditions_of
 from specpilot.analysis.settings import Design, Effective, effective
 from specpilot.analysis.verdicts import planted as pl
@@ -86,6 +87,8 @@ class PilotAnalysis:
     memory: list[cap.MemoryBudget] = field(default_factory=list)
     costs: list[cost.ArmCost] = field(default_factory=list)
     cost_lines: list[cost.CostLine] = field(default_factory=list)
+    ledgers: list[ledger.Ledger] = field(default_factory=list)  # the whole first-year cost
+    cold_starts: list[ColdStart] = field(default_factory=list)  # R6: starts apart
     latency_cdf: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     scheduled: int = 0  # steady-state and cold-start requests analysed (warm-up excluded)
     round_table: RoundsTable | None = None  # the per-request round aggregates analysed
@@ -130,6 +133,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
         table, data.phases, data.chunk_gaps, data.snapshots, conditions_of(data.pilot.schedule)
     )
     a.latency_cdf = latency_cdf(table)
+    a.cold_starts = cold_starts(data)
     a.counters = counter_acceptance(data.snapshots)
     r = rounds_section(data, a.plan.baseline or "", a.plan.pairs)
     a.round_table, a.rounds, a.rounds_pooled = r.table, r.rounds, r.pooled
@@ -145,7 +149,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     a.crossovers = crossover(a.verdicts)
     a.drill_parity = parity_of(data, plan.baseline, cfg) if plan.baseline else {}
     a.drills = drill_outcomes(data.drills, a.drill_parity, a.comparisons, plan.candidates)
-    _costs(a)
+    _costs(a, table)
     a.group_matrix = group_matrix(
         plan.pairs[0] if plan.pairs else None, a.rounds_pooled, a.quality_cells, a.comparisons
     )
@@ -395,7 +399,7 @@ def _slos(
     return out
 
 
-def _costs(a: PilotAnalysis) -> None:
+def _costs(a: PilotAnalysis, table: RequestTable) -> None:
     a.costs = cost.arm_costs(a.load_cells, a.capacities, a.plan.arms, a.config.cost)
     by = {c.arm: c for c in a.costs}
     for b, c in a.plan.pairs:
@@ -414,6 +418,11 @@ def _costs(a: PilotAnalysis) -> None:
                     failed,
                     a.config.cost.currency,
                 )
+            )
+            memory = next((m for m in a.memory if m.candidate_arm == c), None)
+            slots = cap.target_slots(a.plan.record(c))
+            a.ledgers.append(
+                ledger.for_pair(by[b], by[c], memory, slots, table, a.config.cost, failed)
             )
 
 

@@ -6,15 +6,16 @@ load --start --engine-opt``), the backend those options start, the speculative s
 switch on, the settings frozen across compared arms and the capacity settings, the option
 changes that switch speculation off, the model files its options name, the files the pilot must
 prepare before the engine can load them (``Asset``), how the rollback drill switches it, the
-weight format the running engine reports having chosen, and what one of its processes needs of
-a GPU (``gpu``: devices and memory, for the pilot's placement). Adding an engine is one module
+weight format the running engine reports having chosen, how to start the same configuration
+outside the pilot (``launch``: a rollout), and what one of its processes needs of a GPU
+(``gpu``: devices and memory, for the pilot's placement). Adding an engine is one module
 (``backends/<engine>_arm.py``) registered in ``backends.adapters.ADAPTERS``, plus its tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from specpilot.backends.gpus import GpuNeed
@@ -45,6 +46,30 @@ class ModelField:
     hub_ids: bool = False  # a missing path's fix mentions hub ids
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How to start a configuration outside the pilot (a rollout): ``argv`` as the engine's
+    project names its program, the variables it needs (``env``), files read beside the
+    command (``files``: a name's suffix -> text) and what could not be carried over
+    (``notes``)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def renamed(argv: Sequence[str], last: str, program: Sequence[str]) -> list[str]:
+    """``argv`` with everything up to ``last`` (the pilot's interpreter and module path)
+    replaced by ``program``.
+
+    >>> renamed(["/venv/bin/python", "-m", "specpilot.cli", "serve", "-k", "3"], "serve",
+    ...         ["specpilot", "serve"])
+    ['specpilot', 'serve', '-k', '3']
+    """
+    return [*program, *argv[list(argv).index(last) + 1 :]]
+
+
 class EngineAdapter:
     """The base every engine's adapter fills in (module docstring)."""
 
@@ -62,6 +87,8 @@ class EngineAdapter:
     target_logprobs: ClassVar[bool] = False
     # frozen setting -> the option that sets it, where the names differ (the R6 error's fix)
     option_of: ClassVar[dict[str, str]] = {"target": "model", "tokenizer_sha256": "model"}
+    # what a rollout says of this engine's launch flags (names by release, the pilot's own)
+    rollout_note: ClassVar[str] = ""
 
     @property
     def in_place(self) -> bool:
@@ -112,6 +139,16 @@ class EngineAdapter:
         """Option name -> the file the pilot prepares for it (none by default)."""
         return {}
 
+    def launch(self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int) -> Launch:
+        """The command that starts options ``o`` as the pilot started them (the same builder),
+        outside the pilot: a rollout's launch script."""
+        raise NotImplementedError
+
+    def scope_args(self, aliases: Sequence[str], strategy_file: str) -> list[str]:
+        """An engine switched in place: the launch flags that answer each of ``aliases`` as a
+        model id and apply a strategy table at start (none: it has no runtime scopes)."""
+        return []
+
     def chosen_format(self, manifest: Mapping[str, Any]) -> str | None:
         """The weight format the running engine reports having chosen (None: it chooses none)."""
         return None
@@ -128,4 +165,4 @@ def default_target() -> str:
     return str(default_target_path())
 
 
-__all__ = ["Asset", "EngineAdapter", "ModelField", "default_target"]
+__all__ = ["Asset", "EngineAdapter", "Launch", "ModelField", "default_target", "renamed"]

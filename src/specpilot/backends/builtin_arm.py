@@ -11,12 +11,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from specpilot.backends.adapter import EngineAdapter, ModelField, default_target
+from specpilot.backends.adapter import (
+    EngineAdapter,
+    Launch,
+    ModelField,
+    default_target,
+    renamed,
+)
 from specpilot.backends.gpus import ALLOWANCE, GpuNeed, files_bytes, flag_value, gguf_bf16_bytes
 from specpilot.backends.protocol import Backend
 from specpilot.records import StrategySpec
@@ -97,6 +103,11 @@ class BuiltinAdapter(EngineAdapter):
             env=dict(env or {}),
         )
 
+    rollout_note: ClassVar[str] = (
+        "The launch keeps the pilot's `--per-request-spec-decode-metrics detailed` (every "
+        "round in every response, what the pilot measured with); `off` drops it."
+    )
+
     def strategy(self, o: Any) -> StrategySpec:
         if o.draft is None:
             return StrategySpec()
@@ -127,6 +138,17 @@ class BuiltinAdapter(EngineAdapter):
             f"{ALLOWANCE / 2**30:g} GiB for the CUDA context and KV cache",
             bytes=(weights or 0) + (draft or 0) + ALLOWANCE if known else None,
         )
+
+    def launch(self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int) -> Launch:
+        b: Any = self.backend(o, dtype=dtype, files=files, port=port)
+        return Launch(renamed(b.command(), "serve", ["specpilot", "serve"]))
+
+    def scope_args(self, aliases: Sequence[str], strategy_file: str) -> list[str]:
+        return [
+            *(w for a in aliases for w in ("--model-alias", a)),
+            "--strategy-file",
+            strategy_file,
+        ]
 
     def frozen(
         self, o: Any, cores: int | None

@@ -129,7 +129,9 @@ class LlamaCppConfig:
             if self.draft_p_min is not None:
                 f += ["--spec-draft-p-min", str(self.draft_p_min)]
             for k, v in sorted(self.ngram_params().items()):
-                f += [f"--x-{st}-{k}", str(v)]  # CommonParams.speculative.<type> fields
+                # CommonParams.speculative.<type>.<field> is llama-server's --spec-<type>-<field>
+                # (e.g. --spec-ngram-mod-n-max, --spec-ngram-simple-size-m)
+                f += [f"--spec-{st}-{k.replace('_', '-')}", str(v)]
         if self.synth_rates:
             f += ["--spec-synth-rates", ",".join(f"{r:g}" for r in self.synth_rates)]
         for k, v in sorted(self.extra.items()):

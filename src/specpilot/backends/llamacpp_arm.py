@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from specpilot.backends.adapter import Asset, EngineAdapter, ModelField, default_target
+from specpilot.backends.adapter import Asset, EngineAdapter, Launch, ModelField, default_target
 from specpilot.backends.builtin_arm import SHIPPED_DRAFT
 from specpilot.backends.gpus import ALLOWANCE, GpuNeed, files_bytes
 from specpilot.backends.protocol import Backend
@@ -135,6 +135,30 @@ class LlamaCppAdapter(EngineAdapter):
             f"{ALLOWANCE / 2**30:g} GiB for the CUDA context and KV cache",
             bytes=weights + ALLOWANCE if weights is not None else None,
         )
+
+    rollout_note: ClassVar[str] = (
+        "Flag names are llama-server's since its speculative options became `--spec-*` "
+        "(`--spec-type`, `--spec-draft-n-max`, `--spec-draft-n-min`, `--spec-draft-p-min`, "
+        "`--spec-ngram-<type>-<field>`; `-md` is `--model-draft`), as the xllamacpp build that "
+        "measured it names them; older releases call them `--draft-max`, `--draft-min` and "
+        "`--draft-p-min`."
+    )
+
+    def launch(self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int) -> Launch:
+        """``llama-server`` with the measured flags; a CommonParams field given in ``extra``
+        has no flag name here and is left out, said in ``notes``."""
+        b: Any = self.backend(o, dtype=dtype, files=files, port=port)
+        flags: list[str] = list(b.cfg.flags())
+        unnamed = [f for f in flags if f.startswith("--x-")]
+        out = [w for i, w in enumerate(flags) if w not in unnamed and flags[i - 1] not in unnamed]
+        notes: tuple[str, ...] = ()
+        if unnamed:
+            notes = (
+                "llama.cpp settings given as CommonParams fields have no llama-server flag name "
+                f"here and are left out of the launch: {', '.join(unnamed)}; add their flags "
+                "by hand",
+            )
+        return Launch(out, notes=notes)
 
     def frozen(
         self, o: Any, cores: int | None

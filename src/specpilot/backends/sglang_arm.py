@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from specpilot.backends.adapter import EngineAdapter
+from specpilot.backends.adapter import EngineAdapter, Launch, renamed
 from specpilot.backends.gpus import GpuNeed, flag_value, number_flag
 from specpilot.backends.protocol import Backend
 from specpilot.backends.vllm_arm import served_strategy, server_frozen
@@ -83,6 +83,11 @@ class SglangAdapter(EngineAdapter):
             share=share,
             declared=declared,
         )
+
+    def launch(self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int) -> Launch:
+        b: Any = self.backend(o, dtype=dtype, files=files, port=port)
+        program = ["python3", "-m", "sglang.launch_server"]
+        return Launch(renamed(b.command(), "sglang.launch_server", program))
 
     def frozen(
         self, o: Any, cores: int | None

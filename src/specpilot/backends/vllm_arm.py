@@ -13,13 +13,21 @@ directories first (``Asset``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from specpilot.backends.adapter import Asset, EngineAdapter, ModelField, default_target
+from specpilot.backends.adapter import (
+    Asset,
+    EngineAdapter,
+    Launch,
+    ModelField,
+    default_target,
+    renamed,
+)
 from specpilot.backends.gpus import GpuNeed, number_flag
 from specpilot.backends.protocol import Backend
 from specpilot.records import StrategySpec
@@ -119,6 +127,10 @@ def server_frozen(o: Any, target: str | None) -> tuple[str | None, dict[str, Any
     return target, frozen, capacity
 
 
+# the variables a launch outside the pilot keeps (the install's own are this machine's)
+LAUNCH_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "HF_HUB_OFFLINE")
+
+
 class VllmAdapter(EngineAdapter):
     engine = "vllm"
     options = VllmOptions
@@ -171,6 +183,11 @@ class VllmAdapter(EngineAdapter):
             port=port or 0,
         )
 
+    rollout_note: ClassVar[str] = (
+        "`--per-request-spec-decode-metrics` and `--enable-per-request-metrics` are the "
+        "pilot's instrumentation (vLLM releases that have them); drop them otherwise."
+    )
+
     def strategy(self, o: Any) -> StrategySpec:
         return served_strategy(o, o.speculative_config)
 
@@ -190,6 +207,15 @@ class VllmAdapter(EngineAdapter):
             share=share or VLLM_DEFAULT_SHARE,
             declared=share is not None,
         )
+
+    def launch(self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int) -> Launch:
+        """``vllm serve`` with the measured flags, the CPU backend's variables and ``env``;
+        the ``--speculative-config`` JSON also on its own."""
+        b: Any = self.backend(o, dtype=dtype, files=files, port=port)
+        env = {k: v for k, v in b.launch_env().items() if k in LAUNCH_ENV or k in o.env}
+        sc = b.spec_config()
+        out = {"speculative-config.json": json.dumps(sc, indent=1, sort_keys=True) + "\n"}
+        return Launch(renamed(b.command(), "serve", ["vllm", "serve"]), env, out if sc else {})
 
     def frozen(
         self, o: Any, cores: int | None

@@ -1,8 +1,9 @@
 """``specpilot report PILOT.duckdb``: analyse a pilot file and write its report.
 
 Writes ``report.html`` (self-contained), ``report.md``, ``report.json`` (every figure; schema in
-``specpilot/report/report.schema.json``) and one ``rollback-<arm>.rules.yml`` per candidate into
-``--out`` (default: next to the pilot file, ``<name>-report/``), then prints the verdicts.
+``specpilot/report/report.schema.json``), one ``rollback-<arm>.rules.yml`` per candidate and the
+rollout to deploy (``rollout/``: ``report.rollout``) into ``--out`` (default: next to the pilot
+file, ``<name>-report/``), then prints the verdicts.
 The analysis settings come from the pilot config's ``analysis:`` section, overridden by
 ``--config FILE.yaml`` (an ``AnalysisConfig``).
 """

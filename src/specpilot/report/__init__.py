@@ -4,7 +4,7 @@ every figure (JSON Schema: ``report/report.schema.json``), from a pilot's record
     >>> from specpilot.records import PilotData, PilotRecord
     >>> r = build_report(PilotData(PilotRecord("p", "empty", {}, "", "0", 0.0)))
     >>> sorted(r.files())
-    ['report.html', 'report.json', 'report.md']
+    ['report.html', 'report.json', 'report.md', 'rollout/README.md']
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ class Report:
     markdown: str
 
     def files(self) -> dict[str, str]:
-        """File name -> text: the three formats and one rule file per candidate."""
+        """File name -> text: the three formats, one rule file per candidate, and the rollout
+        (``rollout/...``: ``report.rollout``)."""
+        from specpilot.report.rollout import FOLDER, rollout_files
+
         out = {
             "report.html": self.html,
             "report.md": self.markdown,
@@ -38,17 +41,35 @@ class Report:
         }
         for arm, text in self.document["rollback_rules"].items():
             out[f"rollback-{arm}.rules.yml"] = text
+        for name, text in rollout_files(self.document).items():
+            out[f"{FOLDER}/{name}"] = text
         return out
 
     def write(self, out_dir: str | Path) -> list[Path]:
-        """Write every file into ``out_dir`` (created); returns the paths."""
+        """Write every file into ``out_dir`` (created); returns the paths, the rollout folder
+        as one. The rollout folder is emptied of its files first: a scope adopted by an
+        earlier analysis of this pilot and not by this one must leave no file behind."""
+        from specpilot.report.rollout import FOLDER
+
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
-        paths = []
+        folder = d / FOLDER
+        if folder.is_dir():
+            for old in folder.iterdir():
+                if old.is_file() or old.is_symlink():
+                    old.unlink()
+        paths: list[Path] = []
         for name, text in self.files().items():
             p = d / name
+            p.parent.mkdir(exist_ok=True)
             p.write_text(text, encoding="utf-8")
-            paths.append(p)
+            if p.parent != folder:
+                paths.append(p)
+                continue
+            if p.suffix == ".sh":
+                p.chmod(0o755)  # a launch script
+            if folder not in paths:
+                paths.append(folder)
         return paths
 
 

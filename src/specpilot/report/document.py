@@ -21,6 +21,7 @@ from specpilot.analysis.service.utilization import capacity_rps, levels, utiliza
 from specpilot.records import PilotData, PilotRecord
 from specpilot.report.definitions import DEFINITIONS
 from specpilot.report.figures import figure_data
+from specpilot.report.firstpage import first_page
 from specpilot.report.fmt import clean
 
 # a document built without the simulator (``build_report(..., simulation=None)``)
@@ -145,7 +146,8 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
         # simulated, and labelled so: validated on the pilot's own phases or not used
         "simulation": clean(simulation) if simulation is not None else NOT_SIMULATED,
         "memory": [clean(m) for m in a.memory],
-        "cost": {"arms": [clean(c) for c in a.costs], "lines": [clean(c) for c in a.cost_lines]},
+        "cold_start": [clean(c) for c in a.cold_starts],  # R6: starts apart from the steady state
+        "cost": _cost(a),
         "compatibility": _compat(a),
         "drills": [clean(d) for d in a.drills],
         "rollback_rules": dict(a.rollback_yaml),
@@ -156,7 +158,18 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
         "notes": list(a.notes),
     }
     doc["figures"] = figure_data(doc, a)
+    doc["first_page"] = first_page(doc)  # the decision in plain words, from the figures above
     return doc
+
+
+def _cost(a: PilotAnalysis) -> dict[str, Any]:
+    """Per arm, the one-line verdict on each candidate's cost, and its whole first year (every
+    R8 item, priced or not: ``analysis.service.ledger``)."""
+    return {
+        "arms": [clean(c) for c in a.costs],
+        "lines": [clean(c) for c in a.cost_lines],
+        "ledgers": [clean(x) for x in a.ledgers],
+    }
 
 
 def _pilot_section(p: PilotRecord) -> dict[str, Any]:

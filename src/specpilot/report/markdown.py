@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specpilot.report.firstpage import tick
 from specpilot.report.fmt import (
     interval,
     k_schedule_line,
@@ -20,18 +21,35 @@ from specpilot.report.fmt import (
     pct,
     simulated_for,
 )
+from specpilot.report.sections import round_rows
 from specpilot.report.sections_capacity import LEVEL_HEAD, level_rows, probe_text
 from specpilot.report.sections_load import (
     LOOKS_NOTE,
     PREDICTION_HEAD,
     PREDICTION_NOTE,
     SLO_HEAD,
+    gate_rows,
     looks_lines,
     method_of,
     outcome_text,
     prediction_rows,
+    quality_rows,
     slo_check_rows,
 )
+from specpilot.report.sections_ops import cold_rows, drill_rows, memory_rows
+
+
+def _first_page(doc: dict[str, Any]) -> list[str]:
+    """The decision in plain words, the checks line and the terms it uses (footnotes)."""
+    fp = doc.get("first_page") or {}
+    paras = [p["text"] for p in fp.get("paragraphs") or []]
+    if not paras:
+        return []
+    ticks = " · ".join(
+        f"[{tick(c['ok'])} {c['text']}](#{c['section']})" for c in fp.get("checks") or []
+    )
+    terms = [f"- *{t}*: {m}" for t, m in (fp.get("terms") or {}).items()]
+    return ["## The decision", "", *[x for p in paras for x in (p, "")], ticks, "", *terms, ""]
 
 
 def _verdict(v: dict[str, Any], simulated: list[str]) -> list[str]:
@@ -171,6 +189,74 @@ def _pairs(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _cost(doc: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    if doc["cost"]["lines"] or doc["cost"].get("ledgers"):
+        out += [
+            "## Cost",
+            "",
+            *[f"- {c['candidate_arm']}: {c['text']}" for c in doc["cost"]["lines"]],
+            "",
+        ]
+        for x in doc["cost"].get("ledgers") or []:
+            cur = x["currency"]
+            out += [
+                f"{x['candidate_arm']} against {x['baseline_arm']}, first year: {x['text']}",
+                "",
+            ]
+            out += [
+                md_table(
+                    ["item", f"{cur} a year (+ more spent, - less)", "how"],
+                    [
+                        [
+                            i["name"] + (" (one-off)" if i["one_off"] else ""),
+                            "not priced" if i["amount"] is None else f"{i['amount']:,.0f}",
+                            i["basis"],
+                        ]
+                        for i in x["items"]
+                    ],
+                ),
+                "",
+            ]
+    return out
+
+
+def _rounds(doc: dict[str, Any]) -> list[str]:
+    head, rows = round_rows(doc)
+    if not rows:
+        return []
+    note = "All phases pooled per arm and task group; per phase in report.json."
+    return ["## Per-round advance and time split", "", note, "", md_table(head, rows), ""]
+
+
+def _quality(doc: dict[str, Any]) -> list[str]:
+    out = ["## Quality per group", ""]
+    head, rows = quality_rows(doc)
+    out += [md_table(head, rows) if rows else "No quality records in the pilot file.", ""]
+    head, rows = gate_rows(doc)
+    return out + (["### Gates", "", md_table(head, rows), ""] if rows else [])
+
+
+def _cold(doc: dict[str, Any]) -> list[str]:
+    head, rows = cold_rows(doc)
+    return (
+        ["## Cold start apart from the steady state", "", md_table(head, rows), ""] if rows else []
+    )
+
+
+def _memory(doc: dict[str, Any]) -> list[str]:
+    head, rows = memory_rows(doc)
+    return ["## Memory budget of the draft", "", md_table(head, rows), ""] if rows else []
+
+
+def _drills(doc: dict[str, Any]) -> list[str]:
+    head, rows = drill_rows(doc)
+    if not rows:
+        return []
+    files = [f"- {arm}: rollback-{arm}.rules.yml" for arm in doc.get("rollback_rules") or {}]
+    return ["## Rollback drills", "", md_table(head, rows), "", *files, ""]
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     p = doc["pilot"]
     out = [
@@ -180,6 +266,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "",
     ]
     out += [f"Hardware: {doc['hardware']['summary']}", ""]
+    out += _first_page(doc)
     if not doc["verdicts"]:
         out += ["No verdict: " + no_verdict_reason(doc), ""]
     for v in doc["verdicts"]:
@@ -195,13 +282,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
             *[f"- {k_schedule_line(k)}" for k in sim.get("k_schedules", [])],
             "",
         ]
-    if doc["cost"]["lines"]:
-        out += [
-            "## Cost",
-            "",
-            *[f"- {c['candidate_arm']}: {c['text']}" for c in doc["cost"]["lines"]],
-            "",
-        ]
+    out += _rounds(doc) + _quality(doc) + _memory(doc) + _cold(doc) + _cost(doc) + _drills(doc)
     out += [
         "The full report (every table, plot and metric definition) is report.html; "
         "every figure is in report.json.",

@@ -36,7 +36,13 @@ th,td{border:1px solid #ddd;padding:.2rem .4rem;text-align:left;vertical-align:t
 figure.plot{margin:1rem 0;page-break-inside:avoid;break-inside:avoid}figure.plot svg{max-width:100%;height:auto}
 figcaption{font-size:.8rem;color:#444}pre{font-size:.75rem;overflow-x:auto;background:#f8f8f8;padding:.4rem}
 .nodata{color:#888;font-style:italic}.cost-line{font-weight:600}
-nav ol{columns:3;font-size:.85rem}dt{font-weight:600;margin-top:.3rem}dd{margin-left:1.5rem}
+nav ol{margin:.3rem 0;padding:0;font-size:.8rem}nav li{display:inline;margin-right:.8rem}
+dt{font-weight:600;margin-top:.3rem}dd{margin-left:1.5rem}
+.first-page p.decision{border-left:10px solid #1f77b4;padding:.1rem .6rem;margin:.4rem 0}
+.first-page p.decision-adopt{border-left-color:#2ca02c}.first-page p.decision-do_not_adopt{border-left-color:#d62728}
+.first-page p.decision-no_difference{border-left-color:#888}.first-page p.checks{margin:.4rem 0;font-size:.9rem}
+#verdict h2{margin-top:.8rem}#plot-forest svg{max-height:330px;width:auto}
+abbr{text-decoration:underline dotted;cursor:help}
 @media print{body{max-width:none;padding:0;font-size:10pt}nav{display:none}section{break-inside:auto}
 h2{break-after:avoid}table{font-size:7.5pt}details{display:block}details>summary{display:none}}
 """
@@ -45,7 +51,7 @@ SECTIONS = (
     ("verdict", "Verdict", s.verdict),
     ("load-range", "Load range", s.load_range),
     ("hardware", "Hardware", s.hardware),
-    ("arms", "Frozen configuration of every arm", s.arms),
+    ("arms", "Frozen configuration of every arm", so.arms),
     ("rounds", "Per-round advance and time breakdown", s.rounds),
     ("verify-cost", "Verify-cost curve", sl.verify_cost),
     ("quality", "Per-group quality and consistency", sl.quality),

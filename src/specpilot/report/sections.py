@@ -5,10 +5,11 @@ Every function takes the document (and the rendered plots) and returns one ``<se
 
 from __future__ import annotations
 
-import json
+import re
 from html import escape
 from typing import Any
 
+from specpilot.report.firstpage import tick
 from specpilot.report.fmt import (
     Markup,
     html_table,
@@ -126,9 +127,41 @@ def verdict(doc: Doc, svgs: Svgs) -> str:
         body = "".join(_verdict_one(v, simulated_for(doc, v)) for v in doc["verdicts"])
     if any(f["id"] == "forest" for f in doc["figures"]):  # the picture first, the words under it
         body = figure(doc, svgs, "forest") + body
+    body = _first_page(doc) + body  # the decision in plain words above the picture
     curve = _verify_headline(doc)
     body += f'<p class="hardware-line">Hardware: {escape(doc["hardware"]["summary"])}{curve}</p>'
     return section("verdict", "Verdict", body)
+
+
+def _first_page(doc: Doc) -> str:
+    """The decision in plain words and the checks line (``report.firstpage``); the terms it
+    uses are defined where they first appear (a tooltip)."""
+    fp = doc.get("first_page") or {}
+    paras = "".join(
+        f'<p class="decision decision-{escape(p["kind"])}">{_terms(p["text"], fp)}</p>'
+        for p in fp.get("paragraphs") or []
+    )
+    ticks = " · ".join(
+        f'<a href="#{escape(c["section"])}">{tick(c["ok"])} {_terms(c["text"], fp)}</a>'
+        for c in fp.get("checks") or []
+    )
+    return (
+        f'<div class="first-page">{paras}<p class="checks">{ticks}</p></div>'
+        if paras or ticks
+        else ""
+    )
+
+
+def _terms(text: str, fp: Doc) -> str:
+    """``text`` escaped, each defined term's first use (a whole word, not inside a flag such
+    as ``--episodes``) with its definition as a tooltip."""
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text)))
+    for term, meaning in (fp.get("terms") or {}).items():
+        m = re.search(rf"(?<![\w-]){re.escape(escape(term))}s?(?![\w-])", out)
+        if m:
+            abbr = f'<abbr title="{escape(meaning)}">{m.group(0)}</abbr>'
+            out = out[: m.start()] + abbr + out[m.end() :]
+    return out
 
 
 def _verify_headline(doc: Doc) -> str:
@@ -190,53 +223,9 @@ def hardware(doc: Doc, svgs: Svgs) -> str:
     return section("hardware", "Hardware", html_table(["", ""], rows))
 
 
-def arms(doc: Doc, svgs: Svgs) -> str:
-    rows = []
-    for a in doc["arms"]:
-        s = a["strategy"]
-        strat = (
-            s["kind"]
-            if s["kind"] == "none"
-            else f"{s['kind']} k={s['k']} {s.get('draft_id') or s.get('ngram_type') or ''}"
-        )
-        rows.append(
-            [
-                a["arm"],
-                a["role"],
-                a["engine"],
-                strat,
-                a["compared_with"] or "",
-                seconds(a["cold_start_s"]),
-                (a["manifest_sha256"] or "")[:12],
-                ", ".join(a["runs"]),
-            ]
-        )
-    config = (
-        "<details><summary>The pilot's configuration as given (re-run it after a model "
-        f"upgrade)</summary><pre>{escape(json.dumps(doc['pilot']['config'], indent=2, default=str))}</pre></details>"
-    )
-    manifests = config + "".join(
-        f"<details><summary>{escape(a['arm'])}: frozen manifest and budget</summary><pre>"
-        f"{escape(json.dumps({'manifest': a['manifest'], 'budget': a['budget']}, indent=2, default=str))}</pre></details>"
-        for a in doc["arms"]
-    )
-    table = html_table(
-        [
-            "arm",
-            "role",
-            "engine",
-            "strategy",
-            "compared with",
-            "cold start",
-            "manifest sha256",
-            "runs",
-        ],
-        rows,
-    )
-    return section("arms", "Frozen configuration of every arm", table + manifests)
-
-
-def _round_table(doc: Doc) -> str:
+def round_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
+    """Per arm and task group, all phases pooled: the rounds' advance and time split (the
+    HTML's and the Markdown's one table)."""
     rows = []
     for r in doc["rounds"]["pooled"]:
         sh = r["shares"]
@@ -255,7 +244,7 @@ def _round_table(doc: Doc) -> str:
                 num(r["decode_speedup"]) + ("x" if r["decode_speedup"] else ""),
             ]
         )
-    table = html_table(
+    return (
         [
             "arm",
             "group",
@@ -271,7 +260,10 @@ def _round_table(doc: Doc) -> str:
         ],
         rows,
     )
-    return table
+
+
+def _round_table(doc: Doc) -> str:
+    return html_table(*round_rows(doc))
 
 
 def _leviathan_table(doc: Doc) -> str:

@@ -4,6 +4,7 @@ simulation follow in ``sections_capacity``)."""
 from __future__ import annotations
 
 from html import escape
+from typing import Any
 
 from specpilot.analysis.verdicts.undecided import needs
 from specpilot.report.fmt import html_table, interval, mib, num, pct, seconds
@@ -42,6 +43,14 @@ def quality(doc: Doc, svgs: Svgs) -> str:
 
 
 def _quality_cells(doc: Doc) -> str:
+    return html_table(*quality_rows(doc))
+
+
+def _quality_gates(doc: Doc) -> str:
+    return html_table(*gate_rows(doc))
+
+
+def quality_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
     """One row an arm and task group: its checks passed, greedy consistency and defects."""
     rows = [
         [
@@ -57,7 +66,7 @@ def _quality_cells(doc: Doc) -> str:
         ]
         for c in doc["quality"]["cells"]
     ]
-    return html_table(
+    return (
         [
             "arm",
             "group",
@@ -73,9 +82,9 @@ def _quality_cells(doc: Doc) -> str:
     )
 
 
-def _quality_gates(doc: Doc) -> str:
+def gate_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
     """One row a candidate and task group: each quality gate's state and why."""
-    return html_table(
+    return (
         [
             "candidate",
             "group",

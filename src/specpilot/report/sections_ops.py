@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from html import escape
+from typing import Any
 
 from specpilot.report.fmt import Markup, html_table, mib, num, seconds
 from specpilot.report.sections import Doc, Svgs, section
 
 
 def memory(doc: Doc, svgs: Svgs) -> str:
+    return section("memory", "Memory budget of the draft", html_table(*memory_rows(doc)))
+
+
+def memory_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
+    """Per candidate, the draft's memory and the target sequences it would hold."""
     rows = [
         [
             m["candidate_arm"],
@@ -22,20 +29,17 @@ def memory(doc: Doc, svgs: Svgs) -> str:
         ]
         for m in doc["memory"]
     ]
-    table = html_table(
-        [
-            "candidate",
-            "draft weights",
-            "draft KV",
-            "workspace",
-            "total",
-            "target KV per sequence",
-            "target sequences that memory would hold",
-            "notes",
-        ],
-        rows,
-    )
-    return section("memory", "Memory budget of the draft", table)
+    head = [
+        "candidate",
+        "draft weights",
+        "draft KV",
+        "workspace",
+        "total",
+        "target KV per sequence",
+        "target sequences that memory would hold",
+        "notes",
+    ]
+    return head, rows
 
 
 def cost(doc: Doc, svgs: Svgs) -> str:
@@ -69,11 +73,26 @@ def cost(doc: Doc, svgs: Svgs) -> str:
         for c in doc["cost"]["lines"]
     )
     lost = "".join(_memory_line(m) for m in doc["memory"])
-    also = (
-        "<p>Not measured by the pilot, to be added by the operator: tuning effort, regression "
-        "checks at each model upgrade, rollback maintenance.</p>"
+    whole = "".join(_ledger(x) for x in doc["cost"].get("ledgers") or [])
+    return section("cost", "Cost at equal quality", whole + lines + lost + arms)
+
+
+def _ledger(x: Doc) -> str:
+    """A candidate's first-year cost, item by item (``analysis.service.ledger``)."""
+    cur = x["currency"]
+    rows = [
+        [
+            i["name"] + (" (one-off)" if i["one_off"] else ""),
+            "not priced" if i["amount"] is None else f"{i['amount']:,.0f} {cur}",
+            i["basis"],
+        ]
+        for i in x["items"]
+    ]
+    head = f"{x['candidate_arm']} against {x['baseline_arm']}, first year: {x['text']}"
+    return (
+        f'<p class="cost-ledger cost-{escape(x["kind"])}"><b>{escape(head)}</b></p>'
+        + html_table(["item", f"{cur} a year (+ more spent, - less)", "how"], rows, "ledger")
     )
-    return section("cost", "Cost at equal quality", lines + lost + arms + also)
 
 
 def _memory_line(m: Doc) -> str:
@@ -117,6 +136,16 @@ def compatibility(doc: Doc, svgs: Svgs) -> str:
 
 
 def drills(doc: Doc, svgs: Svgs) -> str:
+    rules = "".join(
+        f"<details><summary>Prometheus alerting rules for {escape(arm)}</summary><pre>{escape(text)}</pre></details>"
+        for arm, text in doc["rollback_rules"].items()
+    )
+    table = html_table(*drill_rows(doc))
+    return section("drills", "Rollback drill records and triggers", table + rules)
+
+
+def drill_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
+    """Per drilled arm: the switch, the recovery, the requests it cost, after the rollback."""
     rows = [
         [
             d["arm"],
@@ -134,26 +163,19 @@ def drills(doc: Doc, svgs: Svgs) -> str:
         ]
         for d in doc["drills"]
     ]
-    table = html_table(
-        [
-            "arm",
-            "kind",
-            "status",
-            "reason",
-            "switch in force after",
-            "goodput recovered after",
-            "interrupted",
-            "delayed",
-            "after the rollback (same prompts as the baseline)",
-            "cost against the gain",
-        ],
-        rows,
-    )
-    rules = "".join(
-        f"<details><summary>Prometheus alerting rules for {escape(arm)}</summary><pre>{escape(text)}</pre></details>"
-        for arm, text in doc["rollback_rules"].items()
-    )
-    return section("drills", "Rollback drill records and triggers", table + rules)
+    head = [
+        "arm",
+        "kind",
+        "status",
+        "reason",
+        "switch in force after",
+        "goodput recovered after",
+        "interrupted",
+        "delayed",
+        "after the rollback (same prompts as the baseline)",
+        "cost against the gain",
+    ]
+    return head, rows
 
 
 def definitions(doc: Doc, svgs: Svgs) -> str:
@@ -167,3 +189,82 @@ def definitions(doc: Doc, svgs: Svgs) -> str:
         "Metric definitions",
         f"<dl>{items}</dl>" + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else ""),
     )
+
+
+def cold_rows(doc: Doc) -> tuple[list[str], list[list[Any]]]:
+    """Per arm: start to healthy, the first requests after a start and after the drill's
+    restart, against its steady state (``analysis.service.coldstart``)."""
+
+    def t(x: Doc | None, key: str) -> str:
+        return seconds(x.get(key)) if x and x.get("requests") else "n/a"
+
+    rows = [
+        [
+            c["arm"],
+            f"{seconds(c['start_to_healthy_s'])} ({c['processes']})",
+            f"{t(c['first'], 'ttft_s')} / {t(c['first'], 'task_s')}",
+            f"{t(c['steady'], 'ttft_s')} / {t(c['steady'], 'task_s')}",
+            f"{t(c['after_restart'], 'ttft_s')} / {t(c['after_restart'], 'task_s')}",
+        ]
+        for c in doc.get("cold_start") or []
+    ]
+    head = [
+        "arm",
+        "start to healthy (processes)",
+        "first requests after a start: TTFT / task",
+        "steady state: TTFT / task",
+        "after the drill's restart: TTFT / task",
+    ]
+    return head, rows
+
+
+def arms(doc: Doc, svgs: Svgs) -> str:
+    rows = []
+    for a in doc["arms"]:
+        s = a["strategy"]
+        strat = (
+            s["kind"]
+            if s["kind"] == "none"
+            else f"{s['kind']} k={s['k']} {s.get('draft_id') or s.get('ngram_type') or ''}"
+        )
+        rows.append(
+            [
+                a["arm"],
+                a["role"],
+                a["engine"],
+                strat,
+                a["compared_with"] or "",
+                seconds(a["cold_start_s"]),
+                (a["manifest_sha256"] or "")[:12],
+                ", ".join(a["runs"]),
+            ]
+        )
+    config = (
+        "<details><summary>The pilot's configuration as given (re-run it after a model "
+        f"upgrade)</summary><pre>{escape(json.dumps(doc['pilot']['config'], indent=2, default=str))}</pre></details>"
+    )
+    manifests = config + "".join(
+        f"<details><summary>{escape(a['arm'])}: frozen manifest and budget</summary><pre>"
+        f"{escape(json.dumps({'manifest': a['manifest'], 'budget': a['budget']}, indent=2, default=str))}</pre></details>"
+        for a in doc["arms"]
+    )
+    table = html_table(
+        [
+            "arm",
+            "role",
+            "engine",
+            "strategy",
+            "compared with",
+            "cold start",
+            "manifest sha256",
+            "runs",
+        ],
+        rows,
+    )
+    cold = doc.get("cold_start") or []
+    starts = (
+        "<h3>Cold start apart from the steady state</h3>" + html_table(*cold_rows(doc))
+        if cold
+        else ""
+    )
+    return section("arms", "Frozen configuration of every arm", table + starts + manifests)

@@ -9,7 +9,8 @@ refused (403) first, unless ``admin_trust_proxy`` is set (then uvicorn takes the
 ``X-Forwarded-For`` of a loopback proxy, and that address must be in ``admin_hosts``); a
 proxy that adds none of them cannot be told from a local client: do not route ``/admin``
 through one.
-``GET|PUT /admin/strategy``, ``POST /admin/strategy/reload`` (re-read ``--strategy-file``; a bad
+``GET|PUT /admin/strategy`` (one scope), ``POST /admin/strategy`` (the whole table at once, in
+``--strategy-file``'s format: a rollout's scope file), ``POST /admin/strategy/reload`` (re-read ``--strategy-file``; a bad
 file changes nothing), ``POST /admin/drain`` (503 to new requests, running ones finish),
 ``POST /admin/resume``. A change applies to requests that arrive after it; the answer says how
 long it took to be in force (``in_force_after_s``).
@@ -31,7 +32,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from specpilot.errors import SpecpilotError
-from specpilot.serve.protocol import APIError, StrategyUpdate
+from specpilot.serve.protocol import APIError, StrategyTableBody, StrategyUpdate
 from specpilot.serve.state import ServerConfig, ServerState, State
 from specpilot.serve.strategy import StrategyTable
 
@@ -137,6 +138,19 @@ async def put_strategy(update: StrategyUpdate, state: State) -> dict[str, Any]:
         table.version,
         out["in_force_after_s"],
     )
+    return out
+
+
+@router.post("/strategy")
+async def post_strategy(body: StrategyTableBody, state: State) -> dict[str, Any]:
+    """Replace the whole table (every scope checked first; a bad body changes nothing)."""
+    t0 = time.perf_counter()
+    try:
+        table = state.switch.load(body.model_dump(exclude_none=True))
+    except SpecpilotError as exc:
+        raise APIError(400, str(exc), code="invalid_strategy") from None
+    out = _applied(state, table, t0)
+    log.info("strategy table replaced (version %d): %s", table.version, table.flat())
     return out
 
 

@@ -239,3 +239,18 @@ class StrategyUpdate(_Model):
 
     scope: Text = Field(pattern=r"^(default|model:.{1,128}|tag:.{1,128})$")
     k: int | None = Field(ge=0, le=64)
+
+
+ScopeName = Annotated[str, AfterValidator(_valid_text), Field(min_length=1, max_length=128)]
+ScopeK = Annotated[int, Field(ge=0, le=64)]
+
+
+class StrategyTableBody(BaseModel):
+    """Admin: replace the whole strategy table at once, in ``--strategy-file``'s format
+    (``default``, ``models``, ``tags``; a missing ``default`` keeps the current one). Unknown
+    keys are refused: a misspelt ``tag`` would otherwise leave a scope unswitched."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    default: ScopeK | None = None
+    models: dict[ScopeName, ScopeK] = Field(default_factory=dict, max_length=1024)
+    tags: dict[ScopeName, ScopeK] = Field(default_factory=dict, max_length=1024)

@@ -51,7 +51,12 @@ from specpilot.pilot.design import EpisodeSettings
 from specpilot.quality.config import QualityConfig
 from specpilot.records import ENGINES
 from specpilot.validation import Lines, StrictModel
-from specpilot.workload.config import WorkloadConfig, missing_trace_lines
+from specpilot.workload.config import (
+    WorkloadConfig,
+    WorkloadError,
+    missing_trace_lines,
+    parse_workload,
+)
 from specpilot.yamlpos import LineMap, yaml_error_text
 
 __all__ = [  # the engine options are defined in pilot.config.options and re-exported here
@@ -366,8 +371,6 @@ def _validate(data: dict[str, Any], where: str, lines: Lines | None) -> PilotCon
     except ValidationError as exc:
         raise PilotConfigError(format_errors(exc, where, lines)) from None
     if isinstance(cfg.workload, dict):
-        from specpilot.workload.config import WorkloadError, parse_workload
-
         try:
             cfg._workload = parse_workload(cfg.workload, where, lines=lines, prefix=("workload",))
         except WorkloadError as exc:

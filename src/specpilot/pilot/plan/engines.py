@@ -27,6 +27,7 @@ from specpilot.backends.openai import OpenAIBackend
 from specpilot.backends.protocol import Backend
 from specpilot.backends.replicas import replica_differences
 from specpilot.errors import ConfigError
+from specpilot.pilot.config import credentials
 from specpilot.pilot.config.arms import (
     ARM_MODELS,
     Arm,
@@ -135,9 +136,6 @@ def make_backend(
     ``overrides`` replace option fields (the alternative's derived ``max_slots``; the drill's
     plain restart); ``port`` keeps a restarted engine on its port (the drill)."""
     if plan.url is not None:  # its credentials read from the environment now
-        from specpilot.backends.openai import OpenAIBackend
-        from specpilot.pilot.config import credentials
-
         a = plan.spec
         return OpenAIBackend(
             a.replicas[process],
@@ -148,8 +146,6 @@ def make_backend(
             source=credentials.source(a.headers, a.api_key_env),
         )
     if plan.spec.options is None:
-        from specpilot.errors import ConfigError
-
         raise ConfigError(f"arm {plan.name!r}: give options: or url:", fix="see examples/")
     o = plan.spec.options.model_copy(update=overrides or {})
     env = visible_env(plan.devices[process]) if process < len(plan.devices) else None

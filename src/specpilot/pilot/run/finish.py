@@ -9,6 +9,7 @@ results, so a resumed pilot does not count them twice.
 from __future__ import annotations
 
 import contextlib
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from specpilot.pilot.plan.arms import ArmPlan
 from specpilot.pilot.plan.noise import remember
 from specpilot.pilot.run.gates import Gates
 from specpilot.report import build_report
+from specpilot.report.firstpage import tick
 from specpilot.simulate.section import pilot_simulation
 from specpilot.store import Store, read_pilot
 
@@ -93,6 +95,11 @@ def summary(doc: dict[str, Any], failed: list[str], elapsed_s: float) -> str:
     hw = doc.get("hardware", {}).get("summary", "")
     lines = [f"pilot {doc['pilot']['name']} on {hw}"]
     lines += [_levels_line(doc), ""]
+    fp = doc.get("first_page") or {}
+    for p in fp.get("paragraphs") or []:  # the decision in plain words first
+        lines += [*textwrap.wrap(p["text"], 100), ""]
+    if fp.get("checks"):
+        lines += ["checks: " + "; ".join(f"{tick(c['ok'])} {c['text']}" for c in fp["checks"]), ""]
     for v in doc.get("verdicts", []):
         flag = " [PILOT_HYPOTHESIS]" if v.get("pilot_hypothesis") else ""
         lines.append(f"{v['verdict']}{flag}: {v['candidate_arm']} vs {v['baseline_arm']}")

@@ -1,0 +1,149 @@
+"""Issue 49's replica target, by hand: an operator's fleet of 3 plain and 3 speculative builtin
+replicas (``specpilot serve`` in processes of their own, one thread each), piloted ``--pilots``
+times by ``urls:``; per pilot, whether the planted +15% was found at every level and how many
+A/A cells were directional.
+
+    .venv/bin/python benchmarks/replicas_pilot.py --pilots 3 --out /tmp/replicas
+
+Prints one line per pilot and the totals; the figures go in the issue note with ``lscpu``'s
+model name and flags. Several minutes per pilot on 2 cores (six model loads first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+PILOT = """\
+name: replicas-bench
+workload:
+  seed: {seed}
+  groups: {{structured: {{output: {{mean: 8}}}}, code: {{output: {{mean: 8}}}}}}
+  phases:
+    - {{name: off_peak, duration_s: {dur}, arrival: {{kind: poisson, rate: 0.6}}}}
+    - {{name: peak, duration_s: {dur}, arrival: {{kind: poisson, rate: 1.2}}}}
+arms:
+  - {{name: base, role: baseline, engine: builtin, urls: {base}}}
+  - {{name: spec, role: speculative, engine: builtin, urls: {spec}}}
+episodes: {{per_level: {episodes}, planted: 0.15, seed: {seed}}}
+quality: {{greedy_prompts: 1, sampled_prompts: 1, samples: 2}}
+compat: {{features: [length]}}
+drill: {{enabled: false}}
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _fleet(n: int) -> tuple[list[subprocess.Popen[bytes]], dict[str, list[str]]]:
+    procs, urls = [], {"base": [], "spec": []}
+    for arm in ("base", "spec"):
+        for _ in range(n):
+            port = _port()
+            cmd = [
+                sys.executable,
+                "-m",
+                "specpilot.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--threads",
+                "1",
+                "--calibration",
+                "skip",
+                "--served-model-name",
+                "smol",
+                *(["--no-draft"] if arm == "base" else []),
+            ]
+            env = {**os.environ, "SPECPILOT_ADMIN_TOKEN": f"op-{port}"}
+            procs.append(
+                subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+            urls[arm].append(f"http://127.0.0.1:{port}")
+    deadline = time.time() + 300
+    for u in urls["base"] + urls["spec"]:
+        while True:
+            try:
+                if httpx.get(u + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.time() > deadline:
+                raise SystemExit(f"{u} never became healthy")
+            time.sleep(0.5)
+    return procs, urls
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pilots", type=int, default=3)
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--episodes", type=int, default=12)
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds per level")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/replicas"))
+    args = ap.parse_args()
+    procs, urls = _fleet(args.replicas)
+    found = directional = cells = 0
+    try:
+        for i in range(args.pilots):
+            d = args.out / f"p{i}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "p.yaml").write_text(
+                PILOT.format(
+                    seed=11 + i,
+                    dur=args.duration,
+                    episodes=args.episodes,
+                    base=json.dumps(urls["base"]),
+                    spec=json.dumps(urls["spec"]),
+                )
+            )
+            t0 = time.time()
+            rc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "specpilot.cli",
+                    "pilot",
+                    str(d / "p.yaml"),
+                    "--out",
+                    str(d / "out"),
+                    "--quiet",
+                ],
+                check=False,
+            ).returncode
+            doc = json.loads((d / "out" / "report.json").read_text())
+            planted = doc.get("planted") or []
+            aa = doc.get("aa_control") or {}
+            ok = bool(planted) and all(p.get("found") for p in planted)
+            found += ok
+            directional += len(aa.get("directional") or [])
+            cells += int(aa.get("cells") or 0)
+            print(
+                f"pilot {i}: rc {rc}, {(time.time() - t0) / 60:.1f} min, planted found at every "
+                f"level: {ok} ({[round(p['estimate'] * 100, 1) for p in planted]}%), A/A "
+                f"directional {len(aa.get('directional') or [])} of {aa.get('cells')}",
+                flush=True,
+            )
+    finally:
+        for p in procs:
+            p.terminate()
+    print(
+        f"planted found at every level in {found} of {args.pilots} pilots; "
+        f"A/A directional in {directional} of {cells} cells"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
