@@ -230,7 +230,7 @@ def test_the_gpu_example_parses_and_launches_exactly_these_commands():
     assert tail(cmds["baseline"]) == [
         "serve", model, "--host", "127.0.0.1", "--port", "8000", "--dtype", "bfloat16",
         "--enable-per-request-metrics", "--max-model-len", "8192",
-        "--max-num-seqs", "128", "--gpu-memory-utilization", "0.28",
+        "--max-num-seqs", "128", "--gpu-memory-utilization", "0.45",
     ]  # fmt: skip
     spec = tail(cmds["speculative"])
     sc = json.loads(spec[spec.index("--speculative-config") + 1])
@@ -242,13 +242,15 @@ def test_the_gpu_example_parses_and_launches_exactly_these_commands():
     assert spec[spec.index("--per-request-spec-decode-metrics") + 1] == "detailed"
     alt = tail(cmds["alternative"])
     assert alt[alt.index("--max-num-seqs") + 1] == "192"
-    assert alt[alt.index("--gpu-memory-utilization") + 1] == "0.31"  # + the draft's weights
+    assert alt[alt.index("--gpu-memory-utilization") + 1] == "0.48"  # + the draft's weights
     assert "--speculative-config" not in alt
     assert {p.name: p.reference for p in plans} == {
         "baseline": None,
         "speculative": "baseline",
         "alternative": "baseline",
+        "control": "baseline",
     }
+    assert tail(cmds["control"]) == tail(cmds["baseline"])  # the A/A: the same config twice
 
 
 def test_an_arm_given_by_url_is_not_started_nor_drilled():

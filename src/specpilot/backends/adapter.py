@@ -6,8 +6,9 @@ load --start --engine-opt``), the backend those options start, the speculative s
 switch on, the settings frozen across compared arms and the capacity settings, the option
 changes that switch speculation off, the model files its options name, the files the pilot must
 prepare before the engine can load them (``Asset``), how the rollback drill switches it, the
-weight format the running engine reports having chosen, and how to start the same
-configuration outside the pilot (``launch``: a rollout). Adding an engine is one module
+weight format the running engine reports having chosen, how to start the same configuration
+outside the pilot (``launch``: a rollout), and what one of its processes needs of a GPU
+(``gpu``: devices and memory, for the pilot's placement). Adding an engine is one module
 (``backends/<engine>_arm.py``) registered in ``backends.adapters.ADAPTERS``, plus its tests.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from specpilot.backends.gpus import GpuNeed
 from specpilot.backends.protocol import Backend
 from specpilot.records import StrategySpec
 from specpilot.validation import StrictModel
@@ -99,11 +101,23 @@ class EngineAdapter:
         return 0 if self.in_place else 2
 
     def backend(
-        self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int | None
+        self,
+        o: Any,
+        *,
+        dtype: str | None,
+        files: Mapping[str, str],
+        port: int | None,
+        env: Mapping[str, str] | None = None,
     ) -> Backend:
         """The (not started) backend for options ``o``; ``dtype``: the weight format every arm
-        of the pilot pins (engines that choose one); ``files``: the prepared ``assets``."""
+        of the pilot pins (engines that choose one); ``files``: the prepared ``assets``;
+        ``env``: variables its process gets (the placement's ``CUDA_VISIBLE_DEVICES``)."""
         raise NotImplementedError
+
+    def gpu(self, o: Any) -> GpuNeed | None:
+        """What one process started with options ``o`` needs of its GPUs; None: it runs on
+        the CPU (its devices then only set ``CUDA_VISIBLE_DEVICES``)."""
+        return None
 
     def strategy(self, o: Any) -> StrategySpec:
         raise NotImplementedError

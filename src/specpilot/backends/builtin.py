@@ -190,7 +190,7 @@ def response_extras(
     return out
 
 
-def _draft_path(spec: str | None) -> str | None:
+def draft_path(spec: str | None) -> str | None:
     """The files behind a ``--draft`` value: a path, a shipped draft's directory (hashed
     like any model), or None for a layer-truncated copy of the target (no files of its own)."""
     if spec is None or spec.startswith("truncate:"):
@@ -218,6 +218,7 @@ class BuiltinBackend(SubprocessLifecycle):
     port: int = 0
     per_request_metrics: str = "detailed"
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # more variables for the server
     name: str = "builtin"
     metrics: ClassVar[MetricsSource] = METRICS
     parse_extras = staticmethod(response_extras)
@@ -252,7 +253,7 @@ class BuiltinBackend(SubprocessLifecycle):
                 target = None
         models = tuple(
             m
-            for m in (model_file("target", target), model_file("draft", _draft_path(self.draft)))
+            for m in (model_file("target", target), model_file("draft", draft_path(self.draft)))
             if m
         )
         spec: dict[str, Any] = {

@@ -23,6 +23,7 @@ from specpilot.backends.adapter import (
     default_target,
     renamed,
 )
+from specpilot.backends.gpus import ALLOWANCE, GpuNeed, files_bytes, flag_value, gguf_bf16_bytes
 from specpilot.backends.protocol import Backend
 from specpilot.records import StrategySpec
 from specpilot.validation import FieldProblem, StrictModel
@@ -74,7 +75,13 @@ class BuiltinAdapter(EngineAdapter):
     }
 
     def backend(
-        self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int | None
+        self,
+        o: Any,
+        *,
+        dtype: str | None,
+        files: Mapping[str, str],
+        port: int | None,
+        env: Mapping[str, str] | None = None,
     ) -> Backend:
         from specpilot.backends.builtin import BuiltinBackend
 
@@ -93,6 +100,7 @@ class BuiltinAdapter(EngineAdapter):
             per_request_metrics="detailed",
             extra_args=args + list(o.extra_args),
             port=port or 0,
+            env=dict(env or {}),
         )
 
     rollout_note: ClassVar[str] = (
@@ -104,6 +112,32 @@ class BuiltinAdapter(EngineAdapter):
         if o.draft is None:
             return StrategySpec()
         return StrategySpec(kind="draft", k=o.k, draft_id=o.draft)
+
+    def gpu(self, o: Any) -> GpuNeed | None:
+        """On a GPU with ``--device cuda`` in ``extra_args`` (one device a process, seen as
+        ``cuda``: give no index); the need is an estimate: the target's parameters at 2 bytes
+        (bf16, what it runs on a GPU; 4 with ``dtype: float32``), the draft's files, and
+        ``ALLOWANCE`` for the CUDA context and the KV cache."""
+        device = flag_value(list(o.extra_args), "--device") or "cpu"
+        if not device.startswith("cuda"):
+            return None
+        from specpilot.backends.builtin import draft_path
+
+        try:
+            target = o.target or default_target()
+        except Exception:  # no default target installed here: the need is unknown
+            target = None
+        weights = gguf_bf16_bytes(target) or files_bytes([target])
+        if weights is not None and o.dtype in ("float32", "fp32"):
+            weights *= 2
+        draft = files_bytes([draft_path(o.draft)])
+        known = weights is not None and draft is not None
+        return GpuNeed(
+            per_process=1,
+            basis="an estimate: the target's weights at its GPU format, the draft's files and "
+            f"{ALLOWANCE / 2**30:g} GiB for the CUDA context and KV cache",
+            bytes=(weights or 0) + (draft or 0) + ALLOWANCE if known else None,
+        )
 
     def launch(self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int) -> Launch:
         b: Any = self.backend(o, dtype=dtype, files=files, port=port)

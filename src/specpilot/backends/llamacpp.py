@@ -319,9 +319,14 @@ class LlamaCppBackend(EngineServer):
     metrics = METRICS
     parse_extras = staticmethod(response_extras)
 
-    def __init__(self, cfg: LlamaCppConfig, mode: str = "subprocess") -> None:
+    def __init__(
+        self, cfg: LlamaCppConfig, mode: str = "subprocess", env: Mapping[str, str] | None = None
+    ) -> None:
         if mode not in ("subprocess", "inprocess"):
             raise ConfigError("mode: subprocess | inprocess")
+        if env and mode != "subprocess":  # this process's devices are already chosen
+            raise ConfigError("env (the placement's devices) needs mode: subprocess")
+        self.env = dict(env or {})
         cfg.effective_spec_type()  # validate early
         self.cfg = cfg
         self.cfg.port = cfg.port or free_port(cfg.host)
@@ -345,7 +350,7 @@ class LlamaCppBackend(EngineServer):
         timeout_s = START_TIMEOUT_S if timeout_s is None else timeout_s
         if self.mode == "subprocess":
             argv = [sys.executable, "-m", "specpilot.backends.llamacpp_child", self.cfg.to_json()]
-            self._server = ServerProcess(argv, self.endpoint)
+            self._server = ServerProcess(argv, self.endpoint, env=self.env)
             self._server.start(timeout_s)
         else:
             import xllamacpp as xl

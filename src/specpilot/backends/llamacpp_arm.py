@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 
 from specpilot.backends.adapter import Asset, EngineAdapter, Launch, ModelField, default_target
 from specpilot.backends.builtin_arm import SHIPPED_DRAFT
+from specpilot.backends.gpus import ALLOWANCE, GpuNeed, files_bytes
 from specpilot.backends.protocol import Backend
 from specpilot.records import StrategySpec
 from specpilot.validation import FieldProblem, StrictModel
@@ -72,7 +73,13 @@ class LlamaCppAdapter(EngineAdapter):
     }
 
     def backend(
-        self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int | None
+        self,
+        o: Any,
+        *,
+        dtype: str | None,
+        files: Mapping[str, str],
+        port: int | None,
+        env: Mapping[str, str] | None = None,
     ) -> Backend:
         from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
 
@@ -92,7 +99,7 @@ class LlamaCppAdapter(EngineAdapter):
             extra=dict(o.extra),
             port=port or 0,
         )
-        return LlamaCppBackend(cfg)
+        return LlamaCppBackend(cfg, env=env)
 
     def strategy(self, o: Any) -> StrategySpec:
         # synthetic acceptance is recorded with the method it fakes (the label says "synthetic")
@@ -105,6 +112,29 @@ class LlamaCppAdapter(EngineAdapter):
             kind = "ngram" if o.spec_type.startswith("ngram") else "other"
             return StrategySpec(kind=kind, k=o.draft_n_max, ngram_type=o.spec_type, params=params)
         return StrategySpec()
+
+    def gpu(self, o: Any) -> GpuNeed | None:
+        """A llama.cpp built with CUDA offloads its layers to every device it sees
+        (``n_gpu_layers``, default all that fit; ``extra: {n_gpu_layers: 0}`` keeps it on the
+        CPU, and a CPU build ignores devices): any number of devices a process. The need is an
+        estimate: the GGUF files' bytes (it holds their own quantisation) and ``ALLOWANCE``
+        for the CUDA context and the KV cache."""
+        if o.extra.get("n_gpu_layers") == 0:
+            return None
+        try:
+            model = o.model or default_target()
+        except Exception:  # no default target installed here: the need is unknown
+            model = None
+        from specpilot.backends.builtin import draft_path
+
+        weights = files_bytes([model, draft_path(o.draft)])
+        return GpuNeed(
+            per_process=1,
+            exact=False,
+            basis="an estimate: the GGUF files' bytes and "
+            f"{ALLOWANCE / 2**30:g} GiB for the CUDA context and KV cache",
+            bytes=weights + ALLOWANCE if weights is not None else None,
+        )
 
     rollout_note: ClassVar[str] = (
         "Flag names are llama-server's since its speculative options became `--spec-*` "

@@ -56,6 +56,7 @@ class SubprocessLifecycle(EngineServer):
 
     host: str
     port: int
+    env: dict[str, str]  # variables the server gets beyond ours (the placement's devices)
     _server: ServerProcess | None
 
     def listen(self) -> None:
@@ -73,8 +74,12 @@ class SubprocessLifecycle(EngineServer):
     def command(self) -> list[str]:
         raise NotImplementedError
 
+    def launch_env(self) -> dict[str, str]:
+        """The variables the server gets beyond the pilot's own environment."""
+        return dict(self.env)
+
     def start(self, timeout_s: float | None = None) -> None:
-        self._server = ServerProcess(self.command(), self.endpoint)
+        self._server = ServerProcess(self.command(), self.endpoint, env=self.launch_env())
         self._server.start(START_TIMEOUT_S if timeout_s is None else timeout_s)
 
     def stop(self) -> None:

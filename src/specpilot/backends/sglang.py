@@ -165,6 +165,7 @@ class SglangBackend(SubprocessLifecycle):
     host: str = "127.0.0.1"
     port: int = 0
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # more variables for the server
     name: str = "sglang"
     metrics: ClassVar[MetricsSource] = METRICS
     parse_extras = staticmethod(response_extras)

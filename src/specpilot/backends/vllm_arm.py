@@ -28,9 +28,12 @@ from specpilot.backends.adapter import (
     default_target,
     renamed,
 )
+from specpilot.backends.gpus import GpuNeed, number_flag
 from specpilot.backends.protocol import Backend
 from specpilot.records import StrategySpec
 from specpilot.validation import StrictModel
+
+VLLM_DEFAULT_SHARE = 0.9  # vLLM's gpu_memory_utilization when not given
 
 
 class VllmOptions(StrictModel):
@@ -141,7 +144,13 @@ class VllmAdapter(EngineAdapter):
     }
 
     def backend(
-        self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int | None
+        self,
+        o: Any,
+        *,
+        dtype: str | None,
+        files: Mapping[str, str],
+        port: int | None,
+        env: Mapping[str, str] | None = None,
     ) -> Backend:
         from specpilot.backends.vllm import VllmBackend
 
@@ -169,7 +178,7 @@ class VllmAdapter(EngineAdapter):
             venv=o.venv,
             kv_space_gib=o.kv_space_gib,
             threads_bind=o.threads_bind,
-            env=dict(o.env),
+            env={**o.env, **(env or {})},
             extra_args=args + list(o.extra_args),
             port=port or 0,
         )
@@ -181,6 +190,23 @@ class VllmAdapter(EngineAdapter):
 
     def strategy(self, o: Any) -> StrategySpec:
         return served_strategy(o, o.speculative_config)
+
+    def gpu(self, o: Any) -> GpuNeed | None:
+        """tensor x pipeline parallel devices a process; each device's
+        ``gpu_memory_utilization`` x its total memory, which vLLM reserves at start (0.9, its
+        default, when the option is not set)."""
+        args = list(o.extra_args)
+        tp = o.tensor_parallel_size or int(number_flag(args, 1, "--tensor-parallel-size", "-tp"))
+        pp = int(number_flag(args, 1, "--pipeline-parallel-size", "-pp"))
+        share = o.gpu_memory_utilization
+        return GpuNeed(
+            per_process=max(1, tp * pp),
+            basis="gpu_memory_utilization, which vLLM reserves at start"
+            if share is not None
+            else "vLLM's default gpu_memory_utilization, reserved at start",
+            share=share or VLLM_DEFAULT_SHARE,
+            declared=share is not None,
+        )
 
     def launch(self, o: Any, *, dtype: str | None, files: Mapping[str, str], port: int) -> Launch:
         """``vllm serve`` with the measured flags, the CPU backend's variables and ``env``;

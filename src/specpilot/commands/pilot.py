@@ -8,7 +8,8 @@ analysis and the verdict: ``report.html``, ``report.md``, ``report.json`` and th
 embedded default (SmolLM2-135M + the shipped draft on the builtin engine, llama.cpp beside it).
 
 ``--dry-run`` checks the config (one switch at a time between arms), prints the arms, what
-each is compared with, the exact launch commands and the schedule, and starts nothing.
+each is compared with, the exact launch commands, each process's GPUs (arms with ``devices:``;
+free memory checked where ``nvidia-smi`` answers) and the schedule, and starts nothing.
 Running the same command again with the same ``--out`` resumes an interrupted pilot.
 
 A phase may give its load as ``target_utilization`` (a fraction of what the baseline sustains
@@ -82,7 +83,7 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
     ``capacity_rps``, else the probe at the pilot's start sets them)."""
     from specpilot.backends.llamacpp import LlamaCppBackend
     from specpilot.pilot.config.credentials import names
-    from specpilot.pilot.plan import noise
+    from specpilot.pilot.plan import devices, noise
     from specpilot.pilot.plan.arms import check_one_switch, plan_arms
     from specpilot.pilot.plan.engines import make_backend
     from specpilot.pilot.run.capacity import refuse_unprobed, wants_probe
@@ -90,24 +91,14 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
 
     plans = plan_arms(cfg)
     check_one_switch(plans)
+    placement = devices.summary(plans, cfg)  # each process's GPUs; refused as the run would
     wl = cfg.workload_config()
     if wants_probe(cfg, wl) and capacity_rps is None:  # refused here as the run refuses it
         refuse_unprobed(cfg, next(p for p in plans if p.role == "baseline"))
     waits = wl.utilization_phases() if capacity_rps is None else []
     wdir = cfg.workload_dir(base_dir)
-    schedule = None if waits else build_schedule(wl, base_dir=wdir, capacity_rps=capacity_rps)
-    fitted: dict[str, list[float]] = {}
-    ep = cfg.episodes
-    if schedule is not None and ep.fit_budget and capacity_rps is not None:
-        from specpilot.pilot.plan.fit import lengths
-
-        # planned at their least here: the run lengthens them by what its budget leaves
-        got = lengths(schedule, wl.utilization_phases(), ep.per_level)
-        fitted = {n: [least, most] for n, (least, most) in got.items()}
-        least = {n: v[0] for n, v in fitted.items()}
-        schedule = build_schedule(
-            wl.with_durations(least), base_dir=wdir, capacity_rps=capacity_rps
-        )
+    at_most = None if waits else build_schedule(wl, base_dir=wdir, capacity_rps=capacity_rps)
+    schedule, fitted = _at_least(cfg, wl, wdir, at_most, capacity_rps)
     thin: list[str] = []
     if schedule is not None:  # a level too thin for its episodes: refused here too
         from specpilot.pilot.config.sizing import refuse_short_levels
@@ -143,8 +134,9 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
         "profile": cfg.profile,
         "config_sha256": cfg.sha256(),
         "arms": arms,
+        "placement": placement,
         "schedule": schedule.summary() if schedule is not None else None,
-        "pairs": pairs_per_cell(schedule, cfg) if schedule is not None else None,
+        "pairs": pairs_per_cell(schedule, cfg, at_most) if schedule is not None else None,
         "capacity": {"given_rps": capacity_rps, "waits_for_probe": waits},
         "fitted_s": fitted,
         "slo_from_probe": wl.unloaded_slo_groups(),
@@ -152,6 +144,26 @@ def plan_summary(cfg: Any, base_dir: Path, capacity_rps: float | None = None) ->
         "episodes": noise.episode_plan(cfg),
         "equivalence_margin": cfg.analysis.verdict.equivalence_margin,
     }
+
+
+def _at_least(
+    cfg: Any, wl: Any, wdir: Path, schedule: Any, capacity_rps: float | None
+) -> tuple[Any, dict[str, list[float]]]:
+    """``schedule`` (its levels at their most) with the levels fitted to the budget at their
+    least, where they are (the run lengthens them by what its budget leaves), and each such
+    level's [least, most] seconds."""
+    from specpilot.pilot.plan.fit import lengths
+    from specpilot.workload import build_schedule
+
+    ep = cfg.episodes
+    if schedule is None or not ep.fit_budget or capacity_rps is None:
+        return schedule, {}
+    got = lengths(schedule, wl.utilization_phases(), ep.per_level)
+    fitted = {n: [least, most] for n, (least, most) in got.items()}
+    least = {n: v[0] for n, v in fitted.items()}
+    return build_schedule(
+        wl.with_durations(least), base_dir=wdir, capacity_rps=capacity_rps
+    ), fitted
 
 
 def _check_llamacpp(arm: str, cfg: Any) -> None:
@@ -168,21 +180,30 @@ def _check_llamacpp(arm: str, cfg: Any) -> None:
         return
 
 
-def pairs_per_cell(schedule: Any, cfg: Any) -> dict[str, Any]:
-    """The sample-size plan: pairs each (phase, group) cell will have
-    against the pairs a direction needs (``analysis.verdict.min_pairs``)."""
-    acfg = cfg.analysis
-    counts: dict[str, dict[str, int]] = {}
-    for r in schedule.requests:
-        if not r.warmup:
-            cell = counts.setdefault(r.phase, {})
-            cell[r.group] = cell.get(r.group, 0) + 1
-    need = acfg.verdict.min_pairs
-    short = sorted(f"{p}/{g}" for p, gs in counts.items() for g, n in gs.items() if n < need)
+def pairs_per_cell(schedule: Any, cfg: Any, at_most: Any = None) -> dict[str, Any]:
+    """The sample-size plan: pairs each (phase, group) cell will have against the pairs a
+    direction needs (``analysis.verdict.min_pairs``); ``at_most``: the levels at their most
+    (fitted to the budget, ``schedule`` is at their least): the cells short even there."""
+    need = cfg.analysis.verdict.min_pairs
+
+    def cells(sch: Any) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for r in sch.requests:
+            if not r.warmup:
+                cell = counts.setdefault(r.phase, {})
+                cell[r.group] = cell.get(r.group, 0) + 1
+        return counts
+
+    def short(counts: dict[str, dict[str, int]]) -> list[str]:
+        return sorted(f"{p}/{g}" for p, gs in counts.items() for g, n in gs.items() if n < need)
+
+    counts = cells(schedule)
+    most = short(cells(at_most)) if at_most is not None and at_most is not schedule else None
     return {
         "min_pairs": need,
         "cells": counts,
-        "insufficient_by_design": short,
+        "insufficient_by_design": short(counts),
+        "insufficient_at_most": most,  # None: the levels are not fitted
     }
 
 
@@ -190,6 +211,8 @@ def _print_plan(plan: dict[str, Any]) -> None:
     print(f"pilot {plan['name']} ({plan['profile']}), config sha256 {plan['config_sha256'][:12]}")
     for a in plan["arms"]:
         _print_arm(a)
+    for line in plan["placement"]["lines"]:
+        print(f"  {line}")
     sch = plan["schedule"]
     if sch is None:
         print(
@@ -229,11 +252,30 @@ def _print_plan(plan: dict[str, Any]) -> None:
     ep = plan.get("episodes")
     if ep:
         _print_episodes(ep, plan.get("equivalence_margin"))
-    short = pairs["insufficient_by_design"]
-    if short:
+    _print_short(pairs)
+
+
+def _print_short(pairs: dict[str, Any]) -> None:
+    """The cells with fewer pairs than a direction needs; fitted to the budget, at the levels'
+    least and at their most (the run plays them between)."""
+    short, most = pairs["insufficient_by_design"], pairs.get("insufficient_at_most")
+    need = pairs["min_pairs"]
+    if short and most is not None:
+        print(
+            f"  {len(short)} cells have fewer pairs than {need} at their levels' least (a "
+            "request an episode); "
+            + (
+                f"{len(most)} still at their most (the phases' duration_s): raise rates or "
+                "duration_s for a decision"
+                if most
+                else "none at their most (the phases' duration_s): how many reach a direction "
+                "depends on how long the budget lets the levels play (the run's fit line)"
+            )
+        )
+    elif short:
         print(
             f"  {len(short)} cells cannot reach a direction by design (fewer pairs than "
-            f"{pairs['min_pairs']}): raise phase durations or rates for a decision"
+            f"{need}): raise phase durations or rates for a decision"
         )
 
 

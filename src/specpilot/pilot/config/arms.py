@@ -4,7 +4,7 @@ credentials (``pilot.config.credentials``)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeAlias
 
 from pydantic import Field, model_validator
 
@@ -19,6 +19,9 @@ from specpilot.pilot.config.options import (
 from specpilot.validation import FieldProblem, StrictModel
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+Device = Annotated[int, Field(ge=0)]
+# an arm's GPUs (pilot.plan.placement): "auto", a pool split per process, or a list per process
+Devices: TypeAlias = Literal["auto"] | tuple[tuple[Device, ...], ...] | tuple[Device, ...]
 
 
 class ArmBase(StrictModel):
@@ -38,6 +41,10 @@ class ArmBase(StrictModel):
     # at run time; api_key_env: NAME is Authorization: Bearer ${NAME} (pilot.config.credentials)
     headers: dict[str, str] = Field(default_factory=dict)
     api_key_env: str | None = None
+    # the GPUs its processes run on (an arm specpilot starts): "auto" (the pilot picks free
+    # ones), [0, 1, 2, 3] (taken in order, tensor_parallel_size a process) or [[0], [1]] (one
+    # list per process); None: not placed, every process sees every device
+    devices: Devices | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -71,6 +78,54 @@ class ArmBase(StrictModel):
     def replicas(self) -> list[str]:
         """The endpoints of an arm by URL, one per process (empty: specpilot starts it)."""
         return list(self.urls) if self.urls else [self.url] if self.url is not None else []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _devices_shape(cls, data: object) -> object:
+        """One message for a ``devices:`` of the wrong shape (not pydantic's one per union
+        member)."""
+        if not isinstance(data, dict) or data.get("devices") in (None, "auto"):
+            return data
+        d = data["devices"]
+        lists = [p for p in d if isinstance(p, list)] if isinstance(d, list) else []
+        flat = isinstance(d, list) and not lists and all(_device(x) for x in d)
+        nested = (
+            bool(lists) and len(lists) == len(d) and all(p and all(map(_device, p)) for p in lists)
+        )
+        if not d or not (flat or nested):
+            raise FieldProblem(
+                f"arm {data.get('name')!r}: devices {_said(d)}: give auto, device numbers "
+                "([0, 1, 2, 3]) or one non-empty list of them per process ([[0], [1]])",
+                fix="e.g. devices: [[0], [1]] for two processes on GPUs 0 and 1",
+                path=("devices",),
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _devices(self) -> ArmBase:
+        d = self.devices
+        if d is None:
+            return self
+        if self.url is not None:
+            raise FieldProblem(
+                f"arm {self.name!r}: devices are for an engine specpilot starts, not one by url:",
+                fix="remove devices: the endpoint's own operator placed it",
+                path=("devices",),
+            )
+        if d == "auto":
+            return self
+        lists: list[tuple[int, ...]] = [p for p in d if isinstance(p, tuple)]
+        flat = tuple(x for x in d if isinstance(x, int))
+        for p in lists or [flat]:
+            twice = sorted({x for x in p if list(p).count(x) > 1})
+            if twice:
+                raise FieldProblem(
+                    f"arm {self.name!r}: device {twice[0]} is listed twice in {_said(p)}",
+                    fix="list each device once (a process shares one with another arm "
+                    "by naming it in both arms' devices:)",
+                    path=("devices",),
+                )
+        return self
 
     @model_validator(mode="after")
     def _credentials(self) -> ArmBase:
@@ -130,6 +185,17 @@ ARM_MODELS: dict[str, type[BuiltinArm | LlamaCppArm | VllmArm | SglangArm]] = {
     "vllm": VllmArm,
     "sglang": SglangArm,
 }
+
+
+def _device(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _said(devices: object) -> str:
+    """Devices as a pilot file writes them: ``(0, (1, 2))`` -> ``[0, [1, 2]]``."""
+    if isinstance(devices, (tuple, list)):
+        return "[" + ", ".join(_said(x) for x in devices) + "]"
+    return str(devices)
 
 
 def _started_defaults(data: object) -> object:

@@ -209,10 +209,13 @@ class PilotConfig(_Model):
     def sha256(self) -> str:
         """Hash of the validated config (YAML formatting and key order do not matter); the
         time budget (``episodes.budget_min``, ``--budget``) is left out: it decides how long
-        the pilot may run, not what it measures, so a rerun with another budget resumes."""
+        the pilot may run, not what it measures, so a rerun with another budget resumes; so are
+        the arms' ``devices`` (a resumed pilot starts every process anew, placed again)."""
         data = self.model_dump(mode="json")
         if data.get("episodes"):
             data["episodes"].pop("budget_min", None)
+        for arm in data.get("arms") or []:
+            arm.pop("devices", None)
         blob = json.dumps(data, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

@@ -70,6 +70,8 @@ class ArmPlan:
     drill: bool
     spec: Arm  # the validated arm model (pilot.config.file)
     unknown: list[str] = field(default_factory=list)  # frozen fields a URL arm cannot tell
+    # each process's GPUs (pilot.plan.placement; empty: not placed), its CUDA_VISIBLE_DEVICES
+    devices: tuple[tuple[int, ...], ...] = ()
 
 
 def strategy_of(arm: Arm) -> StrategySpec:

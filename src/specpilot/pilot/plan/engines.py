@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from specpilot.backends.adapters import adapter_of
+from specpilot.backends.gpus import visible_env
 from specpilot.backends.openai import OpenAIBackend
 from specpilot.backends.protocol import Backend
 from specpilot.backends.replicas import replica_differences
@@ -127,12 +128,13 @@ def make_backend(
     port: int | None = None,
     process: int = 0,
 ) -> Backend:
-    """The backend of an arm's ``process`` (not started; an arm by URL: that replica). ``dtype`` pins the weight format of engines that
-    choose one (every arm of a pilot uses the first arm's choice); ``files``: what the pilot
-    prepared for the arm (``backends.adapter.Asset``: a draft exported to GGUF, a target
-    converted for vLLM); ``overrides`` replace option fields (the alternative's derived
-    ``max_slots``; the drill's plain restart); ``port`` keeps a restarted engine on its port
-    (the drill)."""
+    """The backend of an arm's ``process`` (not started; an arm by URL: that replica), on the
+    GPUs the placement gave that process (``plan.devices``: its ``CUDA_VISIBLE_DEVICES``).
+    ``dtype`` pins the weight format of engines that choose one (every arm of a pilot uses the
+    first arm's choice); ``files``: what the pilot prepared for the arm
+    (``backends.adapter.Asset``: a draft exported to GGUF, a target converted for vLLM);
+    ``overrides`` replace option fields (the alternative's derived ``max_slots``; the drill's
+    plain restart); ``port`` keeps a restarted engine on its port (the drill)."""
     if plan.url is not None:  # its credentials read from the environment now
         a = plan.spec
         return OpenAIBackend(
@@ -146,7 +148,8 @@ def make_backend(
     if plan.spec.options is None:
         raise ConfigError(f"arm {plan.name!r}: give options: or url:", fix="see examples/")
     o = plan.spec.options.model_copy(update=overrides or {})
-    return backend_for(plan.engine, o, name=plan.name, dtype=dtype, files=files, port=port)
+    env = visible_env(plan.devices[process]) if process < len(plan.devices) else None
+    return backend_for(plan.engine, o, name=plan.name, dtype=dtype, files=files, port=port, env=env)
 
 
 def backend_for(
@@ -157,16 +160,17 @@ def backend_for(
     dtype: str | None = None,
     files: Mapping[str, str] | None = None,
     port: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Backend:
     """The backend for ``engine`` from its validated options (``engine_options``), by its
-    adapter (``backends.adapters``)."""
+    adapter (``backends.adapters``); ``env``: variables its process gets."""
     a = adapter_of(engine)
     if a is None or not isinstance(o, a.options):
         raise ConfigError(
             f"arm {name!r}: engine {engine!r} cannot be started by specpilot with "
             f"{type(o).__name__}"
         )
-    return a.backend(o, dtype=dtype, files=files or {}, port=port)
+    return a.backend(o, dtype=dtype, files=files or {}, port=port, env=env)
 
 
 def check_replicas(plans: list[ArmPlan]) -> list[str]:

@@ -7,8 +7,10 @@
 
 (the run starts engines: ``tests/test_pilot_e2e.py`` runs it.)
 
-Order of work: every arm's plan is checked first (one switch at a time, R6) and the llama.cpp
-draft file is exported, so a bad config fails before any engine starts. Every pilot runs the
+Order of work: every arm's plan is checked first (one switch at a time, R6), each process of an
+arm that gives ``devices:`` is placed on its GPUs with their free memory checked
+(``pilot.plan.placement``), and the llama.cpp draft file is exported, so a bad config fails
+before any engine starts. Every pilot runs the
 episode design (``pilot.design``, executed by ``pilot.run.episode_run``): every process of every
 arm started first (cold starts timed apart), then each load level's episodes replayed on every
 arm in a balanced order, one arm serving load at a time (they would share the cores), with
@@ -41,6 +43,7 @@ from specpilot.pilot.eta.progress import PilotProgress
 from specpilot.pilot.eta.remaining import eta_s
 from specpilot.pilot.plan.arms import ArmPlan, check_one_switch, plan_arms
 from specpilot.pilot.plan.assets import ASSET_STEPS, prepare
+from specpilot.pilot.plan.devices import placed_plans
 from specpilot.pilot.plan.engines import check_credentials, check_replicas
 from specpilot.pilot.plan.fit import fit, fit_note, lengths
 from specpilot.pilot.plan.noise import episode_plan
@@ -133,6 +136,9 @@ class Pilot:
         plans = plan_arms(self.cfg)
         check_one_switch(plans)
         check_credentials(plans)  # before any engine starts, any probe, any measurement
+        plans, placed = placed_plans(plans, self.cfg)  # each process's GPUs, checked now
+        for line in placed:
+            self.progress.note(line)
         for note in check_replicas(plans):  # replicas of one arm: one configuration
             self.progress.note(note)
         wl = self.cfg.workload_config()

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from specpilot.backends.adapters import adapter_of
+from specpilot.backends.gpus import visible_env
 from specpilot.backends.protocol import request_headers
 from specpilot.loadgen.client import served_model
 from specpilot.pilot.eta import remaining as eta
@@ -70,6 +71,8 @@ class ArmLife:
         self.headers = dict(request_headers(backend))
         try:
             manifest = p.manifest(backend, plan, overrides)
+            if self.run.process < len(plan.devices):  # the GPUs the placement gave it
+                manifest["placement"] = visible_env(plan.devices[self.run.process])
             self.save(
                 replace(
                     self.rec,
