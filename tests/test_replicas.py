@@ -21,8 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
+from specpilot.backends.protocol import SPEC_ROUNDS
 from specpilot.cli import main
 from specpilot.pilot.config.file import PilotConfigError, parse_pilot
+from specpilot.report.schema import validate
 from specpilot.store import read_pilot
 from test_server import free_port
 
@@ -149,6 +151,7 @@ def test_a_pilot_crosses_its_episodes_over_the_replicas(fleet, tmp_path, monkeyp
         want = fleet[r.arm][eps[r.phase]["process"][r.arm]]
         assert by_run[r.run_id] == want, (r.run_id, r.phase)
     doc = json.loads((out / "report.json").read_text())
+    assert validate(doc) == []  # a report with a planted arm holds to its own schema
     cells = {
         (c["baseline_arm"], c["candidate_arm"]): c
         for c in doc["comparisons"]
@@ -194,3 +197,58 @@ def test_replicas_that_report_different_configurations_are_refused_before_measur
     finally:
         for s in servers:
             s.stop()
+
+
+LLAMA_PILOT = """\
+name: llama-replicas
+workload:
+  seed: 5
+  groups: {{structured: {{output: {{mean: 8}}}}}}
+  phases: [{{name: peak, duration_s: 6, arrival: {{kind: constant, rate: 2}}}}]
+arms:
+  - {{name: base, role: baseline, engine: llamacpp, urls: {base}}}
+  - {{name: spec, role: speculative, engine: llamacpp, urls: {spec}}}
+episodes: {{per_level: 6, planted: 0.15}}
+quality: {{greedy_prompts: 1, sampled_prompts: 1, samples: 2}}
+compat: {{features: [length]}}
+drill: {{enabled: false}}
+"""
+
+
+@pytest.mark.timeout(300)
+def test_llamacpp_replicas_are_processes_too(tmp_path, monkeypatch) -> None:
+    """2 plain and 2 n-gram llama.cpp servers (xllamacpp, each a process the test starts) as
+    two arms by urls:: the same crossing, the planted proxies in front of the plain replicas,
+    llama.cpp's own counters scraped from each replica."""
+    pytest.importorskip("xllamacpp")
+    from specpilot.backends.llamacpp import LlamaCppBackend, LlamaCppConfig
+    from specpilot.engine.loader import default_target_path
+
+    target = str(default_target_path())
+    configs = [LlamaCppConfig(model=target, threads=1, n_ctx=1024) for _ in range(2)]
+    configs += [
+        LlamaCppConfig(model=target, threads=1, n_ctx=1024, spec_type="ngram-mod") for _ in range(2)
+    ]
+    servers = [LlamaCppBackend(c) for c in configs]
+    try:
+        for s in servers:
+            s.start()
+        urls = [s.endpoint for s in servers]
+        monkeypatch.setenv("CI", "1")
+        path = tmp_path / "p.yaml"
+        path.write_text(LLAMA_PILOT.format(base=json.dumps(urls[:2]), spec=json.dumps(urls[2:])))
+        out = tmp_path / "out"
+        assert main(["pilot", str(path), "--out", str(out)]) == 0
+    finally:
+        for s in servers:
+            s.stop()
+    data = read_pilot(out / "pilot.duckdb")
+    ends = {(a.arm, a.manifest.get("endpoint")) for a in data.arms if a.arm in ("base", "spec")}
+    assert ends == {("base", urls[0]), ("base", urls[1]), ("spec", urls[2]), ("spec", urls[3])}
+    ups = {a.manifest["planted"]["upstream"] for a in data.arms if a.arm == "planted"}
+    assert ups == set(urls[:2])
+    # llama.cpp's own speculative counters, from each n-gram replica's /metrics
+    drafted = [s.metrics.get(SPEC_ROUNDS) for s in data.snapshots if s.arm == "spec"]
+    assert any(d for d in drafted if d), drafted
+    doc = json.loads((out / "report.json").read_text())
+    assert validate(doc) == []
