@@ -32,6 +32,7 @@ from specpilot.report.sections_load import (
     prediction_rows,
     slo_check_rows,
 )
+from specpilot.report.sections_previous import markdown as previous_markdown
 
 
 def _verdict(v: dict[str, Any], simulated: list[str]) -> list[str]:
@@ -185,6 +186,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for v in doc["verdicts"]:
         out += _verdict(v, simulated_for(doc, v))
     out += _levels(doc) + _load(doc) + _slo_failed(doc) + _pairs(doc)
+    out += previous_markdown(doc.get("previous_run"))  # a rerun's cells beside the previous
     sim = doc.get("simulation") or {}
     if sim.get("validations") or sim.get("crossovers"):
         out += [
