@@ -85,9 +85,12 @@ def first_difference(old: Doc, new: Doc) -> str | None:
     if old.get("sha256") == new.get("sha256"):
         return None
     a, b = old.get("requests") or [], new.get("requests") or []
-    for x, y in zip(a, b, strict=False):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x[0] != y[0]:
-            return f"request {x[0]} in the first, {y[0]} in the second at the same place"
+            return (
+                f"request {i + 1} of {len(a)}: {x[0]} ({_request_text(x)}) in the first, "
+                f"{y[0]} ({_request_text(y)}) in the second"
+            )
         if x != y:
             if x[1:4] == y[1:4]:
                 return (
