@@ -90,6 +90,9 @@ def test_a_rerun_reproduces_the_decided_cells_and_sets_the_intervals_side_by_sid
     assert new["pilot"]["schedule"] == old["pilot"]["schedule"]
     assert new["pilot"]["config_sha256"] == old["pilot"]["config_sha256"]
     assert new["pilot"]["pilot_id"] != old["pilot"]["pilot_id"]
+    # the pilot recorded where its workload's relative paths start (its file's folder)
+    recorded = read_pilot(before / "pilot.duckdb").pilot.schedule["workload_dir"]
+    assert Path(recorded) == tmp_path.resolve()
     stored = read_pilot(after / "pilot.duckdb").pilot
     assert stored.status == "complete"
     assert any(n.startswith(f"rerun of {old['pilot']['pilot_id']}") for n in stored.notes)

@@ -278,7 +278,13 @@ class Rerun:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             with Store(f) as st:
                 st.add_pilot(seed_record(plan))
-        pilot = Pilot(plan.cfg, self.out_dir, base_dir=plan.base_dir, progress=self.progress)
+        progress = self.progress or PilotProgress()
+        progress.note(
+            f"rerun of {plan.previous.record.pilot_id}: {f} holds its schedule, capacity figures "
+            f"and deadlines, and the pilot runs it as it resumes a pilot file; changed: "
+            f"{plan.change}"
+        )
+        pilot = Pilot(plan.cfg, self.out_dir, base_dir=plan.base_dir, progress=progress)
         return pilot.run()
 
 
