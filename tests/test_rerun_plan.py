@@ -161,6 +161,9 @@ def test_a_pilot_file_of_an_older_schema_is_refused_saying_which(tmp_path: Path,
     assert main(["rerun", str(old.parent), "--out", str(tmp_path / "new")]) == 2
     err = _err(capsys)
     assert "rerun:" in err and "schema version 1" in err and "pilot files of version 2" in err
+    assert (
+        "fix: a rerun replays the config and schedule that a pilot file of schema version 2" in err
+    )
 
 
 @pytest.mark.parametrize(

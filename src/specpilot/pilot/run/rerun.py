@@ -94,7 +94,7 @@ class Previous:
             with Store(path, read_only=True) as st:
                 records = st.records("pilots")
         except PilotFileError as exc:  # another schema version: the store says which and why
-            raise PilotFileError(f"rerun: {exc.message}", fix=exc.fix) from None
+            raise PilotFileError(f"rerun: {exc.message}", fix=_older_fix(path) or exc.fix) from None
         if not records:
             raise InputFileError(f"rerun: {path} holds no pilot (no row in its pilots table)")
         rec = records[0]
@@ -115,6 +115,26 @@ class Previous:
             )
         doc, where = _report_of(path, rec)
         return cls(path, rec, doc, where)
+
+
+def _older_fix(path: Path) -> str | None:
+    """The fix for a pilot file older than this reader (None: not that)."""
+    import duckdb
+
+    from specpilot.store.schema import SCHEMA_VERSION, file_version
+
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            version = file_version(con, str(path))
+    except (duckdb.Error, PilotFileError):
+        return None
+    if version is None or version >= SCHEMA_VERSION:
+        return None
+    return (
+        f"a rerun replays the config and schedule that a pilot file of schema version "
+        f"{SCHEMA_VERSION} stores, and this version-{version} file holds neither: run that "
+        "pilot again from its config file (specpilot pilot FILE --out DIR)"
+    )
 
 
 def _report_of(path: Path, rec: PilotRecord) -> tuple[dict[str, Any], Path | None]:
