@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from specpilot.pilot.config.file import PilotConfig, default_pilot_path, load_pilot
+    from specpilot.pilot.run.rerun import Rerun
     from specpilot.pilot.run.runner import Pilot, PilotResult
 
 _WHERE = {
     "Pilot": "specpilot.pilot.run.runner",
     "PilotResult": "specpilot.pilot.run.runner",
+    "Rerun": "specpilot.pilot.run.rerun",  # a finished pilot again, on its schedule
     "PilotConfig": "specpilot.pilot.config.file",
     "load_pilot": "specpilot.pilot.config.file",
     "default_pilot_path": "specpilot.pilot.config.file",
@@ -39,4 +41,4 @@ def __getattr__(name: str) -> object:  # the names above, typed by their imports
     return getattr(importlib.import_module(_WHERE[name]), name)
 
 
-__all__ = ["Pilot", "PilotConfig", "PilotResult", "default_pilot_path", "load_pilot"]
+__all__ = ["Pilot", "PilotConfig", "PilotResult", "Rerun", "default_pilot_path", "load_pilot"]

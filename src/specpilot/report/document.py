@@ -19,6 +19,7 @@ from specpilot import __version__
 from specpilot.analysis.pilot import PilotAnalysis
 from specpilot.analysis.service.utilization import capacity_rps, levels, utilization
 from specpilot.records import PilotData, PilotRecord
+from specpilot.report.compare import previous_run, schedule_fingerprint
 from specpilot.report.definitions import DEFINITIONS
 from specpilot.report.figures import figure_data
 from specpilot.report.firstpage import first_page
@@ -157,6 +158,8 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
         "definitions": [{"name": n, "definition": d} for n, d in DEFINITIONS],
         "notes": list(a.notes),
     }
+    # a rerun (``specpilot rerun``): each cell beside the previous run's (``report.compare``)
+    doc["previous_run"] = previous_run(p.schedule, doc)
     doc["figures"] = figure_data(doc, a)
     doc["first_page"] = first_page(doc)  # the decision in plain words, from the figures above
     return doc
@@ -183,4 +186,6 @@ def _pilot_section(p: PilotRecord) -> dict[str, Any]:
         "specpilot_version": p.specpilot_version,
         "notes": p.notes,
         "config": clean(p.config),  # the pilot as given: re-run it after a model upgrade
+        # which traffic it replayed: two reports of one schedule can be compared (specpilot diff)
+        "schedule": schedule_fingerprint(p.schedule),
     }

@@ -37,6 +37,7 @@ from specpilot.report.sections_load import (
     slo_check_rows,
 )
 from specpilot.report.sections_ops import cold_rows, drill_rows, memory_rows
+from specpilot.report.sections_previous import markdown as previous_markdown
 
 
 def _first_page(doc: dict[str, Any]) -> list[str]:
@@ -272,6 +273,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for v in doc["verdicts"]:
         out += _verdict(v, simulated_for(doc, v))
     out += _levels(doc) + _load(doc) + _slo_failed(doc) + _pairs(doc)
+    out += previous_markdown(doc.get("previous_run"))  # a rerun's cells beside the previous
     sim = doc.get("simulation") or {}
     if sim.get("validations") or sim.get("crossovers"):
         out += [

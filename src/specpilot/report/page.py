@@ -17,6 +17,7 @@ from specpilot.report import sections as s
 from specpilot.report import sections_capacity as sc
 from specpilot.report import sections_load as sl
 from specpilot.report import sections_ops as so
+from specpilot.report import sections_previous as sp
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans","Noto Sans CJK SC","PingFang SC",
@@ -63,6 +64,7 @@ SECTIONS = (
     ("cost", "Cost", so.cost),
     ("compatibility", "Compatibility matrix", so.compatibility),
     ("drills", "Rollback drills", so.drills),
+    ("previous-run", sp.TITLE, sp.html),  # a rerun's cells beside the previous run's
     ("definitions", "Metric definitions", so.definitions),
 )
 

@@ -54,6 +54,8 @@ def open_pilot(p: PilotContext, store: Store, design: dict[str, Any]) -> PilotRe
             **p.schedule.to_dict(),
             "design": design,
             **({"capacity": p.capacity} if p.capacity else {}),
+            # where the workload's relative paths start: `specpilot rerun` reads them there
+            "workload_dir": str(p.gates.base_dir),
         },
         notes=_notes(p),
     )
