@@ -57,9 +57,12 @@ def test_replicas_set_the_processes_and_must_match_them() -> None:
     with pytest.raises(PilotConfigError, match=r"arms\[0\].urls: .*listed twice"):
         parse_pilot(_pilot([urls[0], urls[0], urls[1]], urls))
     both = _pilot(urls, urls)
-    both["arms"][0]["url"] = urls[0]
+    both["arms"][0]["url"] = urls[1]
     with pytest.raises(PilotConfigError, match=r"arms\[0\].url: give url: .* or urls:"):
         parse_pilot(both)
+    # the stored config (PilotRecord.config) holds url: as the first replica: it reloads
+    stored = cfg.model_dump(mode="json")
+    assert stored["arms"][0]["url"] == urls[0] and parse_pilot(stored).arms[0].replicas == urls
 
 
 # -- an operator's fleet -------------------------------------------------------------------

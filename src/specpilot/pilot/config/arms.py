@@ -52,14 +52,15 @@ class ArmBase(StrictModel):
         """``urls:`` given: ``url`` is its first replica (every rule for an arm by URL holds)."""
         if not isinstance(data, dict) or data.get("urls") is None:
             return data
-        if data.get("url") is not None:
+        urls = data["urls"]
+        first = urls[0] if isinstance(urls, list) and urls else None
+        # a stored config holds both (url: derived as the first replica): the same, accepted
+        if data.get("url") is not None and data["url"] != first:
             raise FieldProblem(
                 "give url: (one endpoint) or urls: (its replicas), not both",
                 fix="list every replica under urls: and remove url:",
                 path=("url",),
             )
-        urls = data["urls"]
-        first = urls[0] if isinstance(urls, list) and urls else None
         return {**data, "url": first} if isinstance(first, str) else data
 
     @model_validator(mode="after")
