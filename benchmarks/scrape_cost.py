@@ -14,6 +14,13 @@ into windows of ``--window`` seconds, paired (off, on) then (on, off) alternatel
 drift of the shared machine falls on both sides alike. Throughput = output tokens streamed in
 the window / its length. The result is the mean of the pairs' relative differences
 (scraped - not) / not with a 95% t interval over the pairs; the target is a cost under 2%.
+
+On a machine shared with other jobs a window's throughput moves by 10-20% with their load,
+more than the effect sought, so two figures that other tenants disturb less come with it:
+the server's CPU seconds per output token in each window (its process tree, ``psutil``), paired
+the same way; and the accounting bound: the server's CPU per scrape, measured first on the
+idle server over ``--probe`` scrapes, times the scrapes per second, over the CPU seconds per
+second the server spends under the load (a CPU-bound server loses at most that share).
 The CPU is printed first (``lscpu``'s model name).
 """
 
@@ -29,6 +36,7 @@ import time
 from typing import Any
 
 import httpx
+import psutil
 
 from specpilot.analysis.base.stats import t_quantile
 from specpilot.backends.builtin import BuiltinBackend
@@ -42,6 +50,27 @@ def cpu_model() -> str:
     out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
     fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
     return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs"
+
+
+def tree_cpu(pid: int) -> float:
+    """User + system seconds of ``pid`` and its children."""
+    p = psutil.Process(pid)
+    total = 0.0
+    for q in (p, *p.children(recursive=True)):
+        c = q.cpu_times()
+        total += c.user + c.system
+    return total
+
+
+def cost_per_scrape(be: BuiltinBackend, n: int) -> tuple[float, float]:
+    """(server CPU s, this process's CPU s) per scrape, over ``n`` scrapes of the idle server."""
+    assert be.pid is not None
+    for _ in range(5):
+        be.scrape("bench", "builtin", "probe", DURING)
+    s0, c0 = tree_cpu(be.pid), time.thread_time()
+    for _ in range(n):
+        be.scrape("bench", "builtin", "probe", DURING)
+    return (tree_cpu(be.pid) - s0) / n, (time.thread_time() - c0) / n
 
 
 class Tokens:
@@ -92,29 +121,36 @@ def scraper(be: BuiltinBackend, interval_s: float) -> tuple[SeriesSampler, list[
     return SeriesSampler(scrape, lambda snaps: None, interval_s), took
 
 
-async def measure(be: BuiltinBackend, args: argparse.Namespace) -> list[tuple[float, float]]:
+Window = tuple[float, float]  # (output tokens per second, server CPU seconds per token)
+
+
+async def measure(be: BuiltinBackend, args: argparse.Namespace) -> list[tuple[Window, Window]]:
+    assert be.pid is not None
     got, stop = Tokens(), asyncio.Event()
     loops = [
         asyncio.create_task(stream_forever(be.endpoint, "smollm2", args.tokens, got, stop))
         for _ in range(args.streams)
     ]
     await asyncio.sleep(args.warmup)
-    pairs: list[tuple[float, float]] = []
+    pairs: list[tuple[Window, Window]] = []
     sampler, took = scraper(be, args.interval)
     for i in range(args.pairs):
-        rates: dict[bool, float] = {}
+        w: dict[bool, Window] = {}
         for scraped in (False, True) if i % 2 == 0 else (True, False):
             if scraped:
                 sampler.open(f"w{i}")
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), tree_cpu(be.pid)
             await asyncio.sleep(args.window)
-            t1 = time.perf_counter()
+            t1, cpu1 = time.perf_counter(), tree_cpu(be.pid)
             if scraped:
                 sampler.close(f"w{i}", t1)
-            rates[scraped] = got.between(t0, t1) / (t1 - t0)
-        pairs.append((rates[False], rates[True]))
+            n = got.between(t0, t1)
+            w[scraped] = (n / (t1 - t0), (cpu1 - cpu0) / max(n, 1))
+        pairs.append((w[False], w[True]))
+        off, on = w[False], w[True]
         print(
-            f"pair {i + 1}: not scraped {rates[False]:.2f} tok/s, scraped {rates[True]:.2f} tok/s"
+            f"pair {i + 1}: not scraped {off[0]:.2f} tok/s, {off[1] * 1e3:.1f} ms CPU/token; "
+            f"scraped {on[0]:.2f} tok/s, {on[1] * 1e3:.1f} ms CPU/token"
         )
     sampler.stop()
     stop.set()
@@ -126,6 +162,14 @@ async def measure(be: BuiltinBackend, args: argparse.Namespace) -> list[tuple[fl
     return pairs
 
 
+def relative(pairs: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """Mean of (on - off) / off over the pairs and its 95% t interval."""
+    rel = [(on - off) / off for off, on in pairs]
+    mean = statistics.fmean(rel)
+    half = t_quantile(0.975, len(rel) - 1) * statistics.stdev(rel) / math.sqrt(len(rel))
+    return mean, mean - half, mean + half
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=6)
@@ -134,24 +178,38 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--probe", type=int, default=200, help="scrapes of the idle server, timed")
     args = ap.parse_args()
-    print(f"CPU: {cpu_model()}")
+    print(f"CPU: {cpu_model()}; load average {psutil.getloadavg()[0]:.2f} at the start")
     extra = ["--threads", "1", "--served-model-name", "smollm2", "--max-slots", str(args.streams)]
     be = BuiltinBackend(no_draft=True, k=0, extra_args=extra)
     be.start(timeout_s=300)
     try:
+        server_s, client_s = cost_per_scrape(be, args.probe)
+        print(
+            f"one scrape costs the server {server_s * 1e3:.2f} ms CPU and this process "
+            f"{client_s * 1e3:.2f} ms CPU (idle server, {args.probe} scrapes)"
+        )
         pairs = asyncio.run(measure(be, args))
     finally:
         be.stop()
-    rel = [(on - off) / off for off, on in pairs]
-    mean = statistics.fmean(rel)
-    half = t_quantile(0.975, len(rel) - 1) * statistics.stdev(rel) / math.sqrt(len(rel))
-    off = statistics.fmean(p[0] for p in pairs)
-    on = statistics.fmean(p[1] for p in pairs)
+    tput = relative([(off[0], on[0]) for off, on in pairs])
+    per_token = relative([(off[1], on[1]) for off, on in pairs])
+    off_rate = statistics.fmean(off[0] for off, _ in pairs)
+    busy = statistics.fmean(off[0] * off[1] for off, _ in pairs)  # server CPU s per s
+    n = f"{len(pairs)} pairs of {args.window:g} s windows, 95% t interval"
     print(
-        f"throughput {off:.2f} tok/s not scraped, {on:.2f} tok/s scraped every "
-        f"{args.interval:g} s: {mean:+.2%} [{mean - half:+.2%}, {mean + half:+.2%}] "
-        f"(95% t interval over {len(rel)} pairs of {args.window:g} s windows)"
+        f"throughput {off_rate:.2f} tok/s not scraped; scraped every {args.interval:g} s: "
+        f"{tput[0]:+.2%} [{tput[1]:+.2%}, {tput[2]:+.2%}] ({n})"
+    )
+    print(
+        f"server CPU per output token, scraped vs not: {per_token[0]:+.2%} "
+        f"[{per_token[1]:+.2%}, {per_token[2]:+.2%}] ({n})"
+    )
+    print(
+        f"accounting: {server_s * 1e3:.2f} ms of server CPU per scrape every {args.interval:g} s "
+        f"= {server_s / args.interval / busy:.3%} of the {busy:.2f} CPU-s/s the server spends "
+        "under this load"
     )
 
 
