@@ -340,3 +340,18 @@ def test_llamacpp_slots_series(tmp_path):
     assert set(cell.not_published) == {"kv_cache_usage", "preemptions"}
     (adm,) = admissible(data.snapshots, data.arms)
     assert (adm.sequences, adm.sized_by, adm.context_tokens) == (2.0, "slots", 512.0)
+
+
+def test_sglang_kv_pool_from_its_documented_server_info():
+    """SGLang cannot run here: its ``/get_server_info`` as its docs print it (url_manifest)
+    gives the KV pool in tokens; the admissible sequences need the context from ``/v1/models``
+    (written here in the shape of SGLang's ``ModelCard``, protocol.py: no captured answer) and
+    are absent without it, never guessed."""
+    from specpilot.backends import sglang
+
+    info = (MANIFEST / "sglang_server_info.json").read_text()
+    alone = sglang.parse_metrics({"/get_server_info": info}).metrics
+    assert alone["kv_capacity_tokens"] == 20480.0 and "kv_admissible_sequences" not in alone
+    models = json.dumps({"data": [{"id": "qwen", "max_model_len": 4096}]})
+    m = sglang.parse_metrics({"/get_server_info": info, "/v1/models": models}).metrics
+    assert m["kv_admissible_sequences"] == 5.0 and m["context_tokens"] == 4096.0
