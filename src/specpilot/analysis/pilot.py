@@ -42,6 +42,7 @@ from specpilot.analysis.rollback.parity import RollbackParity, drill_outcomes, p
 from specpilot.analysis.service import capacity as cap
 from specpilot.analysis.service import cost, e2e, ledger, load
 from specpilot.analysis.service.coldstart import ColdStart, cold_starts
+from specpilot.analysis.service.fleet import Admissible, FleetCell, admissible, fleet_cells
 from specpilot.analysis.service.slo import conditions_of
 from specpilot.analysis.settings import Design, Effective, effective
 from specpilot.analysis.verdicts import planted as pl
@@ -85,6 +86,11 @@ class PilotAnalysis:
     capacities: list[cap.Capacity] = field(default_factory=list)
     crossovers: list[Crossover] = field(default_factory=list)
     memory: list[cap.MemoryBudget] = field(default_factory=list)
+    # the engines' own figures during the phases, the concurrency each arm was started with,
+    # and what the draft costs of it (measured, else inferred from ``memory``)
+    fleet: list[FleetCell] = field(default_factory=list)
+    admissible: list[Admissible] = field(default_factory=list)
+    draft_concurrency: list[cap.DraftConcurrency] = field(default_factory=list)
     costs: list[cost.ArmCost] = field(default_factory=list)
     cost_lines: list[cost.CostLine] = field(default_factory=list)
     ledgers: list[ledger.Ledger] = field(default_factory=list)  # the whole first-year cost
@@ -126,6 +132,8 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     a.scheduled = len(table)
     a.notes += cut_phases(data)
     a.notes += switch_held(data)
+    a.fleet = fleet_cells(data.snapshots, data.phases, data.arms)
+    a.admissible = admissible(data.snapshots, data.arms)
     if plan.baseline is None:
         a.notes.insert(0, "no baseline arm: nothing to compare")
         return a
@@ -144,6 +152,7 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     _end_to_end(a, table)
     a.capacities = cap.capacity(a.load_cells, cfg.verdict.slo_attainment)
     a.memory = [cap.memory_budget(data.snapshots, data.arms, b, c) for b, c in plan.pairs]
+    a.draft_concurrency = cap.draft_concurrency(a.admissible, a.memory, plan.pairs)
     a.k_choices = _tune_k(a, table, data)
     _verdicts(a, table, data)
     a.crossovers = crossover(a.verdicts)

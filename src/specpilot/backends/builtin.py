@@ -6,6 +6,9 @@ part (``specpilot_memory_bytes{part=target_weights|draft_weights|target_kv_alloc
 draft_kv_allocated|process_rss|process_peak_rss}``), which become the snapshot's typed memory:
 ``kv_allocated_bytes`` = target + draft KV allocated, ``draft_kv_bytes`` = the draft's,
 ``kv_used_bytes`` = allocated x ``vllm:kv_cache_usage_perc`` (tokens in use / capacity).
+``specpilot_kv_slots{state=total|in_use}`` gives its slots: a setting (``max_slots``, each of
+the full context), not sized from memory, so a draft costs memory, never slots. No preemption:
+a request waits for a free slot and keeps it to the end.
 
 A response's ``metrics`` (``serve/app.py:spec_metrics``) holds vLLM's
 ``speculative_decoding`` and ``specpilot`` (timings, strategy, and with
@@ -34,7 +37,7 @@ import httpx
 from specpilot.backends import prom, vllm
 from specpilot.backends.extras import check_keys, header, strategy_header
 from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
-from specpilot.backends.protocol import Manifest
+from specpilot.backends.protocol import SLOTS, SLOTS_BUSY, Manifest
 from specpilot.backends.scrape import MetricsSource, Scraped
 from specpilot.backends.served import SubprocessLifecycle
 from specpilot.records import PrefillRecord, ResponseExtras, RoundRecord
@@ -85,6 +88,10 @@ def parse_metrics(texts: Mapping[str, str]) -> Scraped:
         v = prom.total(s, theirs)
         if v is not None:
             out[ours] = v
+    slots = prom.by_label(s, "state", "specpilot_kv_slots")
+    for ours, state in ((SLOTS, "total"), (SLOTS_BUSY, "in_use")):
+        if state in slots:
+            out[ours] = slots[state]
     for label, ours, theirs in (
         ("part", "round_seconds_", "specpilot_round_seconds_total"),
         ("mode", "committed_tokens_", "specpilot_committed_tokens_total"),

@@ -14,6 +14,13 @@ accepted + rounds (DESIGN.md). ``accepted_tokens_per_pos{position}`` is 0-based.
 response's ``timings`` carries ``draft_n`` / ``draft_n_accepted`` (no round count).
 Note that llama.cpp's verification keeps a draft token while the target's own sample equals it;
 it is not the Leviathan p/q ratio test.
+
+Its load (``tools/server/server-context.cpp``): ``/metrics`` gauges
+``llamacpp:requests_processing`` and ``llamacpp:requests_deferred`` (the queue), and
+``llamacpp:kv_cache_usage_ratio`` in builds that have it (this one has not: absent, never 0);
+``GET /slots`` (``server_slot::to_json``) one object per slot with ``n_ctx`` and
+``is_processing``: the slots are a setting (``-np``), not sized from memory, so a draft costs
+memory, never slots. No preemption counter.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ from specpilot.backends.extras import check_keys, header, seconds, spec_summary
 from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
 from specpilot.backends.process import ServerProcess, free_port, wait_healthy
 from specpilot.backends.protocol import (
+    CONTEXT,
+    SLOTS,
+    SLOTS_BUSY,
     SPEC_ACCEPTED,
     SPEC_COMMITTED,
     SPEC_POS,
@@ -275,12 +285,39 @@ TIMING_KEYS = (
 )
 
 
+def normalise_slots(text: str) -> dict[str, float]:
+    """``GET /slots`` -> slots in all, slots processing, and a slot's context (tokens).
+
+    >>> normalise_slots('[{"id": 0, "n_ctx": 512, "is_processing": true},'
+    ...                 ' {"id": 1, "n_ctx": 512, "is_processing": false}]')
+    {'slots_total': 2.0, 'slots_busy': 1.0, 'context_tokens': 512.0}
+    """
+    try:
+        slots = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(slots, list) or not all(isinstance(x, dict) for x in slots):
+        return {}
+    out = {
+        SLOTS: float(len(slots)),
+        SLOTS_BUSY: float(sum(bool(x.get("is_processing")) for x in slots)),
+    }
+    ctx = [x["n_ctx"] for x in slots if isinstance(x.get("n_ctx"), int | float)]
+    if ctx:
+        out[CONTEXT] = float(min(ctx))
+    return out
+
+
 def parse_metrics(texts: Mapping[str, str]) -> Scraped:
-    """llama.cpp's /metrics: counters (memory comes from the process table)."""
-    return Scraped(normalise_metrics(texts["/metrics"]))
+    """llama.cpp's /metrics (counters, the queue) and /slots when it answers (memory comes from
+    the process table)."""
+    out = normalise_metrics(texts["/metrics"])
+    if "/slots" in texts:
+        out.update(normalise_slots(texts["/slots"]))
+    return Scraped(out)
 
 
-METRICS = MetricsSource("llamacpp", ("/metrics",), parse_metrics)
+METRICS = MetricsSource("llamacpp", ("/metrics", "/slots"), parse_metrics, ("/metrics", "/slots"))
 
 
 def response_extras(

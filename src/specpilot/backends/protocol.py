@@ -15,6 +15,16 @@ the engine's own convention:
   P(a >= i) = spec_accepted_pos_i / spec_rounds.
 - ``generation_tokens``, ``prompt_tokens``, ``requests_running``, ``requests_waiting``,
   ``kv_cache_usage`` (0..1).
+- ``preemptions``: a counter of requests the engine evicted from its running batch for want of
+  KV cache (vLLM ``vllm:num_preemptions``, SGLang ``sglang:num_retracted_requests_total``).
+- ``kv_capacity_tokens``: the KV cache's size in tokens; ``context_tokens``: the longest
+  sequence one request may hold (vLLM/SGLang ``max_model_len``, llama.cpp a slot's ``n_ctx``).
+- ``kv_admissible_sequences``: sequences of ``context_tokens`` the KV cache admits at once, as
+  the engine sized it from its memory (vLLM ``kv_cache_max_concurrency``, else KV blocks x
+  block size / max_model_len; SGLang ``max_total_num_tokens`` / max_model_len): a draft that
+  takes memory lowers it.
+- ``slots_total``, ``slots_busy``: sequences an engine with fixed slots holds (a setting:
+  llama.cpp ``-np``, the builtin server's ``max_slots``) and how many are in use.
 
     >>> from specpilot.backends.protocol import Backend
     >>> from specpilot.backends.openai import OpenAIBackend
@@ -38,6 +48,15 @@ SPEC_PROPOSED = "spec_proposed_tokens"
 SPEC_ACCEPTED = "spec_accepted_tokens"
 SPEC_COMMITTED = "spec_committed_tokens"
 SPEC_POS = "spec_accepted_pos_"  # + str(i), i >= 1
+KV_USE = "kv_cache_usage"
+RUNNING = "requests_running"
+WAITING = "requests_waiting"
+PREEMPTIONS = "preemptions"
+KV_TOKENS = "kv_capacity_tokens"
+CONTEXT = "context_tokens"
+KV_SEQUENCES = "kv_admissible_sequences"
+SLOTS = "slots_total"
+SLOTS_BUSY = "slots_busy"
 
 # One default for every engine: how long starting (loading the model) may take before the
 # backend gives up. A server that exits early fails at once; this bounds a hang. A large model

@@ -13,6 +13,14 @@ Formats copied from SGLang's sources (the tests replay them):
 - ``/get_server_info`` -> ``internal_states[0].avg_spec_accept_length`` (a running average since
   start, bonus included) and the gauge ``sglang:spec_accept_length``. Neither is a counter: a
   phase's acceptance comes from per-request ``meta_info``, not from differencing these.
+- ``python/sglang/srt/metrics/collector.py`` (``SchedulerMetricsCollector``, with
+  ``--enable-metrics``): gauges ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``,
+  ``sglang:token_usage`` (KV pool use, 0..1), ``sglang:max_total_num_tokens`` (the KV pool in
+  tokens, sized from ``mem_fraction_static``) and the counter
+  ``sglang:num_retracted_requests_total`` (requests put back in the queue when the pool runs
+  out: SGLang's preemption). ``/get_server_info`` also says ``max_total_num_tokens``;
+  ``GET /v1/models`` gives ``max_model_len`` (``srt/entrypoints/openai/protocol.py``
+  ``ModelCard``), the context one request may hold.
 """
 
 from __future__ import annotations
@@ -26,8 +34,17 @@ from typing import Any, ClassVar
 from specpilot.backends import prom
 from specpilot.backends.extras import check_keys, header, spec_summary
 from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
-from specpilot.backends.protocol import Manifest
-from specpilot.backends.scrape import MetricsSource, Scraped
+from specpilot.backends.protocol import (
+    CONTEXT,
+    KV_SEQUENCES,
+    KV_TOKENS,
+    KV_USE,
+    PREEMPTIONS,
+    RUNNING,
+    WAITING,
+    Manifest,
+)
+from specpilot.backends.scrape import MetricsSource, Scraped, max_model_len
 from specpilot.backends.served import SubprocessLifecycle
 from specpilot.records import ResponseExtras
 
@@ -75,6 +92,8 @@ META_KEYS = (
 
 def normalise_server_info(info: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
+    if isinstance(info.get("max_total_num_tokens"), int | float):
+        out[KV_TOKENS] = float(info["max_total_num_tokens"])
     states = info.get("internal_states") or []
     if states and isinstance(states[0], dict):
         s0 = states[0]
@@ -91,9 +110,10 @@ def normalise_metrics(text: str) -> dict[str, float]:
     for ours, theirs in (
         ("spec_mean_acceptance_length_gauge", "sglang:spec_accept_length"),
         ("spec_accept_rate_gauge", "sglang:spec_accept_rate"),
-        ("requests_running", "sglang:num_running_reqs"),
-        ("requests_waiting", "sglang:num_queue_reqs"),
-        ("kv_cache_usage", "sglang:token_usage"),
+        (RUNNING, "sglang:num_running_reqs"),
+        (WAITING, "sglang:num_queue_reqs"),
+        (KV_USE, "sglang:token_usage"),
+        (KV_TOKENS, "sglang:max_total_num_tokens"),
     ):
         v = prom.total(s, theirs)
         if v is not None:
@@ -101,6 +121,7 @@ def normalise_metrics(text: str) -> dict[str, float]:
     for ours, theirs in (
         ("generation_tokens", "sglang:generation_tokens"),
         ("prompt_tokens", "sglang:prompt_tokens"),
+        (PREEMPTIONS, "sglang:num_retracted_requests"),
     ):
         v = prom.total(s, theirs + "_total", theirs)
         if v is not None:
@@ -109,18 +130,29 @@ def normalise_metrics(text: str) -> dict[str, float]:
 
 
 def parse_metrics(texts: Mapping[str, str]) -> Scraped:
-    """``/get_server_info`` (required) and ``/metrics`` (with ``--enable-metrics``).
+    """``/get_server_info`` (required at phase edges), ``/metrics`` (with ``--enable-metrics``;
+    the one path read inside a phase) and ``/v1/models`` (the context): the KV pool admits
+    ``max_total_num_tokens`` / ``max_model_len`` sequences of the longest context.
 
     Neither holds counters of speculative rounds: a phase's acceptance comes from the
     requests' ``meta_info``; these are gauges and running averages.
     """
-    metrics = normalise_server_info(json.loads(texts["/get_server_info"]))
+    metrics: dict[str, float] = {}
+    if "/get_server_info" in texts:
+        metrics.update(normalise_server_info(json.loads(texts["/get_server_info"])))
     if "/metrics" in texts:
         metrics.update(normalise_metrics(texts["/metrics"]))
+    context = max_model_len(texts.get("/v1/models"))
+    if context is not None:
+        metrics[CONTEXT] = context
+        if metrics.get(KV_TOKENS):
+            metrics[KV_SEQUENCES] = metrics[KV_TOKENS] / context
     return Scraped(metrics)
 
 
-METRICS = MetricsSource("sglang", ("/get_server_info", "/metrics"), parse_metrics)
+METRICS = MetricsSource(
+    "sglang", ("/get_server_info", "/metrics", "/v1/models"), parse_metrics, ("/metrics",)
+)
 
 
 def response_extras(

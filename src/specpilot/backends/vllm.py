@@ -19,6 +19,14 @@ Formats copied from vLLM's sources and docs (the tests replay them):
   also holds ``queue_time_ms`` (-> ``queue_s``), ``time_to_first_token_ms`` (scheduled to first
   token: -> ``prefill_s``), ``generation_time_ms`` (first to last token: -> ``decode_s``),
   ``mean_itl_ms``, ``tokens_per_second`` and ``output_token_metrics``.
+- ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``): gauges ``vllm:num_requests_running``,
+  ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (0..1; ``gpu_cache_usage_perc``
+  before 0.9), the counter ``vllm:num_preemptions`` (``_total``), and ``vllm:cache_config_info``
+  whose labels are ``CacheConfig.metrics_info()`` (``vllm/config/cache.py``): ``num_gpu_blocks``,
+  ``block_size`` and, in recent releases, ``kv_cache_size_tokens`` and
+  ``kv_cache_max_concurrency`` ("maximum concurrency at max_model_len tokens", what vLLM logs
+  at start). ``GET /v1/models`` gives ``max_model_len``
+  (``vllm/entrypoints/openai/models/serving.py``).
 - Launch: ``vllm serve MODEL --speculative-config '{"model": D, "num_speculative_tokens": k,
   "method": "draft_model"}'`` (``docs/features/speculative_decoding/draft_model.md``).
 
@@ -45,6 +53,11 @@ from specpilot.backends.extras import check_keys, header, seconds, spec_summary
 from specpilot.backends.facts import hardware_info, model_file, tokenizer_sha256
 from specpilot.backends.process import ServerProcess
 from specpilot.backends.protocol import (
+    CONTEXT,
+    KV_SEQUENCES,
+    KV_TOKENS,
+    KV_USE,
+    PREEMPTIONS,
     SPEC_ACCEPTED,
     SPEC_COMMITTED,
     SPEC_POS,
@@ -53,7 +66,7 @@ from specpilot.backends.protocol import (
     START_TIMEOUT_S,
     Manifest,
 )
-from specpilot.backends.scrape import MetricsSource, Scraped
+from specpilot.backends.scrape import MetricsSource, Scraped, max_model_len
 from specpilot.backends.served import SubprocessLifecycle
 from specpilot.records import MetricSnapshot, ResponseExtras, RoundRecord
 
@@ -110,6 +123,7 @@ def normalise_metrics(text: str, prefix: str = "vllm:") -> dict[str, float]:
         ("generation_tokens", "generation_tokens"),
         ("prompt_tokens", "prompt_tokens"),
         ("requests_success", "request_success"),
+        (PREEMPTIONS, "num_preemptions"),
     ):
         v = tot(theirs)
         if v is not None:
@@ -124,26 +138,47 @@ def normalise_metrics(text: str, prefix: str = "vllm:") -> dict[str, float]:
     for name in ("kv_cache_usage_perc", "gpu_cache_usage_perc"):
         v = prom.total(s, prefix + name)
         if v is not None:
-            out["kv_cache_usage"] = v
+            out[KV_USE] = v
             break
     return out
 
 
+def admissible(labels: Mapping[str, str], context: float | None) -> dict[str, float]:
+    """From ``vllm:cache_config_info``'s labels: the KV cache in tokens (``num_gpu_blocks`` x
+    ``block_size``; on the CPU backend "gpu" blocks are the CPU cache's) and the sequences of
+    ``context`` tokens it admits: vLLM's own ``kv_cache_max_concurrency`` where it publishes
+    it, else blocks x block size / ``context`` (max_model_len, from ``/v1/models``).
+
+        >>> admissible({"num_gpu_blocks": "182", "block_size": "128"}, 1024.0)
+        {'kv_capacity_tokens': 23296.0, 'kv_admissible_sequences': 22.75}
+    """
+    out: dict[str, float] = {}
+    with contextlib.suppress(KeyError, ValueError):
+        out[KV_TOKENS] = float(int(labels["num_gpu_blocks"]) * int(labels["block_size"]))
+    with contextlib.suppress(KeyError, ValueError):
+        out[KV_SEQUENCES] = float(labels["kv_cache_max_concurrency"])  # "None": not yet known
+    if KV_SEQUENCES not in out and KV_TOKENS in out and context:
+        out[KV_SEQUENCES] = out[KV_TOKENS] / context
+    return out
+
+
 def parse_metrics(texts: Mapping[str, str]) -> Scraped:
-    """vLLM's /metrics: counters, and the KV cache's size in tokens from
-    ``vllm:cache_config_info`` (labels ``num_gpu_blocks`` x ``block_size``; on the CPU backend
-    "gpu" blocks are the CPU cache's). Bytes need the model's shape: ``VllmBackend.scrape``."""
+    """vLLM's /metrics: counters, gauges, and the KV cache's size and admissible sequences
+    (``admissible``, summed over engine cores; ``/v1/models`` when read gives the context).
+    Bytes need the model's shape: ``VllmBackend.scrape``."""
     text = texts["/metrics"]
     out = normalise_metrics(text)
-    for sample in prom.parse(text):
+    context = max_model_len(texts.get("/v1/models"))
+    if context is not None:
+        out[CONTEXT] = context
+    for sample in prom.parse(text):  # one per engine core (data parallel): their sum
         if sample.name == "vllm:cache_config_info":
-            with contextlib.suppress(KeyError, ValueError):
-                blocks, size = sample.labels["num_gpu_blocks"], sample.labels["block_size"]
-                out["kv_capacity_tokens"] = float(int(blocks) * int(size))
+            for k, v in admissible(sample.labels, context).items():
+                out[k] = out.get(k, 0.0) + v
     return Scraped(out)
 
 
-METRICS = MetricsSource("vllm", ("/metrics",), parse_metrics)
+METRICS = MetricsSource("vllm", ("/metrics", "/v1/models"), parse_metrics, ("/metrics",))
 
 
 def spec_from(

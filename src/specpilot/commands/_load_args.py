@@ -105,6 +105,13 @@ def add_client_args(p: argparse.ArgumentParser) -> None:
         "--cold-start", type=int, default=0, help="mark the first N requests as cold start"
     )
     p.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=1.0,
+        help="seconds between scrapes of the engine's own figures inside each phase (0: only "
+        "at the phase edges)",
+    )
+    p.add_argument(
         "--back-to-back",
         action="store_true",
         help="start each phase when the previous one has drained (default: the schedule's times)",

@@ -77,6 +77,7 @@ FLAGS = {  # LoadSettings field -> the option that sets it (errors name the opti
     "start_timeout_s": "--start-timeout",
     "cancel_fraction": "--cancel-fraction",
     "cold_start_requests": "--cold-start",
+    "scrape_interval_s": "--scrape-interval",
 }
 
 
@@ -160,6 +161,7 @@ def _settings(args: argparse.Namespace) -> Any:
                 "phase_timing": "back_to_back" if args.back_to_back else "schedule",
                 "cancel_fraction": args.cancel_fraction,
                 "cold_start_requests": args.cold_start,
+                "scrape_interval_s": args.scrape_interval,
                 "include_usage": not args.no_usage,
                 "run_stages": not args.no_stages,
             },

@@ -182,21 +182,25 @@ class ResponseExtras:
 class MetricSnapshot:
     """Counters and memory scraped from an engine at one moment.
 
-    Taken at every phase edge (``label`` "before" / "after" with ``phase`` set) and at the
+    Taken at every phase edge (``label`` "before" / "after" with ``phase`` set: counter deltas
+    are taken over these two only), every second or two inside a running phase (``label``
+    ``DURING``, ``phase`` the phase it falls in: gauges such as KV use and the queue) and at the
     rollback drill's events (``label`` "drill:<event>"). Memory is typed (bytes; None when the
     engine does not tell): process RSS; weights of the target and the draft; KV cache
     allocated and in use; the draft's share of the KV cache; GPU memory. ``metrics`` holds the
-    normalised counters (``backends.protocol`` names), ``raw`` the exposition text as scraped.
+    normalised counters (``backends.protocol`` names), ``raw`` the exposition text as scraped
+    (empty for a ``DURING`` snapshot: only its normalised figures are kept), or why the scrape
+    failed (``scrape_failed``).
     """
 
     run_id: str
     arm: str
     phase: str
-    label: str  # "before" | "after" | "drill:<event>" | free text
+    label: str  # "before" | "after" | DURING | "drill:<event>" | free text
     t: float
     engine: str
     metrics: dict[str, float] = field(default_factory=dict)  # normalised names -> values
-    raw: str = ""  # the exposition text or JSON as scraped
+    raw: str = ""  # the exposition text or JSON as scraped; "scrape failed: ..." when it failed
     rss_bytes: int | None = None
     target_weight_bytes: int | None = None
     draft_weight_bytes: int | None = None
@@ -207,6 +211,17 @@ class MetricSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def failed(self) -> bool:
+        """The scrape did not answer: its figures are unknown (never zero)."""
+        return self.raw.startswith(SCRAPE_FAILED)
+
+
+# the label of the snapshots taken inside a running phase (not an edge: no counter delta)
+DURING = "during"
+EDGE_LABELS = ("before", "after")
+SCRAPE_FAILED = "scrape failed: "  # the ``raw`` of a snapshot whose scrape failed, then why
 
 
 # The episode design (pilot.design) replays each measured phase (a load level) as episodes,

@@ -143,6 +143,12 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
             "levels": levels(p.schedule),
             "arms": [clean(c) for c in a.capacities],
             "crossover": [clean(c) for c in a.crossovers],
+            # the engines' own figures during the phases (analysis.service.fleet)
+            "fleet": {
+                "cells": [clean(c) for c in a.fleet],
+                "admissible": [clean(x) for x in a.admissible],
+                "draft_concurrency": [clean(d) for d in a.draft_concurrency],
+            },
         },
         # simulated, and labelled so: validated on the pilot's own phases or not used
         "simulation": clean(simulation) if simulation is not None else NOT_SIMULATED,

@@ -23,6 +23,13 @@ from specpilot.report.fmt import (
 )
 from specpilot.report.sections import round_rows
 from specpilot.report.sections_capacity import LEVEL_HEAD, level_rows, probe_text
+from specpilot.report.sections_fleet import (
+    FLEET_HEAD,
+    FLEET_NOTE,
+    FLEET_TITLE,
+    fleet_lines,
+    fleet_rows,
+)
 from specpilot.report.sections_load import (
     LOOKS_NOTE,
     PREDICTION_HEAD,
@@ -161,6 +168,15 @@ def _levels(doc: dict[str, Any]) -> list[str]:
     ]
 
 
+def _fleet(doc: dict[str, Any]) -> list[str]:
+    """The servers' own figures during the phases, and the concurrency the draft costs."""
+    rows = fleet_rows(doc)
+    if not rows:
+        return []
+    out = [f"## {FLEET_TITLE}", "", FLEET_NOTE, ""]
+    return [*out, md_table(FLEET_HEAD, rows), "", *[f"- {x}" for x in fleet_lines(doc)], ""]
+
+
 def _pairs(doc: dict[str, Any]) -> list[str]:
     comps = [c for c in doc["comparisons"] if c["task_group"] != "*"]
     if not comps:
@@ -272,7 +288,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out += ["No verdict: " + no_verdict_reason(doc), ""]
     for v in doc["verdicts"]:
         out += _verdict(v, simulated_for(doc, v))
-    out += _levels(doc) + _load(doc) + _slo_failed(doc) + _pairs(doc)
+    out += _levels(doc) + _load(doc) + _fleet(doc) + _slo_failed(doc) + _pairs(doc)
     out += previous_markdown(doc.get("previous_run"))  # a rerun's cells beside the previous
     sim = doc.get("simulation") or {}
     if sim.get("validations") or sim.get("crossovers"):

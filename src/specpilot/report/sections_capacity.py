@@ -7,6 +7,7 @@ from html import escape
 
 from specpilot.report.fmt import html_table, k_schedule_line, num
 from specpilot.report.sections import Doc, Svgs, figure, section
+from specpilot.report.sections_fleet import fleet_html
 
 LEVEL_HEAD = ["level", "offered req/s", "requests", "seconds", "given as", "utilization here"]
 
@@ -129,7 +130,7 @@ def capacity(doc: Doc, svgs: Svgs) -> str:
     return section(
         "capacity",
         "Capacity and crossover",
-        probe + caps + cross + figure(doc, svgs, "load_curves"),
+        probe + caps + cross + fleet_html(doc) + figure(doc, svgs, "load_curves"),
     )
 
 

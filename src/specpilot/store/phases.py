@@ -9,7 +9,10 @@ it) and an ``after`` snapshot; with ``local_engine`` (the engine is this process
 an endpoint given by URL, whose own CPU would read as other load) or a ``cpu`` sampler
 (``backends.facts.cpu_sample``) a complete phase also gets the CPU used outside the tree. A
 phase that never started stays ``planned``. A failed scrape is written as a snapshot whose
-``raw`` says why (the run goes on).
+``raw`` says why (the run goes on). With ``interval_s`` > 0 the engine is also scraped every
+``interval_s`` while a phase runs (``store.series.SeriesSampler``): snapshots labelled
+``DURING`` with the phase they fall in, written when the phase ends; ``stop()`` ends that
+thread. The edges stay the only snapshots counter deltas are taken over.
 
     >>> from specpilot.loadgen import LoadConfig, LoadRunner             # doctest: +SKIP
     >>> runner = LoadRunner.for_schedule(schedule, cfg, sink=store.sink)  # doctest: +SKIP
@@ -26,7 +29,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from specpilot.records import MetricSnapshot, PhaseRecord
+from specpilot.records import DURING, SCRAPE_FAILED, MetricSnapshot, PhaseRecord
+from specpilot.store.series import SeriesSampler
 from specpilot.store.store import Store
 
 Scrape = Callable[[str, str, str, str], MetricSnapshot]  # (run_id, arm, phase, label)
@@ -46,6 +50,7 @@ class PhaseRecorder:
         cpu: Callable[[], CpuSample | None] | None = None,
         *,
         local_engine: bool = False,
+        interval_s: float = 0.0,
     ) -> None:
         if local_engine and cpu is None:  # the engine is this process's child
             from specpilot.backends.facts import cpu_sample
@@ -62,6 +67,11 @@ class PhaseRecorder:
         self._lock = threading.Lock()
         self.cpu = cpu
         self._cpu_at_start: dict[str, CpuSample | None] = {}
+        self.series = (
+            SeriesSampler(lambda p: self._scrape(p, DURING), store.add_snapshots, interval_s)
+            if interval_s > 0 and scrape is not None
+            else None
+        )
 
     def attach(self, runner: Any) -> PhaseRecorder:
         """Write the runner's phases as planned and call ``on_phase`` at each edge."""
@@ -89,8 +99,14 @@ class PhaseRecorder:
         return self
 
     def on_phase(self, name: str, edge: str, t: float) -> None:
-        """The runner's hook: scrape now, then write the phase's new state and the snapshot."""
+        """The runner's hook: scrape now, then write the phase's new state and the snapshot;
+        the series inside the phase starts after its ``before`` and is written before its
+        ``after``."""
+        if edge != "start" and self.series is not None:
+            self.series.close(name, t)
         snap = self._scrape(name, "before" if edge == "start" else "after")
+        if edge == "start" and self.series is not None:
+            self.series.open(name)
         sample = self._cpu_sample()
         runner = self._runner
         with self._lock:
@@ -124,6 +140,11 @@ class PhaseRecorder:
             self.snapshots.append(snap)
             self.store.add_snapshots([snap])
 
+    def stop(self) -> None:
+        """End the series' thread (the run is over)."""
+        if self.series is not None:
+            self.series.stop()
+
     def _cpu_sample(self) -> CpuSample | None:
         try:
             return self.cpu() if self.cpu is not None else None
@@ -144,5 +165,5 @@ class PhaseRecorder:
                 time.perf_counter(),
                 "unknown",
                 {},
-                f"scrape failed: {type(exc).__name__}: {exc}",
+                f"{SCRAPE_FAILED}{type(exc).__name__}: {exc}",
             )

@@ -9,6 +9,10 @@ verdict, is the verdict's (``analysis.verdicts.verdict.crossover``).
 - Memory budget of a speculative arm: draft weights + the draft's KV + workspace (the rest of
   the extra peak RSS over the baseline), and how many more target sequences that memory would
   hold at the baseline's KV bytes per sequence (the equal-budget arm's justification).
+- The concurrency the draft costs (R4): measured where both arms' engines published the
+  sequences their KV cache admits as sized at start (``service.fleet.admissible``): the
+  baseline's less the candidate's; else inferred from the memory budget (the draft's bytes /
+  the KV bytes per sequence: ``sequences_forgone``). ``DraftConcurrency.used`` says which.
 
     >>> from specpilot.analysis.service.load import LoadCell, Quantiles
     >>> q = Quantiles(10, 10, 1.0, 1.0, 1.0)
@@ -24,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specpilot.analysis.service.fleet import Admissible
 from specpilot.analysis.service.load import LoadCell
 from specpilot.analysis.service.slo import failed
 from specpilot.numbers import pct
@@ -238,3 +243,91 @@ def memory_budget(
         notes=tuple(notes),
         resource_class=resource,
     )
+
+
+@dataclass(frozen=True)
+class DraftConcurrency:
+    """The concurrency a candidate's draft costs against its baseline (module docstring)."""
+
+    baseline_arm: str
+    candidate_arm: str
+    baseline_sequences: float | None  # as the engine sized its KV cache (kv_cache only)
+    candidate_sequences: float | None
+    measured: float | None  # baseline - candidate
+    inferred: float | None  # MemoryBudget.sequences_forgone
+    used: str | None  # "measured" | "inferred" | None: neither known
+    sequences: float | None  # the figure used
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _not_measured(b: Admissible | None, c: Admissible | None) -> str | None:
+    """Why the two arms' started capacities do not give the draft's cost (None: they do)."""
+    for a in (b, c):
+        if a is None or a.sequences is None:
+            return "an arm's engine does not publish its admissible concurrency"
+        if a.sized_by != "kv_cache":
+            return f"{a.arm}'s slots are a setting (a draft costs it memory, never slots)"
+    assert b is not None and c is not None
+    if set(b.endpoints) & set(c.endpoints):
+        return (
+            f"{b.arm} ran on {c.arm}'s own processes (speculation switched off in place), "
+            "whose KV cache was sized with the draft loaded"
+        )
+    if b.context_tokens and c.context_tokens and b.context_tokens != c.context_tokens:
+        return (
+            f"the arms admit sequences of different contexts ({b.context_tokens:g} and "
+            f"{c.context_tokens:g} tokens): not comparable"
+        )
+    return None
+
+
+def _kv(a: Admissible | None) -> float | None:
+    return a.sequences if a is not None and a.sized_by == "kv_cache" else None
+
+
+def draft_concurrency(
+    admitted: Sequence[Admissible],
+    memory: Sequence[MemoryBudget],
+    pairs: Sequence[tuple[str, str]],
+) -> list[DraftConcurrency]:
+    """Per (baseline, candidate): measured from the two arms' started KV capacity where both
+    are sized from memory at the same context on processes of their own, else
+    ``sequences_forgone`` (inferred), else unknown; ``text`` says which and why.
+
+        >>> from specpilot.analysis.service.fleet import Admissible as A
+        >>> arms = [A("plain", "vllm", 22.75, "kv_cache", 1024.0, 23296.0, 1, ""),
+        ...         A("draft", "vllm", 20.0, "kv_cache", 1024.0, 20480.0, 1, "")]
+        >>> d = draft_concurrency(arms, [], [("plain", "draft")])[0]
+        >>> d.used, d.sequences
+        ('measured', 2.75)
+    """
+    by = {a.arm: a for a in admitted}
+    forgone = {m.candidate_arm: m.sequences_forgone for m in memory}
+    out = []
+    for base, cand in pairs:
+        b, c = by.get(base), by.get(cand)
+        bs, cs, inferred = _kv(b), _kv(c), forgone.get(cand)
+        why = _not_measured(b, c)
+        if why is None and bs is not None and cs is not None:
+            cost = bs - cs
+            text = (
+                f"measured: {cand} admits {cs:.4g} sequences against {base}'s {bs:.4g}, as "
+                f"each engine sized its KV cache at start: the draft costs {cost:.3g} "
+                f"concurrent sequences ({cost / bs:.0%})"
+            )
+            out.append(DraftConcurrency(base, cand, bs, cs, cost, inferred, "measured", cost, text))
+        elif inferred is not None:
+            text = (
+                f"inferred: {why}; the draft's memory at the baseline's KV bytes per sequence "
+                f"would hold {inferred:.3g} target sequences"
+            )
+            out.append(
+                DraftConcurrency(base, cand, bs, cs, None, inferred, "inferred", inferred, text)
+            )
+        else:
+            text = f"unknown: {why}, and the memory budget cannot infer it"
+            out.append(DraftConcurrency(base, cand, bs, cs, None, None, None, None, text))
+    return out

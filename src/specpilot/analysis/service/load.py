@@ -254,8 +254,8 @@ def _itl_stats(per_token: np.ndarray, gap: np.ndarray, tok: np.ndarray) -> dict[
 
 
 def _peak_memory(snapshots: Sequence[MetricSnapshot]) -> dict[tuple[str, str], tuple[Any, Any]]:
-    """Per (arm, load level): the largest RSS and GPU memory at its phases' edges (an episode's
-    snapshots count for its level)."""
+    """Per (arm, load level): the largest RSS and GPU memory at its phases' edges and in the
+    series scraped inside them (an episode's snapshots count for its level)."""
     out: dict[tuple[str, str], tuple[Any, Any]] = {}
     for s in snapshots:
         key = (s.arm, level_of(s.phase))

@@ -36,6 +36,14 @@ class LoadSettings(StrictModel):
         "pilot replays each episode apart; never the drill)",
     )
     include_usage: bool = True  # ask for stream_options.include_usage
+    scrape_interval_s: float = Field(
+        1.0,
+        ge=0,
+        le=10,
+        description="seconds between scrapes of each engine's own figures (KV use, the queue, "
+        "preemptions, slots) while a phase runs, stored as 'during' snapshots; 0: only at the "
+        "phase edges",
+    )
     capacity_probe: bool | None = Field(
         None,
         description="measure the baseline's sustainable rate before the episodes (pilot."

@@ -174,7 +174,13 @@ def run_phases(
     runner.sink = ProgressSink(store.sink, ctx.progress, len(runner.schedule))
     durations = {p.name: p.duration_s for p in ctx.schedule.phases}
     recorder = PhaseRecorder(
-        store, run.run_id, run.arm.name, backend.scrape, durations, local_engine=run.arm.url is None
+        store,
+        run.run_id,
+        run.arm.name,
+        backend.scrape,
+        durations,
+        local_engine=run.arm.url is None,
+        interval_s=ctx.load_settings.scrape_interval_s,
     ).attach(runner)
 
     def on_phase(name: str, edge: str, t: float) -> None:
@@ -184,7 +190,10 @@ def run_phases(
 
     runner.on_phase = on_phase
     ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
-    result = runner.run()
+    try:
+        result = runner.run()
+    finally:
+        recorder.stop()
     store.flush()
     if result.summary.interrupted:  # the runner caught Ctrl-C and kept what was confirmed
         raise Interrupted(f"{run.arm.name}: interrupted during {', '.join(measured)}", result)
