@@ -68,6 +68,7 @@ from specpilot.backends.protocol import (
 )
 from specpilot.backends.scrape import MetricsSource, Scraped, max_model_len
 from specpilot.backends.served import SubprocessLifecycle
+from specpilot.backends.vllm_sizes import DTYPE_BYTES, hf_config, kv_bytes_per_token, weight_bytes
 from specpilot.records import MetricSnapshot, ResponseExtras, RoundRecord
 
 SPEC_KEYS = (
@@ -271,35 +272,6 @@ def response_extras(
     return out
 
 
-DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
-
-
-def _hf_config(model: str | None) -> dict[str, Any]:
-    p = Path(model or "") / "config.json"
-    try:
-        return dict(json.loads(p.read_text())) if p.is_file() else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def kv_bytes_per_token(config: Mapping[str, Any], dtype_bytes: int) -> int:
-    """K and V of every layer for one token: 2 x layers x kv heads x head dim x bytes."""
-    heads = int(config.get("num_attention_heads") or 1)
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or int(config.get("hidden_size") or 0) // heads)
-    return 2 * int(config.get("num_hidden_layers") or 0) * kv_heads * head_dim * dtype_bytes
-
-
-def weight_bytes(model: str | None, dtype_bytes: int) -> int | None:
-    """A Hugging Face directory's weights at the serving dtype (safetensors sizes rescaled from
-    the stored dtype): what the engine holds, not what the process table shows."""
-    if not model or not Path(model).is_dir():
-        return None
-    stored = DTYPE_BYTES.get(str(_hf_config(model).get("dtype") or "float32"), 4)
-    size = sum(f.stat().st_size for f in Path(model).glob("*.safetensors"))
-    return int(size * dtype_bytes / stored) if size else None
-
-
 @dataclass
 class VllmBackend(SubprocessLifecycle):
     """``vllm serve`` as a subprocess: on a GPU, or on this CPU from the venv that
@@ -405,7 +377,7 @@ class VllmBackend(SubprocessLifecycle):
         return "unknown"
 
     def _dtype_bytes(self) -> int:
-        want = self.dtype or str(_hf_config(self.model).get("dtype") or "bfloat16")
+        want = self.dtype or str(hf_config(self.model).get("dtype") or "bfloat16")
         return DTYPE_BYTES.get(want, 2)
 
     def describe(self) -> Manifest:
@@ -439,8 +411,8 @@ class VllmBackend(SubprocessLifecycle):
         snap = super().scrape(run_id, arm, phase, label)
         tokens = snap.metrics.get("kv_capacity_tokens")
         b = self._dtype_bytes()
-        per_target = kv_bytes_per_token(_hf_config(self.model), b)
-        per_draft = kv_bytes_per_token(_hf_config(self.draft), b) if self.draft else 0
+        per_target = kv_bytes_per_token(hf_config(self.model), b)
+        per_draft = kv_bytes_per_token(hf_config(self.draft), b) if self.draft else 0
         update: dict[str, Any] = {
             "target_weight_bytes": snap.target_weight_bytes or weight_bytes(self.model, b),
         }

@@ -114,13 +114,7 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
         "load_range": {"phases": _phases(a.data)},
         "hardware": {"summary": a.hardware, **clean(p.hardware)},
         "arms": _arms(a),
-        "rounds": {
-            "cells": [clean(r) for r in a.rounds],
-            "pooled": [clean(r) for r in a.rounds_pooled],
-            "leviathan": [clean(g) for g in a.gaps],
-            "k_choice": [clean(k) for k in a.k_choices],
-            "engine_counters": [clean(c) for c in a.counters.values()],
-        },
+        "rounds": _rounds(a),
         "verify_cost": {"curves": [clean(c) for c in a.curves]},
         "quality": {
             "cells": [clean(c) for c in a.quality_cells],
@@ -137,19 +131,7 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
             "recommendations": [clean(r) for r in a.recommendations],
             "amdahl_checks": clean(a.amdahl_checks),
         },
-        "capacity": {
-            # what the baseline sustains on this machine (pilot.run.capacity), None: not probed
-            "probe": clean(probe) if (probe := (p.schedule or {}).get("capacity")) else None,
-            "levels": levels(p.schedule),
-            "arms": [clean(c) for c in a.capacities],
-            "crossover": [clean(c) for c in a.crossovers],
-            # the engines' own figures during the phases (analysis.service.fleet)
-            "fleet": {
-                "cells": [clean(c) for c in a.fleet],
-                "admissible": [clean(x) for x in a.admissible],
-                "draft_concurrency": [clean(d) for d in a.draft_concurrency],
-            },
-        },
+        "capacity": _capacity(a),
         # simulated, and labelled so: validated on the pilot's own phases or not used
         "simulation": clean(simulation) if simulation is not None else NOT_SIMULATED,
         "memory": [clean(m) for m in a.memory],
@@ -169,6 +151,33 @@ def to_document(a: PilotAnalysis, simulation: Mapping[str, Any] | None = None) -
     doc["figures"] = figure_data(doc, a)
     doc["first_page"] = first_page(doc)  # the decision in plain words, from the figures above
     return doc
+
+
+def _rounds(a: PilotAnalysis) -> dict[str, Any]:
+    return {
+        "cells": [clean(r) for r in a.rounds],
+        "pooled": [clean(r) for r in a.rounds_pooled],
+        "leviathan": [clean(g) for g in a.gaps],
+        "k_choice": [clean(k) for k in a.k_choices],
+        "engine_counters": [clean(c) for c in a.counters.values()],
+    }
+
+
+def _capacity(a: PilotAnalysis) -> dict[str, Any]:
+    p = a.data.pilot
+    return {
+        # what the baseline sustains on this machine (pilot.run.capacity), None: not probed
+        "probe": clean(probe) if (probe := (p.schedule or {}).get("capacity")) else None,
+        "levels": levels(p.schedule),
+        "arms": [clean(c) for c in a.capacities],
+        "crossover": [clean(c) for c in a.crossovers],
+        # the engines' own figures during the phases (analysis.service.fleet)
+        "fleet": {
+            "cells": [clean(c) for c in a.fleet],
+            "admissible": [clean(x) for x in a.admissible],
+            "draft_concurrency": [clean(d) for d in a.draft_concurrency],
+        },
+    }
 
 
 def _cost(a: PilotAnalysis) -> dict[str, Any]:
