@@ -169,3 +169,19 @@ def test_bad_cost_inputs_name_the_field_and_the_fix(cost: dict, needle: str) -> 
         parse_pilot(data, "p.yaml")
     text = err.value.describe()
     assert needle in text and ("->" in text or "fix:" in text), text
+
+
+def test_the_drafts_memory_is_priced_from_measured_concurrency_where_the_engines_publish_it():
+    from specpilot.analysis.service.capacity import DraftConcurrency
+
+    cfg = CostConfig(device_hour_price=1.0)
+    measured = DraftConcurrency("b", "s", 22.75, 20.0, 2.75, 2.0, "measured", 2.75, "")
+    got = ledger(_arm("b"), _arm("s"), _memory(2.0), 8, {}, cfg, concurrency=measured)
+    (mem,) = [i for i in got.items if i.name == "capacity lost to the draft's memory"]
+    # 4 devices holding 22 - 2.75 of 22 sequences each: 4 x 22 / 19.25 = 4.57 -> 1 more
+    assert "measured from the engines' KV capacity at start" in mem.basis
+    assert mem.amount == 1 * 8760.0
+    inferred = DraftConcurrency("b", "s", None, None, None, 2.0, "inferred", 2.0, "")
+    got = ledger(_arm("b"), _arm("s"), _memory(2.0), 8, {}, cfg, concurrency=inferred)
+    (mem,) = [i for i in got.items if i.name == "capacity lost to the draft's memory"]
+    assert "computed from the memory budget" in mem.basis

@@ -100,3 +100,19 @@ def test_manifests_and_snapshots_say_what_ran(pilot):
     assert draft and all(s.kv_allocated_bytes and s.draft_kv_bytes for s in draft)
     assert all(s.draft_weight_bytes and s.target_weight_bytes for s in draft)
     assert any(s.metrics.get("spec_rounds", 0) > 0 for s in draft)
+
+
+def test_the_engines_own_series_are_scraped_during_the_phases(pilot):
+    """Issue 50 item 1, live: both vLLM arms' KV use and queue scraped inside every measured
+    phase, and the draft's concurrency cost read from the two arms' KV capacity as started."""
+    from specpilot.backends.protocol import KV_USE, WAITING
+    from specpilot.records import DURING
+
+    _, data, doc = pilot
+    for arm in ("vllm-plain", "vllm-draft"):
+        during = [s for s in data.snapshots if s.arm == arm and s.label == DURING]
+        assert during, arm
+        assert all(KV_USE in s.metrics and WAITING in s.metrics for s in during if not s.failed)
+    costs = doc["capacity"]["fleet"]["draft_concurrency"]
+    measured = [d for d in costs if d["used"] == "measured"]
+    assert measured and measured[0]["sequences"] > 0, costs

@@ -430,8 +430,9 @@ def _costs(a: PilotAnalysis, table: RequestTable) -> None:
             )
             memory = next((m for m in a.memory if m.candidate_arm == c), None)
             slots = cap.target_slots(a.plan.record(c))
+            conc = next((d for d in a.draft_concurrency if d.candidate_arm == c), None)
             a.ledgers.append(
-                ledger.for_pair(by[b], by[c], memory, slots, table, a.config.cost, failed)
+                ledger.for_pair(by[b], by[c], memory, slots, table, a.config.cost, failed, conc)
             )
 
 

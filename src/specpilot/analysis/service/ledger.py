@@ -10,9 +10,11 @@ unless one-off):
   ``device_hour_price``;
 - **capacity lost to the draft's memory**: the extra devices the concurrency the draft's memory
   takes would need at that peak: the candidate's devices x S / (S - F) rounded up, less its
-  devices, for S sequences an engine holds (its manifest) and F the sequences the draft's
-  memory would have held (``service.capacity.MemoryBudget.sequences_forgone``, computed from
-  the memory budget, and said so); 0 for a strategy without a draft model;
+  devices, for S sequences an engine holds and F the sequences the draft's memory takes:
+  measured where both arms' engines publish the KV capacity they were started with
+  (``service.capacity.DraftConcurrency``, S the baseline's), computed from the memory budget
+  otherwise (``MemoryBudget.sequences_forgone``, S from the manifest), and said which; 0 for a
+  strategy without a draft model;
 - **adaptation and tuning** (one-off): ``adaptation_hours`` x ``engineer_hour_price``;
 - **regression work after upgrades**: ``regression_hours_per_upgrade`` x ``upgrades_per_year`` x
   ``engineer_hour_price``;
@@ -46,7 +48,7 @@ import numpy as np
 
 from specpilot.analysis.base.requests import RequestTable
 from specpilot.analysis.config import CostConfig
-from specpilot.analysis.service.capacity import MemoryBudget
+from specpilot.analysis.service.capacity import DraftConcurrency, MemoryBudget
 from specpilot.analysis.service.cost import ArmCost
 
 HOURS_PER_YEAR = 8760.0
@@ -104,12 +106,17 @@ def ledger(
     *,
     quality_failed: bool = False,
     extra_on_time_per_s: float = 0.0,
+    concurrency: DraftConcurrency | None = None,
 ) -> Ledger:
     """Every item of ``cand`` against ``base`` (module docstring); ``slots``: sequences one
     engine of the candidate holds; ``tokens``: per arm; ``extra_on_time_per_s``: the
     candidate's on-time tasks per second less the baseline's."""
     hosted = base.arm in cfg.token_prices and cand.arm in cfg.token_prices
-    items = [] if hosted else [_devices(base, cand, cfg), _memory(cand, memory, slots, cfg)]
+    items = (
+        []
+        if hosted
+        else [_devices(base, cand, cfg), _memory(cand, memory, slots, cfg, concurrency)]
+    )
     items += [_adaptation(cfg), _regression(cfg), _rollback(cfg)]
     if hosted:
         items.append(_tokens(base.arm, cand.arm, tokens, cfg))
@@ -131,6 +138,7 @@ def for_pair(
     table: RequestTable,
     cfg: CostConfig,
     quality_failed: bool,
+    concurrency: DraftConcurrency | None = None,
 ) -> Ledger:
     """``ledger`` of a pilot's pair: the tokens and the extra on-time rate from its requests."""
     extra = (
@@ -140,7 +148,15 @@ def for_pair(
     )
     tokens = {x: tokens_of(table, x) for x in (b.arm, c.arm)}
     return ledger(
-        b, c, memory, slots, tokens, cfg, quality_failed=quality_failed, extra_on_time_per_s=extra
+        b,
+        c,
+        memory,
+        slots,
+        tokens,
+        cfg,
+        quality_failed=quality_failed,
+        extra_on_time_per_s=extra,
+        concurrency=concurrency,
     )
 
 
@@ -171,12 +187,22 @@ def _devices(base: ArmCost, cand: ArmCost, cfg: CostConfig) -> CostItem:
 
 
 def _memory(
-    cand: ArmCost, memory: MemoryBudget | None, slots: int | None, cfg: CostConfig
+    cand: ArmCost,
+    memory: MemoryBudget | None,
+    slots: int | None,
+    cfg: CostConfig,
+    concurrency: DraftConcurrency | None = None,
 ) -> CostItem:
     name = "capacity lost to the draft's memory"
     if memory is not None and memory.resource_class != "draft_model":
         return CostItem(name, 0.0, False, f"no draft model ({memory.resource_class}): no memory")
     forgone = memory.sequences_forgone if memory is not None else None
+    how = "computed from the memory budget"
+    c = concurrency
+    if c is not None and c.used == "measured" and c.measured is not None and c.baseline_sequences:
+        # the engines' own KV capacity as started (analysis.service.fleet): measured, not inferred
+        forgone, how = c.measured, "measured from the engines' KV capacity at start"
+        slots = math.floor(c.baseline_sequences) or slots
     if forgone is None or not slots or cand.devices_at_peak is None:
         return CostItem(
             name, None, False, "not priced: the memory budget does not say how many sequences "
@@ -187,7 +213,7 @@ def _memory(
     devices = cand.devices_at_peak
     extra = math.ceil(devices * slots / (slots - forgone) - 1e-9) - devices
     basis = (
-        f"computed from the memory budget: the draft takes {forgone:.2f} of {slots} sequences, "
+        f"{how}: the draft takes {forgone:.2f} of {slots} sequences, "
         f"so {devices} devices hold what {devices} x {slots}/{slots - forgone:.2f} would: "
         f"{extra} more"
     )
