@@ -357,7 +357,10 @@ def test_load_command_starts_the_engine_for_a_full_manifest(tmp_path, capsys):
     data = read_pilot(out)
     man = data.arms[0].manifest
     recs = data.requests
-    snaps = data.snapshots
+    # the phase's edges; its series scraped while it ran (label "during") lie between them
+    snaps = [s for s in data.snapshots if s.label != "during"]
+    during = [s for s in data.snapshots if s.label == "during"]
+    assert all(snaps[0].t <= s.t <= snaps[-1].t for s in during)
     assert man["started_by_specpilot"] is True and man["engine"] == "llamacpp"
     assert len(man["models"][0]["sha256"]) == 64 and len(man["tokenizer_sha256"]) == 64
     assert man["launch"][0] == "llama-server" and man["hardware"]["cpu_logical_cores"] >= 1
