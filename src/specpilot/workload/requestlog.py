@@ -65,7 +65,7 @@ from specpilot.workload.logscan import (
     select,
 )
 from specpilot.workload.logshapes import SHAPES, Line, Parsed, body_sha256, detect_shape
-from specpilot.workload.trace import TIME_COLUMNS, Trace, load_trace
+from specpilot.workload.trace import TIME_COLUMNS, Trace, length_stats, load_trace
 
 __all__ = [
     "SHAPES",
@@ -148,15 +148,7 @@ class RequestLog:
         }
 
 
-def _stats(x: np.ndarray) -> dict[str, float]:
-    if not x.size:
-        return {}
-    return {
-        "mean": round(float(x.mean()), 1),
-        "p50": float(np.percentile(x, 50)),
-        "p90": float(np.percentile(x, 90)),
-        "max": int(x.max()),
-    }
+_stats = length_stats  # the trace's own summary of lengths
 
 
 @dataclass(frozen=True)

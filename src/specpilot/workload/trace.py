@@ -140,15 +140,7 @@ class Trace:
         )
 
     def describe(self) -> dict[str, Any]:
-        def stats(x: np.ndarray) -> dict[str, float]:
-            if not x.size:
-                return {}
-            return {
-                "mean": round(float(x.mean()), 1),
-                "p50": float(np.percentile(x, 50)),
-                "p90": float(np.percentile(x, 90)),
-                "max": int(x.max()),
-            }
+        stats = length_stats
 
         return {
             "source": self.source,
@@ -392,3 +384,15 @@ def find_windows(
                 trace, "burst", float(bstarts[i]), burst_s, baseline=float(base[i])
             )
     return out
+
+
+def length_stats(x: np.ndarray) -> dict[str, float]:
+    """Mean, p50, p90 and max of token lengths (empty: nothing to say)."""
+    if not x.size:
+        return {}
+    return {
+        "mean": round(float(x.mean()), 1),
+        "p50": float(np.percentile(x, 50)),
+        "p90": float(np.percentile(x, 90)),
+        "max": int(x.max()),
+    }

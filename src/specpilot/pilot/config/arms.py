@@ -140,24 +140,23 @@ class ArmBase(StrictModel):
         return self
 
 
-class BuiltinArm(ArmBase):
+class _DefaultOptions(ArmBase):
+    """An arm whose engine has defaults: started without ``options:`` it runs them."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: object) -> object:
+        return _started_defaults(data)
+
+
+class BuiltinArm(_DefaultOptions):
     engine: Literal["builtin"]
     options: BuiltinOptions | None = None  # None: the defaults, or by URL: what it runs unknown
 
-    @model_validator(mode="before")
-    @classmethod
-    def _defaults(cls, data: object) -> object:
-        return _started_defaults(data)
 
-
-class LlamaCppArm(ArmBase):
+class LlamaCppArm(_DefaultOptions):
     engine: Literal["llamacpp"]
     options: LlamaCppOptions | None = None  # None: the defaults, or by URL: what it runs unknown
-
-    @model_validator(mode="before")
-    @classmethod
-    def _defaults(cls, data: object) -> object:
-        return _started_defaults(data)
 
 
 class VllmArm(ArmBase):
