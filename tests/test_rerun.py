@@ -101,9 +101,7 @@ def test_a_rerun_reproduces_the_decided_cells_and_sets_the_intervals_side_by_sid
     was, now = _cells(old), _cells(new)
     decided = {k: c["outcome"] for k, c in was.items() if c["outcome"] in DECIDED}
     assert decided.get(("planted", "peak", "*")) == "slower", was
-    # the -75% candidate is never called slower; with 3 processes it is not always decided
-    # (the process component can take the interval's width): where decided, it is faster
-    assert was[("spec", "peak", "*")]["outcome"] in ("faster", "insufficient"), was
+    assert decided.get(("spec", "peak", "*")) == "faster", was
     assert {k: now[k]["outcome"] for k in decided} == decided
 
     # the section: each cell's interval before and now, side by side
