@@ -36,7 +36,7 @@ workload:
   seed: 1
   groups: {{structured: {{output: {{mean: 4}}}}}}
   phases: [{{name: peak, duration_s: 6, arrival: {{kind: constant, rate: 4}}}}]
-episodes: {{per_level: 10, processes: 3, planted: 2.0}}
+episodes: {{per_level: 12, processes: 4, planted: 2.0}}
 arms:
   - {{name: base, role: baseline, engine: openai, urls: {base}}}
   - {{name: spec, role: speculative, engine: openai, urls: {spec}}}
@@ -49,13 +49,14 @@ DECIDED = ("faster", "slower", "no_difference")
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, list[str]]]:
-    """Three tiny engines; the baseline reaches each through a proxy that makes every latency
+    """Four tiny engines (3 left the process component 2 degrees of freedom: one clean-clone
+    run left the -75% cell undecided); the baseline reaches each through a proxy that makes every latency
     4x (``loadgen.dilate``), the candidate directly: a real effect of -75%, decided on any
     split of the processes' noise (a -50% effect was decided by a hair when the analysis kept
     a process component on 2 degrees of freedom)."""
     tok = load_tokenizer(default_target_path())
     app = ServerConfig(model_name=MODEL, admin_token=TOKEN)
-    live = [LiveServer(create_app(app, engine=make_engine(tok, draft=False))) for _ in range(3)]
+    live = [LiveServer(create_app(app, engine=make_engine(tok, draft=False))) for _ in range(4)]
     slow = [DilatingProxy(s.url, 3.0).start() for s in live]
     yield {"base": [p.url + "/v1" for p in slow], "spec": [s.url + "/v1" for s in live]}
     for p in slow:
