@@ -159,7 +159,7 @@ def test_the_clock_times_steps_drops_a_failed_run_and_learns_a_restart():
     assert clock.eta_s() == pytest.approx(full - PRIOR_START_S["builtin"])
     with pytest.raises(RuntimeError), clock.timed("s:start"):
         raise RuntimeError("engine died")
-    assert "s:start" not in clock.done and clock.running is None
+    assert "s:start" not in clock.done and clock.running == {}
     clock.drop_run("s")  # the pilot records the failure: the arm's steps leave the plan
     assert {s.key for s in clock.plan if s.run_id == "s"} == set()
     assert {s.key for s in clock.plan if s.run_id == "b"} >= {"b:start", "b:quality"}
@@ -219,7 +219,7 @@ def test_a_resumed_pilot_counts_only_the_steps_not_yet_done():
     }
     phases = [_phase("plain", "off"), _phase("plain", "peak", "cut")]
     ctx = NS(
-        cfg=NS(episodes=NS(in_place=False), compat=NS(enabled=True, features=["streaming", "eos"]),
+        cfg=NS(episodes=NS(in_place=False, design="turns"), compat=NS(enabled=True, features=["streaming", "eos"]),
                quality=NS(concurrency=4),
                drill=NS(phase="peak", switch_after_s=1.0, hold_s=2.0, replay_s=None)),
         schedule=schedule,

@@ -26,6 +26,7 @@ from specpilot.analysis.comparison.contention import contended
 from specpilot.analysis.config import AnalysisConfig
 from specpilot.analysis.episodes.celltest import fingerprints_of, physical_of
 from specpilot.analysis.episodes.inplace import switch_held
+from specpilot.analysis.episodes.mirror import mirror_note
 from specpilot.analysis.mechanism.counters import CounterAcceptance, counter_acceptance
 from specpilot.analysis.mechanism.leviathan import LeviathanGap
 from specpilot.analysis.mechanism.round_summary import (
@@ -149,6 +150,9 @@ def analyze(data: PilotData, cfg: AnalysisConfig | None = None) -> PilotAnalysis
     a.notes += r.notes
     _quality(a, data)
     _comparisons(a, table)
+    if eff.design.mirrored:
+        others = [x for x in table.codes("arm")[1] if x != plan.baseline]
+        a.notes.append(mirror_note(table, plan.baseline, others, eff.design.shared))
     _end_to_end(a, table)
     a.capacities = cap.capacity(a.load_cells, cfg.verdict.slo_attainment)
     a.memory = [cap.memory_budget(data.snapshots, data.arms, b, c) for b, c in plan.pairs]

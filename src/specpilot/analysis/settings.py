@@ -34,6 +34,8 @@ class Design:
     looks: Mapping[str, Any]  # the looks and what each ran ({}: none)
     prediction: Mapping[str, Any] | None  # the planner's prediction (analysis.verdicts.predicted)
     in_place: str | None  # the speculative arm serving the baseline in place (None: not in place)
+    mirrored: bool = False  # every arm of an episode at once (episodes.design: mirrored)
+    shared: bool = False  # ... on one machine, as the user insisted (episodes.share_machine)
 
     @classmethod
     def of(cls, pilot: PilotRecord) -> Design:
@@ -44,6 +46,8 @@ class Design:
             looks=d.get("looks") or {},
             prediction=d.get("prediction"),
             in_place=d.get("in_place") or None,
+            mirrored=d.get("design") == "mirrored",
+            shared=bool(d.get("share_machine")),
         )
 
 

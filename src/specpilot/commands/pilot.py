@@ -321,6 +321,18 @@ def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:
         f"(half of alpha over {ep['cells']} levels, the groups' cells have the other "
         "half), 80% power:"
     )
+    if ep.get("design") == "mirrored":
+        print(
+            "    mirrored: every arm of an episode at once, each request sent at one instant to "
+            "a process of each arm"
+            + (
+                " (on one machine, as episodes.share_machine insists: each arm is measured "
+                "beside the other's load)"
+                if ep.get("share_machine")
+                else ""
+            )
+            + "; the noise below is the turn-taking design's"
+        )
     if ep["processes"] == 1:
         print(
             "    one process per arm: no cell of an arm on processes of its own can be decided "

@@ -80,6 +80,10 @@ class Design:
     lag_threshold_s: float = 0.010  # p99 dispatch lag above this: run flagged untrustworthy
     phase_timing: str = "schedule"
     phase_starts: dict[str, float] | None = None
+    # a time on ``time.perf_counter()``'s clock: the first phase's timeline starts then, not
+    # sooner (runners in threads given the same one send each slot at the same instant: the
+    # pilot's mirrored replay); None: as soon as the client is ready
+    start_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.phase_timing not in PHASE_TIMINGS:

@@ -58,6 +58,7 @@ from specpilot.records import (
 if TYPE_CHECKING:
     from specpilot.workload.schedule import Schedule
 
+_EDGE_LEAD_S = 0.3  # with design.start_at: the first phase's edge and "before" scrape this early
 _LEAD_S = 0.02  # phase start is this far after the dispatcher is ready
 
 # what stops a load cleanly (records kept, the run marked interrupted): Ctrl-C, and the SIGTERM
@@ -267,7 +268,7 @@ class LoadRunner:
 
         try:
             async with httpx.AsyncClient(base_url=ep.url, http1=True, **client_opts) as client:
-                self.t_run = time.perf_counter() + _LEAD_S  # the client is ready: timeline starts
+                self.t_run = self._start_t()  # the client is ready: timeline starts
                 self.wall_t_run = time.time() + (self.t_run - time.perf_counter())
                 if cfg.design.phase_timing == "schedule":
                     await self._run_timeline(client, dispatch)
@@ -288,6 +289,13 @@ class LoadRunner:
             records, self._chunks, self._summary(records, started), self._rounds, self._prefills
         )
 
+    def _start_t(self) -> float:
+        """When the first phase's timeline starts: a lead after now, or ``design.start_at``
+        when later (a runner late for it starts at once, and its send lag says so)."""
+        soon = time.perf_counter() + _LEAD_S
+        at = self.cfg.design.start_at
+        return soon if at is None else max(soon, at)
+
     async def _run_timeline(self, client: httpx.AsyncClient, dispatch: Any) -> None:
         """One open-loop timeline across phases: nothing waits for a phase to drain."""
         assert self.t_run is not None
@@ -303,10 +311,13 @@ class LoadRunner:
         for name in self.phase_names:
             if self.stop_reason is not None:
                 break
+            first = name == self.phase_names[0]
+            if first and self.cfg.design.start_at is not None:  # the edge and scrape just before
+                await self._sleep_until(self.cfg.design.start_at - _EDGE_LEAD_S)
             hook = self._edges.edge(name, "start", time.perf_counter())
             if hook is not None:
                 await asyncio.wrap_future(hook)  # the "before" scrape ends before the first send
-            t0 = time.perf_counter() + _LEAD_S
+            t0 = self._start_t() if first else time.perf_counter() + _LEAD_S
             items = sorted((r for r in self.schedule if r.phase == name), key=self._order)
             for req in items:
                 if not await dispatch(client, req, t0 + req.send_t):

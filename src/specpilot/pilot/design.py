@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -81,6 +81,14 @@ class EpisodeSettings(StrictModel):
     at run time (engines that switch in place: the builtin server), so the two arms of every
     episode run on one process and its offset cancels (``analysis.episodes.inplace``); the baseline
     starts no processes of its own, and ``within`` has nothing left to add"""
+    design: Literal["turns", "mirrored"] = "turns"
+    """``turns``: each episode replayed on every arm in turn (the balanced order); ``mirrored``:
+    on every arm at once, each scheduled request sent at the same instant to one process of each
+    arm (``pilot.config.mirrored`` says where it may run)"""
+    share_machine: bool = False
+    """``design: mirrored`` where the arms' processes may share a machine (engines specpilot
+    starts without devices of their own, endpoints on one host): they then compete for it, so it
+    is refused unless this is set (the pilot's capacity is the machine's, split between arms)"""
     seed: int = 0
     looks: list[int] = Field(
         default_factory=list,
@@ -293,7 +301,7 @@ def design_arms(plans: Sequence[DesignArm], settings: EpisodeSettings) -> list[s
     """The arms the design replays: the pilot's own, each builtin speculative arm switched off
     in place (``within``), and the planted arm."""
     arms = [p.name for p in plans]
-    if settings.within and not settings.in_place:
+    if settings.within and not settings.in_place and settings.design != "mirrored":
         arms += [
             within_arm(p.name)
             for p in plans
@@ -333,6 +341,8 @@ def design_record(
         for a in others:  # an arm switched off in place runs on its own arm's process
             if a.endswith(K0) and a[: -len(K0)] in by_arm:
                 by_arm[a] = by_arm[a[: -len(K0)]]
+        if settings.design == "mirrored" and PLANTED in by_arm:  # never the baseline's own
+            by_arm[PLANTED] = mirrored_planted(by_arm[baseline], processes)
         for k, name in enumerate(names):
             episodes[name] = {
                 "level": level_of(name),
@@ -347,6 +357,8 @@ def design_record(
         "planted": settings.planted,
         "seed": settings.seed,
         "baseline": baseline,
+        "design": settings.design,
+        "share_machine": settings.share_machine,
         "in_place": anchor if settings.in_place else None,
         "strata": max(len(groups) - 1, 0),  # a pooled cell's task-group strata (their df)
         "arms": list(arms),
@@ -360,6 +372,20 @@ def design_record(
             "ran": [],
         },
     }
+
+
+def mirrored_planted(base: Sequence[int], m: int) -> list[int]:
+    """The baseline process the planted arm reaches in each episode of a mirrored design: never
+    the one the baseline itself runs on in that episode (the two run at once), each other one
+    in turn, block by block (``m`` episodes a block), so over ``m - 1`` blocks every planted
+    process meets every other baseline process.
+
+        >>> mirrored_planted([0, 1, 2, 2, 0, 1], 3)
+        [1, 2, 0, 1, 2, 0]
+    """
+    if m < 2:
+        raise ValueError("a mirrored planted arm needs 2 baseline processes or more")
+    return [(b + 1 + (k // m) % (m - 1)) % m for k, b in enumerate(base)]
 
 
 def in_place_of(arms: Sequence[str], baseline: str) -> str:

@@ -38,6 +38,7 @@ from specpilot.errors import ConfigError, InputFileError
 from specpilot.pilot.config.armrules import check_arms
 from specpilot.pilot.config.arms import NAME_PATTERN, Arm
 from specpilot.pilot.config.files import missing_model_lines
+from specpilot.pilot.config.mirrored import check_mirrored
 from specpilot.pilot.config.options import (
     OPTIONS,
     BuiltinOptions,
@@ -46,6 +47,7 @@ from specpilot.pilot.config.options import (
     SglangOptions,
     VllmOptions,
 )
+from specpilot.pilot.config.retired import retired
 from specpilot.pilot.config.settings import CompatSettings, DrillSettings, LoadSettings
 from specpilot.pilot.design import EpisodeSettings
 from specpilot.quality.config import QualityConfig
@@ -156,6 +158,9 @@ class PilotConfig(_Model):
                     f"list {ep.processes} replicas under its urls: (one per process), or set "
                     f"episodes.processes: {n}"
                 )
+        if ep.design == "mirrored":  # the baseline first: its replicas meet the planted arm
+            base = sorted(self.arms, key=lambda a: a.role != "baseline")
+            check_mirrored(base, ep.processes, ep)
         if ep.in_place:
             self._in_place()
         return self
@@ -345,27 +350,10 @@ def _not_a_mapping(data: object, where: str, lines: LineMap | None) -> PilotConf
     )
 
 
-# keys of the measurement designs retired for the episode design (issue 47): each with its fix
-RETIRED = {
-    "design": "every pilot runs the episode design (pilot.design): every arm's processes up at "
-    "once, each load level cut into episodes replayed on every arm in a balanced order -> remove "
-    "design:, and size the design with episodes: {per_level, processes} (examples/pilot-"
-    "default.yaml); arms whose engines cannot be up together (several servers on one GPU) fit "
-    "with a smaller memory share each (vLLM's gpu_memory_utilization), or by url: on devices of "
-    "their own",
-    "repetitions": "the episode design repeats engine processes as episodes.processes -> "
-    "remove repetitions: and set episodes.processes",
-}
-
-
 def _validate(data: dict[str, Any], where: str, lines: Lines | None) -> PilotConfig:
-    for key, fix in RETIRED.items():
-        if key in data:
-            raise PilotConfigError(
-                f"{at_line(where, lines, (key,))}: {data[key]!r}: "
-                + ("a measurement design that was retired" if key == "design" else "a retired key"),
-                fix=fix,
-            )
+    old = retired(data)
+    if old is not None:
+        raise PilotConfigError(f"{at_line(where, lines, (old[0],))}: {old[1]}", fix=old[2])
     try:
         cfg = PilotConfig.model_validate(data)
     except ValidationError as exc:

@@ -74,6 +74,9 @@ class Step:
     # a load: the seconds after its last arrival simulated from the capacity probe's figures
     # (None: the learned mean drain per phase); measured loads scale the rest (``learn``)
     drain_s: float | None = None
+    # steps with one non-empty ``together`` run at once (a mirrored episode's loads on every
+    # arm): the group takes its longest step's time, not their sum
+    together: str = ""
 
 
 def start_key(run_id: str) -> str:
@@ -151,19 +154,25 @@ def floor_s(step: Step, elapsed: float) -> float:
 def eta_s(
     plan: Sequence[Step],
     done: Mapping[str, float],
-    running: tuple[str, float] | None = None,
+    running: tuple[str, float] | Mapping[str, float] | None = None,
 ) -> float:
-    """Seconds left: every step not done at its estimate; ``running`` = (key, seconds into it)."""
+    """Seconds left: every step not done at its estimate, steps run ``together`` at their
+    longest; ``running`` = (key, seconds into it), or such a mapping (steps run at once)."""
     learned = learn(plan, done)
+    now = dict([running] if isinstance(running, tuple) else (running or {}))
     left = 0.0
+    groups: dict[str, float] = {}  # a group of steps that run at once: its longest
     for s in plan:
         if s.key in done:
             continue
         est = estimate(s, learned)
-        if running is not None and running[0] == s.key:
-            est = max(est - running[1], floor_s(s, running[1]))
-        left += est
-    return max(0.0, left)
+        if s.key in now:
+            est = max(est - now[s.key], floor_s(s, now[s.key]))
+        if s.together:
+            groups[s.together] = max(groups.get(s.together, 0.0), est)
+        else:
+            left += est
+    return max(0.0, left + sum(groups.values()))
 
 
 # -- the plan: pure over what each run has left and the schedule's timetable -------------------
@@ -192,6 +201,7 @@ class Timetable:
     # phase (the warm-up's name included) -> its simulated drain (``simulate.sustain``)
     drain_s: dict[str, float] = field(default_factory=dict)
     warmup_name: str | None = None
+    mirrored: bool = False  # a mirrored design: an episode's loads on every arm run at once
 
 
 def run_steps(run: RunLeft, tt: Timetable) -> list[Step]:
@@ -206,6 +216,8 @@ def run_steps(run: RunLeft, tt: Timetable) -> list[Step]:
         w = warm if i == 0 else 0
         sched = w * (tt.warmup_s or 0.0) + sum(tt.arrivals.get(p, 0.0) for p in phases)
         step = Step(load_key(rid, phases), "load", eng, rid, sched, w + len(phases))
+        if tt.mirrored:
+            step = replace(step, together="|".join(phases))
         drained = [*phases, *([tt.warmup_name] if w and tt.warmup_name else [])]
         if tt.drain_s and all(p in tt.drain_s for p in drained):
             step = replace(step, drain_s=sum(tt.drain_s[p] for p in drained))
@@ -240,7 +252,7 @@ class EtaClock:
     plan: list[Step] | None = None
     now: Callable[[], float] = time.monotonic
     done: dict[str, float] = field(default_factory=dict)
-    running: tuple[str, float] | None = None  # (key, started at)
+    running: dict[str, float] = field(default_factory=dict)  # key -> started at (steps at once)
     _samples: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -248,25 +260,24 @@ class EtaClock:
         with self._lock:
             if self.plan is None:
                 return None
-            run = self.running
-            running = (run[0], self.now() - run[1]) if run is not None else None
-            return eta_s(self.plan, self.done, running)
+            t = self.now()
+            return eta_s(self.plan, self.done, {k: t - at for k, at in self.running.items()})
 
     @contextmanager
     def timed(self, key: str) -> Iterator[None]:
-        """Time one step; a step that raises is not measured (its run is dropped)."""
+        """Time one step (several at once, each under its key); a step that raises is not
+        measured (its run is dropped)."""
         with self._lock:
-            self.running = (key, self.now())
+            self.running[key] = self.now()
         try:
             yield
         except BaseException:
             with self._lock:
-                self.running = None
+                self.running.pop(key, None)
             raise
         with self._lock:
-            started = self.running[1] if self.running is not None else self.now()
+            started = self.running.pop(key, self.now())
             self.done[key] = self._samples.pop(key, self.now() - started)
-            self.running = None
 
     def sample_as(self, key: str, seconds: float) -> None:
         """Learn from ``seconds`` instead of the step's whole time (a start that also measured
@@ -281,9 +292,13 @@ class EtaClock:
             if self.plan is None:
                 return 0.0
             learned = learn(self.plan, self.done)
-            return sum(
-                estimate(s, learned) for s in self.plan if s.key in want and s.key not in self.done
-            )
+            left = [s for s in self.plan if s.key in want and s.key not in self.done]
+            alone = sum(estimate(s, learned) for s in left if not s.together)
+            groups: dict[str, float] = {}
+            for s in left:
+                if s.together:
+                    groups[s.together] = max(groups.get(s.together, 0.0), estimate(s, learned))
+            return alone + sum(groups.values())
 
     def drop_steps(self, keys: Sequence[str]) -> None:
         """Steps that will not run (episodes the pilot's budget or looks dropped)."""

@@ -243,6 +243,8 @@ def episode_plan(cfg: PilotConfig) -> dict[str, Any]:
     return {
         "processes": m,
         "in_place": ep.in_place,
+        "design": ep.design,
+        "share_machine": ep.share_machine,
         "per_level": e,
         "planted": ep.planted,
         "looks": [*ep.looks, e],

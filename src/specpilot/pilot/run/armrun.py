@@ -152,10 +152,13 @@ def run_phases(
     arm_rec: ArmRecord,
     only: list[str] | None = None,
     warmup: bool = True,
+    start_at: float | None = None,
 ) -> LoadResult | None:
     """The warm-up (unless ``warmup`` is False: the run is warm already) and every measured
     phase not yet complete (of ``only`` when given), with edges recorded; client-side stages
-    and the phases' start times come from the schedule (``LoadRunner.for_schedule``)."""
+    and the phases' start times come from the schedule (``LoadRunner.for_schedule``);
+    ``start_at`` (``time.perf_counter()``): the first phase starts then (a mirrored episode's
+    runs are given one)."""
     store = ctx.store
     measured = [p for p in phases_left(ctx, run) if only is None or p in only]
     if not measured:
@@ -168,7 +171,8 @@ def run_phases(
         url,
         model,
         backend.response_extras,
-        {"headers": dict(request_headers(backend))},  # an arm by URL: its credentials
+        # an arm by URL: its credentials
+        {"headers": dict(request_headers(backend)), "start_at": start_at},
     )
     runner = LoadRunner.for_schedule(ctx.schedule, cfg, None, measured, warmup=warmup)
     runner.sink = ProgressSink(store.sink, ctx.progress, len(runner.schedule))

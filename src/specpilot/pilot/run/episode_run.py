@@ -12,6 +12,8 @@ not complete: no finished episode is run or rewritten again.
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +35,8 @@ from specpilot.pilot.run.planted import (
 )
 from specpilot.pilot.run.steps import ArmSteps
 from specpilot.records import StrategySpec
+
+Key = tuple[str, int]  # a run: (arm, process)
 
 
 def planted_plan(baseline: ArmPlan) -> ArmPlan:
@@ -104,6 +108,27 @@ def reopen_split(ctx: PilotContext, runs: Sequence[RunPlan], design: dict[str, A
     ctx.store.flush()
 
 
+MIRROR_LEAD_S = 1.0  # a mirrored episode's runs build their clients, then start together
+
+
+def mirrored(keys: Sequence[Key], call: Callable[[Key, float], None]) -> None:
+    """``call(key, start_at)`` for every key at once, one thread each, all given one
+    ``start_at`` (``time.perf_counter()``, ``MIRROR_LEAD_S`` ahead): each run's load generator
+    sends its episode's first request then, so every scheduled request goes to one process of
+    each arm at the same instant. Returns when every run has drained; Ctrl-C here stops the
+    wait (the runs' engines are stopped by the caller's cleanup, which ends their requests)."""
+    at = time.perf_counter() + MIRROR_LEAD_S
+    threads = [
+        threading.Thread(target=call, args=(k, at), name=f"mirror-{k[0]}-p{k[1]}", daemon=True)
+        for k in keys
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.2)  # a short wait: Ctrl-C reaches the main thread between them
+
+
 HEADROOM = 0.85  # of the memory available before the first start: the pilot, the load generator
 # and the quality checks need the rest
 
@@ -161,6 +186,7 @@ class EpisodeRun:
         self.design = design
         self.failed: list[str] = []
         self.steps: dict[tuple[str, int], ArmSteps] = {}
+        self._failing = threading.Lock()
 
     def _steps(self) -> dict[tuple[str, int], ArmSteps]:
         p = self.p
@@ -188,7 +214,8 @@ class EpisodeRun:
 
     def _call(self, key: tuple[str, int], step: Callable[[ArmSteps], None]) -> None:
         """``step`` on the run ``key`` (gone already: nothing); a run that fails leaves the
-        rotation with every run its failure puts in doubt (``_sharing``)."""
+        rotation with every run its failure puts in doubt (``_sharing``). Safe from the threads
+        of a mirrored episode: one failure is handled at a time."""
         s = self.steps.get(key)
         if s is None:
             return
@@ -197,6 +224,11 @@ class EpisodeRun:
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one run failing does not lose the others
+            with self._failing:
+                self._failed(key, s, exc)
+
+    def _failed(self, key: tuple[str, int], s: ArmSteps, exc: Exception) -> None:
+        if key in self.steps:
             gone = [self.steps.pop(k) for k in self._sharing(key, exc)]
             for t in gone:
                 if t is s or self.p.arm_record(t.run).status != "complete":
@@ -217,13 +249,19 @@ class EpisodeRun:
         return [key] + [k for k, t in self.steps.items() if k != key and owner_of(t) is owner]
 
     def _episode(self, name: str) -> None:
-        """Episode ``name`` on every arm, in the design's order."""
+        """Episode ``name`` on every arm: in the design's order, or mirrored all at once."""
         ep = self.design["episodes"][name]
+        keys = []
         for arm in ep["order"]:
             key = (arm, int(ep["process"][arm]))
             run = self.steps[key].run if key in self.steps else None
             if run is not None and name in phases_left(self.p, run):
-                self._call(key, lambda s: s.load([name]))
+                keys.append(key)
+        if self.design.get("design") == "mirrored" and len(keys) > 1:
+            mirrored(keys, lambda key, at: self._call(key, lambda s: s.load([name], at)))
+            return
+        for key in keys:
+            self._call(key, lambda s: s.load([name]))
 
     def _keys_of(self, name: str) -> list[str]:
         return [eta.load_key(s.run.run_id, [name]) for s in self.steps.values()]

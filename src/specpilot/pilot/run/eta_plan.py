@@ -112,7 +112,11 @@ def plan_for(
     drill = timetable(ctx.level_schedule, cfg.drill.phase, 0.0).arrivals
     last = drill.get(cfg.drill.phase, 0.0)
     last = last if cfg.drill.replay_s is None else min(last, cfg.drill.replay_s)
-    tt = replace(tt, arrivals={**tt.arrivals, cfg.drill.phase: last})
+    tt = replace(
+        tt,
+        arrivals={**tt.arrivals, cfg.drill.phase: last},
+        mirrored=cfg.episodes.design == "mirrored",
+    )
     tt = with_drains(tt, ctx.schedule, ctx.capacity)
     measured = sum(1 for r in ctx.schedule.requests if not r.warmup)
     # per arm, not per run: the episode design's processes of one arm share its episodes

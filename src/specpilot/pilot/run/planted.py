@@ -114,8 +114,8 @@ class Switched(Reaching):
             held.switch = RuntimeSwitch(self.url, self.p.admin_token)
         return held.switch
 
-    def load(self, phases: list[str] | None = None) -> None:
-        switched_off(self.switch(), lambda: super(Switched, self).load(phases))
+    def load(self, phases: list[str] | None = None, start_at: float | None = None) -> None:
+        switched_off(self.switch(), lambda: super(Switched, self).load(phases, start_at))
 
 
 class PlantedSteps(Reaching):
@@ -147,12 +147,12 @@ class PlantedSteps(Reaching):
         how = "every latency the client sees dilated by 1 + factor (loadgen.dilate)"
         reaching(self, base, "planted", {"factor": self.factor, "upstream": base.url, "how": how})
 
-    def load(self, phases: list[str] | None = None) -> None:
+    def load(self, phases: list[str] | None = None, start_at: float | None = None) -> None:
         base = self.bases[self.run.process]
         if not isinstance(base, Switched):
-            super().load(phases)
+            super().load(phases, start_at)
             return
-        switched_off(base.switch(), lambda: super(PlantedSteps, self).load(phases))
+        switched_off(base.switch(), lambda: super(PlantedSteps, self).load(phases, start_at))
 
     def finish(self) -> None:
         replay_done(self)

@@ -124,9 +124,10 @@ class ArmLife:
         self.save(replace(self.rec, manifest={**self.rec.manifest, "fingerprint": fp}))
         self.warm = True
 
-    def load(self, phases: list[str] | None = None) -> None:
-        """The measured ``phases`` not yet complete (None: all); the load step is done once
-        every measured phase of the schedule is complete for this run."""
+    def load(self, phases: list[str] | None = None, start_at: float | None = None) -> None:
+        """The measured ``phases`` not yet complete (None: all), the first at ``start_at`` (a
+        ``time.perf_counter()`` time; None: now); the load step is done once every measured
+        phase of the schedule is complete for this run."""
         if armrun.LOAD_STEP in self.rec.completed_steps:
             return
         left = phases if phases is not None else armrun.phases_left(self.p, self.run)
@@ -140,6 +141,7 @@ class ArmLife:
                 self.rec,
                 phases,
                 warmup=not self.warm,
+                start_at=start_at,
             )
         if self.run.phases is not None:  # an episode run: warmed once, by its first call
             self.warm = True
