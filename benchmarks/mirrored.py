@@ -1,9 +1,9 @@
 """Issue 49 item 3, by hand: the mirrored episode design against the turn-taking one, on the same
 pinned servers in the same wall time, as an A/A and as a planted +15%.
 
-Four builtin servers (``specpilot serve``, one thread each, the target without a draft: one
-config), started here as an operator would and pinned with ``taskset``: arm A's two replicas on
-core ``--core-a``, arm B's two on the other core; the load generator runs unpinned. Each round
+``2 x --replicas`` builtin servers (``specpilot serve``, one thread each, the target without a
+draft: one config), started here as an operator would and pinned with ``taskset``: arm A's
+replicas on core ``--core-a``, arm B's on the other core; the load generator runs unpinned. Each round
 runs four pilots by ``urls:``, the designs alternating:
 
 - A/A: ``base`` (A's replicas) against ``ctl`` (B's), the same config;
@@ -55,10 +55,12 @@ drill: {{enabled: false}}
 """
 
 
-def _servers(cores: dict[str, int]) -> tuple[list[subprocess.Popen[bytes]], dict[str, list[str]]]:
+def _servers(
+    cores: dict[str, int], n: int
+) -> tuple[list[subprocess.Popen[bytes]], dict[str, list[str]]]:
     procs, urls = [], {"a": [], "b": []}
     for arm in ("a", "b"):
-        for _ in range(2):
+        for _ in range(n):
             port = _port()
             cmd = [
                 "taskset",
@@ -119,10 +121,11 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=40.0, help="turn-taking seconds per level")
     ap.add_argument("--rate", type=float, default=1.0, help="req/s of the level")
     ap.add_argument("--core-a", type=int, default=0)
+    ap.add_argument("--replicas", type=int, default=4, help="servers (processes) an arm")
     ap.add_argument("--out", type=Path, default=Path("/tmp/mirrored"))
     args = ap.parse_args()
     cores = {"a": args.core_a, "b": 1 - args.core_a}
-    procs, urls = _servers(cores)
+    procs, urls = _servers(cores, args.replicas)
     slow = [DilatingProxy(u, 0.15).start() for u in urls["b"]]
     rows: list[dict] = []
     try:
@@ -160,6 +163,9 @@ def main() -> int:
                                 "estimate": c["task_rel_change"]["estimate"],
                                 "low": c["task_rel_change"]["low"],
                                 "high": c["task_rel_change"]["high"],
+                                "df": c.get("df"),
+                                "episode_noise": c.get("episode_noise"),
+                                "undecided_because": c.get("undecided_because"),
                             }
                             for c in cells
                         ],

@@ -303,6 +303,17 @@ def _print_arm(a: dict[str, Any]) -> None:
             print(f"      headers {', '.join(a['headers_sent'])} (values from the environment)")
 
 
+def _print_mirrored(ep: dict[str, Any]) -> None:
+    """The line of a mirrored design (``episodes.design``); nothing for turn-taking."""
+    if ep.get("design") != "mirrored":
+        return
+    shared = " (on one machine, as episodes.share_machine insists)" * bool(ep.get("share_machine"))
+    print(
+        "    mirrored: every arm of an episode at once, each request sent at one instant to a "
+        f"process of each arm{shared}; the noise below is the turn-taking design's"
+    )
+
+
 def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:
     """The episode design's size, each arm's predicted smallest effect and interval, the looks
     and the budget."""
@@ -321,18 +332,7 @@ def _print_episodes(ep: dict[str, Any], margin: float | None) -> None:
         f"(half of alpha over {ep['cells']} levels, the groups' cells have the other "
         "half), 80% power:"
     )
-    if ep.get("design") == "mirrored":
-        print(
-            "    mirrored: every arm of an episode at once, each request sent at one instant to "
-            "a process of each arm"
-            + (
-                " (on one machine, as episodes.share_machine insists: each arm is measured "
-                "beside the other's load)"
-                if ep.get("share_machine")
-                else ""
-            )
-            + "; the noise below is the turn-taking design's"
-        )
+    _print_mirrored(ep)
     if ep["processes"] == 1:
         print(
             "    one process per arm: no cell of an arm on processes of its own can be decided "

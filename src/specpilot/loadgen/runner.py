@@ -20,11 +20,9 @@ after the run's start, whether or not the previous phase's requests have finishe
 overloads the server spills into the next phase, as in production). ``phase_timing =
 "back_to_back"`` instead starts each phase when the previous one has drained.
 
-Phase edges: ``on_phase(name, edge, t)`` runs when a phase starts and ends (see
-``loadgen.phases``). With back-to-back phases the runner waits for each hook, so a phase's
-counters are read with nothing else in flight (exact per-phase deltas); on one timeline phases
-may overlap and the deltas are approximate.
-"""
+Phase edges: ``on_phase(name, edge, t)`` runs when a phase starts and ends (``loadgen.phases``);
+back to back the runner waits for each hook (exact per-phase counter deltas, nothing else in
+flight); on one timeline phases may overlap and the deltas are approximate."""
 
 from __future__ import annotations
 
@@ -290,8 +288,7 @@ class LoadRunner:
         )
 
     def _start_t(self) -> float:
-        """When the first phase's timeline starts: a lead after now, or ``design.start_at``
-        when later (a runner late for it starts at once, and its send lag says so)."""
+        """The first phase's start: a lead after now, or ``design.start_at`` when later."""
         soon = time.perf_counter() + _LEAD_S
         at = self.cfg.design.start_at
         return soon if at is None else max(soon, at)

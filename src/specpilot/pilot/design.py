@@ -330,26 +330,7 @@ def design_record(
     # the arm whose processes the others are crossed with: the baseline's, or in place the
     # speculative arm's (the baseline runs on them switched off)
     anchor = in_place_of(arms, baseline) if settings.in_place else baseline
-    others = [a for a in arms if a not in (anchor, baseline)]
-    episodes: dict[str, dict[str, Any]] = {}
-    for li, names in enumerate(levels.values()):
-        seed = settings.seed + 101 * li
-        orders = arm_orders(arms, len(names), seed)
-        serve = crossed(len(names), processes, 1 + len(others), seed)
-        by_arm = {anchor: serve[0]} | {a: serve[1 + i] for i, a in enumerate(others)}
-        by_arm[baseline] = by_arm[anchor]
-        for a in others:  # an arm switched off in place runs on its own arm's process
-            if a.endswith(K0) and a[: -len(K0)] in by_arm:
-                by_arm[a] = by_arm[a[: -len(K0)]]
-        if settings.design == "mirrored" and PLANTED in by_arm:  # never the baseline's own
-            by_arm[PLANTED] = mirrored_planted(by_arm[baseline], processes)
-        for k, name in enumerate(names):
-            episodes[name] = {
-                "level": level_of(name),
-                "episode": k + 1,
-                "order": orders[k],
-                "process": {a: int(by_arm[a][k]) for a in arms},
-            }
+    episodes = _episodes(levels, arms, anchor, baseline, processes, settings)
     return {
         "kind": "episodes",
         "per_level": settings.per_level,
@@ -372,6 +353,38 @@ def design_record(
             "ran": [],
         },
     }
+
+
+def _episodes(
+    levels: dict[str, list[str]],
+    arms: Sequence[str],
+    anchor: str,
+    baseline: str,
+    processes: int,
+    settings: EpisodeSettings,
+) -> dict[str, dict[str, Any]]:
+    """Per episode phase: its level, number, arm order and each arm's process."""
+    others = [a for a in arms if a not in (anchor, baseline)]
+    episodes: dict[str, dict[str, Any]] = {}
+    for li, names in enumerate(levels.values()):
+        seed = settings.seed + 101 * li
+        orders = arm_orders(arms, len(names), seed)
+        serve = crossed(len(names), processes, 1 + len(others), seed)
+        by_arm = {anchor: serve[0]} | {a: serve[1 + i] for i, a in enumerate(others)}
+        by_arm[baseline] = by_arm[anchor]
+        for a in others:  # an arm switched off in place runs on its own arm's process
+            if a.endswith(K0) and a[: -len(K0)] in by_arm:
+                by_arm[a] = by_arm[a[: -len(K0)]]
+        if settings.design == "mirrored" and PLANTED in by_arm:  # never the baseline's own
+            by_arm[PLANTED] = mirrored_planted(by_arm[baseline], processes)
+        for k, name in enumerate(names):
+            episodes[name] = {
+                "level": level_of(name),
+                "episode": k + 1,
+                "order": orders[k],
+                "process": {a: int(by_arm[a][k]) for a in arms},
+            }
+    return episodes
 
 
 def mirrored_planted(base: Sequence[int], m: int) -> list[int]:
