@@ -254,3 +254,41 @@ def test_a_mirrored_pilot_sends_every_pair_together(servers, tmp_path: Path, mon
     assert "ms apart at the median" in note and "shared one machine" in note
     found = {p["phase"]: p["found"] for p in doc["planted"]}
     assert found == {"peak": True}, doc["planted"]  # a x2 dilation at once beside the baseline
+
+
+def test_ctrl_c_in_a_mirrored_episode_stops_every_run_and_keeps_what_was_confirmed() -> None:
+    """Ctrl-C reaches the main thread only: ``mirrored`` stops the load runs in the other
+    threads as Ctrl-C stops one (in-flight requests cancelled, the rest not sent), waits for
+    them to return their records, and raises it again."""
+    import _thread
+
+    from specpilot.pilot.run.armrun import live
+    from specpilot.pilot.run.episode_run import mirrored
+
+    cfg = TestServerConfig(ttft_s=0.05, itl_s=0.05)
+    reqs = [ScheduledRequest(i, 0.2 * i, "peak", "g", f"p{i}", [], 8) for i in range(60)]
+    schedule = Schedule("w", 0, "", [PhaseInfo("peak", 0.0, 12.0, 60, {}, {})], {}, {}, reqs)
+    results = {}
+    with TestServer(cfg) as one, TestServer(cfg) as two:
+        urls = {("a", 0): one.url, ("b", 0): two.url}
+
+        def call(key: tuple[str, int], at: float) -> None:
+            load = LoadConfig.build(
+                urls[key], run_id=key[0], arm=key[0], start_at=at, phase_timing="back_to_back",
+                progress=False,
+            )  # fmt: skip
+            runner = LoadRunner.for_schedule(schedule, load, warmup=False)
+            with live(runner):
+                results[key] = runner.run()
+
+        threading.Timer(2.5, _thread.interrupt_main).start()
+        t0 = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            mirrored(list(urls), call)
+        took = time.perf_counter() - t0
+    assert took < 6.0  # not the schedule's 12 s
+    assert set(results) == set(urls)  # each run returned its records
+    for res in results.values():
+        status = {r.status for r in res.records}
+        assert len(res.records) == 60 and "ok" in status and "not_sent" in status
+        assert res.summary.interrupted

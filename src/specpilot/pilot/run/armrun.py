@@ -7,9 +7,10 @@ after deleting what the cut phase had written).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -195,13 +196,40 @@ def run_phases(
     runner.on_phase = on_phase
     ctx.progress.step(run.arm.name, f"phases {', '.join(measured)}")
     try:
-        result = runner.run()
+        with live(runner):
+            result = runner.run()
     finally:
         recorder.stop()
     store.flush()
     if result.summary.interrupted:  # the runner caught Ctrl-C and kept what was confirmed
         raise Interrupted(f"{run.arm.name}: interrupted during {', '.join(measured)}", result)
     return result
+
+
+_LIVE: set[LoadRunner] = set()  # the load runs in flight (a mirrored episode's, in threads)
+_LIVE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def live(runner: LoadRunner) -> Iterator[None]:
+    """``runner`` is in flight for the block: ``interrupt_all`` reaches it."""
+    with _LIVE_LOCK:
+        _LIVE.add(runner)
+    try:
+        yield
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(runner)
+
+
+def interrupt_all(reason: str) -> None:
+    """Stop every load run in flight as Ctrl-C stops one in the main thread (its in-flight
+    requests cancelled, what was confirmed kept): a mirrored episode's runs in other threads,
+    which no signal reaches."""
+    with _LIVE_LOCK:
+        for runner in _LIVE:
+            runner.interrupted = True
+            runner.stop(reason)
 
 
 def clear_phases(store: Store, run_id: str, phases: list[str]) -> None:

@@ -11,6 +11,7 @@ not complete: no finished episode is run or rewritten again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -22,7 +23,7 @@ from specpilot.pilot.design import K0, PLANTED, WITHIN
 from specpilot.pilot.eta import remaining as eta
 from specpilot.pilot.plan.arms import ArmPlan
 from specpilot.pilot.plan.runplans import matched_after
-from specpilot.pilot.run.armrun import LOAD_STEP, clear_phases, phases_left
+from specpilot.pilot.run.armrun import LOAD_STEP, clear_phases, interrupt_all, phases_left
 from specpilot.pilot.run.context import PilotContext, RunPlan
 from specpilot.pilot.run.looks import Looks, blocks
 from specpilot.pilot.run.planted import (
@@ -115,18 +116,30 @@ def mirrored(keys: Sequence[Key], call: Callable[[Key, float], None]) -> None:
     """``call(key, start_at)`` for every key at once, one thread each, all given one
     ``start_at`` (``time.perf_counter()``, ``MIRROR_LEAD_S`` ahead): each run's load generator
     sends its episode's first request then, so every scheduled request goes to one process of
-    each arm at the same instant. Returns when every run has drained; Ctrl-C here stops the
-    wait (the runs' engines are stopped by the caller's cleanup, which ends their requests)."""
+    each arm at the same instant. Returns when every run has drained. Ctrl-C (which reaches the
+    main thread only) stops every run in flight as it would stop one (``armrun.interrupt_all``),
+    waits for them to keep what was confirmed, and is raised again."""
     at = time.perf_counter() + MIRROR_LEAD_S
+
+    def one(key: Key) -> None:
+        with contextlib.suppress(KeyboardInterrupt):  # stopped by the main thread's Ctrl-C
+            call(key, at)
+
     threads = [
-        threading.Thread(target=call, args=(k, at), name=f"mirror-{k[0]}-p{k[1]}", daemon=True)
+        threading.Thread(target=one, args=(k,), name=f"mirror-{k[0]}-p{k[1]}", daemon=True)
         for k in keys
     ]
     for t in threads:
         t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(0.2)  # a short wait: Ctrl-C reaches the main thread between them
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # a short wait: Ctrl-C reaches the main thread between them
+    except KeyboardInterrupt:
+        interrupt_all("interrupted (Ctrl-C)")
+        for t in threads:
+            t.join(30)
+        raise
 
 
 HEADROOM = 0.85  # of the memory available before the first start: the pilot, the load generator
