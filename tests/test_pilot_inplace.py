@@ -83,10 +83,22 @@ def test_a_switch_that_failed_takes_its_process_with_it_a_runs_own_error_does_no
     assert er._sharing(("b", 0), RuntimeError("a load error")) == [("b", 0)]
 
 
-def test_a_resumed_pilot_runs_an_episode_split_by_the_stop_again_on_every_arm(tmp_path):
-    """The speculative arm completed ``peak~02`` on process 0, the baseline had not when the
-    pilot stopped: resumed, both run it again (the process is a new one), while ``peak~01``,
-    complete on both, is neither run nor rewritten."""
+@pytest.mark.parametrize(
+    ("design", "spec_process", "again"),
+    [
+        ({"in_place": "s"}, 0, True),  # one process: its offset would not cancel
+        ({"in_place": "s"}, 1, False),  # two processes: the halves never shared one
+        ({"design": "mirrored"}, 1, True),  # at once: a half alone pairs another time
+        ({"design": "turns"}, 0, False),
+    ],
+)
+def test_a_resumed_pilot_runs_an_episode_split_by_the_stop_again_on_every_arm(
+    tmp_path, design, spec_process, again
+):
+    """The speculative arm completed ``peak~02``, the baseline had not when the pilot stopped:
+    resumed in place on one process, or mirrored, both run it again (the process is a new one;
+    the mirrored halves ran at once), while ``peak~01``, complete on both, is neither run nor
+    rewritten. Turn-taking, or in place on two processes, the baseline alone runs it."""
     from specpilot.pilot.run.armrun import LOAD_STEP, phases_left
     from specpilot.pilot.run.context import RunPlan
     from specpilot.pilot.run.steps import ArmSteps
@@ -102,8 +114,9 @@ def test_a_resumed_pilot_runs_an_episode_split_by_the_stop_again_on_every_arm(tm
         )
         steps = {}
         for arm, done in (("s", names), ("b", names[:1])):
+            j = spec_process if arm == "s" else 0
             run = RunPlan(
-                SimpleNamespace(name=arm), 0, 0, f"pid.{arm}.p0", process=0, phases=tuple(names)
+                SimpleNamespace(name=arm), 0, 0, f"pid.{arm}.p{j}", process=j, phases=tuple(names)
             )
             rec = ArmRecord(
                 "pid",
@@ -122,14 +135,16 @@ def test_a_resumed_pilot_runs_an_episode_split_by_the_stop_again_on_every_arm(tm
                 store.add_requests(
                     [RequestRecord(run.run_id, arm, n, "code", f"{n}-000001", 0.0, "ok")]
                 )
-            steps[(arm, 0)] = ArmSteps(p, run, rec)  # type: ignore[arg-type]
+            steps[arm] = ArmSteps(p, run, rec)  # type: ignore[arg-type]
         store.flush()
         p.arm_record = lambda r: store.records("arms", run_id=r.run_id)[0]
-        reopen_split(p, [x.run for x in steps.values()], {"in_place": "s"})  # type: ignore[arg-type]
-        assert phases_left(p, steps[("s", 0)].run) == ["peak~02"]  # type: ignore[arg-type]
-        assert phases_left(p, steps[("b", 0)].run) == ["peak~02"]  # type: ignore[arg-type]
-        (rec,) = store.records("arms", run_id="pid.s.p0")
-        assert LOAD_STEP not in rec.completed_steps and rec.status == "running"
+        reopen_split(p, [x.run for x in steps.values()], design)  # type: ignore[arg-type]
+        assert phases_left(p, steps["s"].run) == (["peak~02"] if again else [])  # type: ignore[arg-type]
+        assert phases_left(p, steps["b"].run) == ["peak~02"]  # type: ignore[arg-type]
+        s_id = f"pid.s.p{spec_process}"
+        (rec,) = store.records("arms", run_id=s_id)
+        assert (LOAD_STEP not in rec.completed_steps and rec.status == "running") is again
         kept = {(r.run_id, r.phase) for r in store.records("requests")}
-        assert kept == {("pid.s.p0", "peak~01"), ("pid.b.p0", "peak~01")}
-        assert notes == ["s: peak~02 again (split by the stop)"]
+        base = {(s_id, "peak~01"), ("pid.b.p0", "peak~01")}
+        assert kept == (base if again else base | {(s_id, "peak~02")})
+        assert notes == (["s: peak~02 again (split by the stop)"] if again else [])

@@ -89,14 +89,18 @@ def reopen_split(ctx: PilotContext, runs: Sequence[RunPlan], design: dict[str, A
     runs again on both: a resumed pilot starts every process anew, and the two halves would
     pair two processes whose offsets differ (7-20% here), where the design has them cancel.
     Their records are deleted and the runs marked running, before the ETA and the budget are
-    planned; an episode complete on every run of its process is neither run nor rewritten."""
-    if not design.get("in_place"):
+    planned; an episode complete on every run of its process is neither run nor rewritten.
+    Mirrored (``design: mirrored``), the same holds for every arm of an episode: its halves
+    ran at once, and one run again alone would pair it with a partner of another time."""
+    mirror = design.get("design") == "mirrored"
+    if not design.get("in_place") and not mirror:
         return
     left = {r.run_id: set(phases_left(ctx, r)) for r in runs}
-    pending = {(n, r.process) for r in runs for n in left[r.run_id]}
+    # mirrored: an episode's runs on every arm ran at once, whatever their processes
+    pending = {(n, 0 if mirror else r.process) for r in runs for n in left[r.run_id]}
     for r in runs:
         done = [n for n in r.phases or () if n not in left[r.run_id]]
-        redo = [n for n in done if (n, r.process) in pending]
+        redo = [n for n in done if (n, 0 if mirror else r.process) in pending]
         if not redo:
             continue
         clear_phases(ctx.store, r.run_id, redo)
