@@ -175,6 +175,18 @@ def test_an_episode_run_at_once_counts_once_in_the_eta() -> None:
     assert eta_s(loads, {}, {loads[0].key: 5.0, loads[1].key: 5.0}) == pytest.approx(7 + drain)
 
 
+def test_the_eta_learns_an_episode_at_once_from_its_slowest_arm() -> None:
+    """Arms by URL share one engine key, so their mean drain would understate the next
+    episode: a group run at once takes its slowest member's time."""
+    plan = [
+        Step(f"{arm}:load:{ep}", "load", "url", arm, sched_s=10.0, drains=1, together=ep)
+        for ep in ("peak~01", "peak~02")
+        for arm in ("b", "planted")
+    ]
+    done = {"b:load:peak~01": 11.0, "planted:load:peak~01": 16.0}  # drains of 1 s and 6 s
+    assert eta_s(plan, done) == pytest.approx(10.0 + 6.0)
+
+
 def test_runners_given_one_start_send_each_slot_at_the_same_instant() -> None:
     """Two load generators in threads, as a mirrored episode runs them, each against a server
     of its own: the same slot arrives at both within a few milliseconds, though the second
@@ -311,3 +323,50 @@ def test_ctrl_c_in_a_mirrored_episode_stops_every_run_and_keeps_what_was_confirm
         status = {r.status for r in res.records}
         assert len(res.records) == 60 and "ok" in status and "not_sent" in status
         assert res.summary.interrupted
+
+
+def test_a_run_that_starts_after_ctrl_c_sends_nothing() -> None:
+    """Ctrl-C while one thread of the episode is still building its runner: that runner is
+    stopped as it registers, so no run outlives the interrupt."""
+    import _thread
+
+    from specpilot.pilot.run.armrun import live
+    from specpilot.pilot.run.episode_run import mirrored
+
+    reqs = [ScheduledRequest(i, 0.2 * i, "peak", "g", f"p{i}", [], 8) for i in range(30)]
+    schedule = Schedule("w", 0, "", [PhaseInfo("peak", 0.0, 6.0, 30, {}, {})], {}, {}, reqs)
+    results = {}
+    with TestServer(TestServerConfig(ttft_s=0.05, itl_s=0.05)) as srv:
+
+        def call(key: tuple[str, int], at: float) -> None:
+            if key[0] == "late":
+                time.sleep(0.8)  # the interrupt comes first
+            load = LoadConfig.build(
+                srv.url, run_id=key[0], arm=key[0], start_at=at, phase_timing="back_to_back",
+                progress=False,
+            )  # fmt: skip
+            runner = LoadRunner.for_schedule(schedule, load, warmup=False)
+            with live(runner):
+                results[key[0]] = runner.run()
+
+        threading.Timer(0.3, _thread.interrupt_main).start()
+        with pytest.raises(KeyboardInterrupt):
+            mirrored([("early", 0), ("late", 0)], call)
+    assert {r.status for r in results["late"].records} == {"not_sent"}
+    assert results["late"].summary.interrupted and results["early"].summary.interrupted
+
+
+def test_the_config_hash_of_a_turn_taking_pilot_is_what_it_was_before_the_design_key() -> None:
+    """A pilot begun before ``episodes.design`` existed resumes: the key at its old meaning
+    (turns, no shared machine) is not in the hash; mirrored is."""
+    local = _arms(["http://127.0.0.1:1"], ["http://127.0.1.1:2"])  # one machine: loopback both
+    plain = _parse(local, planted=None)
+    assert plain.episodes.design == "turns"
+    data = plain.model_dump(mode="json")
+    assert "design" in data["episodes"]
+    said = _parse(local, planted=None, design="turns")
+    assert said.sha256() == plain.sha256()
+    assert (
+        _parse(local, planted=None, design="mirrored", share_machine=True).sha256()
+        != plain.sha256()
+    )

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import random
 import signal
 import threading
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from specpilot.errors import ConfigError
+from specpilot.loadgen import gcfreeze
 from specpilot.loadgen.client import Outcome, Sink, new_record, request_id, send
 from specpilot.loadgen.config import LoadConfig, request_body, request_path
 from specpilot.loadgen.phases import PhaseEdges, PhaseHook, phase_starts_for, resolve_starts
@@ -189,7 +189,8 @@ class LoadRunner:
     # -- running ------------------------------------------------------------------------
     def run(self) -> LoadResult:
         """Run to completion; Ctrl-C (or SIGTERM) stops cleanly and keeps what was recorded."""
-        return asyncio.run(self._main())
+        with gcfreeze.held():  # the collector off the clock, for every runner in flight
+            return asyncio.run(self._main())
 
     async def _main(self) -> LoadResult:
         loop = asyncio.get_running_loop()
@@ -243,11 +244,6 @@ class LoadRunner:
             "timeout": httpx.Timeout(ep.timeout_s, connect=ep.connect_timeout_s),
             "headers": ep.headers,
         }
-        # Everything alive now (a big heap when torch is loaded) leaves the collector's view
-        # for the run: a full collection over it pauses the event loop for ~0.1 s, which shows
-        # as dispatch lag and fake gaps. Collected first, off the clock; unfrozen at the end.
-        gc.collect()
-        gc.freeze()
         started = time.perf_counter()
         progress = ProgressDisplay(len(self.schedule), cfg.progress, self.counts)
         progress_task = asyncio.create_task(progress.run())
@@ -281,7 +277,6 @@ class LoadRunner:
                 await progress_task
             await self._edges.idle()
             self._edges.close()
-            gc.unfreeze()
         records = [self._records[request_id(r)] for r in self.schedule]
         return LoadResult(
             records, self._chunks, self._summary(records, started), self._rounds, self._prefills

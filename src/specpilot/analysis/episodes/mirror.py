@@ -18,6 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
+LATE_S = 0.05  # a pair sent further apart than this did not meet one moment's load
+
 
 class _Table(Protocol):
     arm: np.ndarray
@@ -53,6 +55,13 @@ def mirror_note(table: _Table, baseline: str, others: Sequence[str], shared: boo
             f"; a pair's two requests were sent {np.median(gaps) * 1e3:.1f} ms apart at the "
             f"median (95th percentile {np.percentile(gaps, 95) * 1e3:.1f} ms, {gaps.size} pairs)"
         )
+        late = int(np.count_nonzero(gaps > LATE_S))
+        if late:
+            head += (
+                f"; {late} pairs were sent more than {LATE_S * 1e3:.0f} ms apart (a run that "
+                "started late: its arm's setup or first scrape took longer than the lead), "
+                "so those pairs did not meet the same moment's load"
+            )
     if shared:
         return head + (
             "; the arms shared one machine (episodes.share_machine): each was measured beside "

@@ -223,6 +223,12 @@ class PilotConfig(_Model):
         data = self.model_dump(mode="json")
         if data.get("episodes"):
             data["episodes"].pop("budget_min", None)
+            # keys added since (issue 49), left out at their old meaning: a pilot begun before
+            # them resumes
+            if data["episodes"].get("design") == "turns":
+                data["episodes"].pop("design")
+            if data["episodes"].get("share_machine") is False:
+                data["episodes"].pop("share_machine")
         for arm in data.get("arms") or []:
             arm.pop("devices", None)
         blob = json.dumps(data, sort_keys=True, ensure_ascii=False)

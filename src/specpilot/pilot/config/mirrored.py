@@ -14,6 +14,8 @@ processes must not compete for one machine, or the comparison measures them shar
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Sequence
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -33,8 +35,23 @@ class _Arm(Protocol):
 
 
 def _host(url: str) -> str:
-    host = urlsplit(url).hostname or ""
-    return "loopback" if host in LOOPBACK else host
+    """The machine a URL names: ``loopback`` for this one (``localhost``, any 127.x, ``::1``,
+    this machine's own name); a URL that does not parse is its own text (validation names it
+    elsewhere).
+
+        >>> _host("http://127.0.1.1:8000"), _host("http://[::1]:80"), _host("http://[::1")
+        ('loopback', 'loopback', 'http://[::1')
+    """
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return url
+    if host in LOOPBACK or host in (socket.gethostname(), socket.getfqdn()):
+        return "loopback"
+    try:
+        return "loopback" if ipaddress.ip_address(host).is_loopback else host
+    except ValueError:
+        return host
 
 
 def _device_sets(d: object) -> set[int]:

@@ -29,8 +29,8 @@ def retired(data: dict[str, Any]) -> tuple[str, str, str] | None:
     >>> retired({"repetitions": 3})[1]
     '3: a retired key'
     """
-    if data.get("design") == "mirrored":
-        return "design", "'mirrored': at the top level", MIRRORED_FIX
+    if data.get("design") in ("mirrored", "turns"):
+        return "design", f"{data['design']!r}: at the top level", MIRRORED_FIX
     for key, fix in RETIRED.items():
         if key in data:
             what = "a measurement design that was retired" if key == "design" else "a retired key"

@@ -52,6 +52,7 @@ PRIOR_PER_UNIT_S = {
     "report": 1.5,  # per arm run the analysis covers
 }
 UNIT_KINDS = tuple(PRIOR_PER_UNIT_S)
+TOGETHER = "load/together"  # learned: the drain per phase of a group's slowest member
 PREDICTED = "load/simulated"  # learned: measured over simulated drains of the loads so far
 # engine restarts a drill costs: the builtin server switches at run time, the others restart
 DRILL_RESTARTS = {e: a.drill_restarts for e, a in ADAPTERS.items()}
@@ -120,6 +121,17 @@ def learn(plan: Sequence[Step], done: Mapping[str, float]) -> dict[tuple[str, st
                 s, x = replace(s, drain_s=None), sample(replace(s, drain_s=None), done[s.key])
             got.setdefault((s.kind, s.engine), []).append(x)
             got.setdefault((s.kind, "*"), []).append(x)
+    # a group run at once took its slowest member's time: what its groups to come will take
+    # (arms by URL share one engine key, so their mean would understate it)
+    groups: dict[str, list[Step]] = {}
+    for s in plan:
+        if s.together and s.kind == "load":
+            groups.setdefault(s.together, []).append(s)
+    for members in groups.values():
+        if all(m.key in done for m in members):
+            slow = max(members, key=lambda m: done[m.key] - m.sched_s)
+            plain = replace(slow, drain_s=None)
+            got.setdefault((TOGETHER, "*"), []).append(sample(plain, done[slow.key]))
     return {k: sum(v) / len(v) for k, v in got.items()}
 
 
@@ -130,6 +142,8 @@ def estimate(step: Step, learned: Mapping[tuple[str, str], float]) -> float:
     drain = learned.get(("load", step.engine), PRIOR_DRAIN_S)
     if step.kind == "start":
         return start
+    if step.kind == "load" and step.together and (TOGETHER, "*") in learned:
+        return step.sched_s + step.drains * learned[(TOGETHER, "*")]
     if step.kind == "load" and step.drain_s is not None:
         scale = learned.get((PREDICTED, step.engine), learned.get((PREDICTED, "*"), 1.0))
         return step.sched_s + step.drain_s * scale

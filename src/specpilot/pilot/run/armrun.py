@@ -210,11 +210,18 @@ _LIVE: set[LoadRunner] = set()  # the load runs in flight (a mirrored episode's,
 _LIVE_LOCK = threading.Lock()
 
 
+_STOPPING = threading.Event()  # set by interrupt_all: a run registering late stops at once
+
+
 @contextlib.contextmanager
 def live(runner: LoadRunner) -> Iterator[None]:
-    """``runner`` is in flight for the block: ``interrupt_all`` reaches it."""
+    """``runner`` is in flight for the block: ``interrupt_all`` reaches it, also when it came
+    after the interrupt (a thread of a mirrored episode still building its runner then)."""
     with _LIVE_LOCK:
         _LIVE.add(runner)
+        if _STOPPING.is_set():
+            runner.interrupted = True
+            runner.stop("interrupted (Ctrl-C)")
     try:
         yield
     finally:
@@ -224,12 +231,19 @@ def live(runner: LoadRunner) -> Iterator[None]:
 
 def interrupt_all(reason: str) -> None:
     """Stop every load run in flight as Ctrl-C stops one in the main thread (its in-flight
-    requests cancelled, what was confirmed kept): a mirrored episode's runs in other threads,
-    which no signal reaches."""
+    requests cancelled, what was confirmed kept), and every one that starts until
+    ``interrupts_cleared``: a mirrored episode's runs in other threads, which no signal
+    reaches."""
     with _LIVE_LOCK:
+        _STOPPING.set()
         for runner in _LIVE:
             runner.interrupted = True
             runner.stop(reason)
+
+
+def interrupts_cleared() -> None:
+    """Runs may start again (a mirrored episode about to start its runs)."""
+    _STOPPING.clear()
 
 
 def clear_phases(store: Store, run_id: str, phases: list[str]) -> None:

@@ -23,7 +23,13 @@ from specpilot.pilot.design import K0, PLANTED, WITHIN
 from specpilot.pilot.eta import remaining as eta
 from specpilot.pilot.plan.arms import ArmPlan
 from specpilot.pilot.plan.runplans import matched_after
-from specpilot.pilot.run.armrun import LOAD_STEP, clear_phases, interrupt_all, phases_left
+from specpilot.pilot.run.armrun import (
+    LOAD_STEP,
+    clear_phases,
+    interrupt_all,
+    interrupts_cleared,
+    phases_left,
+)
 from specpilot.pilot.run.context import PilotContext, RunPlan
 from specpilot.pilot.run.looks import Looks, blocks
 from specpilot.pilot.run.planted import (
@@ -123,6 +129,7 @@ def mirrored(keys: Sequence[Key], call: Callable[[Key, float], None]) -> None:
     each arm at the same instant. Returns when every run has drained. Ctrl-C (which reaches the
     main thread only) stops every run in flight as it would stop one (``armrun.interrupt_all``),
     waits for them to keep what was confirmed, and is raised again."""
+    interrupts_cleared()
     at = time.perf_counter() + MIRROR_LEAD_S
 
     def one(key: Key) -> None:
