@@ -21,7 +21,7 @@ import pytest
 
 from specpilot.cli import main
 from specpilot.engine.loader import default_target_path, load_tokenizer
-from specpilot.loadgen import LoadConfig, LoadRunner
+from specpilot.loadgen import LoadConfig, LoadRunner, gcfreeze
 from specpilot.loadgen.testserver import TestServer, TestServerConfig
 from specpilot.pilot.config.file import PilotConfigError, parse_pilot
 from specpilot.pilot.design import PLANTED, EpisodeSettings, design_arms, design_record
@@ -192,11 +192,12 @@ def test_runners_given_one_start_send_each_slot_at_the_same_instant() -> None:
     of its own: the same slot arrives at both within a few milliseconds, though the second
     runner was built 0.3 s after the first."""
     cfg = TestServerConfig(ttft_s=0.01, itl_s=0.005, record=True)
-    with TestServer(cfg) as one, TestServer(cfg) as two:
+    # the collector frozen once around both, as a mirrored episode does (loadgen.gcfreeze)
+    with TestServer(cfg) as one, TestServer(cfg) as two, gcfreeze.held():
         servers = [one, two]
         reqs = [ScheduledRequest(i, 0.15 * i, "peak", "g", f"p{i}", [], 4) for i in range(6)]
         schedule = Schedule("w", 0, "", [PhaseInfo("peak", 0.0, 1.0, 6, {}, {})], {}, {}, reqs)
-        at = time.perf_counter() + 0.8
+        at = time.perf_counter() + 1.5
         results = {}
 
         def run(k: int) -> None:
@@ -287,73 +288,76 @@ def test_a_mirrored_pilot_sends_every_pair_together(servers, tmp_path: Path, mon
     assert found == {"peak": True}, doc["planted"]  # a x2 dilation at once beside the baseline
 
 
-def test_ctrl_c_in_a_mirrored_episode_stops_every_run_and_keeps_what_was_confirmed() -> None:
-    """Ctrl-C reaches the main thread only: ``mirrored`` stops the load runs in the other
-    threads as Ctrl-C stops one (in-flight requests cancelled, the rest not sent), waits for
-    them to return their records, and raises it again."""
+def _interrupted_episode(late: str | None, after_s: float) -> tuple[dict, dict, float]:
+    """Two load runs of one mirrored episode against the test server, each in its thread
+    (``mirrored``), and Ctrl-C ``after_s`` after both threads are in (so the main thread is
+    waiting on them); the run ``late`` builds its runner only after the interrupt. Returns each
+    run's result, each thread's error, and how long ``mirrored`` took."""
     import _thread
 
     from specpilot.pilot.run.armrun import live
     from specpilot.pilot.run.episode_run import mirrored
 
-    cfg = TestServerConfig(ttft_s=0.05, itl_s=0.05)
     reqs = [ScheduledRequest(i, 0.2 * i, "peak", "g", f"p{i}", [], 8) for i in range(60)]
     schedule = Schedule("w", 0, "", [PhaseInfo("peak", 0.0, 12.0, 60, {}, {})], {}, {}, reqs)
-    results = {}
-    with TestServer(cfg) as one, TestServer(cfg) as two:
-        urls = {("a", 0): one.url, ("b", 0): two.url}
+    results: dict = {}
+    errors: dict = {}
+    both_in = threading.Barrier(2, timeout=30)
+    fired = threading.Event()
+
+    def interrupt() -> None:
+        fired.set()
+        _thread.interrupt_main()
+
+    with TestServer(TestServerConfig(ttft_s=0.05, itl_s=0.05)) as srv:
 
         def call(key: tuple[str, int], at: float) -> None:
-            load = LoadConfig.build(
-                urls[key], run_id=key[0], arm=key[0], start_at=at, phase_timing="back_to_back",
-                progress=False,
-            )  # fmt: skip
-            runner = LoadRunner.for_schedule(schedule, load, warmup=False)
-            with live(runner):
-                results[key] = runner.run()
+            try:
+                if both_in.wait() == 0:  # one of the two sets the interrupt off
+                    threading.Timer(after_s, interrupt).start()
+                if key[0] == late:
+                    assert fired.wait(30)
+                    time.sleep(0.5)  # the main thread has stopped the others by now
+                load = LoadConfig.build(
+                    srv.url, run_id=key[0], arm=key[0], start_at=at,
+                    phase_timing="back_to_back", progress=False,
+                )  # fmt: skip
+                runner = LoadRunner.for_schedule(schedule, load, warmup=False)
+                with live(runner):
+                    results[key[0]] = runner.run()
+            except Exception as exc:  # kept for the assertion, not lost in the thread
+                errors[key[0]] = exc
 
-        threading.Timer(2.5, _thread.interrupt_main).start()
         t0 = time.perf_counter()
         with pytest.raises(KeyboardInterrupt):
-            mirrored(list(urls), call)
+            mirrored([("a", 0), ("b", 0)], call)
         took = time.perf_counter() - t0
-    assert took < 6.0  # not the schedule's 12 s
-    assert set(results) == set(urls)  # each run returned its records
+    return results, errors, took
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_in_a_mirrored_episode_stops_every_run_and_keeps_what_was_confirmed() -> None:
+    """Ctrl-C reaches the main thread only: ``mirrored`` stops the load runs in the other
+    threads as Ctrl-C stops one (in-flight requests cancelled, the rest not sent), waits for
+    them to return their records, and raises it again."""
+    results, errors, took = _interrupted_episode(None, 2.0)
+    assert errors == {}
+    assert took < 9.0  # not the schedule's 12 s and more
+    assert set(results) == {"a", "b"}  # each run returned its records
     for res in results.values():
         status = {r.status for r in res.records}
         assert len(res.records) == 60 and "ok" in status and "not_sent" in status
         assert res.summary.interrupted
 
 
+@pytest.mark.timeout(120)
 def test_a_run_that_starts_after_ctrl_c_sends_nothing() -> None:
     """Ctrl-C while one thread of the episode is still building its runner: that runner is
     stopped as it registers, so no run outlives the interrupt."""
-    import _thread
-
-    from specpilot.pilot.run.armrun import live
-    from specpilot.pilot.run.episode_run import mirrored
-
-    reqs = [ScheduledRequest(i, 0.2 * i, "peak", "g", f"p{i}", [], 8) for i in range(30)]
-    schedule = Schedule("w", 0, "", [PhaseInfo("peak", 0.0, 6.0, 30, {}, {})], {}, {}, reqs)
-    results = {}
-    with TestServer(TestServerConfig(ttft_s=0.05, itl_s=0.05)) as srv:
-
-        def call(key: tuple[str, int], at: float) -> None:
-            if key[0] == "late":
-                time.sleep(0.8)  # the interrupt comes first
-            load = LoadConfig.build(
-                srv.url, run_id=key[0], arm=key[0], start_at=at, phase_timing="back_to_back",
-                progress=False,
-            )  # fmt: skip
-            runner = LoadRunner.for_schedule(schedule, load, warmup=False)
-            with live(runner):
-                results[key[0]] = runner.run()
-
-        threading.Timer(0.3, _thread.interrupt_main).start()
-        with pytest.raises(KeyboardInterrupt):
-            mirrored([("early", 0), ("late", 0)], call)
-    assert {r.status for r in results["late"].records} == {"not_sent"}
-    assert results["late"].summary.interrupted and results["early"].summary.interrupted
+    results, errors, _ = _interrupted_episode("b", 0.5)
+    assert errors == {}
+    assert {r.status for r in results["b"].records} == {"not_sent"}
+    assert results["b"].summary.interrupted and results["a"].summary.interrupted
 
 
 def test_the_config_hash_of_a_turn_taking_pilot_is_what_it_was_before_the_design_key() -> None:

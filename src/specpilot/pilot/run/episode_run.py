@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from specpilot.loadgen import gcfreeze
 from specpilot.pilot.config.file import PilotConfigError
 from specpilot.pilot.design import K0, PLANTED, WITHIN
 from specpilot.pilot.eta import remaining as eta
@@ -126,31 +127,40 @@ def mirrored(keys: Sequence[Key], call: Callable[[Key, float], None]) -> None:
     """``call(key, start_at)`` for every key at once, one thread each, all given one
     ``start_at`` (``time.perf_counter()``, ``MIRROR_LEAD_S`` ahead): each run's load generator
     sends its episode's first request then, so every scheduled request goes to one process of
-    each arm at the same instant. Returns when every run has drained. Ctrl-C (which reaches the
-    main thread only) stops every run in flight as it would stop one (``armrun.interrupt_all``),
-    waits for them to keep what was confirmed, and is raised again."""
+    each arm at the same instant. The collector is frozen here first, once (``loadgen.gcfreeze``:
+    no run's collection pauses another's setup in the lead). Returns when every run has
+    drained. Ctrl-C (which reaches the main thread only) stops every run in flight as it would
+    stop one (``armrun.interrupt_all``), waits for them to keep what was confirmed, and is
+    raised again. The wait is on events the threads set, never ``Thread.join``: a join that
+    Ctrl-C interrupts can mark a running thread stopped (CPython 3.11's
+    ``_wait_for_tstate_lock``), and the pilot would go on while it runs."""
     interrupts_cleared()
-    at = time.perf_counter() + MIRROR_LEAD_S
+    ended = {k: threading.Event() for k in keys}
 
-    def one(key: Key) -> None:
-        with contextlib.suppress(KeyboardInterrupt):  # stopped by the main thread's Ctrl-C
-            call(key, at)
+    def one(key: Key, at: float) -> None:
+        try:
+            with contextlib.suppress(KeyboardInterrupt):  # stopped by the main thread's Ctrl-C
+                call(key, at)
+        finally:
+            ended[key].set()
 
-    threads = [
-        threading.Thread(target=one, args=(k,), name=f"mirror-{k[0]}-p{k[1]}", daemon=True)
-        for k in keys
-    ]
-    for t in threads:
-        t.start()
-    try:
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)  # a short wait: Ctrl-C reaches the main thread between them
-    except KeyboardInterrupt:
-        interrupt_all("interrupted (Ctrl-C)")
-        for t in threads:
-            t.join(30)
-        raise
+    threads: dict[Key, threading.Thread] = {}
+    with gcfreeze.held():
+        at = time.perf_counter() + MIRROR_LEAD_S
+        try:  # from the first start on: Ctrl-C may come while the threads start
+            for k in keys:
+                name = f"mirror-{k[0]}-p{k[1]}"
+                threads[k] = threading.Thread(target=one, args=(k, at), name=name, daemon=True)
+                threads[k].start()
+            for k in keys:
+                while not ended[k].wait(0.2):  # Ctrl-C reaches the main thread between waits
+                    pass
+        except KeyboardInterrupt:
+            interrupt_all("interrupted (Ctrl-C)")
+            for k, t in threads.items():
+                if t.ident is not None:  # it started (a start Ctrl-C cut short may not have)
+                    ended[k].wait(30)
+            raise
 
 
 HEADROOM = 0.85  # of the memory available before the first start: the pilot, the load generator
