@@ -30,14 +30,21 @@ VOCAB = 49152
 # worker idle at the end (seen: 9 min wall for 14.5 min of CPU; without the flag xdist 3.8 sorts
 # files by test count and ran the 1-test end-to-end pilot last). Measured with `pytest
 # --durations`; the rest keep their order.
-LONGEST_FIRST = (
-    "test_pilot_e2e.py",
-    "test_vllm_live.py",
-    "test_engine_real.py",
-    "test_quality_sampled.py",
-    "test_load_e2e.py",
-    "test_compat.py",
-    "test_engine_formats.py",
+LONGEST_FIRST = (  # a clean clone's `make test`, 2026-12-06, AMD EPYC AVX-512 kind (seconds)
+    "test_pilot_e2e.py",  # 443
+    "test_replicas.py",  # 257
+    "test_vllm_live.py",  # 203 to start vLLM, then its tests
+    "test_engine_real.py",  # 114
+    "test_pilot_looks.py",  # 111
+    "test_rerun.py",  # 92
+    "test_compat.py",  # 63
+    "test_load_e2e.py",  # 44
+    "test_quality_sampled.py",  # 41
+    "test_mirrored.py",  # 35
+    "test_fleet_scrape.py",  # 36
+    "test_fuzz_body.py",  # 30
+    "test_server_e2e.py",  # 29
+    "test_engine_formats.py",  # 19
 )
 
 
