@@ -84,8 +84,9 @@ class EpisodeSettings(StrictModel):
     design: Literal["turns", "mirrored"] = "turns"
     """``turns``: each episode replayed on every arm in turn (the balanced order); ``mirrored``:
     on every arm at once, each scheduled request sent at the same instant to one process of each
-    arm (``pilot.config.mirrored`` says where it may run; a pilot file that leaves it out gets
-    ``mirrored`` where every arm is by URL on hosts of its own: ``default_design``)"""
+    arm (``pilot.config.mirrored`` says where it may run). Not the default: on this project's
+    validation it was narrower and found the planted slowdown more often, but showed one
+    directional A/A cell of 18 where turn-taking showed none (docs/METHOD.md, "Mirrored")"""
     share_machine: bool = False
     """``design: mirrored`` where the arms' processes may share a machine (engines specpilot
     starts without devices of their own, endpoints on one host): they then compete for it, so it

@@ -38,7 +38,7 @@ from specpilot.errors import ConfigError, InputFileError
 from specpilot.pilot.config.armrules import check_arms
 from specpilot.pilot.config.arms import NAME_PATTERN, Arm
 from specpilot.pilot.config.files import missing_model_lines
-from specpilot.pilot.config.mirrored import check_mirrored, default_design
+from specpilot.pilot.config.mirrored import check_mirrored
 from specpilot.pilot.config.options import (
     OPTIONS,
     BuiltinOptions,
@@ -115,9 +115,7 @@ class PilotConfig(_Model):
     def _one_process_by_url(cls, data: object) -> object:
         """``episodes: null`` is the design's defaults; where an arm is by URL and the file does
         not set ``episodes.processes``, as many processes an arm as the first such arm has
-        replicas (an endpoint is one process: 1 for ``url:``, one per entry of ``urls:``), and
-        ``episodes.design`` not set is ``mirrored`` where every arm is by URL on hosts of its
-        own (``pilot.config.mirrored.default_design``)."""
+        replicas (an endpoint is one process: 1 for ``url:``, one per entry of ``urls:``)."""
         if not isinstance(data, dict):
             return data
         if "episodes" in data and data["episodes"] is None:  # null: the design's defaults
@@ -129,12 +127,10 @@ class PilotConfig(_Model):
             if isinstance(a, dict) and (a.get("url") is not None or a.get("urls") is not None)
         ]
         if replicas and ep is None:
-            ep = {}
+            return {**data, "episodes": {"processes": replicas[0]}}
         if replicas and isinstance(ep, dict) and "processes" not in ep:
-            ep = {**ep, "processes": replicas[0]}
-        if replicas and isinstance(ep, dict) and "design" not in ep:
-            ep = {**ep, "design": default_design(arms, ep)}
-        return {**data, "episodes": ep} if replicas else data
+            return {**data, "episodes": {**ep, "processes": replicas[0]}}
+        return data
 
     @model_validator(mode="after")
     def _arms(self) -> PilotConfig:

@@ -96,47 +96,6 @@ def shared_by(arms: Sequence[_Arm], planted: bool = False) -> list[str]:
     return why
 
 
-class _Raw:
-    """An arm as the file wrote it (before validation), as ``shared_by`` reads one."""
-
-    def __init__(self, data: dict[str, object]) -> None:
-        urls = data.get("urls")
-        url = data.get("url")
-        self.name = str(data.get("name"))
-        self.replicas = [str(u) for u in urls] if isinstance(urls, list) else []
-        self.replicas = self.replicas or ([str(url)] if isinstance(url, str) else [])
-        self.url = self.replicas[0] if self.replicas else None
-        self.devices = data.get("devices")
-
-
-def default_design(arms: object, episodes: dict[str, object]) -> str:
-    """``episodes.design`` where the file does not set it: ``mirrored`` where every arm is by
-    URL and none shares a host with another (nor, with a planted arm, two baseline replicas one
-    host), so mirroring costs nothing; else ``turns``. Mirrored was narrower at an equal A/A
-    rate on this project's own validation (``benchmarks/mirrored.py``, docs/METHOD.md).
-
-        >>> arm = lambda name, role, *urls: {"name": name, "role": role, "urls": list(urls)}
-        >>> default_design([arm("b", "baseline", "http://a:1", "http://b:1"),
-        ...                 arm("s", "speculative", "http://c:1", "http://d:1")], {})
-        'mirrored'
-        >>> default_design([arm("b", "baseline", "http://a:1", "http://a:2"),
-        ...                 arm("s", "speculative", "http://c:1", "http://d:1")], {})
-        'turns'
-        >>> default_design([{"name": "b", "role": "baseline", "engine": "builtin"},
-        ...                 arm("s", "speculative", "http://c:1")], {"planted": None})
-        'turns'
-    """
-    if not isinstance(arms, list) or not all(isinstance(a, dict) for a in arms) or not arms:
-        return "turns"
-    raw = [_Raw(a) for a in sorted(arms, key=lambda a: a.get("role") != "baseline")]
-    planted = episodes.get("planted", 0.15)
-    if any(a.url is None for a in raw) or episodes.get("in_place"):
-        return "turns"
-    if planted and min(len(a.replicas) for a in raw) < 2:
-        return "turns"
-    return "turns" if shared_by(raw, planted=bool(planted)) else "mirrored"
-
-
 def check_mirrored(arms: Sequence[_Arm], processes: int, settings: object) -> None:
     """Raise ``ValueError`` (the field, the reason, the fix) where ``design: mirrored`` cannot
     run as the file asks; ``arms[0]`` is the baseline."""
