@@ -364,3 +364,20 @@ def test_the_config_hash_of_a_turn_taking_pilot_is_what_it_was_before_the_design
         _parse(local, planted=None, design="mirrored", share_machine=True).sha256()
         != plain.sha256()
     )
+
+
+def test_after_an_interrupted_episode_a_later_run_in_the_process_is_not_stopped() -> None:
+    """The interrupt is the episode's: once ``mirrored`` has raised it, a load run started
+    later in the same process (the next pilot, the next test) runs to its end."""
+    from specpilot.pilot.run.armrun import live
+
+    _interrupted_episode(None, 0.5)
+    reqs = [ScheduledRequest(i, 0.05 * i, "peak", "g", f"p{i}", [], 4) for i in range(4)]
+    schedule = Schedule("w", 0, "", [PhaseInfo("peak", 0.0, 0.2, 4, {}, {})], {}, {}, reqs)
+    with TestServer(TestServerConfig(ttft_s=0.01, itl_s=0.005)) as srv:
+        cfg = LoadConfig.build(srv.url, run_id="next", arm="next", progress=False)
+        runner = LoadRunner.for_schedule(schedule, cfg, warmup=False)
+        with live(runner):
+            res = runner.run()
+    assert not res.summary.interrupted
+    assert {r.status for r in res.records} == {"ok"}

@@ -6,7 +6,7 @@ report`` rebuilds the section from the new pilot file alone.
 The pilot is small on purpose (~30 s a run here): two arms given by URL, each on three replicas
 of the tests' tiny engine (SmolLM2's tokenizer, random weights), one load level in 10 episodes,
 and a planted x3 slowdown through the baseline's processes, which every run must find. The
-baseline reaches the engines through a proxy that makes every latency 4x, so the candidate is
+baseline reaches the engines through a proxy that makes every latency 10x, so the candidate is
 faster for real: two arms alike would get a direction by chance in about 1 pilot in 20, which no
 rerun reproduces. The default pilot takes ~9 minutes; ``test_rerun_plan.py`` checks its rerun's
 plan (the same schedule, capacity figures and deadlines; its workload files found) without
@@ -49,15 +49,15 @@ DECIDED = ("faster", "slower", "no_difference")
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, list[str]]]:
-    """Four tiny engines (3 left the process component 2 degrees of freedom: one clean-clone
-    run left the -75% cell undecided); the baseline reaches each through a proxy that makes every latency
-    4x (``loadgen.dilate``), the candidate directly: a real effect of -75%, decided on any
-    split of the processes' noise (a -50% effect was decided by a hair when the analysis kept
-    a process component on 2 degrees of freedom)."""
+    """Four tiny engines; the baseline reaches each through a proxy that makes every latency
+    10x (``loadgen.dilate``), the candidate directly: a real effect of -90%. The processes here
+    are servers in this one Python process, so they differ a lot (one clean-clone run left a
+    -75% effect at -57% [-84%, +19%] on 2.8 degrees of freedom): -90% (log -2.3) is decided on
+    any split of that noise, -75% (log -1.4) was not."""
     tok = load_tokenizer(default_target_path())
     app = ServerConfig(model_name=MODEL, admin_token=TOKEN)
     live = [LiveServer(create_app(app, engine=make_engine(tok, draft=False))) for _ in range(4)]
-    slow = [DilatingProxy(s.url, 3.0).start() for s in live]
+    slow = [DilatingProxy(s.url, 9.0).start() for s in live]
     yield {"base": [p.url + "/v1" for p in slow], "spec": [s.url + "/v1" for s in live]}
     for p in slow:
         p.stop()

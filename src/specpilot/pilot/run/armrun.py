@@ -232,8 +232,9 @@ def live(runner: LoadRunner) -> Iterator[None]:
 def interrupt_all(reason: str) -> None:
     """Stop every load run in flight as Ctrl-C stops one in the main thread (its in-flight
     requests cancelled, what was confirmed kept), and every one that starts until
-    ``interrupts_cleared``: a mirrored episode's runs in other threads, which no signal
-    reaches."""
+    ``interrupts_cleared`` (the mirrored episode clears it when its threads are done, so a
+    later run in the same process is not stopped): a mirrored episode's runs in other threads,
+    which no signal reaches."""
     with _LIVE_LOCK:
         _STOPPING.set()
         for runner in _LIVE:

@@ -161,6 +161,8 @@ def mirrored(keys: Sequence[Key], call: Callable[[Key, float], None]) -> None:
                 if t.ident is not None:  # it started (a start Ctrl-C cut short may not have)
                     ended[k].wait(30)
             raise
+        finally:  # the interrupt was this episode's: later runs in this process start again
+            interrupts_cleared()
 
 
 HEADROOM = 0.85  # of the memory available before the first start: the pilot, the load generator
