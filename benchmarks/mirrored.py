@@ -33,10 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).parent))
-from replicas_pilot import _port
+from replicas_pilot import _port, wait_healthy
 from specpilot.loadgen.dilate import DilatingProxy
 
 PILOT = """\
@@ -85,17 +83,7 @@ def _servers(
                 subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
             urls[arm].append(f"http://127.0.0.1:{port}")
-    deadline = time.time() + 300
-    for u in urls["a"] + urls["b"]:
-        while True:
-            try:
-                if httpx.get(u + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.time() > deadline:
-                raise SystemExit(f"{u} never became healthy")
-            time.sleep(0.5)
+    wait_healthy(urls["a"] + urls["b"])
     return procs, urls
 
 

@@ -73,8 +73,15 @@ def _fleet(n: int) -> tuple[list[subprocess.Popen[bytes]], dict[str, list[str]]]
                 subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
             urls[arm].append(f"http://127.0.0.1:{port}")
-    deadline = time.time() + 300
-    for u in urls["base"] + urls["spec"]:
+    wait_healthy(urls["base"] + urls["spec"])
+    return procs, urls
+
+
+def wait_healthy(urls: list[str], within_s: float = 300.0) -> None:
+    """Until every server answers ``/health`` (model loads first); exit naming one that never
+    does."""
+    deadline = time.time() + within_s
+    for u in urls:
         while True:
             try:
                 if httpx.get(u + "/health", timeout=2).status_code == 200:
@@ -84,7 +91,6 @@ def _fleet(n: int) -> tuple[list[subprocess.Popen[bytes]], dict[str, list[str]]]
             if time.time() > deadline:
                 raise SystemExit(f"{u} never became healthy")
             time.sleep(0.5)
-    return procs, urls
 
 
 def main() -> int:
