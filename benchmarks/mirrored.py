@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from replicas_pilot import _port, wait_healthy
+from replicas_pilot import serve, wait_healthy
 from specpilot.loadgen.dilate import DilatingProxy
 
 PILOT = """\
@@ -59,30 +58,9 @@ def _servers(
     procs, urls = [], {"a": [], "b": []}
     for arm in ("a", "b"):
         for _ in range(n):
-            port = _port()
-            cmd = [
-                "taskset",
-                "-c",
-                str(cores[arm]),
-                sys.executable,
-                "-m",
-                "specpilot.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--threads",
-                "1",
-                "--calibration",
-                "skip",
-                "--served-model-name",
-                "smol",
-                "--no-draft",
-            ]
-            env = {**os.environ, "SPECPILOT_ADMIN_TOKEN": f"op-{port}"}
-            procs.append(
-                subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            )
-            urls[arm].append(f"http://127.0.0.1:{port}")
+            proc, url = serve(draft=False, prefix=("taskset", "-c", str(cores[arm])))
+            procs.append(proc)
+            urls[arm].append(url)
     wait_healthy(urls["a"] + urls["b"])
     return procs, urls
 

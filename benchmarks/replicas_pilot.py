@@ -52,29 +52,37 @@ def _fleet(n: int) -> tuple[list[subprocess.Popen[bytes]], dict[str, list[str]]]
     procs, urls = [], {"base": [], "spec": []}
     for arm in ("base", "spec"):
         for _ in range(n):
-            port = _port()
-            cmd = [
-                sys.executable,
-                "-m",
-                "specpilot.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--threads",
-                "1",
-                "--calibration",
-                "skip",
-                "--served-model-name",
-                "smol",
-                *(["--no-draft"] if arm == "base" else []),
-            ]
-            env = {**os.environ, "SPECPILOT_ADMIN_TOKEN": f"op-{port}"}
-            procs.append(
-                subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            )
-            urls[arm].append(f"http://127.0.0.1:{port}")
+            proc, url = serve(draft=arm == "spec")
+            procs.append(proc)
+            urls[arm].append(url)
     wait_healthy(urls["base"] + urls["spec"])
     return procs, urls
+
+
+def serve(draft: bool, prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+    """One builtin server (``specpilot serve``, one thread, the embedded target, with its draft
+    or without) on a free loopback port, as an operator starts one; ``prefix`` goes before the
+    command (``taskset -c 0``). Returns the process and its URL (not yet healthy)."""
+    port = _port()
+    cmd = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "specpilot.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        "--calibration",
+        "skip",
+        "--served-model-name",
+        "smol",
+        *([] if draft else ["--no-draft"]),
+    ]
+    env = {**os.environ, "SPECPILOT_ADMIN_TOKEN": f"op-{port}"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def wait_healthy(urls: list[str], within_s: float = 300.0) -> None:
