@@ -208,8 +208,6 @@ def run_phases(
 
 _LIVE: set[LoadRunner] = set()  # the load runs in flight (a mirrored episode's, in threads)
 _LIVE_LOCK = threading.Lock()
-
-
 _STOPPING = threading.Event()  # set by interrupt_all: a run registering late stops at once
 
 
@@ -243,7 +241,8 @@ def interrupt_all(reason: str) -> None:
 
 
 def interrupts_cleared() -> None:
-    """Runs may start again (a mirrored episode about to start its runs)."""
+    """Runs may start again (a mirrored episode, before it starts its runs and when they are
+    done)."""
     _STOPPING.clear()
 
 

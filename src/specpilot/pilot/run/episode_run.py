@@ -1,6 +1,7 @@
 """Runs the episode design (``pilot.design``): every process of every arm started first (one
 at a time, each fingerprinted), then each level's episodes in turn, each replayed on every arm
-in the design's order on the process the design gives, drained before the next; then each
+in the design's order (mirrored: on every arm at once, ``mirrored``) on the process the
+design gives, drained before the next; then each
 arm's drill, quality pass and compatibility suite on its first process, and every engine stops.
 
 A run whose start fails, or that fails in an episode, is recorded as failed and leaves the
